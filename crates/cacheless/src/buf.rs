@@ -1,0 +1,290 @@
+//! Aligned buffers and the one memory budget every in-flight buffer comes out of.
+//!
+//! A [`Budget`] is the job-wide limit (`--memory`). Each reader or writer takes a [`Lease`] of
+//! the buffers it may hold in flight when it opens, and allocates its buffers lazily inside it.
+//! Because a lease is taken whole before any of its buffers exist, a reader or writer never
+//! waits for memory while holding some, so several of them sharing one budget cannot deadlock.
+//! Buffers go back to their lease's free list when dropped, wherever they were dropped (a
+//! writer may drop a buffer that a reader filled), and the lease's bytes go back to the budget
+//! once the lease and all its buffers are gone.
+#![allow(unsafe_code)]
+
+use std::alloc::{self, Layout};
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use std::sync::{Arc, Condvar, Mutex};
+
+/// The job-wide memory budget for in-flight I/O buffers. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Budget {
+    inner: Arc<BudgetInner>,
+}
+
+struct BudgetInner {
+    limit: usize,
+    used: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl fmt::Debug for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Budget").field("limit", &self.inner.limit).field("used", &self.used()).finish()
+    }
+}
+
+impl Budget {
+    /// A budget of `bytes` for all buffers leased from it.
+    pub fn new(bytes: usize) -> Budget {
+        Budget { inner: Arc::new(BudgetInner { limit: bytes.max(1), used: Mutex::new(0), freed: Condvar::new() }) }
+    }
+
+    /// The limit in bytes.
+    pub fn limit(&self) -> usize {
+        self.inner.limit
+    }
+
+    /// Bytes currently leased.
+    pub fn used(&self) -> usize {
+        *self.inner.used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Leases up to `count` buffers of `size` bytes aligned to `align`, waiting while other
+    /// leases hold the memory. Gets at least `min` buffers (fewer than `count` when the budget
+    /// is smaller than asked), and never more than the budget allows.
+    pub fn lease(&self, size: usize, align: usize, count: usize, min: usize) -> Lease {
+        let align = align.max(1).next_power_of_two();
+        let size = round_up(size.max(1), align);
+        let fit = (self.inner.limit / size).max(1);
+        let min = min.clamp(1, fit);
+        let count = count.clamp(min, fit);
+        let mut used = self.inner.used.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let free = self.inner.limit.saturating_sub(*used);
+            let can = (free / size).min(count);
+            // A lone lease always gets its minimum, even if one buffer exceeds the budget: a
+            // budget smaller than one request must slow a job down, not hang it.
+            if can >= min || *used == 0 {
+                let n = can.max(min);
+                *used += n * size;
+                return Lease {
+                    inner: Arc::new(LeaseInner {
+                        budget: self.inner.clone(),
+                        size,
+                        align,
+                        count: n,
+                        state: Mutex::new(LeaseState { allocated: 0, free: Vec::new() }),
+                    }),
+                };
+            }
+            used = self.inner.freed.wait(used).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Rounds `n` up to a multiple of `align` (a power of two).
+pub fn round_up(n: usize, align: usize) -> usize {
+    (n + align - 1) & !(align - 1)
+}
+
+/// A share of the budget: up to `count()` buffers of `size()` bytes. Clones share it.
+#[derive(Clone)]
+pub struct Lease {
+    inner: Arc<LeaseInner>,
+}
+
+struct LeaseInner {
+    budget: Arc<BudgetInner>,
+    size: usize,
+    align: usize,
+    count: usize,
+    state: Mutex<LeaseState>,
+}
+
+struct LeaseState {
+    allocated: usize,
+    free: Vec<Raw>,
+}
+
+struct Raw(NonNull<u8>);
+// SAFETY: a Raw is the sole owner of its heap allocation; it is only moved between threads.
+unsafe impl Send for Raw {}
+
+impl Lease {
+    /// Size of each buffer.
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+    /// Alignment of each buffer.
+    pub fn align(&self) -> usize {
+        self.inner.align
+    }
+    /// How many buffers this lease may hold at once.
+    pub fn count(&self) -> usize {
+        self.inner.count
+    }
+
+    /// A buffer, or `None` when all `count()` are out.
+    pub fn get(&self) -> Option<AlignedBuf> {
+        let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let ptr = if let Some(raw) = st.free.pop() {
+            raw.0
+        } else if st.allocated < self.inner.count {
+            st.allocated += 1;
+            drop(st);
+            alloc_zeroed(self.inner.size, self.inner.align)
+        } else {
+            return None;
+        };
+        Some(AlignedBuf { ptr, cap: self.inner.size, align: self.inner.align, home: Some(self.inner.clone()) })
+    }
+}
+
+impl Drop for LeaseInner {
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        for raw in st.free.drain(..) {
+            dealloc(raw.0, self.size, self.align);
+        }
+        let mut used = self.budget.used.lock().unwrap_or_else(|e| e.into_inner());
+        *used = used.saturating_sub(self.count * self.size);
+        self.budget.freed.notify_all();
+    }
+}
+
+fn layout(size: usize, align: usize) -> Layout {
+    Layout::from_size_align(size.max(1), align).expect("buffer size and alignment form a valid layout")
+}
+
+fn alloc_zeroed(size: usize, align: usize) -> NonNull<u8> {
+    let l = layout(size, align);
+    // SAFETY: the layout has a non-zero size. Zeroed memory: no buffer ever exposes whatever a
+    // previous owner of the memory left (a padded write never leaks uninitialised bytes).
+    let p = unsafe { alloc::alloc_zeroed(l) };
+    NonNull::new(p).unwrap_or_else(|| alloc::handle_alloc_error(l))
+}
+
+fn dealloc(p: NonNull<u8>, size: usize, align: usize) {
+    // SAFETY: `p` came from `alloc_zeroed` with this same size and alignment and is freed once.
+    unsafe { alloc::dealloc(p.as_ptr(), layout(size, align)) }
+}
+
+/// A heap buffer whose address is aligned for O_DIRECT. Derefs to its whole capacity.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    cap: usize,
+    align: usize,
+    home: Option<Arc<LeaseInner>>,
+}
+
+// SAFETY: AlignedBuf uniquely owns its allocation (like Vec<u8>); the lease it returns to is
+// behind a Mutex.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared references only give out &[u8].
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// A zeroed buffer of at least `len` bytes (rounded up to `align`), outside any budget:
+    /// for results the caller keeps, such as a whole file read into memory.
+    pub fn new(len: usize, align: usize) -> AlignedBuf {
+        let align = align.max(1).next_power_of_two();
+        let cap = round_up(len.max(1), align);
+        AlignedBuf { ptr: alloc_zeroed(cap, align), cap, align, home: None }
+    }
+
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Alignment of the start address.
+    pub fn align(&self) -> usize {
+        self.align
+    }
+
+    /// Raw pointer to the start, for handing to the kernel.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for cap initialised (zeroed at allocation) bytes, owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.cap) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in deref, and &mut self guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        match self.home.take() {
+            Some(home) => {
+                let mut st = home.state.lock().unwrap_or_else(|e| e.into_inner());
+                st.free.push(Raw(self.ptr));
+            }
+            None => dealloc(self.ptr, self.cap, self.align),
+        }
+    }
+}
+
+impl fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AlignedBuf").field("cap", &self.cap).field("align", &self.align).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_aligned_and_return_to_the_lease() {
+        let b = Budget::new(1 << 20);
+        let lease = b.lease(4096 * 3, 4096, 4, 1);
+        assert_eq!(lease.count(), 4);
+        let bufs: Vec<_> = (0..4).map(|_| lease.get().unwrap()).collect();
+        assert!(lease.get().is_none());
+        for x in &bufs {
+            assert_eq!(x.as_ptr() as usize % 4096, 0);
+            assert_eq!(x.len(), 4096 * 3);
+        }
+        drop(bufs);
+        assert!(lease.get().is_some());
+        assert_eq!(b.used(), 4 * 4096 * 3);
+        drop(lease);
+        assert_eq!(b.used(), 0);
+    }
+
+    #[test]
+    fn lease_is_clamped_to_the_budget_and_waits_for_release() {
+        let b = Budget::new(10 * 1024);
+        let l1 = b.lease(4096, 4096, 8, 1);
+        assert_eq!(l1.count(), 2);
+        let b2 = b.clone();
+        let t = std::thread::spawn(move || b2.lease(4096, 4096, 2, 2).count());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!t.is_finished(), "second lease must wait while the first holds the budget");
+        drop(l1);
+        assert_eq!(t.join().unwrap(), 2);
+    }
+
+    #[test]
+    fn a_buffer_outlives_its_lease_handle() {
+        let b = Budget::new(1 << 20);
+        let lease = b.lease(512, 512, 1, 1);
+        let mut x = lease.get().unwrap();
+        drop(lease);
+        x[0] = 7;
+        assert_eq!(b.used(), 512);
+        drop(x);
+        assert_eq!(b.used(), 0);
+    }
+}

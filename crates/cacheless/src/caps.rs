@@ -1,0 +1,297 @@
+//! What the kernel and each filesystem support, probed once per device and cached.
+//!
+//! Sources, in order: `CACHELESS_DISABLE` (the user's opt-out), statx(STATX_DIOALIGN) (Linux
+//! 6.1+), the backing device's `logical_block_size` in sysfs, else 4096; a real O_DIRECT open
+//! confirms support (EINVAL: unsupported). RWF_DONTCACHE (Linux 6.14+) is probed with a 1-byte
+//! preadv2, which the kernel refuses with EOPNOTSUPP before doing any I/O when either the
+//! kernel or the filesystem lacks it. io_uring is probed by setting up a small ring.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rustix::fs::{statx, AtFlags, StatxFlags};
+use serde::Serialize;
+
+/// `RWF_DONTCACHE` for preadv2/pwritev2 and io_uring (Linux 6.14+).
+pub const RWF_DONTCACHE: i32 = 0x80;
+
+/// Why a feature is unavailable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unavailable {
+    /// Human-readable reason, naming the errno or the setting.
+    pub reason: String,
+    /// The errno that said no, if an OS call did.
+    pub errno: Option<i32>,
+}
+
+impl Unavailable {
+    fn errno(what: &str, e: &io::Error) -> Unavailable {
+        Unavailable { reason: format!("{what}: {}", errno_name(e)), errno: e.raw_os_error() }
+    }
+    fn disabled(what: &str) -> Unavailable {
+        Unavailable { reason: format!("{what} disabled by CACHELESS_DISABLE"), errno: None }
+    }
+}
+
+/// `Ok(value)` when available, else why not.
+pub type Support<T = ()> = Result<T, Unavailable>;
+
+/// Where the O_DIRECT alignment figure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlignSource {
+    /// statx(STATX_DIOALIGN), Linux 6.1+.
+    Statx,
+    /// /sys/dev/block/MAJ:MIN/queue/logical_block_size.
+    Sysfs,
+    /// Nothing told us: 4096, safe on every common device.
+    Default,
+}
+
+/// O_DIRECT alignment requirements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DioAlign {
+    /// Required alignment of the buffer address.
+    pub mem: u32,
+    /// Required alignment of file offsets and lengths.
+    pub offset: u32,
+    /// Where the figures came from.
+    pub source: AlignSource,
+}
+
+impl DioAlign {
+    /// The larger of the two alignments: satisfies both.
+    pub fn both(&self) -> usize {
+        self.mem.max(self.offset) as usize
+    }
+}
+
+/// What one filesystem (device) supports.
+#[derive(Debug, Clone, Serialize)]
+pub struct FsCaps {
+    /// st_dev of the device.
+    pub dev: u64,
+    /// Filesystem type name from statfs (ext4, xfs, tmpfs ...).
+    pub fs_type: String,
+    /// O_DIRECT and its alignment.
+    pub direct: Support<DioAlign>,
+    /// RWF_DONTCACHE.
+    pub dontcache: Support,
+}
+
+/// What the kernel supports, independent of files.
+#[derive(Debug, Clone, Serialize)]
+pub struct SystemCaps {
+    /// Kernel release (uname -r).
+    pub kernel: String,
+    /// io_uring can be set up.
+    pub uring: Support,
+    /// cachestat(2) (Linux 6.5+); without it residency comes from mincore.
+    pub cachestat: Support,
+    /// RLIMIT_MEMLOCK soft limit in bytes (io_uring registered buffers count against it).
+    pub memlock_limit: Option<u64>,
+    /// Page size.
+    pub page_size: usize,
+}
+
+/// Features the user turned off with `CACHELESS_DISABLE=direct,dontcache,uring,cachestat`.
+pub fn disabled(feature: &str) -> bool {
+    std::env::var("CACHELESS_DISABLE")
+        .map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(feature)))
+        .unwrap_or(false)
+}
+
+/// The system capabilities, probed on first use.
+pub fn system() -> &'static SystemCaps {
+    static SYS: OnceLock<SystemCaps> = OnceLock::new();
+    SYS.get_or_init(|| {
+        let kernel = rustix::system::uname().release().to_string_lossy().into_owned();
+        let memlock = rustix::process::getrlimit(rustix::process::Resource::Memlock).current;
+        SystemCaps {
+            kernel,
+            uring: probe_uring(),
+            cachestat: probe_cachestat(),
+            memlock_limit: memlock,
+            page_size: rustix::param::page_size(),
+        }
+    })
+}
+
+fn probe_uring() -> Support {
+    if disabled("uring") {
+        return Err(Unavailable::disabled("io_uring"));
+    }
+    match io_uring::IoUring::new(2) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let mut u = Unavailable::errno("io_uring_setup", &e);
+            if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled") {
+                if s.trim() != "0" {
+                    u.reason += &format!(" (kernel.io_uring_disabled = {})", s.trim());
+                }
+            }
+            if e.raw_os_error() == Some(libc::EPERM) {
+                u.reason += " (a seccomp profile, e.g. Docker's default, may block it)";
+            }
+            Err(u)
+        }
+    }
+}
+
+fn probe_cachestat() -> Support {
+    if disabled("cachestat") {
+        return Err(Unavailable::disabled("cachestat"));
+    }
+    let f = File::open("/proc/self/exe").or_else(|_| File::open("/"));
+    match f {
+        Ok(f) => crate::residency::cachestat(f.as_fd(), 0, 0).map(|_| ()).map_err(|e| Unavailable::errno("cachestat", &e)),
+        Err(e) => Err(Unavailable::errno("open for cachestat probe", &e)),
+    }
+}
+
+fn cache() -> &'static Mutex<HashMap<u64, Arc<FsCaps>>> {
+    static C: OnceLock<Mutex<HashMap<u64, Arc<FsCaps>>>> = OnceLock::new();
+    C.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The capabilities of the filesystem holding the open regular file `file`, probed with it on
+/// first use of its device and cached.
+pub fn for_file(file: &File) -> io::Result<Arc<FsCaps>> {
+    let dev = file.metadata()?.dev();
+    if let Some(c) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&dev) {
+        return Ok(c.clone());
+    }
+    let caps = Arc::new(probe(file.as_fd(), dev));
+    cache().lock().unwrap_or_else(|e| e.into_inner()).insert(dev, caps.clone());
+    Ok(caps)
+}
+
+/// The capabilities of the filesystem holding directory `dir`, probed through an anonymous
+/// O_TMPFILE file in it (nothing visible is created). Falls back to a named temporary file
+/// where O_TMPFILE is unsupported.
+pub fn for_dir(dir: &Path) -> io::Result<Arc<FsCaps>> {
+    let dev = std::fs::metadata(dir)?.dev();
+    if let Some(c) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&dev) {
+        return Ok(c.clone());
+    }
+    use rustix::fs::{Mode as FMode, OFlags};
+    let f: File = match rustix::fs::open(dir, OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(0o600)) {
+        Ok(fd) => fd.into(),
+        Err(_) => {
+            let p = dir.join(format!(".cacheless-probe-{}", std::process::id()));
+            let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&p)?;
+            let _ = std::fs::remove_file(&p);
+            f
+        }
+    };
+    for_file(&f)
+}
+
+/// Forgets cached verdicts (tests use this after changing `CACHELESS_DISABLE`).
+pub fn clear_cache() {
+    cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+fn probe(fd: BorrowedFd<'_>, dev: u64) -> FsCaps {
+    let fs_type = fs_type_name(fd);
+    FsCaps { dev, fs_type, direct: probe_direct(fd, dev), dontcache: probe_dontcache(fd) }
+}
+
+fn probe_direct(fd: BorrowedFd<'_>, dev: u64) -> Support<DioAlign> {
+    if disabled("direct") {
+        return Err(Unavailable::disabled("O_DIRECT"));
+    }
+    let mut align = None;
+    if let Ok(st) = statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::DIOALIGN) {
+        if st.stx_mask & StatxFlags::DIOALIGN.bits() != 0 {
+            if st.stx_dio_mem_align == 0 {
+                return Err(Unavailable { reason: "statx reports no O_DIRECT support (dio_mem_align = 0)".into(), errno: None });
+            }
+            align = Some(DioAlign { mem: st.stx_dio_mem_align, offset: st.stx_dio_offset_align, source: AlignSource::Statx });
+        }
+    }
+    let align = align.unwrap_or_else(|| match sysfs_logical_block_size(dev) {
+        Some(n) => DioAlign { mem: n, offset: n, source: AlignSource::Sysfs },
+        None => DioAlign { mem: 4096, offset: 4096, source: AlignSource::Default },
+    });
+    // Confirm with a real open: some filesystems report alignment but refuse O_DIRECT (and
+    // tmpfs has reported it wrongly).
+    let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    use rustix::fs::{Mode as FMode, OFlags};
+    match rustix::fs::open(proc.as_str(), OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC, FMode::empty()) {
+        Ok(_) => Ok(align),
+        Err(e) if e == rustix::io::Errno::INVAL => Err(Unavailable::errno("open(O_DIRECT)", &e.into())),
+        // The probe open itself could not be done (no /proc): trust the alignment figures.
+        Err(_) => Ok(align),
+    }
+}
+
+fn sysfs_logical_block_size(dev: u64) -> Option<u32> {
+    let (maj, min) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    let base = format!("/sys/dev/block/{maj}:{min}");
+    // A partition has no queue/ of its own: its parent directory does.
+    for p in [format!("{base}/queue/logical_block_size"), format!("{base}/../queue/logical_block_size")] {
+        if let Ok(s) = std::fs::read_to_string(&p) {
+            if let Ok(n) = s.trim().parse() {
+                return Some(n);
+            }
+        }
+    }
+    None
+}
+
+fn probe_dontcache(fd: BorrowedFd<'_>) -> Support {
+    if disabled("dontcache") {
+        return Err(Unavailable::disabled("RWF_DONTCACHE"));
+    }
+    let mut b = [0u8; 1];
+    match rustix::io::preadv2(fd, &mut [io::IoSliceMut::new(&mut b)], 0, rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE as u32)) {
+        Ok(_) => Ok(()),
+        Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
+            Err(Unavailable::errno("preadv2(RWF_DONTCACHE)", &e.into()))
+        }
+        // EBADF on a write-only descriptor etc.: the probe could not run; assume the flag works
+        // and let the first real I/O decide (it fails before doing anything if not).
+        Err(_) => Ok(()),
+    }
+}
+
+fn fs_type_name(fd: BorrowedFd<'_>) -> String {
+    let Ok(st) = rustix::fs::fstatfs(fd) else { return "unknown".into() };
+    match st.f_type as u64 {
+        0xEF53 => "ext4".into(),
+        0x5846_5342 => "xfs".into(),
+        0x0102_1994 => "tmpfs".into(),
+        0x9123_683E => "btrfs".into(),
+        0x794C_7630 => "overlay".into(),
+        0x6969 => "nfs".into(),
+        0x6573_5546 => "fuse".into(),
+        0x2FC1_2FC1 => "zfs".into(),
+        0xF2F5_2010 => "f2fs".into(),
+        0x5346_544E => "ntfs".into(),
+        0x4d44 => "vfat".into(),
+        0x858458F6 => "ramfs".into(),
+        other => format!("0x{other:x}"),
+    }
+}
+
+/// The errno's symbolic name and message ("EINVAL (Invalid argument)").
+pub fn errno_name(e: &io::Error) -> String {
+    let name = match e.raw_os_error() {
+        Some(libc::EINVAL) => "EINVAL",
+        Some(libc::EOPNOTSUPP) => "EOPNOTSUPP",
+        Some(libc::ENOSYS) => "ENOSYS",
+        Some(libc::EPERM) => "EPERM",
+        Some(libc::EACCES) => "EACCES",
+        Some(libc::ENOMEM) => "ENOMEM",
+        Some(libc::EBADF) => "EBADF",
+        _ => return e.to_string(),
+    };
+    format!("{name} ({})", io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0)).kind())
+}

@@ -1,0 +1,191 @@
+//! The I/O modes and the automatic choice between them, with the reason for each choice.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use crate::caps::FsCaps;
+
+/// How a file is read or written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Pick per file from its size, residency and filesystem; the choice and reason are reported.
+    Auto,
+    /// O_DIRECT: aligned requests bypass the page cache; unaligned edges go through bounce buffers,
+    /// and the unaligned tail of a written file is written after clearing O_DIRECT.
+    Direct,
+    /// Uncached buffered I/O (RWF_DONTCACHE, Linux 6.14+, ext4 6.17+, XFS 6.16+).
+    DontCache,
+    /// Buffered I/O that cleans up behind itself: writes are pushed out in windows with
+    /// sync_file_range and dropped with fadvise(DONTNEED); reads drop the pages they brought in.
+    WriteBehind,
+    /// Plain buffered I/O through the page cache (the baseline; leaves the cache full).
+    Buffered,
+}
+
+impl Mode {
+    /// The lowercase name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Auto => "auto",
+            Mode::Direct => "direct",
+            Mode::DontCache => "dontcache",
+            Mode::WriteBehind => "writebehind",
+            Mode::Buffered => "buffered",
+        }
+    }
+
+    /// Every mode, in the order reports list them.
+    pub const ALL: [Mode; 5] = [Mode::Buffered, Mode::Direct, Mode::DontCache, Mode::WriteBehind, Mode::Auto];
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "auto" => Mode::Auto,
+            "direct" | "o_direct" => Mode::Direct,
+            "dontcache" | "uncached" => Mode::DontCache,
+            "writebehind" | "write-behind" | "dropbehind" => Mode::WriteBehind,
+            "buffered" => Mode::Buffered,
+            other => {
+                return Err(format!("unknown mode '{other}': expected auto, direct, dontcache, writebehind or buffered"))
+            }
+        })
+    }
+}
+
+/// A mode chosen for one file, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// The mode in effect (never `Auto`).
+    pub mode: Mode,
+    /// Why this mode: the rule that fired, with the figures it used.
+    pub reason: String,
+}
+
+/// A file at least this fraction resident is read buffered: the data is already in memory, and
+/// reading it with O_DIRECT would be slower and (for partially cached files) could not keep
+/// it warm. Half: below it, most of the bytes still come from the device.
+pub const WARM_FRACTION: f64 = 0.5;
+
+/// Reads of files smaller than this are buffered, then the pages they brought in are dropped.
+/// An O_DIRECT request costs a full device round trip with no read-ahead to hide it; for a few
+/// pages the buffered path is as fast and the drop leaves nothing behind. 256 KiB is the size
+/// below which buffered+drop and direct reads were within noise of each other on the
+/// development machine (see docs/BENCHMARKS.md, "thresholds").
+pub const TINY_READ: u64 = 256 * 1024;
+
+/// Writes of files known to be smaller than this use DONTCACHE (else write-behind) instead of
+/// O_DIRECT: such a file is mostly unaligned tail, and a direct write would be synchronous per
+/// request. Same measurement as [`TINY_READ`].
+pub const SMALL_WRITE: u64 = 1024 * 1024;
+
+fn unsupported(mode: Mode, caps: &FsCaps) -> Option<String> {
+    match mode {
+        Mode::Direct => caps.direct.as_ref().err().map(|u| u.reason.clone()),
+        Mode::DontCache => caps.dontcache.as_ref().err().map(|u| u.reason.clone()),
+        _ => None,
+    }
+}
+
+/// Why a forced mode cannot be honoured, with the advice to give the user.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The mode that was asked for.
+    pub mode: Mode,
+    /// What the probe found.
+    pub reason: String,
+}
+
+impl Refusal {
+    /// Advice for the user.
+    pub fn hint(&self) -> String {
+        match self.mode {
+            Mode::Direct => "O_DIRECT is unsupported here: use --mode auto or dontcache".into(),
+            Mode::DontCache => "RWF_DONTCACHE is unsupported here (needs Linux 6.14+ and a filesystem that has it): use --mode auto or writebehind".into(),
+            _ => "use --mode auto".into(),
+        }
+    }
+}
+
+/// Chooses how to read a file of `len` bytes with `cached` bytes already resident.
+///
+/// A forced mode the filesystem cannot honour is refused, never silently downgraded.
+pub fn decide_read(requested: Mode, caps: &FsCaps, len: u64, cached: Option<u64>) -> Result<Decision, Refusal> {
+    if requested != Mode::Auto {
+        if let Some(reason) = unsupported(requested, caps) {
+            return Err(Refusal { mode: requested, reason });
+        }
+        return Ok(Decision { mode: requested, reason: "forced by --mode".into() });
+    }
+    if let (Some(c), true) = (cached, len > 0) {
+        let frac = c as f64 / len as f64;
+        if frac >= WARM_FRACTION {
+            return Ok(Decision {
+                mode: Mode::Buffered,
+                reason: format!("{:.0}% already resident: buffered reads are the fast path and keep it cached", frac * 100.0),
+            });
+        }
+    }
+    if len < TINY_READ {
+        return Ok(Decision {
+            mode: Mode::WriteBehind,
+            reason: format!("small file ({len} B < {TINY_READ} B): buffered, then drop the pages this read brought in"),
+        });
+    }
+    fallback_chain(caps, "read")
+}
+
+/// Chooses how to write a file; `size_hint` is the final size when known.
+pub fn decide_write(requested: Mode, caps: &FsCaps, size_hint: Option<u64>) -> Result<Decision, Refusal> {
+    if requested != Mode::Auto {
+        if let Some(reason) = unsupported(requested, caps) {
+            return Err(Refusal { mode: requested, reason });
+        }
+        return Ok(Decision { mode: requested, reason: "forced by --mode".into() });
+    }
+    match size_hint {
+        Some(n) if n < SMALL_WRITE => {
+            if caps.dontcache.is_ok() {
+                Ok(Decision { mode: Mode::DontCache, reason: format!("small file ({n} B < {SMALL_WRITE} B): uncached buffered write") })
+            } else {
+                Ok(Decision {
+                    mode: Mode::WriteBehind,
+                    reason: format!(
+                        "small file ({n} B < {SMALL_WRITE} B) and no RWF_DONTCACHE ({}): write-behind",
+                        caps.dontcache.as_ref().err().map(|u| u.reason.as_str()).unwrap_or("")
+                    ),
+                })
+            }
+        }
+        _ => fallback_chain(caps, "write"),
+    }
+}
+
+fn fallback_chain(caps: &FsCaps, what: &str) -> Result<Decision, Refusal> {
+    match (&caps.direct, &caps.dontcache) {
+        (Ok(a), _) => Ok(Decision {
+            mode: Mode::Direct,
+            reason: format!("large {what}: O_DIRECT (memory alignment {}, offset alignment {})", a.mem, a.offset),
+        }),
+        (Err(d), Ok(())) => Ok(Decision { mode: Mode::DontCache, reason: format!("O_DIRECT unavailable ({}): RWF_DONTCACHE", d.reason) }),
+        (Err(d), Err(u)) => Ok(Decision {
+            mode: Mode::WriteBehind,
+            reason: format!(
+                "O_DIRECT unavailable ({}) and RWF_DONTCACHE unavailable ({}): buffered with {}",
+                d.reason,
+                u.reason,
+                if what == "read" { "drop-behind" } else { "write-behind" }
+            ),
+        }),
+    }
+}

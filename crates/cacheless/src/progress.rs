@@ -1,0 +1,70 @@
+//! Progress counters that a job updates and a front end (the CLI's bar, Python) polls.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Counters shared between a running job and whoever reports on it, plus a cancel flag the
+/// job checks between requests. The library never prints: front ends read these.
+#[derive(Debug, Default)]
+pub struct Progress {
+    bytes: AtomicU64,
+    total_bytes: AtomicU64,
+    files: AtomicU64,
+    total_files: AtomicU64,
+    errors: AtomicU64,
+    cancel: AtomicBool,
+}
+
+impl Progress {
+    /// Fresh counters.
+    pub fn new() -> Progress {
+        Progress::default()
+    }
+    /// Adds bytes done.
+    pub fn add_bytes(&self, n: u64) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Adds to the expected total of bytes.
+    pub fn add_total_bytes(&self, n: u64) {
+        self.total_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Counts a finished file.
+    pub fn file_done(&self) {
+        self.files.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Adds to the expected number of files.
+    pub fn add_total_files(&self, n: u64) {
+        self.total_files.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Counts a failed item.
+    pub fn error(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Bytes done so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+    /// Expected total bytes (0 if unknown).
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes.load(Ordering::Relaxed)
+    }
+    /// Files done so far.
+    pub fn files(&self) -> u64 {
+        self.files.load(Ordering::Relaxed)
+    }
+    /// Expected total files (0 if unknown).
+    pub fn total_files(&self) -> u64 {
+        self.total_files.load(Ordering::Relaxed)
+    }
+    /// Failed items so far.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+    /// Asks the job to stop at its next check.
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+    /// Whether cancel was asked for.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}

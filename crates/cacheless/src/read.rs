@@ -1,0 +1,563 @@
+//! Reading: any buffer, any offset, any length, with read-ahead, in the mode chosen per file.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::File;
+use std::io::{self, Read};
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::backend::{open_queue, run_sync, BackendChoice, BackendKind, Completion, Op, OpKind, Queue};
+use crate::buf::{round_up, AlignedBuf, Budget, Lease};
+use crate::caps::{self, FsCaps, RWF_DONTCACHE};
+use crate::error::{Error, ErrorKind, Result};
+use crate::policy::{self, Decision, Mode};
+use crate::residency;
+
+/// Default size of one I/O request. Chosen by measurement on the development machine: see
+/// docs/BENCHMARKS.md, "request size and queue depth".
+pub const DEFAULT_BLOCK_SIZE: usize = 4 << 20;
+/// Default number of requests in flight per file (same measurement).
+pub const DEFAULT_QUEUE_DEPTH: usize = 8;
+
+/// Tag bit that marks random-access ops (read_at, read_all) as opposed to the stream's.
+const RANDOM: u64 = 1 << 63;
+
+/// How to open a [`Reader`].
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    /// Requested mode (default auto).
+    pub mode: Mode,
+    /// Requested backend (default auto).
+    pub backend: BackendKind,
+    /// Size of each request; rounded up to the O_DIRECT alignment.
+    pub block_size: usize,
+    /// Requests in flight (read-ahead depth).
+    pub queue_depth: usize,
+    /// The memory budget buffers come out of.
+    pub budget: Budget,
+    /// Buffers leased beyond the read-ahead, for chunks the caller holds (1: the current one;
+    /// a copy adds the writer's queue depth, because the writer holds chunks in flight).
+    pub extra_buffers: usize,
+}
+
+impl ReadOptions {
+    /// Defaults: auto mode and backend, default request size and depth.
+    pub fn new(budget: Budget) -> ReadOptions {
+        ReadOptions {
+            mode: Mode::Auto,
+            backend: BackendKind::Auto,
+            block_size: DEFAULT_BLOCK_SIZE,
+            queue_depth: DEFAULT_QUEUE_DEPTH,
+            budget,
+            extra_buffers: 1,
+        }
+    }
+}
+
+/// A run of bytes read from a file, in an aligned buffer the caller now holds.
+pub struct Chunk {
+    buf: AlignedBuf,
+    offset: u64,
+    len: usize,
+}
+
+impl Chunk {
+    /// File offset of the first byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+    /// Takes the buffer and the valid length out.
+    pub fn into_parts(self) -> (AlignedBuf, usize) {
+        (self.buf, self.len)
+    }
+    /// A chunk over the first `len` bytes of `buf`.
+    pub fn from_parts(buf: AlignedBuf, offset: u64, len: usize) -> Chunk {
+        assert!(len <= buf.capacity());
+        Chunk { buf, offset, len }
+    }
+}
+
+impl Deref for Chunk {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl std::fmt::Debug for Chunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chunk").field("offset", &self.offset).field("len", &self.len).finish()
+    }
+}
+
+/// What was resident in a range before we read it, so drop-behind removes only our pages.
+enum Before {
+    Drop,
+    Keep,
+    Map(Vec<bool>),
+}
+
+/// A file opened for reading in the mode chosen for it.
+///
+/// Streams in order with read-ahead ([`Reader::next_chunk`], `std::io::Read`), or reads any
+/// range into any memory ([`Reader::read_at`]), or the whole file at once
+/// ([`Reader::read_all`]). Reads the length the file had when opened.
+pub struct Reader {
+    file: Arc<File>,
+    path: PathBuf,
+    len: u64,
+    decision: Decision,
+    caps: Arc<FsCaps>,
+    /// Offset/length alignment (1 unless direct).
+    align: usize,
+    /// Memory alignment (1 unless direct).
+    mem_align: usize,
+    block: usize,
+    depth: usize,
+    backend: BackendKind,
+    lease: Lease,
+    queue: Option<Box<dyn Queue>>,
+    choice: Option<BackendChoice>,
+    sync_done: VecDeque<Completion>,
+    flags: i32,
+    next_submit: u64,
+    stream_pos: u64,
+    stream_held: usize,
+    ready: BTreeMap<u64, Chunk>,
+    cur: Option<Chunk>,
+    cur_pos: usize,
+    before: HashMap<u64, Before>,
+}
+
+impl Reader {
+    /// Opens `path` and chooses its mode.
+    pub fn open(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<Reader> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+        Reader::from_file(file, path, opts)
+    }
+
+    /// Wraps an already open regular file; `path` is for messages.
+    pub fn from_file(file: File, path: &Path, opts: &ReadOptions) -> Result<Reader> {
+        let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+        if meta.is_dir() {
+            return Err(Error::new(ErrorKind::InvalidInput, "open", path, "is a directory"));
+        }
+        if !meta.is_file() {
+            return Err(Error::new(ErrorKind::InvalidInput, "open", path, "not a regular file"));
+        }
+        let len = meta.len();
+        let caps = caps::for_file(&file).map_err(|e| Error::io("probe", path, e))?;
+        let cached = if opts.mode == Mode::Auto && len > 0 {
+            residency::residency(&file, 0, len).ok().map(|r| r.cached_bytes().min(len))
+        } else {
+            None
+        };
+        let decision = policy::decide_read(opts.mode, &caps, len, cached).map_err(|r| {
+            Error::new(ErrorKind::Unsupported, "open", path, format!("{} unavailable: {}", r.mode, r.reason)).with_hint(r.hint())
+        })?;
+        let (align, mem_align) = match (decision.mode, &caps.direct) {
+            (Mode::Direct, Ok(a)) => {
+                set_direct(&file, true).map_err(|e| {
+                    Error::io("fcntl(O_DIRECT)", path, e).with_kind(ErrorKind::Unsupported).with_hint("use --mode auto or dontcache")
+                })?;
+                (a.offset.max(1) as usize, a.mem.max(1) as usize)
+            }
+            _ => (1, 1),
+        };
+        let flags = if decision.mode == Mode::DontCache { RWF_DONTCACHE } else { 0 };
+        let page = rustix::param::page_size();
+        let mut block = round_up(opts.block_size.max(align), align);
+        if len > 0 && (len as usize) < block {
+            // Never lease more than the file needs.
+            block = round_up(len as usize, align.max(page));
+        }
+        let extra = opts.extra_buffers;
+        let blocks = (len.div_ceil(block as u64) as usize).max(1);
+        let want = opts.queue_depth.max(1).min(blocks) + extra;
+        let lease = opts.budget.lease(block, page.max(mem_align), want, 1);
+        let depth = lease.count().saturating_sub(extra).max(1);
+        Ok(Reader {
+            file: Arc::new(file),
+            path: path.to_path_buf(),
+            len,
+            decision,
+            caps,
+            align,
+            mem_align,
+            block,
+            depth,
+            backend: opts.backend,
+            lease,
+            queue: None,
+            choice: None,
+            sync_done: VecDeque::new(),
+            flags,
+            next_submit: 0,
+            stream_pos: 0,
+            stream_held: 0,
+            ready: BTreeMap::new(),
+            cur: None,
+            cur_pos: 0,
+            before: HashMap::new(),
+        })
+    }
+
+    /// File length when opened.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    /// True for an empty file.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The mode in effect and why.
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+    /// What the file's filesystem supports.
+    pub fn caps(&self) -> &FsCaps {
+        &self.caps
+    }
+    /// The backend in use once I/O has started (`None` before, or for single-request files
+    /// that never needed a queue).
+    pub fn backend(&self) -> Option<&BackendChoice> {
+        self.choice.as_ref()
+    }
+    /// The path given at open.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// Request size in use.
+    pub fn block_size(&self) -> usize {
+        self.block
+    }
+    /// Read-ahead depth in use (may be below the requested depth under a small budget).
+    pub fn queue_depth(&self) -> usize {
+        self.depth
+    }
+    /// Buffers this reader leased from the budget (read-ahead plus `extra_buffers`).
+    pub fn buffers(&self) -> usize {
+        self.lease.count()
+    }
+    /// The underlying file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    fn err(&self, op: &'static str, e: io::Error) -> Error {
+        let hint = match e.raw_os_error() {
+            Some(libc::EINVAL) if self.decision.mode == Mode::Direct => Some("O_DIRECT refused a request: use --mode auto or dontcache"),
+            Some(libc::EOPNOTSUPP) if self.flags != 0 => Some("RWF_DONTCACHE unsupported: use --mode auto or writebehind"),
+            _ => None,
+        };
+        let e = Error::io(op, &self.path, e);
+        match hint {
+            Some(h) => e.with_hint(h),
+            None => e,
+        }
+    }
+
+    /// Starts `op`: through the queue, or synchronously when the whole file is one request.
+    fn submit(&mut self, op: Op) -> Result<()> {
+        if self.queue.is_none() && self.len <= self.block as u64 && self.sync_done.is_empty() {
+            self.sync_done.push_back(run_sync(op));
+            return Ok(());
+        }
+        if self.queue.is_none() {
+            let (q, choice) = open_queue(self.backend, self.depth + 1).map_err(|e| {
+                Error::io("io_uring setup", &self.path, e).with_kind(ErrorKind::Unsupported).with_hint("use --backend auto or threads")
+            })?;
+            self.queue = Some(q);
+            self.choice = Some(choice);
+        }
+        self.queue.as_mut().expect("queue set").push(op).map_err(|e| Error::io("submit", &self.path, e))
+    }
+
+    fn wait(&mut self) -> io::Result<Completion> {
+        if let Some(c) = self.sync_done.pop_front() {
+            return Ok(c);
+        }
+        match self.queue.as_mut() {
+            Some(q) => q.wait(),
+            None => Err(io::Error::other("nothing in flight")),
+        }
+    }
+
+    fn note_before(&mut self, off: u64, len: usize) {
+        if self.decision.mode != Mode::WriteBehind || len == 0 {
+            return;
+        }
+        let b = match residency::residency(&self.file, off, len as u64) {
+            Ok(r) if r.cached_pages == 0 => Before::Drop,
+            Ok(r) if r.cached_pages >= r.total_pages => Before::Keep,
+            _ => residency::resident_pages(&self.file, off, len as u64).map(Before::Map).unwrap_or(Before::Keep),
+        };
+        self.before.insert(off, b);
+    }
+
+    fn apply_before(&mut self, off: u64, len: usize) {
+        let page = rustix::param::page_size() as u64;
+        // Best effort: failing to drop pages loses no data, and the read itself succeeded.
+        let _ = match self.before.remove(&off) {
+            Some(Before::Drop) => {
+                let start = off / page * page;
+                residency::drop_range(&self.file, start, round_up((off + len as u64 - start) as usize, page as usize) as u64)
+            }
+            Some(Before::Map(m)) => residency::drop_brought_in(&self.file, off, len as u64, &m),
+            Some(Before::Keep) | None => Ok(()),
+        };
+    }
+
+    // ---- streaming ----
+
+    fn fill(&mut self) -> Result<()> {
+        while self.stream_held < self.depth && self.next_submit < self.len {
+            let Some(buf) = self.lease.get() else { break };
+            let off = self.next_submit;
+            let want = (self.block as u64).min(self.len - off) as usize;
+            let req = round_up(want, self.align);
+            self.note_before(off, want);
+            let op = Op::owned(OpKind::Read, self.file.clone(), off, buf, 0, req, self.flags, off);
+            self.next_submit += want as u64;
+            self.stream_held += 1;
+            self.submit(op)?;
+        }
+        Ok(())
+    }
+
+    fn complete_stream(&mut self, c: Completion) -> Result<()> {
+        let base = c.op.tag;
+        let n = match c.result {
+            Ok(n) => n,
+            Err(e) => return Err(self.err("read", e)),
+        };
+        let want = (self.block as u64).min(self.len.saturating_sub(base)) as usize;
+        let mut op = c.op;
+        if n > 0 && n < want && n % self.align == 0 {
+            // Short read before the end: carry on with the rest of the request.
+            op.advance(n);
+            return self.submit(op);
+        }
+        let got = n.min(want);
+        if got < want {
+            // The file shrank under us: the stream ends here.
+            self.len = base + got as u64;
+        }
+        self.apply_before(base, got);
+        let buf = op.mem.into_owned().expect("stream reads use owned buffers");
+        self.ready.insert(base, Chunk { buf, offset: base, len: got });
+        Ok(())
+    }
+
+    fn dispatch(&mut self, c: Completion) -> Result<Option<Completion>> {
+        if c.op.tag & RANDOM != 0 {
+            return Ok(Some(c));
+        }
+        self.complete_stream(c)?;
+        Ok(None)
+    }
+
+    /// The next chunk of the file in order, or `None` at the end. Keeps up to the queue depth
+    /// of requests in flight ahead of the caller.
+    pub fn next_chunk(&mut self) -> Result<Option<Chunk>> {
+        loop {
+            if let Some(c) = self.ready.remove(&self.stream_pos) {
+                self.stream_pos += c.len as u64;
+                self.stream_held -= 1;
+                if c.len == 0 {
+                    continue;
+                }
+                self.fill()?;
+                return Ok(Some(c));
+            }
+            if self.stream_pos >= self.len {
+                return Ok(None);
+            }
+            self.fill()?;
+            if self.stream_held == 0 {
+                return Err(Error::new(ErrorKind::Io, "read", &self.path, "no buffer available for read-ahead"));
+            }
+            let c = self.wait().map_err(|e| self.err("read", e))?;
+            if let Some(other) = self.dispatch(c)? {
+                // A random-access op can only be in flight inside read_at, which drains its own.
+                drop(other);
+            }
+        }
+    }
+
+    /// Moves the streaming position to `offset` (dropping read-ahead already done).
+    pub fn seek_stream(&mut self, offset: u64) -> Result<()> {
+        self.cur = None;
+        self.ready.clear();
+        while self.stream_held > 0 && self.next_submit > self.stream_pos {
+            if self.ready.len() >= self.stream_held {
+                break;
+            }
+            let c = self.wait().map_err(|e| self.err("read", e))?;
+            self.dispatch(c)?;
+        }
+        self.ready.clear();
+        self.stream_held = 0;
+        let off = offset.min(self.len);
+        self.stream_pos = off;
+        self.next_submit = off;
+        Ok(())
+    }
+
+    // ---- random access ----
+
+    /// Reads into `mem` at `offset`; `mem` satisfies the mode's alignment (address, offset
+    /// and length aligned for direct). Returns bytes read (short at EOF).
+    fn read_raw(&mut self, mem: &mut [u8], offset: u64) -> Result<usize> {
+        let (file, block, depth, align, flags) = (self.file.clone(), self.block, self.depth, self.align, self.flags);
+        crate::backend::read_into(self, &file, mem, offset, block, depth, align, flags, RANDOM)
+    }
+
+    /// Reads into `buf` at file `offset`: any buffer, any offset, any length. Returns the bytes
+    /// read, short only at end of file. Aligned memory is read into directly; unaligned edges
+    /// (direct mode) go through the reader's aligned buffers.
+    pub fn read_at(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        if offset >= self.len || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = (buf.len() as u64).min(self.len - offset) as usize;
+        let buf = &mut buf[..want];
+        if self.decision.mode != Mode::Direct {
+            return self.read_raw(buf, offset);
+        }
+        let a = self.align;
+        if offset % a as u64 == 0 && buf.as_ptr() as usize % self.mem_align == 0 {
+            let bulk = want / a * a;
+            let mut done = 0;
+            if bulk > 0 {
+                done = self.read_raw(&mut buf[..bulk], offset)?;
+                if done < bulk {
+                    return Ok(done);
+                }
+            }
+            if want > bulk {
+                done += self.bounce(&mut buf[bulk..], offset + bulk as u64)?;
+            }
+            return Ok(done);
+        }
+        self.bounce(buf, offset)
+    }
+
+    /// Direct reads of the aligned span covering `[offset, offset+buf.len())` into aligned
+    /// buffers, copied out to `buf`.
+    fn bounce(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let a = self.align as u64;
+        let lo = offset / a * a;
+        let hi = round_up((offset + buf.len() as u64) as usize, self.align) as u64;
+        let mut copied = 0usize;
+        let mut p = lo;
+        while p < hi {
+            let piece = (self.block as u64).min(hi - p) as usize;
+            let mut b = match self.lease.get() {
+                Some(b) => b,
+                // Every leased buffer is held by stream read-ahead: borrow one outside the
+                // budget rather than deadlock (only when streaming and read_at are mixed).
+                None => AlignedBuf::new(self.block, self.lease.align()),
+            };
+            let n = self.read_raw(&mut b[..piece], p)?;
+            let s = offset.max(p);
+            let e = (offset + buf.len() as u64).min(p + n as u64);
+            if e > s {
+                let src = &b[(s - p) as usize..(e - p) as usize];
+                buf[(s - offset) as usize..(e - offset) as usize].copy_from_slice(src);
+                copied += (e - s) as usize;
+            }
+            if n < piece {
+                break;
+            }
+            p += piece as u64;
+        }
+        Ok(copied)
+    }
+
+    /// Reads the whole file into one aligned buffer (direct into it, no copy).
+    pub fn read_all(&mut self) -> Result<Chunk> {
+        let cap = round_up((self.len as usize).max(1), self.align);
+        let mut buf = AlignedBuf::new(cap, self.mem_align.max(rustix::param::page_size()));
+        let want = if self.decision.mode == Mode::Direct { cap } else { self.len as usize };
+        let n = if self.len == 0 { 0 } else { self.read_raw(&mut buf[..want], 0)? };
+        Ok(Chunk { buf, offset: 0, len: n.min(self.len as usize) })
+    }
+}
+
+impl crate::backend::Driver for Reader {
+    type Error = Error;
+    fn push(&mut self, op: Op) -> Result<()> {
+        self.submit(op)
+    }
+    fn wait(&mut self) -> io::Result<Completion> {
+        Reader::wait(self)
+    }
+    fn other(&mut self, c: Completion) -> Result<()> {
+        self.complete_stream(c)
+    }
+    fn error(&mut self, e: io::Error) -> Error {
+        self.err("read", e)
+    }
+    fn before(&mut self, off: u64, len: usize) {
+        self.note_before(off, len)
+    }
+    fn after(&mut self, off: u64, n: usize) {
+        self.apply_before(off, n)
+    }
+}
+
+impl Read for Reader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if let Some(c) = &self.cur {
+                if self.cur_pos < c.len {
+                    let n = out.len().min(c.len - self.cur_pos);
+                    out[..n].copy_from_slice(&c[self.cur_pos..self.cur_pos + n]);
+                    self.cur_pos += n;
+                    return Ok(n);
+                }
+            }
+            // Give the finished chunk's buffer back before asking for more read-ahead.
+            self.cur = None;
+            match self.next_chunk()? {
+                Some(c) => {
+                    self.cur = Some(c);
+                    self.cur_pos = 0;
+                }
+                None => return Ok(0),
+            }
+        }
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        // Let read-ahead finish so drop-behind can clean up after it; the queue's own Drop
+        // would wait for it anyway.
+        while self.queue.as_ref().map(|q| q.in_flight() > 0).unwrap_or(false) || !self.sync_done.is_empty() {
+            match self.wait() {
+                Ok(c) => {
+                    let off = c.op.tag & !RANDOM;
+                    if let Ok(n) = c.result {
+                        if c.op.tag & RANDOM == 0 {
+                            self.apply_before(off, n);
+                        }
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// Turns O_DIRECT on or off for an open file (fcntl F_SETFL).
+pub(crate) fn set_direct(file: &File, on: bool) -> io::Result<()> {
+    use rustix::fs::OFlags;
+    let fl = rustix::fs::fcntl_getfl(file)?;
+    let fl = if on { fl | OFlags::DIRECT } else { fl - OFlags::DIRECT };
+    rustix::fs::fcntl_setfl(file, fl)?;
+    Ok(())
+}
