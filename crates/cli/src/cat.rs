@@ -1,0 +1,115 @@
+//! `cacheless cat`: stream files to standard output with read-ahead, leaving no cache behind.
+
+use std::io::{self, Read};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Result;
+use cacheless::{Progress, Reader};
+use clap::Args;
+
+use crate::common::CommonOpts;
+use crate::ui;
+
+/// Arguments of `cacheless cat`.
+#[derive(Args, Debug)]
+pub struct CatArgs {
+    /// Files to print, in order ("-" is standard input).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+/// Writes all of `data` to fd 1 without an extra copy through Rust's line buffer.
+fn write_stdout(data: &[u8]) -> io::Result<()> {
+    let out = io::stdout();
+    let fd = out.as_fd();
+    let mut d = data;
+    while !d.is_empty() {
+        match rustix::io::write(fd, d) {
+            Ok(n) => d = &d[n..],
+            Err(e) if e == rustix::io::Errno::INTR => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+fn is_epipe(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::BrokenPipe
+}
+
+pub fn run(args: &CatArgs, common: &CommonOpts) -> Result<ExitCode> {
+    let budget = common.budget();
+    let ro = common.read_options(&budget);
+    let progress = Arc::new(Progress::new());
+    for f in &args.files {
+        if f.as_os_str() == "-" {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut stdin = io::stdin().lock();
+            loop {
+                let n = match stdin.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        ui::item_error(&progress, &format!("read '-': {e}"));
+                        break;
+                    }
+                };
+                if let Err(e) = write_stdout(&buf[..n]) {
+                    if is_epipe(&e) {
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    return Err(e.into());
+                }
+            }
+            continue;
+        }
+        let meta = match std::fs::metadata(f) {
+            Ok(m) => m,
+            Err(e) => {
+                ui::item_error(&progress, &cacheless::Error::io("open", f, e));
+                continue;
+            }
+        };
+        if !meta.is_file() && !meta.is_dir() {
+            // Pipes, devices, /proc files: no O_DIRECT or cache to manage; a plain copy.
+            match std::fs::File::open(f).and_then(|mut r| io::copy(&mut r, &mut io::stdout().lock())) {
+                Ok(_) => {}
+                Err(e) if is_epipe(&e) => return Ok(ExitCode::SUCCESS),
+                Err(e) => ui::item_error(&progress, &cacheless::Error::io("read", f, e)),
+            }
+            continue;
+        }
+        let mut r = match Reader::open(f, &ro) {
+            Ok(r) => r,
+            Err(e) => {
+                ui::item_error(&progress, &e);
+                continue;
+            }
+        };
+        if common.verbose {
+            eprintln!("cacheless: {}: {} ({})", f.display(), r.decision().mode, r.decision().reason);
+        }
+        loop {
+            match r.next_chunk() {
+                Ok(Some(chunk)) => {
+                    if let Err(e) = write_stdout(&chunk) {
+                        if is_epipe(&e) {
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                        return Err(anyhow::Error::new(e).context("write to standard output"));
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    ui::item_error(&progress, &e);
+                    break;
+                }
+            }
+        }
+    }
+    Ok(if progress.errors() > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}

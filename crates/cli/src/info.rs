@@ -1,0 +1,114 @@
+//! `cacheless info`: what the kernel and each path's filesystem support, how much of a file is
+//! cached, and which mode auto would choose for it, with the reason.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Result;
+use cacheless::caps::{self, FsCaps, Support, SystemCaps};
+use cacheless::policy::{self, Decision};
+use cacheless::residency::{self, Residency};
+use cacheless::{Mode, Progress};
+use clap::Args;
+use serde::Serialize;
+
+use crate::common::CommonOpts;
+use crate::ui;
+
+/// Arguments of `cacheless info`.
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// Files or directories to describe (default: the current directory).
+    pub paths: Vec<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct PathInfo {
+    path: PathBuf,
+    kind: &'static str,
+    size: Option<u64>,
+    fs: FsCaps,
+    residency: Option<Residency>,
+    read: Option<Decision>,
+    write: Decision,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    system: &'a SystemCaps,
+    paths: Vec<PathInfo>,
+}
+
+fn support<T>(s: &Support<T>, yes: impl Fn(&T) -> String) -> String {
+    match s {
+        Ok(v) => format!("yes{}", yes(v)),
+        Err(u) => format!("no ({})", u.reason),
+    }
+}
+
+fn describe(path: &Path, mode: Mode) -> Result<PathInfo, cacheless::Error> {
+    let meta = std::fs::metadata(path).map_err(|e| cacheless::Error::io("stat", path, e))?;
+    if meta.is_dir() {
+        let fs = caps::for_dir(path).map_err(|e| cacheless::Error::io("probe", path, e))?;
+        let write = policy::decide_write(mode, &fs, None).unwrap_or_else(|r| Decision { mode: r.mode, reason: format!("refused: {}", r.reason) });
+        return Ok(PathInfo { path: path.into(), kind: "directory", size: None, fs: (*fs).clone(), residency: None, read: None, write });
+    }
+    let f = std::fs::File::open(path).map_err(|e| cacheless::Error::io("open", path, e))?;
+    let fs = caps::for_file(&f).map_err(|e| cacheless::Error::io("probe", path, e))?;
+    let len = meta.len();
+    let res = residency::residency(&f, 0, len).map_err(|e| cacheless::Error::io("residency", path, e))?;
+    let refused = |r: policy::Refusal| Decision { mode: r.mode, reason: format!("refused: {}; {}", r.reason, r.hint()) };
+    let read = policy::decide_read(mode, &fs, len, Some(res.cached_bytes().min(len))).unwrap_or_else(refused);
+    let write = policy::decide_write(mode, &fs, Some(len)).unwrap_or_else(refused);
+    Ok(PathInfo { path: path.into(), kind: "file", size: Some(len), fs: (*fs).clone(), residency: Some(res), read: Some(read), write })
+}
+
+pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
+    let sys = caps::system();
+    let paths = if args.paths.is_empty() { vec![PathBuf::from(".")] } else { args.paths.clone() };
+    let progress = Progress::new();
+    let mut infos = Vec::new();
+    for p in &paths {
+        match describe(p, common.mode) {
+            Ok(i) => infos.push(i),
+            Err(e) => ui::item_error(&progress, &e),
+        }
+    }
+    if common.json {
+        println!("{}", serde_json::to_string_pretty(&Report { system: sys, paths: infos })?);
+    } else {
+        println!("kernel {}", sys.kernel);
+        println!("  io_uring       {}", support(&sys.uring, |_| String::new()));
+        println!("  cachestat      {}", support(&sys.cachestat, |_| String::new()));
+        if let Some(m) = sys.memlock_limit {
+            println!("  memlock limit  {}", ui::size(m));
+        }
+        for i in &infos {
+            println!("{} ({}, {} on device {}:{})", i.path.display(), i.kind, i.fs.fs_type, rustix::fs::major(i.fs.dev), rustix::fs::minor(i.fs.dev));
+            println!(
+                "  O_DIRECT       {}",
+                support(&i.fs.direct, |a| format!(", memory alignment {} B, offset alignment {} B (from {})", a.mem, a.offset, match a.source {
+                    caps::AlignSource::Statx => "statx STATX_DIOALIGN",
+                    caps::AlignSource::Sysfs => "sysfs logical_block_size",
+                    caps::AlignSource::Default => "default",
+                }))
+            );
+            println!("  RWF_DONTCACHE  {}", support(&i.fs.dontcache, |_| String::new()));
+            if let (Some(r), Some(size)) = (&i.residency, i.size) {
+                println!(
+                    "  resident       {} of {} ({:.1}%, {} pages dirty, via {:?})",
+                    ui::size(r.cached_bytes().min(size)),
+                    ui::size(size),
+                    r.fraction() * 100.0,
+                    r.dirty_pages,
+                    r.source
+                );
+            }
+            if let Some(d) = &i.read {
+                println!("  read with      {}: {}", d.mode, d.reason);
+            }
+            println!("  write with     {}: {}", i.write.mode, i.write.reason);
+        }
+    }
+    Ok(if progress.errors() > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}

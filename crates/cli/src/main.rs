@@ -1,0 +1,67 @@
+//! The `cacheless` command: read, write, copy and extract big data without filling the page cache.
+#![deny(unsafe_code)]
+
+mod cat;
+mod common;
+mod cp;
+mod demo;
+mod evict;
+mod hash;
+mod info;
+mod ui;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use common::CommonOpts;
+
+/// Read, write, copy and extract big data at direct-I/O speed without filling the page cache.
+///
+/// Every command picks the best mechanism per file (O_DIRECT, RWF_DONTCACHE, write-behind, or
+/// buffered for files already cached) and says which with -v or --json.
+#[derive(Parser, Debug)]
+#[command(name = "cacheless", version, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    common: CommonOpts,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// What the kernel and each path's filesystem support, residency, and what auto would do.
+    Info(info::InfoArgs),
+    /// Stream files to standard output.
+    Cat(cat::CatArgs),
+    /// Copy files and trees (durable, atomic per file, mode and mtime kept).
+    Cp(cp::CpArgs),
+    /// Print checksums like sha256sum.
+    Hash(hash::HashArgs),
+    /// Drop files' pages from the page cache (no root needed).
+    Evict(evict::EvictArgs),
+    /// Copy a 1 GiB file with buffered std::io and with cacheless, cold, and compare.
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match &cli.cmd {
+        Cmd::Info(a) => info::run(a, &cli.common),
+        Cmd::Cat(a) => cat::run(a, &cli.common),
+        Cmd::Cp(a) => cp::run(a, &cli.common),
+        Cmd::Hash(a) => hash::run(a, &cli.common),
+        Cmd::Evict(a) => evict::run(a, &cli.common),
+        Cmd::Demo(a) => demo::run(a, &cli.common),
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            if ui::is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("cacheless: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

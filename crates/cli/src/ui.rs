@@ -1,0 +1,110 @@
+//! Terminal output shared by the commands: progress bars, errors, sizes, CPU time.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cacheless::Progress;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// True when an error chain ends in EPIPE: the reader of our output went away, which is
+/// success for a command like cat.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().map(|io| io.kind() == std::io::ErrorKind::BrokenPipe).unwrap_or(false))
+        || e.chain().any(|c| c.downcast_ref::<cacheless::Error>().map(|ce| ce.errno() == Some(libc::EPIPE)).unwrap_or(false))
+}
+
+/// Prints a per-item error the way every command does, and counts it.
+pub fn item_error(progress: &Progress, e: &dyn std::fmt::Display) {
+    progress.error();
+    eprintln!("cacheless: {e}");
+}
+
+/// Human-readable size (binary units).
+pub fn size(n: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+/// Ctrl-C and SIGTERM set the progress's cancel flag, so jobs stop between requests and remove
+/// their temporary files.
+pub fn cancel_on_signals(progress: &Arc<Progress>) {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, flag.clone());
+    }
+    let p = progress.clone();
+    std::thread::spawn(move || loop {
+        if flag.load(Ordering::Relaxed) {
+            p.cancel();
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    });
+}
+
+/// A progress bar drawn from the counters, on a terminal only.
+pub struct Bar {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Bar {
+    /// Starts drawing when stderr is a terminal and the output is not JSON.
+    pub fn start(progress: &Arc<Progress>, json: bool) -> Bar {
+        let stop = Arc::new(AtomicBool::new(false));
+        if json || !std::io::stderr().is_terminal() {
+            return Bar { stop, handle: None };
+        }
+        let p = progress.clone();
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let pb = ProgressBar::new(p.total_bytes().max(1));
+            pb.set_style(
+                ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            while !s.load(Ordering::Relaxed) {
+                pb.set_length(p.total_bytes().max(1));
+                pb.set_position(p.bytes());
+                if p.total_files() > 1 {
+                    pb.set_message(format!("{}/{} files", p.files(), p.total_files()));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            pb.finish_and_clear();
+        });
+        Bar { stop, handle: Some(handle) }
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// User and system CPU seconds of this process so far (from /proc/self/stat).
+pub fn cpu_seconds() -> (f64, f64) {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = rustix::param::clock_ticks_per_second() as f64;
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick;
+    (get(11), get(12))
+}

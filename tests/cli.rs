@@ -1,0 +1,412 @@
+//! The `cacheless` binary, end to end: copies, hashes, eviction, pipes, errors and exit codes.
+
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use rand::{RngCore, SeedableRng};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cacheless"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run cacheless")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn required(feature: &str) -> bool {
+    std::env::var("CACHELESS_REQUIRE").map(|v| v.split(',').any(|f| f.trim() == feature)).unwrap_or(false)
+}
+
+/// A scratch directory on the real disk under the target directory.
+fn scratch() -> tempfile::TempDir {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(base).unwrap();
+    tempfile::tempdir_in(base).unwrap()
+}
+
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut v);
+    v
+}
+
+fn resident(p: &Path) -> u64 {
+    cacheless::residency::residency_of(p).unwrap().cached_bytes()
+}
+
+/// Compares two trees: names, types, contents, modes, mtimes, symlink targets.
+fn assert_same_tree(a: &Path, b: &Path) {
+    let ma = std::fs::symlink_metadata(a).unwrap();
+    let mb = std::fs::symlink_metadata(b).unwrap_or_else(|e| panic!("{} missing: {e}", b.display()));
+    assert_eq!(ma.file_type(), mb.file_type(), "type of {}", b.display());
+    if ma.file_type().is_symlink() {
+        assert_eq!(std::fs::read_link(a).unwrap(), std::fs::read_link(b).unwrap(), "link {}", b.display());
+        return;
+    }
+    assert_eq!(ma.mode() & 0o7777, mb.mode() & 0o7777, "mode of {}", b.display());
+    assert_eq!((ma.mtime(), ma.mtime_nsec()), (mb.mtime(), mb.mtime_nsec()), "mtime of {}", b.display());
+    if ma.is_file() {
+        assert!(std::fs::read(a).unwrap() == std::fs::read(b).unwrap(), "content of {}", b.display());
+    } else {
+        let names = |p: &Path| {
+            let mut v: Vec<_> = std::fs::read_dir(p).unwrap().map(|e| e.unwrap().file_name()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(a), names(b), "entries of {}", b.display());
+        for n in names(a) {
+            assert_same_tree(&a.join(&n), &b.join(&n));
+        }
+    }
+}
+
+fn no_temp_files(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let n = e.unwrap().file_name();
+        assert!(!n.to_string_lossy().contains(".cacheless-"), "temporary file left: {n:?}");
+    }
+}
+
+#[test]
+fn cp_tree_with_odd_sizes_symlinks_modes_and_mtimes() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("sub/deeper")).unwrap();
+    std::fs::create_dir(src.join("empty-dir")).unwrap();
+    let sizes = [0usize, 1, 511, 512, 513, 4095, 4096, 4097, 65537, 1 << 20, (3 << 20) + 7];
+    for (i, n) in sizes.iter().enumerate() {
+        let p = src.join(if i % 2 == 0 { format!("f{i}") } else { format!("sub/f{i}") });
+        std::fs::write(&p, random_bytes(*n, i as u64)).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode([0o644, 0o600, 0o755, 0o640][i % 4])).unwrap();
+    }
+    std::fs::write(src.join("sub/deeper/empty"), b"").unwrap();
+    std::os::unix::fs::symlink("../f0", src.join("sub/link-to-f0")).unwrap();
+    std::os::unix::fs::symlink("does-not-exist", src.join("dangling")).unwrap();
+    std::fs::set_permissions(src.join("sub/deeper"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    let old = filetime(1_500_000_000, 123_456_789);
+    for p in ["f0", "sub/f1", "sub", "sub/deeper/empty", "empty-dir"] {
+        let f = std::fs::File::open(src.join(p)).unwrap();
+        f.set_times(std::fs::FileTimes::new().set_modified(old).set_accessed(old)).unwrap();
+    }
+    let dst = d.path().join("dst");
+    let out = run(&["cp", "-r", s(&src), s(&dst)]);
+    assert!(out.status.success(), "cp -r failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert_same_tree(&src, &dst);
+    no_temp_files(&dst);
+    no_temp_files(&dst.join("sub"));
+}
+
+fn filetime(secs: u64, nanos: u32) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::new(secs, nanos)
+}
+
+#[test]
+fn hash_output_is_accepted_by_sha256sum() {
+    let d = scratch();
+    let mut args = vec!["hash".to_string()];
+    for (i, n) in [0usize, 1, 4097, 2 << 20].iter().enumerate() {
+        let p = d.path().join(format!("file {i}.bin"));
+        std::fs::write(&p, random_bytes(*n, 50 + i as u64)).unwrap();
+        args.push(p.to_str().unwrap().to_string());
+    }
+    let out = bin().args(&args).output().unwrap();
+    assert!(out.status.success());
+    let sums = d.path().join("SUMS");
+    std::fs::write(&sums, &out.stdout).unwrap();
+    let check = Command::new("sha256sum").arg("-c").arg(&sums).output().unwrap();
+    assert!(check.status.success(), "sha256sum -c rejected our output:\n{}", String::from_utf8_lossy(&check.stdout));
+    // And the digests are sha256sum's own.
+    let theirs = Command::new("sha256sum").args(&args[1..]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&theirs.stdout));
+    // Names with a backslash are escaped as sha256sum does.
+    let odd = d.path().join("back\\slash");
+    std::fs::write(&odd, b"x").unwrap();
+    let ours = run(&["hash", s(&odd)]);
+    let theirs = Command::new("sha256sum").arg(&odd).output().unwrap();
+    assert_eq!(ours.stdout, theirs.stdout);
+}
+
+#[test]
+fn hash_algorithms_agree_with_reference_implementations() {
+    let d = scratch();
+    let data = random_bytes((5 << 20) + 3, 77);
+    let p = d.path().join("x");
+    std::fs::write(&p, &data).unwrap();
+    let b3 = String::from_utf8(run(&["hash", "--algo", "blake3", s(&p)]).stdout).unwrap();
+    assert_eq!(b3.split_whitespace().next().unwrap(), blake3::hash(&data).to_hex().as_str());
+    let x3 = String::from_utf8(run(&["hash", "--algo", "xxh3", s(&p)]).stdout).unwrap();
+    assert_eq!(x3.split_whitespace().next().unwrap(), format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&data)));
+}
+
+#[test]
+fn evict_leaves_nothing_resident() {
+    let d = scratch();
+    let p = d.path().join("warm");
+    std::fs::write(&p, random_bytes(8 << 20, 3)).unwrap();
+    let _ = std::fs::read(&p).unwrap();
+    assert!(resident(&p) > 0, "the file should start cached");
+    let out = run(&["evict", s(&p)]);
+    assert!(out.status.success());
+    assert_eq!(resident(&p), 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("before") && text.contains("after"), "evict prints before/after: {text}");
+}
+
+#[test]
+fn cat_into_a_closed_pipe_exits_zero() {
+    let d = scratch();
+    let p = d.path().join("big");
+    std::fs::write(&p, random_bytes(64 << 20, 4)).unwrap();
+    let mut child = bin().args(["cat", s(&p)]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 4096];
+    out.read_exact(&mut first).unwrap();
+    drop(out);
+    let st = child.wait_with_output().unwrap();
+    assert!(st.status.success(), "closed pipe must exit 0, got {:?}: {}", st.status, String::from_utf8_lossy(&st.stderr));
+    assert!(st.stderr.is_empty(), "nothing printed for a closed pipe: {}", String::from_utf8_lossy(&st.stderr));
+}
+
+#[test]
+fn cat_concatenates_byte_exact() {
+    let d = scratch();
+    let a = random_bytes(3_000_001, 5);
+    let b = random_bytes(513, 6);
+    std::fs::write(d.path().join("a"), &a).unwrap();
+    std::fs::write(d.path().join("b"), &b).unwrap();
+    let out = run(&["cat", s(&d.path().join("a")), s(&d.path().join("b"))]);
+    assert!(out.status.success());
+    assert!(out.stdout == [a, b].concat());
+}
+
+#[test]
+fn missing_source_exits_1_names_it_and_copies_the_rest() {
+    let d = scratch();
+    let a = d.path().join("a");
+    std::fs::write(&a, b"alpha").unwrap();
+    let missing = d.path().join("no-such-file");
+    let dst = d.path().join("out");
+    std::fs::create_dir(&dst).unwrap();
+    let out = run(&["cp", s(&missing), s(&a), s(&dst)]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(s(&missing)), "error names the path: {err}");
+    assert_eq!(std::fs::read(dst.join("a")).unwrap(), b"alpha");
+}
+
+#[test]
+fn copy_onto_itself_is_refused() {
+    let d = scratch();
+    let f = d.path().join("f");
+    std::fs::write(&f, b"precious").unwrap();
+    let link = d.path().join("link");
+    std::os::unix::fs::symlink(&f, &link).unwrap();
+    let hard = d.path().join("hard");
+    std::fs::hard_link(&f, &hard).unwrap();
+    for dst in [&f, &link, &hard] {
+        let out = run(&["cp", s(&f), s(dst)]);
+        assert_eq!(out.status.code(), Some(1), "copy onto {} must fail", dst.display());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("same file"), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(std::fs::read(&f).unwrap(), b"precious");
+    }
+    no_temp_files(d.path());
+}
+
+#[test]
+fn read_only_destination_gives_eacces_with_the_path() {
+    let d = tempfile::Builder::new().prefix("cacheless-ro").tempdir_in("/tmp").unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = d.path().join("src");
+    std::fs::write(&src, b"data").unwrap();
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let ro = d.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let dst = ro.join("dst");
+    // Root ignores directory permissions: run the copy as nobody.
+    let out = if rustix::process::geteuid().is_root() {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_cacheless"), "cp", s(&src), s(&dst)])
+            .output()
+            .unwrap()
+    } else {
+        run(&["cp", s(&src), s(&dst)])
+    };
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Permission denied") && err.contains(s(&dst)), "EACCES with the path: {err}");
+    assert!(!dst.exists());
+}
+
+#[test]
+fn bad_flags_exit_2_with_usage() {
+    for args in [&["cp", "--no-such-flag", "a", "b"][..], &["frobnicate"], &["cat", "--mode", "sideways", "x"], &["cp", "onlyone"]] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("error:") && (err.contains("Usage:") || err.contains("--help")), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn interrupted_copy_leaves_destination_unchanged() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::write(&src, random_bytes(512 << 20, 8)).unwrap();
+    let dst = d.path().join("dst");
+    std::fs::write(&dst, b"the old destination").unwrap();
+    // Throttle with a tiny request size so the copy is still running when the signal lands.
+    let mut child = bin().args(["--block-size", "4k", "--queue-depth", "1", "--mode", "direct", "cp", s(&src), s(&dst)]).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::INT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "an interrupted copy must not report success");
+    assert_eq!(std::fs::read(&dst).unwrap(), b"the old destination");
+    no_temp_files(d.path());
+}
+
+#[test]
+fn forced_mode_the_filesystem_cannot_honour_is_a_clear_error() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::write(&src, random_bytes(2 << 20, 9)).unwrap();
+    let dst = d.path().join("dst");
+    std::fs::write(&dst, b"keep me").unwrap();
+    let out = bin().env("CACHELESS_DISABLE", "direct").args(["--mode", "direct", "cp", s(&src), s(&dst)]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("direct unavailable") && err.contains("--mode auto"), "names the problem and the way out: {err}");
+    assert_eq!(std::fs::read(&dst).unwrap(), b"keep me");
+    no_temp_files(d.path());
+}
+
+#[derive(serde::Deserialize)]
+struct InfoJson {
+    paths: Vec<InfoPath>,
+}
+#[derive(serde::Deserialize)]
+struct InfoPath {
+    read: Option<Dec>,
+    write: Dec,
+}
+#[derive(serde::Deserialize)]
+struct Dec {
+    mode: String,
+    reason: String,
+}
+
+#[test]
+fn without_direct_and_dontcache_auto_takes_the_next_mode_and_says_so() {
+    let d = scratch();
+    let f = d.path().join("big");
+    std::fs::write(&f, random_bytes(4 << 20, 10)).unwrap();
+    cacheless::residency::evict_path(&f).unwrap();
+    let out = bin().env("CACHELESS_DISABLE", "direct,dontcache").args(["--json", "info", s(&f)]).output().unwrap();
+    assert!(out.status.success());
+    let info: InfoJson = serde_json::from_slice(&out.stdout).unwrap();
+    let read = info.paths[0].read.as_ref().unwrap();
+    assert_eq!(read.mode, "writebehind");
+    assert!(read.reason.contains("O_DIRECT unavailable") && read.reason.contains("RWF_DONTCACHE unavailable"), "{}", read.reason);
+    assert_eq!(info.paths[0].write.mode, "writebehind");
+    // With only DONTCACHE left, it is the next choice.
+    let out = bin().env("CACHELESS_DISABLE", "direct").args(["--json", "info", s(&f)]).output().unwrap();
+    let info: InfoJson = serde_json::from_slice(&out.stdout).unwrap();
+    if cacheless::caps::for_dir(d.path()).unwrap().dontcache.is_ok() || required("dontcache") {
+        assert_eq!(info.paths[0].write.mode, "dontcache");
+    }
+    // And the copy still works, byte-exact, leaving no cache behind.
+    let dst = d.path().join("copy");
+    let out = bin().env("CACHELESS_DISABLE", "direct,dontcache").args(["cp", s(&f), s(&dst)]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::read(&f).unwrap() == std::fs::read(&dst).unwrap());
+}
+
+#[test]
+fn without_io_uring_the_thread_backend_is_used_and_reported() {
+    let d = scratch();
+    let f = d.path().join("big");
+    std::fs::write(&f, random_bytes(16 << 20, 11)).unwrap();
+    let dst = d.path().join("copy");
+    let out = bin().env("CACHELESS_DISABLE", "uring").args(["-v", "--block-size", "1M", "cp", s(&f), s(&dst)]).output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("threads (io_uring unavailable"), "reports the fallback: {err}");
+    assert!(std::fs::read(&f).unwrap() == std::fs::read(&dst).unwrap());
+    let out = bin().env("CACHELESS_DISABLE", "uring").args(["--backend", "uring", "--block-size", "1M", "cp", s(&f), s(&dst)]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "a forced io_uring that is unavailable is an error");
+}
+
+/// Page-cache footprint is deterministic, so it is asserted: cat and cp of a cold 256 MiB
+/// file leave under 2 % of source and destination cached.
+#[test]
+fn cat_and_cp_of_a_cold_file_leave_the_cache_clean() {
+    let d = scratch();
+    let src = d.path().join("cold");
+    let data = random_bytes(256 << 20, 12);
+    std::fs::write(&src, &data).unwrap();
+    drop(data);
+    cacheless::residency::evict_path(&src).unwrap();
+    assert_eq!(resident(&src), 0);
+    let limit = (256u64 << 20) / 50;
+
+    let mut child = bin().args(["cat", s(&src)]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut n = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut so = child.stdout.take().unwrap();
+    loop {
+        let k = so.read(&mut buf).unwrap();
+        if k == 0 {
+            break;
+        }
+        n += k as u64;
+    }
+    assert!(child.wait().unwrap().success());
+    assert_eq!(n, 256 << 20);
+    assert!(resident(&src) < limit, "cat left {} B of the source cached", resident(&src));
+
+    let dst = d.path().join("copy");
+    let out = run(&["cp", s(&src), s(&dst)]);
+    assert!(out.status.success());
+    assert!(resident(&src) < limit, "cp left {} B of the source cached", resident(&src));
+    assert!(resident(&dst) < limit, "cp left {} B of the destination cached", resident(&dst));
+}
+
+#[test]
+fn reading_a_warm_file_keeps_it_cached() {
+    let d = scratch();
+    let p = d.path().join("warm");
+    std::fs::write(&p, random_bytes(32 << 20, 13)).unwrap();
+    let _ = std::fs::read(&p).unwrap();
+    let before = resident(&p);
+    assert_eq!(before, 32 << 20);
+    let out = run(&["cat", s(&p)]);
+    assert!(out.status.success());
+    assert_eq!(resident(&p), before, "a warm file must stay cached");
+    let out = run(&["hash", s(&p)]);
+    assert!(out.status.success());
+    assert_eq!(resident(&p), before);
+}
+
+#[test]
+fn info_reports_alignment_source_and_residency() {
+    let d = scratch();
+    let p = d.path().join("f");
+    std::fs::write(&p, random_bytes(1 << 20, 14)).unwrap();
+    let out = run(&["info", s(&p), s(d.path())]);
+    assert!(out.status.success());
+    let t = String::from_utf8_lossy(&out.stdout);
+    for needle in ["io_uring", "cachestat", "O_DIRECT", "RWF_DONTCACHE", "resident", "read with", "write with"] {
+        assert!(t.contains(needle), "info lacks {needle}: {t}");
+    }
+    let caps = cacheless::caps::for_dir(d.path()).unwrap();
+    if let Ok(a) = &caps.direct {
+        assert!(t.contains(&format!("memory alignment {} B", a.mem)), "{t}");
+    }
+}
+
