@@ -487,6 +487,12 @@ impl Reader {
     }
 }
 
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader").field("path", &self.path).field("len", &self.len).field("mode", &self.decision.mode).finish()
+    }
+}
+
 impl crate::backend::Driver for Reader {
     type Error = Error;
     fn push(&mut self, op: Op) -> Result<()> {

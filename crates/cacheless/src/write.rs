@@ -531,6 +531,12 @@ impl Writer {
     }
 }
 
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("path", &self.path).field("mode", &self.decision.mode).field("position", &self.position()).finish()
+    }
+}
+
 impl Write for Writer {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         self.write_bytes(data)?;

@@ -82,8 +82,8 @@ pub fn sizes(align: usize, seed: u64) -> Vec<usize> {
     }
     let mut r = rng(seed);
     for _ in 0..3 {
-        v.push(r.gen_range(1..(8 << 20)));
+        v.push(r.random_range(1..(8 << 20)));
     }
-    v.push(r.gen_range((8 << 20)..(64 << 20)));
+    v.push(r.random_range((8 << 20)..(64 << 20)));
     v
 }

@@ -60,9 +60,9 @@ fn read_at_misaligned_buffers_and_offsets() {
         let mut r = Reader::open(&p, &ro(mode, backend, 256 << 10)).unwrap();
         let mut cases: Vec<(usize, usize, usize)> = vec![(0, size, 0), (1, size - 1, 3), (align - 1, 2, 1), (align, align, 0), (size - 1, 10, 5), (size, 4, 0)];
         for _ in 0..20 {
-            let off = rng.gen_range(0..size);
-            let len = rng.gen_range(0..(size - off).min(2 << 20) + 1);
-            cases.push((off, len, rng.gen_range(0..64)));
+            let off = rng.random_range(0..size);
+            let len = rng.random_range(0..(size - off).min(2 << 20) + 1);
+            cases.push((off, len, rng.random_range(0..64)));
         }
         for (off, len, mis) in cases {
             // `mis` bytes into the vector: a deliberately misaligned destination.
@@ -108,7 +108,7 @@ fn writer_streaming_every_mode_backend_and_size() {
                 // Odd-sized writes exercise the buffering.
                 let mut k = 0;
                 while k < size {
-                    let n = r.gen_range(1..100_000).min(size - k);
+                    let n = r.random_range(1..100_000).min(size - k);
                     w.write_all(&data[k..k + n]).unwrap();
                     k += n;
                 }
@@ -168,4 +168,59 @@ fn small_budget_still_completes() {
     copy_file(&src, &dst, &r, &w, &Progress::new()).unwrap();
     assert!(std::fs::read(&dst).unwrap() == data);
     assert_eq!(budget.used(), 0, "every buffer returned to the budget");
+}
+
+/// tmpfs has no RWF_DONTCACHE: a real filesystem where auto must take the next mode and say so.
+#[test]
+fn tmpfs_without_dontcache_gets_the_next_mode() {
+    let shm = std::path::Path::new("/dev/shm");
+    let Ok(caps) = cacheless::caps::for_dir(shm) else {
+        eprintln!("skipping: no /dev/shm");
+        return;
+    };
+    if caps.fs_type != "tmpfs" || caps.dontcache.is_ok() {
+        eprintln!("skipping: /dev/shm is {} with dontcache {:?}", caps.fs_type, caps.dontcache.is_ok());
+        return;
+    }
+    let d = tempfile::tempdir_in(shm).unwrap();
+    let p = d.path().join("small");
+    let mut o = wo(Mode::Auto, BackendKind::Auto, 1 << 20);
+    o.size_hint = Some(1000);
+    let mut w = Writer::create(&p, &o).unwrap();
+    assert_eq!(w.decision().mode, Mode::WriteBehind, "{}", w.decision().reason);
+    assert!(w.decision().reason.contains("no RWF_DONTCACHE"), "{}", w.decision().reason);
+    w.write_all(&[5u8; 1000]).unwrap();
+    w.finish().unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), vec![5u8; 1000]);
+    // Forcing it is an error naming the problem, and leaves nothing behind.
+    let mut o = wo(Mode::DontCache, BackendKind::Auto, 1 << 20);
+    o.size_hint = Some(10);
+    let e = Writer::create(d.path().join("forced"), &o).unwrap_err();
+    assert_eq!(e.kind(), cacheless::ErrorKind::Unsupported);
+    assert!(e.to_string().contains("dontcache unavailable"), "{e}");
+    assert!(!d.path().join("forced").exists());
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+}
+
+/// Direct reads and writes leave (almost) nothing in the page cache: asserted, since the
+/// footprint is deterministic.
+#[test]
+fn direct_read_and_write_leave_no_cache() {
+    let d = scratch();
+    if skip_unless("direct", cacheless::caps::for_dir(d.path()).unwrap().direct.clone().map(|_| ()).map_err(|u| u.reason)) {
+        return;
+    }
+    let (src, _) = random_file(d.path(), "s", (64 << 20) + 333, 21);
+    cacheless::residency::evict_path(&src).unwrap();
+    let dst = d.path().join("d");
+    let mut w = wo(Mode::Auto, BackendKind::Auto, 1 << 20);
+    w.sync = true;
+    let rep = copy_file(&src, &dst, &ro(Mode::Auto, BackendKind::Auto, 1 << 20), &w, &Progress::new()).unwrap();
+    assert_eq!(rep.read.mode, Mode::Direct);
+    assert_eq!(rep.write.decision.mode, Mode::Direct);
+    assert_eq!(rep.write.tail_bytes, 333 % 512);
+    for p in [&src, &dst] {
+        let r = cacheless::residency::residency_of(p).unwrap();
+        assert!(r.cached_pages <= 2, "{} has {} pages cached", p.display(), r.cached_pages);
+    }
 }
