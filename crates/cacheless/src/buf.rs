@@ -73,7 +73,7 @@ impl Budget {
                         size,
                         align,
                         count: n,
-                        state: Mutex::new(LeaseState { allocated: 0, free: Vec::new() }),
+                        state: Mutex::new(LeaseState { allocated: 0, free: Vec::new(), all: Vec::new() }),
                     }),
                 };
             }
@@ -104,6 +104,8 @@ struct LeaseInner {
 struct LeaseState {
     allocated: usize,
     free: Vec<Raw>,
+    /// Start address of every buffer allocated so far (free or handed out).
+    all: Vec<usize>,
 }
 
 struct Raw(NonNull<u8>);
@@ -124,6 +126,24 @@ impl Lease {
         self.inner.count
     }
 
+    /// Allocates every buffer of the lease now and returns the (address, length) of each,
+    /// handed out or not, for registering them with io_uring.
+    pub fn preallocate(&self) -> Vec<(usize, usize)> {
+        let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        while st.allocated < self.inner.count {
+            st.allocated += 1;
+            let p = alloc_zeroed(self.inner.size, self.inner.align);
+            st.all.push(p.as_ptr() as usize);
+            st.free.push(Raw(p));
+        }
+        st.all.iter().map(|&p| (p, self.inner.size)).collect()
+    }
+
+    /// Total bytes of the lease.
+    pub fn bytes(&self) -> usize {
+        self.inner.count * self.inner.size
+    }
+
     /// A buffer, or `None` when all `count()` are out.
     pub fn get(&self) -> Option<AlignedBuf> {
         let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -131,8 +151,9 @@ impl Lease {
             raw.0
         } else if st.allocated < self.inner.count {
             st.allocated += 1;
-            drop(st);
-            alloc_zeroed(self.inner.size, self.inner.align)
+            let p = alloc_zeroed(self.inner.size, self.inner.align);
+            st.all.push(p.as_ptr() as usize);
+            p
         } else {
             return None;
         };

@@ -266,9 +266,10 @@ impl Reader {
             return Ok(());
         }
         if self.queue.is_none() {
-            let (q, choice) = open_queue(self.backend, self.depth + 1).map_err(|e| {
+            let (mut q, mut choice) = open_queue(self.backend, self.depth + 1).map_err(|e| {
                 Error::io("io_uring setup", &self.path, e).with_kind(ErrorKind::Unsupported).with_hint("use --backend auto or threads")
             })?;
+            choice.reason += &crate::backend::try_register(q.as_mut(), &self.lease);
             self.queue = Some(q);
             self.choice = Some(choice);
         }

@@ -329,9 +329,12 @@ impl Writer {
             self.reap_one()?;
         }
         if self.queue.is_none() {
-            let (q, choice) = open_queue(self.opts.backend, self.depth).map_err(|e| {
+            let (mut q, mut choice) = open_queue(self.opts.backend, self.depth).map_err(|e| {
                 Error::io("io_uring setup", &self.path, e).with_kind(ErrorKind::Unsupported).with_hint("use --backend auto or threads")
             })?;
+            if let Some(l) = &self.lease {
+                choice.reason += &crate::backend::try_register(q.as_mut(), l);
+            }
             self.queue = Some(q);
             self.choice = Some(choice);
         }

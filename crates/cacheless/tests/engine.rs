@@ -224,3 +224,23 @@ fn direct_read_and_write_leave_no_cache() {
         assert!(r.cached_pages <= 2, "{} has {} pages cached", p.display(), r.cached_pages);
     }
 }
+
+/// Registered (fixed) io_uring buffers give the same bytes as plain ones, and the report says
+/// which were used.
+#[test]
+fn uring_registered_buffers_are_used_and_byte_exact() {
+    let d = scratch();
+    if skip_unless("uring", cacheless::caps::system().uring.clone().map_err(|u| u.reason)) {
+        return;
+    }
+    let (p, data) = random_file(d.path(), "f", (9 << 20) + 5, 31);
+    let mut r = Reader::open(&p, &ro(Mode::Direct, BackendKind::Uring, 1 << 20)).unwrap();
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    assert!(got == data);
+    let reason = &r.backend().unwrap().reason;
+    assert!(reason.contains("registered buffers") || reason.contains("plain buffers ("), "{reason}");
+    if rustix::process::geteuid().is_root() {
+        assert!(reason.contains("registered buffers"), "root is not memlock-limited: {reason}");
+    }
+}

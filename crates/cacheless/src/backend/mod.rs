@@ -17,6 +17,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::buf::AlignedBuf;
+pub use crate::buf::Lease;
 use crate::caps;
 
 mod threads;
@@ -141,6 +142,14 @@ impl Op {
         Op { kind, file, offset, mem: IoMem::Borrowed(RawMem { ptr, len }), start: 0, len, rw_flags, tag, done: 0 }
     }
 
+    /// Start address of the owned buffer, if the op has one.
+    fn owned_base(&self) -> Option<usize> {
+        match &self.mem {
+            IoMem::Owned(b) => Some(b.as_ptr() as usize),
+            IoMem::Borrowed(_) => None,
+        }
+    }
+
     /// Pointer to the first byte of the op's range.
     fn ptr(&mut self) -> *mut u8 {
         let (base, cap) = self.mem.base();
@@ -192,6 +201,12 @@ pub trait Queue: Send {
     fn depth(&self) -> usize;
     /// "io_uring" or "threads".
     fn name(&self) -> &'static str;
+    /// Registers every buffer of `lease` with the kernel so ops on them skip per-request page
+    /// pinning (io_uring fixed buffers). Errors where unsupported or over the memlock limit;
+    /// ops then use plain buffers, with the same results.
+    fn register(&mut self, _lease: &crate::buf::Lease) -> io::Result<()> {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
 }
 
 /// Which backend a queue got, and why.
@@ -226,6 +241,25 @@ pub fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn Queue>
                 Err(e) => Err(e),
             }
         }
+    }
+}
+
+/// Registers `lease`'s buffers with `q` when the memlock limit allows it (root, holding
+/// CAP_IPC_LOCK, is not limited), and says what happened, for the backend report.
+pub fn try_register(q: &mut dyn Queue, lease: &crate::buf::Lease) -> String {
+    if q.name() != "io_uring" {
+        return String::new();
+    }
+    let bytes = lease.bytes() as u64;
+    let root = rustix::process::geteuid().is_root();
+    if let (false, Some(limit)) = (root, caps::system().memlock_limit) {
+        if bytes > limit {
+            return format!("; plain buffers ({} KiB over the memlock limit of {} KiB)", bytes >> 10, limit >> 10);
+        }
+    }
+    match q.register(lease) {
+        Ok(()) => format!("; {} registered buffers", lease.count()),
+        Err(e) => format!("; plain buffers (registration failed: {})", caps::errno_name(&e)),
     }
 }
 

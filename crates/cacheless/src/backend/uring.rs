@@ -18,6 +18,10 @@ pub struct UringQueue {
     in_flight: usize,
     ready: VecDeque<Completion>,
     depth: usize,
+    /// Start addresses of registered buffers, sorted: index = io_uring buffer index.
+    fixed: Vec<usize>,
+    /// Keeps registered memory alive as long as the ring may use it.
+    _fixed_lease: Option<crate::buf::Lease>,
 }
 
 impl UringQueue {
@@ -25,17 +29,29 @@ impl UringQueue {
     pub fn new(depth: usize) -> io::Result<UringQueue> {
         let depth = depth.max(1);
         let ring = IoUring::new(depth.next_power_of_two() as u32)?;
-        Ok(UringQueue { ring, slots: (0..depth).map(|_| None).collect(), free: (0..depth).rev().collect(), in_flight: 0, ready: VecDeque::new(), depth })
+        Ok(UringQueue {
+            ring,
+            slots: (0..depth).map(|_| None).collect(),
+            free: (0..depth).rev().collect(),
+            in_flight: 0,
+            ready: VecDeque::new(),
+            depth,
+            fixed: Vec::new(),
+            _fixed_lease: None,
+        })
     }
 
     fn submit_slot(&mut self, slot: usize) -> io::Result<()> {
         let op = self.slots[slot].as_mut().expect("slot holds an op");
         let fd = types::Fd(op.file.as_raw_fd());
         let len = u32::try_from(op.len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "request over 4 GiB"))?;
+        let fixed = op.owned_base().and_then(|b| self.fixed.binary_search(&b).ok());
         let ptr = op.ptr();
-        let sqe = match op.kind {
-            OpKind::Read => opcode::Read::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
-            OpKind::Write => opcode::Write::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
+        let sqe = match (op.kind, fixed) {
+            (OpKind::Read, Some(i)) => opcode::ReadFixed::new(fd, ptr, len, i as u16).offset(op.offset).rw_flags(op.rw_flags).build(),
+            (OpKind::Write, Some(i)) => opcode::WriteFixed::new(fd, ptr, len, i as u16).offset(op.offset).rw_flags(op.rw_flags).build(),
+            (OpKind::Read, None) => opcode::Read::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
+            (OpKind::Write, None) => opcode::Write::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
         }
         .user_data(slot as u64);
         loop {
@@ -131,6 +147,24 @@ impl Queue for UringQueue {
     }
     fn name(&self) -> &'static str {
         "io_uring"
+    }
+
+    fn register(&mut self, lease: &crate::buf::Lease) -> io::Result<()> {
+        if !self.fixed.is_empty() || self.in_flight > 0 {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
+        let mut bufs = lease.preallocate();
+        if bufs.len() > u16::MAX as usize {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
+        bufs.sort_unstable();
+        let iov: Vec<libc::iovec> = bufs.iter().map(|&(p, l)| libc::iovec { iov_base: p as *mut libc::c_void, iov_len: l }).collect();
+        // SAFETY: every iovec is a live allocation of the lease, which this queue keeps alive
+        // (`_fixed_lease`) until the ring, and with it the registration, is dropped.
+        unsafe { self.ring.submitter().register_buffers(&iov)? };
+        self.fixed = bufs.into_iter().map(|(p, _)| p).collect();
+        self._fixed_lease = Some(lease.clone());
+        Ok(())
     }
 }
 
