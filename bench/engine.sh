@@ -28,10 +28,12 @@ resident_kib() { local t=0; for f in "$@"; do [ -f "$f" ] && t=$((t + $(fincore 
 # measure RUN BENCH TOOL FILES-TO-CHECK -- COMMAND...
 measure() {
   local run=$1 bench=$2 tool=$3 files=$4; shift 5
-  local c0 c1 t
+  local c0 c1 t tf
+  tf=$(mktemp)
   c0=$(cached_kib)
-  t=$( { /usr/bin/time -f "%e %U %S" bash -c "$*" >/dev/null 2>/dev/null; } 2>&1 | tail -1)
+  /usr/bin/time -o "$tf" -f "%e %U %S" bash -c "$*" >/dev/null 2>&1
   c1=$(cached_kib)
+  t=$(tail -1 "$tf"); rm -f "$tf"
   # shellcheck disable=SC2086
   echo "$run,$bench,$tool,${t// /,},$((c1 - c0)),$(resident_kib $files)" >> "$raw"
 }

@@ -1,11 +1,13 @@
 //! The `cacheless` command: read, write, copy and extract big data without filling the page cache.
 #![deny(unsafe_code)]
 
+mod bench;
 mod cat;
 mod common;
 mod cp;
 mod demo;
 mod evict;
+mod extract;
 mod hash;
 mod info;
 mod ui;
@@ -40,6 +42,10 @@ enum Cmd {
     Hash(hash::HashArgs),
     /// Drop files' pages from the page cache (no root needed).
     Evict(evict::EvictArgs),
+    /// Unpack a tar archive (zstd, gzip, xz, lz4, bzip2 or plain) safely, without filling the cache.
+    Extract(extract::ExtractArgs),
+    /// Measure throughput, CPU, reclaim and page-cache growth of each mode, fio-style.
+    Bench(bench::BenchArgs),
     /// Copy a 1 GiB file with buffered std::io and with cacheless, cold, and compare.
     Demo(demo::DemoArgs),
 }
@@ -52,6 +58,8 @@ fn main() -> ExitCode {
         Cmd::Cp(a) => cp::run(a, &cli.common),
         Cmd::Hash(a) => hash::run(a, &cli.common),
         Cmd::Evict(a) => evict::run(a, &cli.common),
+        Cmd::Extract(a) => extract::run(a, &cli.common),
+        Cmd::Bench(a) => bench::run(a, &cli.common),
         Cmd::Demo(a) => demo::run(a, &cli.common),
     };
     match r {

@@ -1,0 +1,359 @@
+//! Namespace operations beneath the destination directory, never through a symlink.
+//!
+//! Every entry's parent directory is resolved relative to the destination's directory fd with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (Linux 5.6+). Where
+//! openat2 is missing or filtered (ENOSYS, EPERM from seccomp, EINVAL) the parent is walked one
+//! component at a time with `openat(O_DIRECTORY | O_NOFOLLOW)`. The final component is always
+//! created with `O_CREAT | O_EXCL | O_NOFOLLOW`, `mkdirat`, `symlinkat`, `linkat` (no follow) or
+//! `mknodat`, so nothing is ever created or written through a symlink, including one the archive
+//! itself created earlier. Resolved parents are cached; the cache is invalidated whenever a
+//! directory is removed.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use crate::error::{Error, Result};
+
+/// A sanitised member name: components beneath the destination, none of them `..` or empty.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RelPath(pub Vec<Vec<u8>>);
+
+impl RelPath {
+    /// The path for messages and keys.
+    pub fn to_path(&self) -> PathBuf {
+        let mut p = PathBuf::new();
+        for c in &self.0 {
+            p.push(OsStr::from_bytes(c));
+        }
+        p
+    }
+    /// Parent components and the last one; `None` for the destination itself.
+    pub fn split(&self) -> Option<(&[Vec<u8>], &[u8])> {
+        self.0.split_last().map(|(l, p)| (p, l.as_slice()))
+    }
+}
+
+/// Outcome of sanitising a member name.
+pub enum Sanitized {
+    /// A usable path; `stripped` tells whether leading `/` were removed (GNU tar warns once).
+    Ok {
+        /// The components.
+        path: RelPath,
+        /// Leading slashes were removed.
+        stripped: bool,
+    },
+    /// Refused: contains `..` (GNU tar: "Member name contains '..'").
+    DotDot,
+}
+
+/// GNU tar's default: strip leading `/`, refuse any `..` component, drop `.` and empty ones.
+pub fn sanitize(raw: &[u8]) -> Sanitized {
+    let stripped = raw.first() == Some(&b'/');
+    let mut comps = Vec::new();
+    for c in raw.split(|&b| b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => return Sanitized::DotDot,
+            c => comps.push(c.to_vec()),
+        }
+    }
+    Sanitized::Ok {
+        path: RelPath(comps),
+        stripped,
+    }
+}
+
+/// How parents are resolved (reported).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resolve {
+    /// openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS.
+    Openat2,
+    /// Component-by-component O_NOFOLLOW walk.
+    Walk,
+}
+
+/// The destination directory and its cache of resolved parent directories.
+pub struct Root {
+    fd: Arc<OwnedFd>,
+    /// The destination as given, for messages.
+    pub path: PathBuf,
+    /// How parents are resolved.
+    pub resolve: Resolve,
+    /// Why (the errno that made openat2 unusable, if any).
+    pub resolve_reason: String,
+    cache: HashMap<Vec<Vec<u8>>, Arc<OwnedFd>>,
+    implicit_dir_mode: u32,
+    /// Directories created implicitly (not in the archive).
+    pub implicit_dirs: u64,
+}
+
+const CACHE_MAX: usize = 4096;
+
+fn dir_flags() -> OFlags {
+    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC
+}
+
+fn beneath() -> ResolveFlags {
+    ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
+}
+
+fn join(comps: &[Vec<u8>]) -> Vec<u8> {
+    comps.join(&b'/')
+}
+
+impl Root {
+    /// Opens (creating if missing) the destination directory.
+    pub fn open(path: &Path, implicit_dir_mode: u32) -> Result<Root> {
+        if !path.exists() {
+            std::fs::create_dir_all(path).map_err(|e| Error::io("mkdir", path, e))?;
+        }
+        let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| Error::io("open", path, e))?;
+        let (resolve, resolve_reason) = match rustix::fs::openat2(&fd, ".", dir_flags(), Mode::empty(), beneath()) {
+            Ok(_) => (Resolve::Openat2, "openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS".to_string()),
+            Err(e) if e == Errno::NOSYS || e == Errno::PERM || e == Errno::INVAL || e == Errno::OPNOTSUPP => {
+                (Resolve::Walk, format!("openat2 unavailable ({e}): O_NOFOLLOW walk"))
+            }
+            Err(e) => return Err(Error::io("openat2", path, e)),
+        };
+        Ok(Root {
+            fd: Arc::new(fd),
+            path: path.to_path_buf(),
+            resolve,
+            resolve_reason,
+            cache: HashMap::new(),
+            implicit_dir_mode,
+            implicit_dirs: 0,
+        })
+    }
+
+    /// Forces the O_NOFOLLOW walk (tests of the fallback).
+    pub fn force_walk(&mut self) {
+        self.resolve = Resolve::Walk;
+        self.resolve_reason = "forced".into();
+        self.cache.clear();
+    }
+
+    /// The destination's own fd.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    fn refuse(&self, comps: &[Vec<u8>], e: Errno) -> Error {
+        let p = RelPath(comps.to_vec()).to_path();
+        if e == Errno::LOOP || e == Errno::NOTDIR || e == Errno::XDEV {
+            Error::io(
+                "refusing to go through a symlink or non-directory",
+                p,
+                std::io::Error::from_raw_os_error(e.raw_os_error()),
+            )
+        } else {
+            Error::io("resolve parent", p, e)
+        }
+    }
+
+    /// Resolves (creating missing components) the directory `comps` beneath the root.
+    pub fn dir(&mut self, comps: &[Vec<u8>]) -> Result<Arc<OwnedFd>> {
+        self.resolve_dir(comps, true)
+    }
+
+    /// Resolves the existing directory `comps` beneath the root, creating nothing.
+    pub fn existing_dir(&mut self, comps: &[Vec<u8>]) -> Result<Arc<OwnedFd>> {
+        self.resolve_dir(comps, false)
+    }
+
+    fn resolve_dir(&mut self, comps: &[Vec<u8>], create: bool) -> Result<Arc<OwnedFd>> {
+        if comps.is_empty() {
+            return Ok(self.fd.clone());
+        }
+        if let Some(fd) = self.cache.get(comps) {
+            return Ok(fd.clone());
+        }
+        let fd = match self.resolve {
+            Resolve::Openat2 => {
+                match rustix::fs::openat2(
+                    self.fd.as_fd(),
+                    OsStr::from_bytes(&join(comps)),
+                    dir_flags(),
+                    Mode::empty(),
+                    beneath(),
+                ) {
+                    Ok(fd) => Arc::new(fd),
+                    Err(Errno::NOENT) if create => {
+                        let (last, parent) = comps.split_last().expect("non-empty");
+                        let pfd = self.dir(parent)?;
+                        self.mkdir_one(&pfd, comps, last)?;
+                        Arc::new(
+                            rustix::fs::openat2(
+                                pfd.as_fd(),
+                                OsStr::from_bytes(last),
+                                dir_flags() | OFlags::NOFOLLOW,
+                                Mode::empty(),
+                                beneath(),
+                            )
+                            .map_err(|e| self.refuse(comps, e))?,
+                        )
+                    }
+                    Err(e) => return Err(self.refuse(comps, e)),
+                }
+            }
+            Resolve::Walk => {
+                let (last, parent) = comps.split_last().expect("non-empty");
+                let pfd = self.resolve_dir(parent, create)?;
+                let open =
+                    |pfd: &OwnedFd| rustix::fs::openat(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW, Mode::empty());
+                match open(&pfd) {
+                    Ok(fd) => Arc::new(fd),
+                    Err(Errno::NOENT) if create => {
+                        self.mkdir_one(&pfd, comps, last)?;
+                        Arc::new(open(&pfd).map_err(|e| self.refuse(comps, e))?)
+                    }
+                    Err(e) => return Err(self.refuse(comps, e)),
+                }
+            }
+        };
+        if self.cache.len() >= CACHE_MAX {
+            self.cache.clear();
+        }
+        self.cache.insert(comps.to_vec(), fd.clone());
+        Ok(fd)
+    }
+
+    fn mkdir_one(&mut self, pfd: &OwnedFd, comps: &[Vec<u8>], last: &[u8]) -> Result<()> {
+        match rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(last), Mode::from_raw_mode(self.implicit_dir_mode)) {
+            Ok(()) => {
+                self.implicit_dirs += 1;
+                Ok(())
+            }
+            Err(Errno::EXIST) => Ok(()),
+            Err(e) => Err(Error::io("mkdirat", RelPath(comps.to_vec()).to_path(), e)),
+        }
+    }
+
+    /// Forgets cached directories at or under `comps` (after something there was removed).
+    pub fn invalidate(&mut self, comps: &[Vec<u8>]) {
+        self.cache.retain(|k, _| !k.starts_with(comps));
+    }
+
+    /// Removes whatever is at `name` in `parent` (a non-directory, or an empty directory) so that
+    /// an entry can replace it, as GNU tar does by default. `Ok(false)` if nothing was there.
+    pub fn remove_existing(&mut self, parent: &OwnedFd, path: &RelPath, name: &[u8]) -> Result<bool> {
+        match rustix::fs::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
+            Err(Errno::ISDIR) | Err(Errno::PERM) => {
+                self.invalidate(&path.0);
+                match rustix::fs::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::REMOVEDIR) {
+                    Ok(()) => Ok(true),
+                    Err(e) => Err(Error::io("rmdir (to replace it)", path.to_path(), e)),
+                }
+            }
+            Err(e) => Err(Error::io("unlinkat (to replace it)", path.to_path(), e)),
+        }
+    }
+
+    /// Creates a directory entry; an existing directory is kept, anything else there is replaced.
+    pub fn mkdir(&mut self, path: &RelPath) -> Result<()> {
+        let Some((parent, name)) = path.split() else { return Ok(()) };
+        let pfd = self.dir(parent)?;
+        match rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)) {
+            Ok(()) => Ok(()),
+            Err(Errno::EXIST) => {
+                let st = rustix::fs::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(|e| Error::io("fstatat", path.to_path(), e))?;
+                if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+                    return Ok(());
+                }
+                self.remove_existing(&pfd, path, name)?;
+                rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700))
+                    .map_err(|e| Error::io("mkdirat", path.to_path(), e))
+            }
+            Err(e) => Err(Error::io("mkdirat", path.to_path(), e)),
+        }
+    }
+
+    /// Runs `op` to create a non-directory at `path`, replacing what is there unless `keep_old`.
+    pub fn create_with<T>(
+        &mut self,
+        path: &RelPath,
+        keep_old: bool,
+        opname: &'static str,
+        mut op: impl FnMut(BorrowedFd<'_>, &OsStr) -> rustix::io::Result<T>,
+    ) -> Result<(Arc<OwnedFd>, T)> {
+        let Some((parent, name)) = path.split() else {
+            return Err(Error::io(opname, &self.path, std::io::Error::from_raw_os_error(libc::EISDIR)));
+        };
+        let pfd = self.dir(parent)?;
+        let n = OsStr::from_bytes(name);
+        match op(pfd.as_fd(), n) {
+            Ok(t) => Ok((pfd, t)),
+            Err(Errno::EXIST) if keep_old => Err(Error::io(
+                "not replacing existing file (--keep-old-files)",
+                path.to_path(),
+                std::io::Error::from_raw_os_error(libc::EEXIST),
+            )),
+            Err(Errno::EXIST) => {
+                self.remove_existing(&pfd, path, name)?;
+                op(pfd.as_fd(), n)
+                    .map(|t| (pfd, t))
+                    .map_err(|e| Error::io(opname, path.to_path(), e))
+            }
+            Err(e) => Err(Error::io(opname, path.to_path(), e)),
+        }
+    }
+
+    /// Opens the directory at `path` itself (read-only, no symlink) for fchmod/futimens.
+    pub fn open_dir_for_meta(&mut self, path: &RelPath) -> Result<OwnedFd> {
+        match path.split() {
+            None => rustix::fs::openat(
+                self.fd.as_fd(),
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| Error::io("open", &self.path, e)),
+            Some((parent, name)) => {
+                let pfd = self.dir(parent)?;
+                rustix::fs::openat(
+                    pfd.as_fd(),
+                    OsStr::from_bytes(name),
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| self.refuse(&path.0, e))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(raw: &str) -> (Vec<String>, bool) {
+        match sanitize(raw.as_bytes()) {
+            Sanitized::Ok { path, stripped } => (path.0.iter().map(|c| String::from_utf8(c.clone()).unwrap()).collect(), stripped),
+            Sanitized::DotDot => panic!("{raw} refused"),
+        }
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(ok("a/b/c"), (vec!["a".into(), "b".into(), "c".into()], false));
+        assert_eq!(ok("./a//b/./"), (vec!["a".into(), "b".into()], false));
+        assert_eq!(ok("//etc/passwd"), (vec!["etc".into(), "passwd".into()], true));
+        assert_eq!(ok("./"), (vec![], false));
+        assert_eq!(ok("a..b/..c"), (vec!["a..b".into(), "..c".into()], false));
+        for bad in ["..", "../x", "a/../b", "a/b/..", "/../x"] {
+            assert!(matches!(sanitize(bad.as_bytes()), Sanitized::DotDot), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The archive source: reads the (compressed) archive off the page cache on its own thread,
+//! detects the compression by magic bytes and decompresses on another thread, so parsing and
+//! file creation overlap with both.
+//!
+//! A path is read with the engine's [`cacheless::Reader`] (direct I/O with read-ahead, or buffered
+//! when the archive is already cached, as its auto policy decides and reports); a stream (stdin,
+//! a pipe) is read with plain reads. Either way the reading runs on its own thread.
+
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::error::{Error, Result};
+
+/// RWF_DONTCACHE (Linux 6.14+), absent from rustix 1.1's named flags.
+pub(crate) const RWF_DONTCACHE: u32 = 0x80;
+
+/// Compression formats recognised by their magic bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// Zstandard (`28 b5 2f fd`).
+    Zstd,
+    /// gzip (`1f 8b`).
+    Gzip,
+    /// xz (`fd 37 7a 58 5a 00`).
+    Xz,
+    /// LZ4 frame format (`04 22 4d 18`).
+    Lz4,
+    /// bzip2 (`BZh`).
+    Bzip2,
+    /// Plain tar.
+    None,
+}
+
+impl Compression {
+    /// Detects the compression from the first bytes of the archive.
+    pub fn detect(head: &[u8]) -> Compression {
+        if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            Compression::Zstd
+        } else if head.starts_with(&[0x1f, 0x8b]) {
+            Compression::Gzip
+        } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+            Compression::Xz
+        } else if head.starts_with(&[0x04, 0x22, 0x4d, 0x18]) {
+            Compression::Lz4
+        } else if head.len() >= 4 && head.starts_with(b"BZh") && (b'1'..=b'9').contains(&head[3]) {
+            Compression::Bzip2
+        } else {
+            Compression::None
+        }
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::Zstd => "zstd",
+            Compression::Gzip => "gzip",
+            Compression::Xz => "xz",
+            Compression::Lz4 => "lz4",
+            Compression::Bzip2 => "bzip2",
+            Compression::None => "none",
+        }
+    }
+}
+
+/// How the archive itself was read.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SourceInfo {
+    /// Detected compression.
+    pub compression: Compression,
+    /// The engine's mode for the archive (`direct`, `dontcache`, ...), or `stream` for stdin.
+    pub read_mode: String,
+    /// Why that read mode (named errno of the fallback, if any).
+    pub reason: String,
+    /// Size of the archive file, if known.
+    pub archive_len: Option<u64>,
+}
+
+/// Where the archive comes from.
+pub enum Input {
+    /// A file path.
+    Path(PathBuf),
+    /// Any stream (stdin, a pipe, a test buffer).
+    Stream(Box<dyn Read + Send>),
+}
+
+/// Size of the reads from a stream.
+const READ_CHUNK: usize = 4 << 20;
+const OUT_CHUNK: usize = 1 << 20;
+
+/// An aligned byte buffer built in safe code: a Vec with room to slide to an aligned start.
+pub(crate) struct AlignedBuf {
+    v: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    pub(crate) fn new(len: usize, align: usize) -> Self {
+        let v = vec![0u8; len + align];
+        let addr = v.as_ptr() as usize;
+        let off = (align - addr % align) % align;
+        AlignedBuf { v, off, len }
+    }
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.v[self.off..self.off + self.len]
+    }
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.v[self.off..self.off + self.len]
+    }
+}
+
+/// A `Read` over a channel of byte chunks; a `None`-terminated stream, errors travel in-band.
+pub(crate) struct ChanReader {
+    rx: Receiver<io::Result<Vec<u8>>>,
+    cur: Vec<u8>,
+    pos: usize,
+    done: bool,
+}
+
+impl ChanReader {
+    fn new(rx: Receiver<io::Result<Vec<u8>>>) -> Self {
+        ChanReader {
+            rx,
+            cur: Vec::new(),
+            pos: 0,
+            done: false,
+        }
+    }
+    /// Peeks the first bytes without consuming them.
+    fn peek(&mut self) -> io::Result<&[u8]> {
+        while self.pos >= self.cur.len() && !self.done {
+            match self.rx.recv() {
+                Ok(Ok(c)) => {
+                    self.cur = c;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => self.done = true,
+            }
+        }
+        Ok(&self.cur[self.pos..])
+    }
+}
+
+impl Read for ChanReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.peek()?;
+        let avail = &self.cur[self.pos..];
+        let n = avail.len().min(buf.len());
+        buf[..n].copy_from_slice(&avail[..n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// The decompressed tar stream plus the threads feeding it.
+pub struct TarStream {
+    reader: ChanReader,
+    threads: Vec<JoinHandle<()>>,
+    /// Bytes of the (compressed) archive consumed so far, for progress.
+    pub archive_bytes: Arc<AtomicU64>,
+    /// How the archive is read and what compression it has.
+    pub info: SourceInfo,
+}
+
+impl Read for TarStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.reader.read(buf)
+    }
+}
+
+impl Drop for TarStream {
+    fn drop(&mut self) {
+        // Closing our receiver makes the producers' sends fail, so they exit.
+        let (_tx, rx) = sync_channel(1);
+        drop(std::mem::replace(&mut self.reader.rx, rx));
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Opens the archive: starts the reader thread, detects the compression and, unless the archive is
+/// plain tar, starts the decompressor thread.
+/// `archive_bytes` is updated with the archive bytes read so far.
+pub fn open(input: Input, archive_bytes: Arc<AtomicU64>, read_options: &cacheless::ReadOptions) -> Result<TarStream> {
+    let (tx, rx) = sync_channel::<io::Result<Vec<u8>>>(4);
+    let mut threads = Vec::new();
+    let (read_mode, reason, archive_len) = match input {
+        Input::Path(path) => {
+            let reader = cacheless::Reader::open(&path, read_options)?;
+            let d = reader.decision();
+            let (mode, reason) = (d.mode.to_string(), d.reason.clone());
+            let len = Some(reader.len());
+            let ab = archive_bytes.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("cacheless-read".into())
+                    .spawn(move || read_engine_thread(reader, tx, ab))
+                    .map_err(|e| Error::io("spawn", &path, e))?,
+            );
+            (mode, reason, len)
+        }
+        Input::Stream(mut r) => {
+            let ab = archive_bytes.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("cacheless-read".into())
+                    .spawn(move || loop {
+                        let mut buf = vec![0u8; READ_CHUNK];
+                        let mut filled = 0;
+                        while filled < buf.len() {
+                            match r.read(&mut buf[filled..]) {
+                                Ok(0) => break,
+                                Ok(n) => filled += n,
+                                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                                Err(e) => {
+                                    let _ = tx.send(Err(e));
+                                    return;
+                                }
+                            }
+                        }
+                        if filled == 0 {
+                            return;
+                        }
+                        buf.truncate(filled);
+                        ab.fetch_add(filled as u64, Ordering::Relaxed);
+                        if tx.send(Ok(buf)).is_err() {
+                            return;
+                        }
+                    })
+                    .map_err(|e| Error::io("spawn", "-", e))?,
+            );
+            ("stream".to_string(), "stdin or pipe".to_string(), None)
+        }
+    };
+    let mut raw = ChanReader::new(rx);
+    let head = raw.peek().map_err(|e| Error::io("read", "archive", e))?;
+    let compression = Compression::detect(head);
+    let info = SourceInfo {
+        compression,
+        read_mode,
+        reason,
+        archive_len,
+    };
+    if compression == Compression::None {
+        return Ok(TarStream {
+            reader: raw,
+            threads,
+            archive_bytes,
+            info,
+        });
+    }
+    let (dtx, drx) = sync_channel::<io::Result<Vec<u8>>>(8);
+    threads.push(
+        std::thread::Builder::new()
+            .name("cacheless-decompress".into())
+            .spawn(move || decompress_thread(compression, raw, dtx))
+            .map_err(|e| Error::io("spawn", "decompressor", e))?,
+    );
+    Ok(TarStream {
+        reader: ChanReader::new(drx),
+        threads,
+        archive_bytes,
+        info,
+    })
+}
+
+fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<Vec<u8>>>) {
+    let mut dec: Box<dyn Read> = match c {
+        Compression::Zstd => match zstd::stream::read::Decoder::new(raw) {
+            Ok(d) => Box::new(d),
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        },
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
+        Compression::Xz => Box::new(xz2::read::XzDecoder::new_multi_decoder(raw)),
+        Compression::Lz4 => Box::new(lz4_flex::frame::FrameDecoder::new(raw)),
+        Compression::Bzip2 => Box::new(bzip2::read::MultiBzDecoder::new(raw)),
+        Compression::None => Box::new(raw),
+    };
+    loop {
+        let mut buf = vec![0u8; OUT_CHUNK];
+        let mut filled = 0;
+        while filled < buf.len() {
+            match dec.read(&mut buf[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if filled > 0 {
+                        buf.truncate(filled);
+                        let _ = tx.send(Ok(buf));
+                    }
+                    let _ = tx.send(Err(io::Error::new(e.kind(), format!("{} decoder: {e}", c.name()))));
+                    return;
+                }
+            }
+        }
+        if filled == 0 {
+            return;
+        }
+        buf.truncate(filled);
+        if tx.send(Ok(buf)).is_err() {
+            return;
+        }
+    }
+}
+
+fn read_engine_thread(mut r: cacheless::Reader, tx: SyncSender<io::Result<Vec<u8>>>, ab: Arc<AtomicU64>) {
+    loop {
+        match r.next_chunk() {
+            Ok(Some(c)) => {
+                // Copied out so the engine's buffer goes back to its read-ahead at once.
+                let v = c.to_vec();
+                drop(c);
+                ab.fetch_add(v.len() as u64, Ordering::Relaxed);
+                if tx.send(Ok(v)).is_err() {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                let _ = tx.send(Err(io::Error::other(e)));
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,767 @@
+//! A streaming tar parser over any `Read`.
+//!
+//! The `tar` crate serves for the header layout (`tar::Header`, `as_ustar`, `as_gnu`, `path_bytes`,
+//! `link_name_bytes`, `entry_type`) and for splitting pax records (`tar::PaxExtensions`). What is
+//! added here, because its `Archive`/`Entry` API does not give it: numeric fields parsed strictly
+//! (octal and base-256, negative values and overflow rejected instead of wrapped), checksum
+//! verification in both signed and unsigned forms, the GNU old sparse map as a list of segments
+//! (its `Entry` expands holes into zeros, which would write 8 GiB of zeros for an 8 GiB sparse
+//! file), pax sparse formats 0.0, 0.1 and 1.0 (not handled by the crate at all), pax size/uid/gid/
+//! fractional mtime overrides, pax global headers, and archive offsets for every error.
+
+use std::io::{self, Read};
+
+use crate::error::{Error, Result};
+
+const BLOCK: u64 = 512;
+/// Longest GNU long name / long link accepted (GNU tar itself has no limit; PATH_MAX is 4096).
+const MAX_LONGNAME: u64 = 1 << 20;
+/// Largest pax extended header accepted.
+const MAX_PAX: u64 = 16 << 20;
+/// Largest number of sparse segments accepted.
+const MAX_SPARSE_SEGMENTS: usize = 1 << 20;
+/// Largest file size accepted (i64::MAX: what the filesystem can represent).
+const MAX_SIZE: u64 = i64::MAX as u64;
+
+/// The kind of an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Regular file (types '0', '\0', '7').
+    File,
+    /// Hard link to an earlier entry ('1').
+    HardLink,
+    /// Symbolic link ('2').
+    Symlink,
+    /// Character device ('3').
+    CharDev,
+    /// Block device ('4').
+    BlockDev,
+    /// Directory ('5', GNU 'D', or a v7 name ending in '/').
+    Dir,
+    /// FIFO ('6').
+    Fifo,
+}
+
+/// One archive member, with every extension applied.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// Member name as stored (after GNU long name / pax path), raw bytes.
+    pub path: Vec<u8>,
+    /// Link target for symlinks and hard links.
+    pub link: Option<Vec<u8>>,
+    /// Entry kind.
+    pub kind: Kind,
+    /// Permission bits (07777).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u64,
+    /// Group.
+    pub gid: u64,
+    /// Modification time: seconds (may be negative) and nanoseconds.
+    pub mtime: (i64, u32),
+    /// Logical size of the file (the real size for sparse files).
+    pub size: u64,
+    /// Bytes of data stored in the archive after the header(s) (padded to 512 when skipping).
+    pub data_len: u64,
+    /// Sparse map (offset, length) in file coordinates; data for these segments follows in order.
+    pub sparse: Option<Vec<(u64, u64)>>,
+    /// Device numbers for device nodes.
+    pub dev: (u32, u32),
+    /// Offset of this entry's first header in the tar stream.
+    pub offset: u64,
+}
+
+impl Entry {
+    /// The member name for messages.
+    pub fn display(&self) -> String {
+        String::from_utf8_lossy(&self.path).into_owned()
+    }
+}
+
+#[derive(Default, Clone)]
+struct Pax {
+    path: Option<Vec<u8>>,
+    linkpath: Option<Vec<u8>>,
+    size: Option<u64>,
+    uid: Option<u64>,
+    gid: Option<u64>,
+    mtime: Option<(i64, u32)>,
+    sparse_major: Option<u64>,
+    sparse_minor: Option<u64>,
+    sparse_name: Option<Vec<u8>>,
+    sparse_realsize: Option<u64>,
+    sparse_map: Vec<u64>,
+    sparse_offset_pending: Option<u64>,
+}
+
+/// Streaming parser: call [`Parser::next_entry`], then read the entry's data through
+/// [`Parser::read_data`] (or not: the rest is skipped on the next call).
+pub struct Parser<R: Read> {
+    r: R,
+    pos: u64,
+    /// Data bytes of the current entry not yet consumed.
+    remaining: u64,
+    /// Padding after the current entry's data.
+    pad: u64,
+    global: Pax,
+    cur_name: String,
+    ended: bool,
+}
+
+fn corrupt(reason: impl Into<String>, entry: &str, offset: u64) -> Error {
+    Error::Corrupt {
+        reason: reason.into(),
+        entry: entry.to_string(),
+        offset,
+    }
+}
+
+/// Parses a numeric header field: octal (NUL/space terminated) or GNU base-256 (high bit set).
+/// Negative base-256 values are returned as negative; values that do not fit i64 are an error.
+pub fn parse_numeric(field: &[u8]) -> std::result::Result<i64, String> {
+    if field.is_empty() {
+        return Ok(0);
+    }
+    if field[0] & 0x80 != 0 {
+        // Base-256, two's complement; 0x80 positive, 0xff negative.
+        let neg = field[0] & 0x40 != 0;
+        let mut v: i128 = (field[0] & 0x3f) as i128;
+        if neg {
+            v -= 0x40;
+        }
+        for &b in &field[1..] {
+            v = v
+                .checked_mul(256)
+                .and_then(|v| v.checked_add(b as i128))
+                .ok_or("base-256 field overflows")?;
+            if v > i64::MAX as i128 || v < i64::MIN as i128 {
+                return Err("base-256 field overflows".into());
+            }
+        }
+        return Ok(v as i64);
+    }
+    if field.iter().all(|&b| b == 0) {
+        return Ok(0);
+    }
+    let mut v: i64 = 0;
+    let mut i = 0;
+    while i < field.len() && field[i] == b' ' {
+        i += 1;
+    }
+    while i < field.len() {
+        let b = field[i];
+        match b {
+            b'0'..=b'7' => {
+                v = v
+                    .checked_mul(8)
+                    .and_then(|v| v.checked_add((b - b'0') as i64))
+                    .ok_or("octal field overflows")?;
+            }
+            b' ' | 0 => break,
+            _ => return Err(format!("invalid octal digit {:?} in numeric field", b as char)),
+        }
+        i += 1;
+    }
+    Ok(v)
+}
+
+fn unsigned(field: &[u8], what: &str, name: &str, off: u64) -> Result<u64> {
+    let v = parse_numeric(field).map_err(|e| corrupt(format!("{what}: {e}"), name, off))?;
+    if v < 0 {
+        return Err(corrupt(format!("negative {what} ({v})"), name, off));
+    }
+    Ok(v as u64)
+}
+
+fn nul_trim(b: &[u8]) -> &[u8] {
+    match b.iter().position(|&c| c == 0) {
+        Some(p) => &b[..p],
+        None => b,
+    }
+}
+
+fn parse_pax_time(v: &str) -> Option<(i64, u32)> {
+    let (s, frac) = match v.split_once('.') {
+        Some((s, f)) => (s, f),
+        None => (v, ""),
+    };
+    let secs: i64 = s.parse().ok()?;
+    let mut nanos: u32 = 0;
+    for (i, c) in frac.chars().take(9).enumerate() {
+        let d = c.to_digit(10)?;
+        nanos += d * 10u32.pow(8 - i as u32);
+    }
+    if secs < 0 && nanos > 0 {
+        // "-1.5" means 1.5 s before the epoch: -2 s + 0.5 s.
+        return Some((secs - 1, 1_000_000_000 - nanos));
+    }
+    Some((secs, nanos))
+}
+
+impl<R: Read> Parser<R> {
+    /// Starts parsing at offset 0 of `r`.
+    pub fn new(r: R) -> Self {
+        Parser {
+            r,
+            pos: 0,
+            remaining: 0,
+            pad: 0,
+            global: Pax::default(),
+            cur_name: String::new(),
+            ended: false,
+        }
+    }
+
+    /// Offset in the tar stream consumed so far.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Reads exactly `buf.len()` bytes; `Ok(false)` on a clean EOF before the first byte.
+    fn fill(&mut self, buf: &mut [u8], what: &'static str) -> Result<bool> {
+        let mut got = 0;
+        while got < buf.len() {
+            match self.r.read(&mut buf[got..]) {
+                Ok(0) => {
+                    if got == 0 {
+                        return Ok(false);
+                    }
+                    // Report where the cut block starts.
+                    let offset = self.pos;
+                    self.pos += got as u64;
+                    return Err(Error::Truncated {
+                        what,
+                        entry: self.cur_name.clone(),
+                        offset,
+                    });
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.read_error(e)),
+            }
+        }
+        self.pos += got as u64;
+        Ok(true)
+    }
+
+    fn read_error(&self, e: io::Error) -> Error {
+        match e.kind() {
+            io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput | io::ErrorKind::UnexpectedEof | io::ErrorKind::Other => {
+                Error::Decompress {
+                    entry: self.cur_name.clone(),
+                    offset: self.pos,
+                    source: e,
+                }
+            }
+            _ => Error::io("read", "archive", e),
+        }
+    }
+
+    fn skip(&mut self, mut n: u64, what: &'static str) -> Result<()> {
+        let mut buf = [0u8; 64 * 1024];
+        while n > 0 {
+            let k = n.min(buf.len() as u64) as usize;
+            if !self.fill(&mut buf[..k], what)? {
+                return Err(Error::Truncated {
+                    what,
+                    entry: self.cur_name.clone(),
+                    offset: self.pos,
+                });
+            }
+            n -= k as u64;
+        }
+        Ok(())
+    }
+
+    /// Reads the data of the current entry into `buf`; returns 0 at its end.
+    pub fn read_data(&mut self, buf: &mut [u8]) -> Result<usize> {
+        if self.remaining == 0 {
+            return Ok(0);
+        }
+        let k = (buf.len() as u64).min(self.remaining) as usize;
+        loop {
+            match self.r.read(&mut buf[..k]) {
+                Ok(0) => {
+                    return Err(Error::Truncated {
+                        what: "data",
+                        entry: self.cur_name.clone(),
+                        offset: self.pos,
+                    })
+                }
+                Ok(n) => {
+                    self.pos += n as u64;
+                    self.remaining -= n as u64;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.read_error(e)),
+            }
+        }
+    }
+
+    /// Fills `buf` entirely from the current entry's data.
+    pub fn read_data_exact(&mut self, buf: &mut [u8]) -> Result<()> {
+        let mut got = 0;
+        while got < buf.len() {
+            let n = self.read_data(&mut buf[got..])?;
+            if n == 0 {
+                return Err(Error::Truncated {
+                    what: "data",
+                    entry: self.cur_name.clone(),
+                    offset: self.pos,
+                });
+            }
+            got += n;
+        }
+        Ok(())
+    }
+
+    fn read_whole(&mut self, size: u64, max: u64, what: &'static str) -> Result<Vec<u8>> {
+        if size > max {
+            return Err(corrupt(
+                format!("{what} of {size} bytes exceeds the limit of {max}"),
+                &self.cur_name,
+                self.pos,
+            ));
+        }
+        let mut v = vec![0u8; size as usize];
+        if !self.fill(&mut v, what)? && size > 0 {
+            return Err(Error::Truncated {
+                what,
+                entry: self.cur_name.clone(),
+                offset: self.pos,
+            });
+        }
+        let pad = (BLOCK - size % BLOCK) % BLOCK;
+        self.skip(pad, what)?;
+        Ok(v)
+    }
+
+    /// Advances to the next member; `None` at the end of the archive.
+    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
+        if self.ended {
+            return Ok(None);
+        }
+        // Skip whatever the caller left of the previous entry.
+        let rest = self.remaining + self.pad;
+        self.remaining = 0;
+        self.pad = 0;
+        self.skip(rest, "data")?;
+
+        let mut long_name: Option<Vec<u8>> = None;
+        let mut long_link: Option<Vec<u8>> = None;
+        let mut pax: Option<Pax> = None;
+        let mut first_offset: Option<u64> = None;
+        loop {
+            let off = self.pos;
+            let mut block = [0u8; 512];
+            if !self.fill(&mut block, "header")? {
+                if first_offset.is_some() {
+                    return Err(Error::Truncated {
+                        what: "header",
+                        entry: self.cur_name.clone(),
+                        offset: off,
+                    });
+                }
+                // EOF without end-of-archive blocks: GNU tar accepts it silently.
+                self.ended = true;
+                return Ok(None);
+            }
+            if block.iter().all(|&b| b == 0) {
+                if first_offset.is_some() {
+                    return Err(corrupt("end-of-archive block after an extended header", &self.cur_name, off));
+                }
+                // End of archive (GNU tar also stops at one zero block, after a warning).
+                self.ended = true;
+                return Ok(None);
+            }
+            first_offset.get_or_insert(off);
+            let h = tar::Header::from_byte_slice(&block);
+            self.cur_name = String::from_utf8_lossy(&long_name.clone().unwrap_or_else(|| h.path_bytes().into_owned())).into_owned();
+            self.verify_checksum(&block, off)?;
+            let old = h.as_old();
+            let size = unsigned(&old.size, "size", &self.cur_name, off)?;
+            if size > MAX_SIZE {
+                return Err(corrupt(format!("size {size} overflows"), &self.cur_name, off));
+            }
+            let tf = old.linkflag[0];
+            match tf {
+                b'L' => {
+                    long_name = Some(nul_trim(&self.read_whole(size, MAX_LONGNAME, "GNU long name")?).to_vec());
+                    continue;
+                }
+                b'K' => {
+                    long_link = Some(nul_trim(&self.read_whole(size, MAX_LONGNAME, "GNU long link")?).to_vec());
+                    continue;
+                }
+                b'x' | b'X' => {
+                    let data = self.read_whole(size, MAX_PAX, "pax header")?;
+                    let mut p = pax.take().unwrap_or_else(|| self.global.clone());
+                    self.apply_pax(&mut p, &data, off)?;
+                    pax = Some(p);
+                    continue;
+                }
+                b'g' => {
+                    let data = self.read_whole(size, MAX_PAX, "pax global header")?;
+                    let mut g = std::mem::take(&mut self.global);
+                    self.apply_pax(&mut g, &data, off)?;
+                    // Sparse and per-file keys make no sense globally.
+                    g.sparse_map.clear();
+                    self.global = g;
+                    continue;
+                }
+                b'V' => {
+                    // Volume label: nothing to extract.
+                    self.skip(size + (BLOCK - size % BLOCK) % BLOCK, "data")?;
+                    first_offset = None;
+                    long_name = None;
+                    long_link = None;
+                    pax = None;
+                    continue;
+                }
+                b'M' => {
+                    return Err(corrupt(
+                        "GNU multi-volume continuation entries are not supported",
+                        &self.cur_name,
+                        off,
+                    ))
+                }
+                _ => {}
+            }
+            let pax = pax.unwrap_or_else(|| self.global.clone());
+            return self
+                .build_entry(h, &block, off, first_offset.unwrap_or(off), size, long_name, long_link, pax)
+                .map(Some);
+        }
+    }
+
+    fn verify_checksum(&self, block: &[u8; 512], off: u64) -> Result<()> {
+        let stored = parse_numeric(&block[148..156]).map_err(|e| corrupt(format!("checksum field: {e}"), &self.cur_name, off))?;
+        let mut u: i64 = 0;
+        let mut s: i64 = 0;
+        for (i, &b) in block.iter().enumerate() {
+            let b = if (148..156).contains(&i) { b' ' } else { b };
+            u += b as i64;
+            s += (b as i8) as i64;
+        }
+        if stored != u && stored != s {
+            return Err(corrupt(
+                format!("header checksum mismatch (stored {stored}, computed {u})"),
+                &self.cur_name,
+                off,
+            ));
+        }
+        Ok(())
+    }
+
+    fn apply_pax(&self, p: &mut Pax, data: &[u8], off: u64) -> Result<()> {
+        for ext in tar::PaxExtensions::new(data) {
+            let ext = ext.map_err(|e| corrupt(format!("bad pax record: {e}"), &self.cur_name, off))?;
+            let key = ext.key_bytes();
+            let val = ext.value_bytes();
+            let num = |what: &str| -> Result<u64> {
+                std::str::from_utf8(val)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .ok_or_else(|| corrupt(format!("bad pax {what} {:?}", String::from_utf8_lossy(val)), &self.cur_name, off))
+            };
+            match key {
+                b"path" => p.path = Some(val.to_vec()),
+                b"linkpath" => p.linkpath = Some(val.to_vec()),
+                b"size" => {
+                    let v = num("size")?;
+                    if v > MAX_SIZE {
+                        return Err(corrupt(format!("pax size {v} overflows"), &self.cur_name, off));
+                    }
+                    p.size = Some(v)
+                }
+                b"uid" => p.uid = Some(num("uid")?),
+                b"gid" => p.gid = Some(num("gid")?),
+                b"mtime" => {
+                    let s = std::str::from_utf8(val).unwrap_or("");
+                    p.mtime = Some(parse_pax_time(s).ok_or_else(|| corrupt(format!("bad pax mtime {s:?}"), &self.cur_name, off))?)
+                }
+                b"GNU.sparse.major" => p.sparse_major = Some(num("GNU.sparse.major")?),
+                b"GNU.sparse.minor" => p.sparse_minor = Some(num("GNU.sparse.minor")?),
+                b"GNU.sparse.name" => p.sparse_name = Some(val.to_vec()),
+                b"GNU.sparse.realsize" | b"GNU.sparse.size" => p.sparse_realsize = Some(num("GNU.sparse.realsize")?),
+                b"GNU.sparse.numblocks" => {
+                    // Format 0.0/0.1 marker.
+                    p.sparse_major.get_or_insert(0);
+                }
+                // Format 0.0: offset/numbytes pairs, in order, repeated.
+                b"GNU.sparse.offset" => p.sparse_offset_pending = Some(num("GNU.sparse.offset")?),
+                b"GNU.sparse.numbytes" => {
+                    let n = num("GNU.sparse.numbytes")?;
+                    let o = p
+                        .sparse_offset_pending
+                        .take()
+                        .ok_or_else(|| corrupt("GNU.sparse.numbytes without offset", &self.cur_name, off))?;
+                    p.sparse_map.push(o);
+                    p.sparse_map.push(n);
+                    p.sparse_major.get_or_insert(0);
+                }
+                // Format 0.1: "offset,size,offset,size,...".
+                b"GNU.sparse.map" => {
+                    let s = std::str::from_utf8(val).unwrap_or("");
+                    p.sparse_map.clear();
+                    if !s.is_empty() {
+                        for part in s.split(',') {
+                            p.sparse_map
+                                .push(part.parse().map_err(|_| corrupt("bad GNU.sparse.map", &self.cur_name, off))?);
+                        }
+                    }
+                    p.sparse_major.get_or_insert(0);
+                    p.sparse_minor.get_or_insert(1);
+                }
+                _ => {}
+            }
+            if p.sparse_map.len() / 2 > MAX_SPARSE_SEGMENTS {
+                return Err(corrupt("too many sparse segments", &self.cur_name, off));
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build_entry(
+        &mut self,
+        h: &tar::Header,
+        block: &[u8; 512],
+        off: u64,
+        first_off: u64,
+        size: u64,
+        long_name: Option<Vec<u8>>,
+        long_link: Option<Vec<u8>>,
+        pax: Pax,
+    ) -> Result<Entry> {
+        let old = h.as_old();
+        let mut path = long_name.unwrap_or_else(|| h.path_bytes().into_owned());
+        if let Some(p) = &pax.path {
+            path = p.clone();
+        }
+        let mut link = long_link.or_else(|| h.link_name_bytes().map(|c| c.into_owned()));
+        if let Some(l) = &pax.linkpath {
+            link = Some(l.clone());
+        }
+        self.cur_name = String::from_utf8_lossy(&path).into_owned();
+        let name = self.cur_name.clone();
+        let mode = unsigned(&old.mode, "mode", &name, off)?;
+        let mode = (mode & 0o7777) as u32;
+        let uid = match pax.uid {
+            Some(u) => u,
+            None => unsigned(&old.uid, "uid", &name, off)?,
+        };
+        let gid = match pax.gid {
+            Some(g) => g,
+            None => unsigned(&old.gid, "gid", &name, off)?,
+        };
+        let mtime = match pax.mtime {
+            Some(t) => t,
+            None => (
+                parse_numeric(&old.mtime).map_err(|e| corrupt(format!("mtime: {e}"), &name, off))?,
+                0,
+            ),
+        };
+        let data_len = pax.size.unwrap_or(size);
+        let tf = old.linkflag[0];
+        let mut kind = match tf {
+            b'0' | 0 | b'7' | b'S' => Kind::File,
+            b'1' => Kind::HardLink,
+            b'2' => Kind::Symlink,
+            b'3' => Kind::CharDev,
+            b'4' => Kind::BlockDev,
+            b'5' | b'D' => Kind::Dir,
+            b'6' => Kind::Fifo,
+            // POSIX: unknown types are extracted as regular files.
+            _ => Kind::File,
+        };
+        if tf == 0 && path.ends_with(b"/") {
+            kind = Kind::Dir;
+        }
+        let mut dev = (0, 0);
+        if matches!(kind, Kind::CharDev | Kind::BlockDev) {
+            if let Some(u) = h.as_ustar() {
+                dev = (
+                    unsigned(&u.dev_major, "devmajor", &name, off)? as u32,
+                    unsigned(&u.dev_minor, "devminor", &name, off)? as u32,
+                );
+            }
+        }
+        let mut e = Entry {
+            path,
+            link: if matches!(kind, Kind::HardLink | Kind::Symlink) {
+                link
+            } else {
+                None
+            },
+            kind,
+            mode,
+            uid,
+            gid,
+            mtime,
+            size: data_len,
+            data_len,
+            sparse: None,
+            dev,
+            offset: first_off,
+        };
+        self.remaining = data_len;
+        self.pad = (BLOCK - data_len % BLOCK) % BLOCK;
+
+        if tf == b'S' {
+            // GNU old sparse: 4 descriptors in the header, more in extension blocks.
+            let g = h.as_gnu().ok_or_else(|| corrupt("sparse entry without GNU magic", &name, off))?;
+            let mut map = Vec::new();
+            let push = |o: &[u8], n: &[u8], map: &mut Vec<(u64, u64)>| -> Result<bool> {
+                if o.iter().all(|&b| b == 0) && n.iter().all(|&b| b == 0) {
+                    return Ok(false);
+                }
+                map.push((unsigned(o, "sparse offset", &name, off)?, unsigned(n, "sparse length", &name, off)?));
+                Ok(true)
+            };
+            for s in &g.sparse {
+                push(&s.offset, &s.numbytes, &mut map)?;
+            }
+            let mut ext = g.isextended[0] != 0;
+            e.size = unsigned(&g.realsize, "sparse real size", &name, off)?;
+            // Extension blocks come before the data and are not part of `size`.
+            while ext {
+                let mut b = [0u8; 512];
+                if !self.fill(&mut b, "header")? {
+                    return Err(Error::Truncated {
+                        what: "header",
+                        entry: name.clone(),
+                        offset: self.pos,
+                    });
+                }
+                for i in 0..21 {
+                    push(&b[i * 24..i * 24 + 12], &b[i * 24 + 12..i * 24 + 24], &mut map)?;
+                }
+                ext = b[504] != 0;
+                if map.len() > MAX_SPARSE_SEGMENTS {
+                    return Err(corrupt("too many sparse segments", &name, off));
+                }
+            }
+            e.sparse = Some(map);
+        } else if kind == Kind::File && pax.sparse_major.is_some() {
+            if let Some(n) = &pax.sparse_name {
+                e.path = n.clone();
+                self.cur_name = String::from_utf8_lossy(n).into_owned();
+            }
+            e.size = pax
+                .sparse_realsize
+                .ok_or_else(|| corrupt("pax sparse entry without real size", &name, off))?;
+            if pax.sparse_major == Some(1) {
+                // Format 1.0: the map is at the start of the data, decimal lines, padded to 512.
+                let map = self.read_sparse_1_0(&name)?;
+                e.sparse = Some(map);
+            } else {
+                let m = &pax.sparse_map;
+                if m.len() % 2 != 0 {
+                    return Err(corrupt("odd GNU.sparse.map", &name, off));
+                }
+                e.sparse = Some(m.chunks(2).map(|c| (c[0], c[1])).collect());
+            }
+        }
+        if let Some(map) = &e.sparse {
+            let mut total: u64 = 0;
+            for &(o, n) in map {
+                let end = o.checked_add(n).ok_or_else(|| corrupt("sparse segment overflows", &name, off))?;
+                if end > e.size || end > MAX_SIZE {
+                    return Err(corrupt("sparse segment beyond the real size", &name, off));
+                }
+                total = total.checked_add(n).ok_or_else(|| corrupt("sparse map overflows", &name, off))?;
+            }
+            if total > self.remaining {
+                return Err(corrupt(
+                    format!("sparse map wants {total} bytes, entry holds {}", self.remaining),
+                    &name,
+                    off,
+                ));
+            }
+        }
+        let _ = block;
+        Ok(e)
+    }
+
+    fn read_sparse_1_0(&mut self, name: &str) -> Result<Vec<(u64, u64)>> {
+        let start = self.remaining;
+        let line = |p: &mut Self| -> Result<u64> {
+            let mut s = Vec::new();
+            loop {
+                let mut b = [0u8; 1];
+                p.read_data_exact(&mut b)?;
+                if b[0] == b'\n' {
+                    break;
+                }
+                if s.len() > 20 {
+                    return Err(corrupt("bad sparse 1.0 map", name, p.pos));
+                }
+                s.push(b[0]);
+            }
+            std::str::from_utf8(&s)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| corrupt("bad sparse 1.0 map", name, p.pos))
+        };
+        let n = line(self)? as usize;
+        if n > MAX_SPARSE_SEGMENTS {
+            return Err(corrupt("too many sparse segments", name, self.pos));
+        }
+        let mut map = Vec::with_capacity(n);
+        for _ in 0..n {
+            let o = line(self)?;
+            let l = line(self)?;
+            map.push((o, l));
+        }
+        let used = start - self.remaining;
+        let pad = (BLOCK - used % BLOCK) % BLOCK;
+        let mut skip = vec![0u8; pad as usize];
+        self.read_data_exact(&mut skip)?;
+        Ok(map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numeric_fields() {
+        assert_eq!(parse_numeric(b"0000644\0"), Ok(0o644));
+        assert_eq!(parse_numeric(b"  644 \0"), Ok(0o644));
+        assert_eq!(parse_numeric(b"\0\0\0\0"), Ok(0));
+        assert_eq!(parse_numeric(b"        "), Ok(0));
+        assert!(parse_numeric(b"0009\0").is_err());
+        // Base-256: 8 GiB, -1, overflow.
+        let mut f = [0u8; 12];
+        f[0] = 0x80;
+        f[7] = 2;
+        assert_eq!(parse_numeric(&f), Ok(2 << 32));
+        assert_eq!(parse_numeric(&[0xff; 12]), Ok(-1));
+        let mut f = [0xffu8; 12];
+        f[0] = 0x80;
+        assert!(parse_numeric(&f).is_err());
+        assert!(parse_numeric(b"7777777777777777777777777").is_err());
+    }
+
+    #[test]
+    fn pax_times() {
+        assert_eq!(parse_pax_time("1600000000.5"), Some((1600000000, 500_000_000)));
+        assert_eq!(parse_pax_time("1600000000.123456789123"), Some((1600000000, 123_456_789)));
+        assert_eq!(parse_pax_time("-1.5"), Some((-2, 500_000_000)));
+        assert_eq!(parse_pax_time("12"), Some((12, 0)));
+        assert_eq!(parse_pax_time("x"), None);
+    }
+
+    #[test]
+    fn end_of_archive_variants() {
+        // Empty input, one zero block, two zero blocks: all a clean end.
+        for n in [0usize, 512, 1024, 10240] {
+            let v = vec![0u8; n];
+            let mut p = Parser::new(&v[..]);
+            assert!(p.next_entry().unwrap().is_none());
+        }
+    }
+}

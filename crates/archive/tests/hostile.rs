@@ -1,0 +1,306 @@
+//! Hostile and broken archives: refused or failing cleanly, nothing written outside DIR.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use cacheless_archive::{extract, Error, ExtractOptions, ExtractReport, Input};
+use common::*;
+
+struct Case {
+    _t: tempfile::TempDir,
+    base: PathBuf,
+    dest: PathBuf,
+    outside: PathBuf,
+}
+
+/// base/{dest, outside/secret}
+fn case() -> Case {
+    let t = tempfile::Builder::new().prefix("cl-h-").tempdir().unwrap();
+    let base = t.path().to_path_buf();
+    let dest = base.join("dest");
+    let outside = base.join("outside");
+    fs::create_dir_all(&dest).unwrap();
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("secret"), "secret").unwrap();
+    Case {
+        _t: t,
+        base,
+        dest,
+        outside,
+    }
+}
+
+fn listing(p: &Path) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut st = vec![p.to_path_buf()];
+    while let Some(d) = st.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap().path();
+            if fs::symlink_metadata(&e).unwrap().is_dir() {
+                st.push(e.clone());
+            }
+            v.push(e.strip_prefix(p).unwrap().display().to_string());
+        }
+    }
+    v.sort();
+    v
+}
+
+impl Case {
+    fn run(&self, bytes: Vec<u8>) -> ExtractReport {
+        self.run_with(bytes, |_| {})
+    }
+    fn run_with(&self, bytes: Vec<u8>, f: impl FnOnce(&mut ExtractOptions)) -> ExtractReport {
+        let mut o = ExtractOptions::new(&self.dest);
+        o.sync = false;
+        f(&mut o);
+        let r = extract(Input::Stream(Box::new(std::io::Cursor::new(bytes))), &o).unwrap();
+        self.assert_outside_untouched();
+        r
+    }
+    fn assert_outside_untouched(&self) {
+        assert_eq!(
+            listing(&self.base)
+                .into_iter()
+                .filter(|p| !p.starts_with("dest"))
+                .collect::<Vec<_>>(),
+            vec!["outside", "outside/secret"]
+        );
+        assert_eq!(fs::read(self.outside.join("secret")).unwrap(), b"secret");
+    }
+    fn dest_listing(&self) -> Vec<String> {
+        listing(&self.dest)
+    }
+}
+
+#[test]
+fn dotdot_refused_absolute_stripped() {
+    let c = case();
+    let r = c.run(
+        TarBuf::default()
+            .file("../evil", b"x")
+            .file("a/../../evil2", b"x")
+            .file("/abs/file", b"ok")
+            .file("good", b"g")
+            .end(),
+    );
+    assert_eq!(r.failure_count, 2, "{:?}", r.failures);
+    assert!(r.failures[0].contains("../evil"), "{:?}", r.failures);
+    assert!(r.warnings.iter().any(|w| w.contains("leading '/'")));
+    assert_eq!(c.dest_listing(), vec!["abs", "abs/file", "good"]);
+    assert!(r.fatal.is_none());
+}
+
+#[test]
+fn symlink_then_write_through() {
+    let c = case();
+    let out = c.outside.display().to_string();
+    let r = c.run(
+        TarBuf::default()
+            .symlink("link", &out)
+            .file("link/evil", b"x")
+            .symlink("rel", "../outside")
+            .file("rel/evil", b"x")
+            .dir("rel/sub")
+            .symlink("dot", ".")
+            .file("dot/inside", b"y")
+            .end(),
+    );
+    assert_eq!(r.failure_count, 4, "{:?}", r.failures);
+    assert!(r.failures.iter().all(|f| f.contains("symlink")), "{:?}", r.failures);
+    assert_eq!(c.dest_listing(), vec!["dot", "link", "rel"]);
+}
+
+#[test]
+fn file_replacing_symlink_does_not_write_through() {
+    let c = case();
+    let target = c.outside.join("secret").display().to_string();
+    let r = c.run(TarBuf::default().symlink("s", &target).file("s", b"overwritten?").end());
+    assert!(r.is_ok(), "{:?}", r.failures);
+    assert_eq!(fs::read(c.dest.join("s")).unwrap(), b"overwritten?");
+    assert!(fs::symlink_metadata(c.dest.join("s")).unwrap().is_file());
+}
+
+#[test]
+fn preexisting_symlink_in_dest_not_followed() {
+    for walk in [false, true] {
+        let c = case();
+        std::os::unix::fs::symlink(&c.outside, c.dest.join("pre")).unwrap();
+        let r = c.run_with(TarBuf::default().file("pre/x", b"x").dir("pre/d").end(), |o| o.force_walk = walk);
+        assert_eq!(r.failure_count, 2, "{:?}", r.failures);
+    }
+}
+
+#[test]
+fn hardlink_escape_refused() {
+    let c = case();
+    let out = c.outside.display().to_string();
+    let r = c.run(
+        TarBuf::default()
+            .hardlink("h1", "../outside/secret")
+            .hardlink("h2", &format!("{out}/secret"))
+            .symlink("s", &out)
+            .hardlink("h3", "s/secret")
+            .end(),
+    );
+    assert_eq!(r.failure_count, 3, "{:?}", r.failures);
+    assert!(!c.dest.join("h1").exists() && !c.dest.join("h3").exists());
+    // h2: leading '/' stripped, so its target is dest/<outside path>/secret, which does not exist.
+    assert!(fs::symlink_metadata(c.dest.join("h2")).is_err());
+    assert_eq!(c.dest_listing(), vec!["s"], "nothing created for a missing hard link target");
+}
+
+#[test]
+fn truncated_in_data_removes_the_partial_entry() {
+    for size in [5000usize, 9 << 20] {
+        let c = case();
+        let mut t = TarBuf::default();
+        t.file("done", b"complete");
+        let big = vec![7u8; size];
+        t.file("partial", &big);
+        let mut bytes = t.end();
+        bytes.truncate(1024 + 512 + size / 2);
+        let r = c.run(bytes);
+        let fatal = r.fatal.clone().expect("fatal error");
+        assert!(fatal.contains("partial") && fatal.contains("offset"), "{fatal}");
+        assert!(matches!(r.fatal_error, Some(Error::Truncated { .. })));
+        assert_eq!(c.dest_listing(), vec!["done"]);
+        assert_eq!(fs::read(c.dest.join("done")).unwrap(), b"complete");
+    }
+}
+
+#[test]
+fn truncated_in_header() {
+    let c = case();
+    let mut bytes = TarBuf::default().file("done", b"complete").file("next", b"n").end();
+    bytes.truncate(1024 + 200);
+    let r = c.run(bytes);
+    assert!(
+        matches!(
+            r.fatal_error,
+            Some(Error::Truncated {
+                what: "header",
+                offset: 1024,
+                ..
+            })
+        ),
+        "{:?}",
+        r.fatal
+    );
+    assert_eq!(c.dest_listing(), vec!["done"]);
+}
+
+#[test]
+fn truncated_compressed_stream() {
+    let c = case();
+    let tar = TarBuf::default()
+        .file("a", &vec![1u8; 100_000])
+        .file("b", &vec![2u8; 3 << 20])
+        .end();
+    let mut z = zstd::encode_all(&tar[..], 3).unwrap();
+    z.truncate(z.len() / 2);
+    let r = c.run(z);
+    assert!(r.fatal.is_some());
+    assert!(!c.dest.join("b").exists());
+}
+
+#[test]
+fn huge_size_field() {
+    let c = case();
+    // Claims 8 GiB - 1 of data, holds 10 bytes.
+    let h = header(b"huge", b'0', b"77777777777\0", b"", 0o644);
+    let mut t = TarBuf::default();
+    t.raw(h, b"0123456789");
+    let r = c.run(t.end());
+    assert!(matches!(r.fatal_error, Some(Error::Truncated { .. })), "{:?}", r.fatal);
+    assert!(c.dest_listing().is_empty());
+}
+
+#[test]
+fn negative_and_overflowing_fields() {
+    let neg: [u8; 12] = [0xff; 12];
+    let mut over = [0xffu8; 12];
+    over[0] = 0x80;
+    let mut bad = *b"12345678901\0";
+    bad[3] = b'9';
+    for (what, f) in [("negative", neg), ("overflow", over), ("bad digit", bad)] {
+        let c = case();
+        let mut t = TarBuf::default();
+        t.raw(header(b"x", b'0', &f, b"", 0o644), &[]);
+        let r = c.run(t.end());
+        assert!(matches!(r.fatal_error, Some(Error::Corrupt { .. })), "{what}: {:?}", r.fatal);
+        assert!(c.dest_listing().is_empty(), "{what}");
+    }
+    // Negative mtime in a mode field, overflowing pax size, pax record with a lying length.
+    let c = case();
+    let r = c.run(TarBuf::default().pax(&[("size", "99999999999999999999999")]).file("p", b"").end());
+    assert!(matches!(r.fatal_error, Some(Error::Corrupt { .. })), "{:?}", r.fatal);
+    let c = case();
+    let d = b"999 path=x\n";
+    let mut t = TarBuf::default();
+    t.raw(header(b"pax", b'x', &size_field(d.len() as u64), b"", 0o644), d);
+    t.file("f", b"");
+    let r = c.run(t.end());
+    assert!(matches!(r.fatal_error, Some(Error::Corrupt { .. })), "{:?}", r.fatal);
+}
+
+#[test]
+fn bad_checksum() {
+    let c = case();
+    let mut h = header(b"x", b'0', &size_field(1), b"", 0o644);
+    h[0] = b'y';
+    let mut t = TarBuf::default();
+    t.raw(h, b"1");
+    let r = c.run(t.end());
+    assert!(matches!(r.fatal_error, Some(Error::Corrupt { .. })), "{:?}", r.fatal);
+    assert!(r.fatal.unwrap().contains("checksum"));
+}
+
+#[test]
+fn huge_longname_and_sparse_map() {
+    let c = case();
+    let mut t = TarBuf::default();
+    t.raw(header(b"././@LongLink", b'L', &size_field(1 << 30), b"", 0o644), &[]);
+    let r = c.run(t.end());
+    assert!(matches!(r.fatal_error, Some(Error::Corrupt { .. })), "{:?}", r.fatal);
+    // pax sparse 0.1 map beyond the real size.
+    let c = case();
+    let r = c.run(
+        TarBuf::default()
+            .pax(&[
+                ("GNU.sparse.map", "100,10"),
+                ("GNU.sparse.realsize", "50"),
+                ("GNU.sparse.name", "sp"),
+            ])
+            .file("GNUSparseFile.0/sp", &[1u8; 10])
+            .end(),
+    );
+    assert!(matches!(r.fatal_error, Some(Error::Corrupt { .. })), "{:?}", r.fatal);
+    assert!(c.dest_listing().is_empty());
+}
+
+#[test]
+fn special_files_skipped() {
+    let c = case();
+    let mut t = TarBuf::default();
+    t.raw(header(b"fifo", b'6', &size_field(0), b"", 0o644), &[]);
+    t.raw(header(b"null", b'3', &size_field(0), b"", 0o666), &[]);
+    let r = c.run(t.end());
+    assert!(r.is_ok());
+    assert_eq!(r.skipped, 2);
+    assert_eq!(r.warnings.len(), 2);
+    assert!(c.dest_listing().is_empty());
+}
+
+#[test]
+fn setuid_bits_dropped_without_same_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = case();
+    let mut t = TarBuf::default();
+    t.raw(header(b"suid", b'0', &size_field(1), b"", 0o4755), b"x");
+    let r = c.run(t.end());
+    assert!(r.is_ok());
+    assert_eq!(fs::metadata(c.dest.join("suid")).unwrap().permissions().mode() & 0o7777, 0o755);
+}

@@ -1,0 +1,244 @@
+//! Round trips against GNU tar: the same archive extracted by GNU tar and by us gives the same tree.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use cacheless_archive::{extract, ExtractOptions, Input, IoMode};
+use common::*;
+
+struct Trees {
+    _dir: tempfile::TempDir,
+    full: PathBuf,
+    basic: PathBuf,
+}
+
+fn trees() -> &'static Trees {
+    static T: OnceLock<Trees> = OnceLock::new();
+    T.get_or_init(|| {
+        let dir = tempfile::Builder::new().prefix("cl-rt-").tempdir_in(scratch()).unwrap();
+        let full = dir.path().join("full");
+        make_tree(
+            &full,
+            &TreeSpec {
+                long_names: true,
+                huge_sparse: true,
+                unicode: true,
+            },
+        );
+        let basic = dir.path().join("basic");
+        make_tree(
+            &basic,
+            &TreeSpec {
+                long_names: false,
+                huge_sparse: false,
+                unicode: false,
+            },
+        );
+        Trees { _dir: dir, full, basic }
+    })
+}
+
+/// Tests work on the real disk (not tmpfs) so O_DIRECT and DONTCACHE are exercised.
+fn scratch() -> PathBuf {
+    let p = std::env::var_os("CACHELESS_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+fn check(archive: &Path, modes: &[IoMode], walk: bool, what: &str) {
+    let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
+    let gnu = work.path().join("gnu");
+    gnu_tar_extract(archive, &gnu);
+    for (i, &m) in modes.iter().enumerate() {
+        let ours_dir = work.path().join(format!("ours{i}"));
+        let Some(r) = ours(archive, &ours_dir, m, walk) else { continue };
+        assert_same_tree(&ours_dir, &gnu, &format!("{what} mode {m:?}"));
+        let huge = ours_dir.join("sparse/huge");
+        if huge.exists() {
+            assert!(
+                allocated(&huge) < 16 << 20,
+                "{what}: sparse file was filled: {} bytes allocated",
+                allocated(&huge)
+            );
+        }
+        if m == IoMode::Auto && r.direct_ok == Some(true) {
+            assert!(r.modes.direct > 0, "{what}: no file written with O_DIRECT: {:?}", r.modes);
+        }
+        // Each forced mode is what the files got.
+        let n = r.modes.direct + r.modes.dontcache + r.modes.writebehind + r.modes.buffered;
+        match m {
+            IoMode::Direct => assert_eq!(r.modes.direct, n - count_sparse(&r), "{what}: {:?}", r.modes),
+            IoMode::DontCache => assert_eq!(r.modes.dontcache, n, "{what}: {:?}", r.modes),
+            IoMode::WriteBehind => assert_eq!(r.modes.writebehind, n, "{what}: {:?}", r.modes),
+            IoMode::Buffered => assert_eq!(r.modes.buffered, n, "{what}: {:?}", r.modes),
+            IoMode::Auto => {}
+        }
+    }
+}
+
+/// Sparse entries are written with pwrite (DONTCACHE), not O_DIRECT.
+fn count_sparse(r: &cacheless_archive::ExtractReport) -> u64 {
+    r.modes.dontcache + r.modes.writebehind
+}
+
+fn archive(tree: &Path, name: &str, format: &str, compress: Option<&str>, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
+    let a = d.path().join(name);
+    gnu_tar_create(tree, &a, format, compress, extra);
+    (d, a)
+}
+
+#[test]
+fn gnu_formats_full_tree() {
+    for fmt in ["gnu", "oldgnu", "pax"] {
+        let (_d, a) = archive(&trees().full, &format!("t-{fmt}.tar"), fmt, None, &[]);
+        check(&a, &[IoMode::Auto], false, fmt);
+    }
+}
+
+#[test]
+fn ustar_and_v7_basic_tree() {
+    for fmt in ["ustar", "v7"] {
+        let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
+        let a = d.path().join(format!("t-{fmt}.tar"));
+        // ustar/v7 cannot hold sparse files: no -S.
+        run(Command::new("tar")
+            .arg(format!("--format={fmt}"))
+            .arg("-cf")
+            .arg(&a)
+            .arg("-C")
+            .arg(&trees().basic)
+            .arg("."));
+        check(&a, &[IoMode::Auto], false, fmt);
+    }
+}
+
+#[test]
+fn pax_sparse_versions() {
+    for v in ["0.0", "0.1", "1.0"] {
+        let (_d, a) = archive(
+            &trees().full,
+            &format!("t-sparse{v}.tar"),
+            "pax",
+            None,
+            &[&format!("--sparse-version={v}")],
+        );
+        check(&a, &[IoMode::Auto], false, &format!("pax sparse {v}"));
+    }
+}
+
+#[test]
+fn every_compression() {
+    for (z, ext) in [("zstd", "zst"), ("gzip", "gz"), ("xz -T2", "xz"), ("lz4", "lz4"), ("bzip2", "bz2")] {
+        let (_d, a) = archive(&trees().full, &format!("t.tar.{ext}"), "pax", Some(z), &[]);
+        check(&a, &[IoMode::Auto], false, z);
+    }
+}
+
+#[test]
+fn every_mode_and_the_nofollow_walk() {
+    let (_d, a) = archive(&trees().full, "modes.tar.zst", "gnu", Some("zstd"), &[]);
+    let modes = [
+        IoMode::Auto,
+        IoMode::Direct,
+        IoMode::DontCache,
+        IoMode::WriteBehind,
+        IoMode::Buffered,
+    ];
+    check(&a, &modes, false, "modes");
+    check(&a, &[IoMode::Auto], true, "walk");
+}
+
+#[test]
+fn python_tarfile_formats() {
+    for fmt in ["USTAR_FORMAT", "GNU_FORMAT", "PAX_FORMAT"] {
+        let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
+        let a = d.path().join(format!("py-{fmt}.tar"));
+        let script = format!(
+            "import tarfile,sys\nwith tarfile.open(sys.argv[1], 'w', format=tarfile.{fmt}) as t:\n    t.add(sys.argv[2], arcname='.')\n"
+        );
+        run(Command::new("python3").arg("-c").arg(script).arg(&a).arg(&trees().basic));
+        check(&a, &[IoMode::Auto], false, fmt);
+    }
+}
+
+#[test]
+fn stream_input_and_strip_components() {
+    let (_d, a) = archive(&trees().basic, "s.tar.gz", "gnu", Some("gzip"), &[]);
+    let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
+    let gnu = work.path().join("gnu");
+    std::fs::create_dir_all(&gnu).unwrap();
+    run(Command::new("tar")
+        .arg("--no-same-owner")
+        .arg("--strip-components=2")
+        .arg("-xf")
+        .arg(&a)
+        .arg("-C")
+        .arg(&gnu));
+    let o = work.path().join("ours");
+    let mut opts = ExtractOptions::new(&o);
+    opts.strip_components = 2;
+    opts.sync = true;
+    let f = std::fs::File::open(&a).unwrap();
+    let r = extract(Input::Stream(Box::new(f)), &opts).unwrap();
+    assert!(r.is_ok(), "{:?} {:?}", r.fatal, r.failures);
+    assert!(r.synced);
+    // The root's metadata is not set when stripping; compare contents only below it.
+    for sub in ["a", "modes", "files"] {
+        let (x, y) = (o.join(sub), gnu.join(sub));
+        assert_eq!(x.exists(), y.exists(), "{sub}");
+    }
+    let mut ga = Vec::new();
+    let mut gb = Vec::new();
+    for e in walkdir(&o) {
+        ga.push(e.strip_prefix(&o).unwrap().to_path_buf());
+    }
+    for e in walkdir(&gnu) {
+        gb.push(e.strip_prefix(&gnu).unwrap().to_path_buf());
+    }
+    assert_eq!(ga, gb);
+}
+
+fn walkdir(p: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    let mut st = vec![p.to_path_buf()];
+    while let Some(d) = st.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap().path();
+            if std::fs::symlink_metadata(&e).unwrap().is_dir() {
+                st.push(e.clone());
+            }
+            v.push(e);
+        }
+    }
+    v.sort();
+    v
+}
+
+#[test]
+fn existing_files_replaced_or_kept() {
+    let (_d, a) = archive(&trees().basic, "k.tar", "gnu", None, &[]);
+    let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
+    let o = work.path().join("o");
+    std::fs::create_dir_all(o.join("files")).unwrap();
+    std::fs::write(o.join("files/f01_1"), "old content").unwrap();
+    // A symlink where a file will go: replaced, never written through.
+    std::fs::write(work.path().join("victim"), "victim").unwrap();
+    std::os::unix::fs::symlink(work.path().join("victim"), o.join("files/f02_100")).unwrap();
+    let mut opts = ExtractOptions::new(&o);
+    opts.keep_old_files = true;
+    let r = extract(Input::Path(a.clone()), &opts).unwrap();
+    assert_eq!(r.failure_count, 2, "{:?}", r.failures);
+    assert_eq!(std::fs::read(o.join("files/f01_1")).unwrap(), b"old content");
+    let opts = ExtractOptions::new(&o);
+    let r = extract(Input::Path(a), &opts).unwrap();
+    assert!(r.is_ok(), "{:?}", r.failures);
+    assert_eq!(std::fs::read(o.join("files/f01_1")).unwrap().len(), 1);
+    assert!(std::fs::symlink_metadata(o.join("files/f02_100")).unwrap().is_file());
+    assert_eq!(std::fs::read(work.path().join("victim")).unwrap(), b"victim");
+}

@@ -1,0 +1,68 @@
+//! The bench crate's error type: every error names the path and the operation.
+
+use std::io;
+use std::path::PathBuf;
+
+/// A benchmark error: what was being done, on which path, and the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An I/O error on a file of the benchmark, /proc, or the cgroup file system.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The operation that failed (`read`, `create cgroup`, ...).
+        op: &'static str,
+        /// The operating-system error.
+        #[source]
+        source: io::Error,
+    },
+    /// An error from the cacheless engine.
+    #[error(transparent)]
+    Engine(#[from] cacheless::Error),
+    /// A /proc or cgroup file did not have the expected format.
+    #[error("cannot parse {}: {what}", path.display())]
+    Parse {
+        /// The file that was parsed.
+        path: PathBuf,
+        /// What was wrong with it.
+        what: String,
+    },
+    /// The low-memory scenario needs something this system does not offer.
+    #[error("low-memory scenario: {0}")]
+    Cgroup(String),
+    /// A bad option value or combination.
+    #[error("invalid benchmark option: {0}")]
+    Usage(String),
+    /// fio failed or printed something we could not read.
+    #[error("fio: {0}")]
+    Fio(String),
+    /// Drawing the plot failed.
+    #[error("plot {}: {what}", path.display())]
+    Plot {
+        /// The image being written.
+        path: PathBuf,
+        /// What went wrong.
+        what: String,
+    },
+}
+
+impl Error {
+    /// An I/O error on `path` during `op`.
+    pub fn io(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            op,
+            source,
+        }
+    }
+}
+
+/// Result with the bench [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Reads a whole small text file (/proc, /sys), naming the path on error.
+pub(crate) fn read_text(path: impl AsRef<std::path::Path>) -> Result<String> {
+    let path = path.as_ref();
+    std::fs::read_to_string(path).map_err(|e| Error::io(path, "read", e))
+}

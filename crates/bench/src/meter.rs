@@ -1,0 +1,205 @@
+//! Measures one trial: runs the workload on its own thread, samples progress, page cache and dirty memory
+//! every 100 ms from the calling thread, and takes CPU, kswapd and reclaim deltas around it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::cgroup::{CgroupMemStat, MemoryCgroup};
+use crate::error::Result;
+use crate::procfs::{
+    drop_pagecache_count, kswapd_cpu, read_meminfo, read_vmstat_map, self_cpu, CpuTime, MemInfo,
+    Reclaim,
+};
+use crate::report::{CacheReport, CacheSource, Series, TrialReport};
+
+/// How often progress and memory are sampled.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+struct Snapshot {
+    cpu: CpuTime,
+    kswapd: CpuTime,
+    vm: Reclaim,
+    drops: u64,
+    mem: MemInfo,
+    cg: Option<CgroupMemStat>,
+}
+
+fn snapshot(cg: Option<&MemoryCgroup>, kswapd: &[u32]) -> Result<Snapshot> {
+    let vm = read_vmstat_map()?;
+    Ok(Snapshot {
+        cpu: self_cpu()?,
+        kswapd: kswapd_cpu(kswapd),
+        vm: Reclaim::from_map(&vm),
+        drops: drop_pagecache_count(&vm),
+        mem: read_meminfo()?,
+        cg: cg.map(|c| c.stat()).transpose()?,
+    })
+}
+
+/// Runs `work` (which adds the bytes it moves to the counter it is given) and measures it. The returned
+/// trial has everything but `run` and the files' residency filled in.
+///
+/// The clock starts just before `work` starts and stops when it returns: for writes, `work` must include
+/// making the data durable.
+pub fn measure<W>(cg: Option<&MemoryCgroup>, kswapd: &[u32], work: W) -> Result<TrialReport>
+where
+    W: FnOnce(&AtomicU64) -> Result<()> + Send,
+{
+    let counter = AtomicU64::new(0);
+    let start = snapshot(cg, kswapd)?;
+    let cache_of = |mem: &MemInfo, cgs: &Option<CgroupMemStat>| match cgs {
+        Some(c) => (c.cache, c.dirty + c.writeback),
+        None => (mem.cached, mem.dirty + mem.writeback),
+    };
+    let (cache_start, dirty_start) = cache_of(&start.mem, &start.cg);
+    let mut peak_cache = cache_start;
+    let mut peak_dirty = dirty_start;
+    let mut samples: Vec<(f64, u64)> = vec![(0.0, 0)];
+    let t0 = Instant::now();
+    let (result, seconds) = std::thread::scope(|s| {
+        let h = s.spawn(|| work(&counter));
+        let mut next = t0 + SAMPLE_EVERY;
+        while !h.is_finished() {
+            let now = Instant::now();
+            if now < next {
+                // Poll for the end a few times per interval so that the clock stops promptly.
+                std::thread::sleep((next - now).min(Duration::from_millis(5)));
+                continue;
+            }
+            next += SAMPLE_EVERY;
+            samples.push((t0.elapsed().as_secs_f64(), counter.load(Ordering::Relaxed)));
+            let mem = read_meminfo().unwrap_or_default();
+            let cgs = cg.and_then(|c| c.stat().ok());
+            let (c, d) = cache_of(&mem, &cgs);
+            peak_cache = peak_cache.max(c);
+            peak_dirty = peak_dirty.max(d);
+        }
+        let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (r, t0.elapsed().as_secs_f64())
+    });
+    result?;
+    let bytes = counter.load(Ordering::Relaxed);
+    samples.push((seconds, bytes));
+    let end = snapshot(cg, kswapd)?;
+    let (cache_end, dirty_end) = cache_of(&end.mem, &end.cg);
+    peak_cache = peak_cache.max(cache_end);
+    peak_dirty = peak_dirty.max(dirty_end);
+
+    let mut t = TrialReport {
+        bytes,
+        seconds,
+        series: series_from_samples(&samples, if seconds >= 5.0 { 1.0 } else { 0.1 }),
+        cpu: end.cpu.since(&start.cpu),
+        kswapd_cpu_s: end.kswapd.since(&start.kswapd).total_s(),
+        reclaim: end.vm.since(&start.vm),
+        cgroup_reclaim: match (&end.cg, &start.cg) {
+            (Some(e), Some(s)) => match (e.reclaim, s.reclaim) {
+                (Some(e), Some(s)) => Some(e.since(&s)),
+                _ => None,
+            },
+            _ => None,
+        },
+        cache: CacheReport {
+            source: if cg.is_some() {
+                CacheSource::Cgroup
+            } else {
+                CacheSource::Meminfo
+            },
+            start_bytes: cache_start,
+            end_bytes: cache_end,
+            growth_bytes: cache_end as i64 - cache_start as i64,
+            peak_growth_bytes: peak_cache as i64 - cache_start as i64,
+            peak_dirty_writeback_bytes: peak_dirty,
+        },
+        system_cache_growth_bytes: end.mem.cached as i64 - start.mem.cached as i64,
+        caches_dropped_during: end.drops.saturating_sub(start.drops),
+        cgroup_peak_bytes: cg.and_then(|c| c.peak()),
+        ..Default::default()
+    };
+    t.finish_rates();
+    Ok(t)
+}
+
+/// Turns cumulative `(seconds, bytes)` samples into MiB/s per complete interval, interpolating linearly
+/// between samples.
+pub fn series_from_samples(samples: &[(f64, u64)], interval: f64) -> Series {
+    let Some(&(end, _)) = samples.last() else {
+        return Series::new(interval, vec![]);
+    };
+    let at = |t: f64| -> f64 {
+        let i = samples.partition_point(|s| s.0 < t);
+        if i == 0 {
+            return samples[0].1 as f64;
+        }
+        if i >= samples.len() {
+            return samples[samples.len() - 1].1 as f64;
+        }
+        let (t1, b1) = samples[i - 1];
+        let (t2, b2) = samples[i];
+        if t2 <= t1 {
+            return b2 as f64;
+        }
+        b1 as f64 + (b2 as f64 - b1 as f64) * (t - t1) / (t2 - t1)
+    };
+    let n = (end / interval + 1e-9).floor() as usize;
+    let mut out = Vec::with_capacity(n);
+    let mut prev = at(0.0);
+    for k in 1..=n {
+        let cur = at(k as f64 * interval);
+        out.push((cur - prev) / MIB / interval);
+        prev = cur;
+    }
+    Series::new(interval, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_interpolates_complete_intervals() {
+        let m = 1 << 20;
+        let s = series_from_samples(
+            &[
+                (0.0, 0),
+                (0.5, 50 * m),
+                (1.0, 100 * m),
+                (2.0, 300 * m),
+                (2.5, 350 * m),
+            ],
+            1.0,
+        );
+        assert_eq!(s.mib_s, vec![100.0, 200.0]);
+        assert_eq!(s.spread.median, 150.0);
+        assert!((s.cov - 1.0 / 3.0).abs() < 1e-12);
+        let s = series_from_samples(&[(0.0, 0), (0.25, 0), (0.75, 100 * m)], 0.5);
+        assert_eq!(s.mib_s, vec![100.0]);
+        assert!(series_from_samples(&[], 1.0).mib_s.is_empty());
+    }
+
+    #[test]
+    fn measures_a_workload() {
+        let t = measure(None, &crate::procfs::kswapd_pids(), |c| {
+            for _ in 0..64 {
+                c.fetch_add(1 << 20, Ordering::Relaxed);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(t.bytes, 64 << 20);
+        assert!(t.seconds >= 0.25);
+        assert!(t.mib_s > 0.0);
+        assert!(t.series.interval_s == 0.1 && t.series.mib_s.len() >= 2);
+        assert_eq!(t.cache.source, CacheSource::Meminfo);
+        assert!(t.cgroup_peak_bytes.is_none());
+    }
+
+    #[test]
+    fn workload_error_is_returned() {
+        let r = measure(None, &[], |_| Err(crate::Error::Usage("boom".into())));
+        assert!(matches!(r, Err(crate::Error::Usage(_))));
+    }
+}

@@ -1,0 +1,101 @@
+//! The low-memory scenario really limits memory: a buffered read of a file four times larger than the cgroup
+//! limit keeps the cgroup's charge under the limit. Needs root (or a delegated cgroup); skips with a reason
+//! otherwise, unless `CACHELESS_REQUIRE` names `cgroup` or we are root with a writable cgroup file system.
+
+use std::io::{Read, Write};
+use std::sync::atomic::Ordering;
+
+use cacheless_bench::cgroup::{detect, MemoryCgroup};
+use cacheless_bench::meter::measure;
+use cacheless_bench::report::CacheSource;
+
+const MIB: u64 = 1 << 20;
+
+fn required() -> bool {
+    let root = rustix::process::geteuid().is_root();
+    let writable = detect()
+        .map(|h| {
+            !rustix::fs::statvfs(&h.mount)
+                .map(|s| s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
+                .unwrap_or(true)
+        })
+        .unwrap_or(false);
+    let env = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
+    (root && writable) || env.split(',').any(|x| x.trim() == "cgroup")
+}
+
+fn make_cold_file(dir: &std::path::Path, size: u64) -> std::path::PathBuf {
+    let path = dir.join("big");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let block: Vec<u8> = (0..MIB).map(|i| (i * 31 % 251) as u8).collect();
+    for _ in 0..size / MIB {
+        f.write_all(&block).unwrap();
+    }
+    f.sync_all().unwrap();
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+    path
+}
+
+#[test]
+fn buffered_read_stays_under_the_cgroup_limit() {
+    let limit = 64 * MIB;
+    let cg = match MemoryCgroup::create(limit) {
+        Ok(cg) => cg,
+        Err(e) if !required() => {
+            eprintln!(
+                "SKIP: cannot create a memory cgroup ({e}); not root, or cgroup fs read-only"
+            );
+            return;
+        }
+        Err(e) => panic!(
+            "root with a writable cgroup file system (or CACHELESS_REQUIRE=cgroup), yet: {e}"
+        ),
+    };
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let size = 4 * limit;
+    let path = make_cold_file(dir.path(), size);
+
+    let mut cg = cg;
+    cg.enter().unwrap();
+    let mut max_seen = 0;
+    let t = measure(Some(&cg), &[], |counter| {
+        let mut f = std::fs::File::open(&path).unwrap();
+        let mut buf = vec![0u8; MIB as usize];
+        loop {
+            let n = f.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            counter.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    });
+    // Sample the charge once more while still inside, then leave before asserting.
+    max_seen = max_seen.max(cg.usage().unwrap());
+    let peak = cg.peak();
+    cg.leave().unwrap();
+    let t = t.unwrap();
+    let stat_cache = t.cache.peak_growth_bytes;
+    cg.remove().unwrap();
+
+    assert_eq!(t.bytes, size, "the whole file was read");
+    assert_eq!(t.cache.source, CacheSource::Cgroup);
+    assert!(max_seen <= limit, "usage {max_seen} over limit {limit}");
+    if let Some(p) = peak {
+        assert!(p <= limit, "peak {p} over limit {limit}");
+        // The reads were charged to the cgroup, so the limit was what bounded them.
+        assert!(
+            p > limit / 2,
+            "peak {p}: reads were not charged to the cgroup"
+        );
+    }
+    assert!(
+        stat_cache <= limit as i64,
+        "page cache grew by {stat_cache}, over the limit"
+    );
+    assert!(
+        stat_cache > 0,
+        "cgroup page cache did not grow: reads were not charged to it"
+    );
+    assert_eq!(t.cgroup_peak_bytes, peak);
+}

@@ -1,0 +1,159 @@
+//! `cacheless bench`: a fio-style benchmark that also measures page-cache growth, reclaim, kswapd CPU and
+//! per-second stability, for buffered, direct, dontcache, write-behind and auto I/O. With no arguments it runs
+//! the quick built-in comparison (`cacheless demo` runs the same).
+//!
+//! Flags shared with other commands come from [`CommonOpts`]: `--queue-depth`, `--backend`, `--memory`
+//! (engine buffer budget), `--block-size` (same as `--bs`) and `--json` (print the JSON report on stdout
+//! instead of the table). Because `--json` is that global switch, the JSON file is `--json-out F`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use cacheless::Mode;
+use cacheless_bench::run::{BenchConfig, Rw, Scenario};
+use clap::Args;
+
+use crate::common::{parse_size, CommonOpts};
+
+/// Options of `cacheless bench`. Everything is optional: unset values come from the quick comparison.
+#[derive(Args, Debug, Default, Clone)]
+pub struct BenchArgs {
+    /// Workload: read, write (durable), randread or copy (durable).
+    #[arg(long, value_name = "RW")]
+    pub rw: Option<Rw>,
+    /// Number of files (default: one per thread).
+    #[arg(long, value_name = "N")]
+    pub files: Option<usize>,
+    /// Size of each file (default: from free disk and RAM, a few GiB in all at most).
+    #[arg(long, value_name = "S", value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Worker threads, each working on its own file (default 2).
+    #[arg(long, value_name = "T")]
+    pub threads: Option<usize>,
+    /// I/O request size (default 1M; same as the global --block-size).
+    #[arg(long, value_name = "B", value_parser = parse_size)]
+    pub bs: Option<u64>,
+    /// Modes to compare, comma-separated, run interleaved in this order (default: all).
+    #[arg(long, value_name = "M,...", value_delimiter = ',')]
+    pub modes: Option<Vec<Mode>>,
+    /// Rounds of interleaved trials; medians are reported with min and max (default 3).
+    #[arg(long, value_name = "R")]
+    pub runs: Option<u32>,
+    /// normal, or low-memory: each trial runs in a memory cgroup limited to --memory-limit (needs root).
+    #[arg(long, value_name = "SCENARIO")]
+    pub scenario: Option<Scenario>,
+    /// Memory cgroup limit for --scenario low-memory (default 1G).
+    #[arg(long, value_name = "M", value_parser = parse_size)]
+    pub memory_limit: Option<u64>,
+    /// Directory for the benchmark files; they are kept there and reused by later runs (default: a
+    /// temporary folder under the current directory, removed at the end).
+    #[arg(long, value_name = "D")]
+    pub dir: Option<PathBuf>,
+    /// Remove the files in --dir at the end.
+    #[arg(long)]
+    pub clean: bool,
+    /// Write the JSON report (schema cacheless-bench/1, docs/bench-json.md) to this file.
+    #[arg(long = "json-out", value_name = "F")]
+    pub json_out: Option<PathBuf>,
+    /// Write one CSV row per trial to this file.
+    #[arg(long, value_name = "F")]
+    pub csv: Option<PathBuf>,
+    /// Draw per-second throughput, CPU and cache growth to this .png or .svg file.
+    #[arg(long, value_name = "F")]
+    pub plot: Option<PathBuf>,
+    /// Also run fio's equivalent job for buffered and direct and print its bandwidth beside ours.
+    #[arg(long)]
+    pub vs_fio: bool,
+    /// Drop all caches system-wide before each trial (echo 3 > /proc/sys/vm/drop_caches; root only).
+    #[arg(long)]
+    pub drop_caches: bool,
+}
+
+/// Builds the benchmark configuration from the flags.
+pub fn config(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<BenchConfig> {
+    let here = args
+        .dir
+        .clone()
+        .unwrap_or_else(crate::common::default_workdir);
+    let space_probe = if here.exists() {
+        here.clone()
+    } else {
+        crate::common::default_workdir()
+    };
+    let mut c = BenchConfig::quick(&space_probe);
+    if let Some(rw) = args.rw {
+        c.rw = rw;
+    }
+    if let Some(t) = args.threads {
+        c.threads = t;
+    }
+    c.files = args.files.unwrap_or(c.threads);
+    if let Some(s) = args.size {
+        c.file_size = s;
+    }
+    if let Some(b) = args.bs.or(common.block_size) {
+        c.block_size = usize::try_from(b).context("--bs too large")?;
+    }
+    if let Some(q) = common.queue_depth {
+        c.queue_depth = q as usize;
+    }
+    c.backend = common.backend;
+    c.budget_bytes = usize::try_from(common.memory).context("--memory too large")?;
+    if let Some(m) = &args.modes {
+        c.modes = m.clone();
+    }
+    if let Some(r) = args.runs {
+        c.runs = r;
+    }
+    if let Some(s) = args.scenario {
+        c.scenario = s;
+    }
+    if let Some(m) = args.memory_limit {
+        c.memory_limit = m;
+    }
+    c.dir = args.dir.clone();
+    c.remove_files = args.dir.is_none() || args.clean;
+    c.drop_caches = args.drop_caches;
+    c.vs_fio = args.vs_fio;
+    Ok(c)
+}
+
+/// Runs `cacheless bench`.
+pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
+    let cfg = config(args, common)?;
+    let mut log = |s: &str| {
+        let _ = writeln!(std::io::stderr(), "{s}");
+    };
+    let report = cacheless_bench::run::run(&cfg, &mut log)?;
+    if let Some(p) = &args.json_out {
+        std::fs::write(p, report.to_json()).with_context(|| format!("write {}", p.display()))?;
+    }
+    if let Some(p) = &args.csv {
+        std::fs::write(p, report.to_csv()).with_context(|| format!("write {}", p.display()))?;
+    }
+    if let Some(p) = &args.plot {
+        cacheless_bench::plot::plot(&report, p)?;
+    }
+    let out = if common.json {
+        report.to_json() + "\n"
+    } else {
+        report.table()
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|_| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        r => r.context("write to stdout")?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The quick built-in comparison: what `cacheless bench` does with no arguments (and `cacheless demo`).
+#[allow(dead_code)] // for `demo`, once it calls this
+pub fn run_default(common: &CommonOpts) -> anyhow::Result<ExitCode> {
+    run(&BenchArgs::default(), common)
+}

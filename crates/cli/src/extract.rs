@@ -1,0 +1,175 @@
+//! `cacheless extract`: unpack tar archives (zstd, gzip, xz, lz4, bzip2 or plain) off the page
+//! cache, safely. The work is done by `cacheless_archive::extract`; this module maps flags,
+//! draws progress and prints the outcome.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use cacheless_archive::{extract, ExtractOptions, Input, IoMode, Progress};
+use clap::Args;
+
+use crate::common::CommonOpts;
+
+/// Arguments of `cacheless extract`.
+#[derive(Args, Debug)]
+pub struct ExtractArgs {
+    /// The archive, or `-` for standard input. Compression is detected from its first bytes.
+    pub archive: PathBuf,
+    /// Extract into this directory (created if missing).
+    #[arg(short = 'C', long = "directory", default_value = ".")]
+    pub directory: PathBuf,
+    /// Drop this many leading components from member names (like GNU tar).
+    #[arg(long, default_value_t = 0)]
+    pub strip_components: usize,
+    /// Do not syncfs at the end (faster, not crash-safe).
+    #[arg(long)]
+    pub no_sync: bool,
+    /// Keep existing files; an existing file is reported as an error for that member.
+    #[arg(short = 'k', long)]
+    pub keep_old_files: bool,
+    /// Restore owners and setuid/setgid bits (root only; numeric ids).
+    #[arg(long)]
+    pub same_owner: bool,
+    /// Create FIFOs, and device nodes when root (default: skip them with a warning).
+    #[arg(long)]
+    pub special_files: bool,
+    /// Worker threads writing file data (default: 2 per CPU, 4 to 16).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Runs `cacheless extract`: exit 0 when every member was extracted, 1 otherwise.
+pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
+    let mode: IoMode = common.mode.to_string().parse().map_err(anyhow::Error::msg)?;
+    let progress = Arc::new(Progress::default());
+    let mut opts = ExtractOptions::new(&args.directory);
+    opts.strip_components = args.strip_components;
+    opts.mode = mode;
+    opts.sync = !args.no_sync;
+    opts.keep_old_files = args.keep_old_files;
+    opts.same_owner = args.same_owner;
+    opts.special_files = args.special_files;
+    // One engine budget for the archive's read-ahead and every buffer in flight to the workers.
+    let budget = common.budget();
+    opts.read_options = common.read_options(&budget);
+    opts.write_options = Some(common.write_options(&budget));
+    opts.budget = budget;
+    if let Some(t) = args.threads {
+        opts.threads = t.max(1);
+    }
+    opts.progress = Some(progress.clone());
+    if common.verbose && common.backend.to_string() != "auto" {
+        eprintln!(
+            "cacheless: extract uses its thread-pool file creator; --backend {} is not used for file creation",
+            common.backend
+        );
+    }
+
+    // Ctrl-C / SIGTERM stop between entries; the entry being written is removed.
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, flag.clone());
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (p, flag, done) = (progress.clone(), flag.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                if flag.load(Ordering::Relaxed) {
+                    p.cancel.store(true, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+
+    let (input, total) = if args.archive.as_os_str() == "-" {
+        (Input::Stream(Box::new(std::io::stdin())), None)
+    } else {
+        let len = std::fs::metadata(&args.archive)
+            .with_context(|| format!("{}", args.archive.display()))?
+            .len();
+        (Input::Path(args.archive.clone()), Some(len))
+    };
+    let bar = (!common.json && std::io::stderr().is_terminal()).then(|| {
+        let (p, done) = (progress.clone(), done.clone());
+        std::thread::spawn(move || draw(&p, total, &done))
+    });
+    let res = extract(input, &opts);
+    done.store(true, Ordering::Relaxed);
+    if let Some(b) = bar {
+        let _ = b.join();
+    }
+    let _ = watcher.join();
+    let report = res.with_context(|| format!("extract {}", args.archive.display()))?;
+
+    for w in &report.warnings {
+        eprintln!("cacheless: warning: {w}");
+    }
+    for f in &report.failures {
+        eprintln!("cacheless: {f}");
+    }
+    if report.failure_count > report.failures.len() as u64 {
+        eprintln!(
+            "cacheless: ... {} more failed members",
+            report.failure_count - report.failures.len() as u64
+        );
+    }
+    if let Some(f) = &report.fatal {
+        eprintln!("cacheless: {f}");
+    }
+    if common.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if common.verbose {
+        let m = &report.modes;
+        eprintln!(
+            "extracted {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s ({}/s); archive {} read {} ({}); files: direct {}, dontcache {}, writebehind {}, buffered {}; {}; {}",
+            report.files,
+            crate::ui::size(report.bytes),
+            report.dirs,
+            report.symlinks,
+            report.hardlinks,
+            report.elapsed_s,
+            crate::ui::size((report.bytes as f64 / report.elapsed_s.max(1e-9)) as u64),
+            report.source.compression.name(),
+            report.source.read_mode,
+            report.source.reason,
+            m.direct,
+            m.dontcache,
+            m.writebehind,
+            m.buffered,
+            report.resolve,
+            if report.synced { "synced" } else { "not synced (--no-sync)" },
+        );
+    }
+    Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn draw(p: &Progress, total: Option<u64>, done: &AtomicBool) {
+    use indicatif::{ProgressBar, ProgressStyle};
+    let pb = match total {
+        Some(t) => ProgressBar::new(t.max(1)),
+        None => ProgressBar::new_spinner(),
+    };
+    let tmpl = if total.is_some() {
+        "{bar:30} {bytes}/{total_bytes} archive {bytes_per_sec} ETA {eta} {msg}"
+    } else {
+        "{spinner} {bytes} archive {bytes_per_sec} {msg}"
+    };
+    pb.set_style(ProgressStyle::with_template(tmpl).unwrap_or_else(|_| ProgressStyle::default_bar()));
+    while !done.load(Ordering::Relaxed) {
+        pb.set_position(p.archive_bytes.load(Ordering::Relaxed));
+        pb.set_message(format!(
+            "{} files, {} written",
+            p.files.load(Ordering::Relaxed),
+            crate::ui::size(p.bytes.load(Ordering::Relaxed))
+        ));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    pb.finish_and_clear();
+}
