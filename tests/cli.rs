@@ -246,7 +246,7 @@ fn read_only_destination_gives_eacces_with_the_path() {
 
 #[test]
 fn bad_flags_exit_2_with_usage() {
-    for args in [&["cp", "--no-such-flag", "a", "b"][..], &["frobnicate"], &["cat", "--mode", "sideways", "x"], &["cp", "onlyone"]] {
+    for args in [&["cp", "--no-such-flag", "a", "b"][..], &["frobnicate"], &["cat", "--mode", "sideways", "x"], &["cp", "onlyone"], &["bench", "--threads", "0"]] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);

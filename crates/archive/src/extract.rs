@@ -161,8 +161,10 @@ pub struct ExtractReport {
     pub failure_count: u64,
     /// The archive-level error that stopped the run (truncated, corrupt), if any.
     pub fatal: Option<String>,
-    /// Wall time in seconds.
+    /// Wall time in seconds (including the final syncfs).
     pub elapsed_s: f64,
+    /// Seconds spent in the final syncfs.
+    pub sync_s: f64,
     /// The fatal error itself.
     #[serde(skip)]
     pub fatal_error: Option<Error>,
@@ -737,7 +739,13 @@ impl Ctx<'_> {
     /// Chunk buffers handed to it are not leased (the channel bounds them to 5 x 4 MiB): the
     /// Writer leases its own buffers from the same budget, and a worker waiting for that lease
     /// must not wait on chunks that only it can release.
-    fn engine_file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> std::result::Result<(), Fail> {
+    fn engine_file(
+        &mut self,
+        parser: &mut Parser<source::TarStream>,
+        e: &Entry,
+        rel: RelPath,
+        meta: Meta,
+    ) -> std::result::Result<(), Fail> {
         let mut wo = cacheless::WriteOptions::new(self.budget.clone());
         if let Some(w) = &self.opts.write_options {
             wo = w.clone();
@@ -757,16 +765,20 @@ impl Ctx<'_> {
         wo.mtime = Some(system_time(meta.mtime));
         let display = self.root.path.join(rel.to_path());
         let mut engine_err = None;
-        let r = self.root.create_with(&rel, self.opts.keep_old_files, "create", |d, n| {
-            match cacheless::Writer::create_in(d, n, &display, &wo) {
-                Ok(w) => Ok(w),
-                Err(err) => {
-                    let errno = err.errno().map(Errno::from_raw_os_error).unwrap_or(Errno::IO);
-                    engine_err = Some(err);
-                    Err(errno)
-                }
-            }
-        });
+        let r =
+            self.root.create_with(
+                &rel,
+                self.opts.keep_old_files,
+                "create",
+                |d, n| match cacheless::Writer::create_in(d, n, &display, &wo) {
+                    Ok(w) => Ok(w),
+                    Err(err) => {
+                        let errno = err.errno().map(Errno::from_raw_os_error).unwrap_or(Errno::IO);
+                        engine_err = Some(err);
+                        Err(errno)
+                    }
+                },
+            );
         let w = match r {
             Ok((_, w)) => w,
             Err(err) => {
@@ -791,7 +803,10 @@ impl Ctx<'_> {
             let n = (left as usize).min(CHUNK);
             let mut buf = self.sh.bufs.lock().unwrap().pop().unwrap_or_else(|| AlignedBuf::new(CHUNK, 4096));
             if self.sh.progress.cancel.load(Ordering::Relaxed) {
-                return Err(Fail::Fatal(Error::Unsupported(format!("interrupted while writing {}", e.display()))));
+                return Err(Fail::Fatal(Error::Unsupported(format!(
+                    "interrupted while writing {}",
+                    e.display()
+                ))));
             }
             // Returning early drops `tx`: the worker drops the Writer, which removes the file.
             parser.read_data_exact(&mut buf.as_mut_slice()[..n])?;
@@ -909,6 +924,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         failure_count: 0,
         fatal: None,
         elapsed_s: 0.0,
+        sync_s: 0.0,
         fatal_error: None,
     };
     let mut ctx = Ctx {
@@ -975,12 +991,14 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
             Err(e) => sh.fail(format!("{}: {e}", rel.to_path().display())),
         }
     }
+    let t_sync = Instant::now();
     if opts.sync {
         match rustix::fs::syncfs(root.fd()) {
             Ok(()) => report.synced = true,
             Err(e) => sh.fail(format!("{}: syncfs: {e}", root.path.display())),
         }
     }
+    report.sync_s = t_sync.elapsed().as_secs_f64();
     for fd in sh.leftovers.lock().unwrap().drain(..) {
         let _ = rustix::fs::fadvise(&fd, 0, None, rustix::fs::Advice::DontNeed);
     }

@@ -211,7 +211,11 @@ pub(crate) fn probe_forced(dir: BorrowedFd<'_>, mode: IoMode, caps: &Caps) -> Re
             }
             Ok(())
         }
-        Err(e) if direct => Err(format!("O_DIRECT unsupported on this filesystem ({e}): use --mode auto or dontcache")),
-        Err(e) => Err(format!("RWF_DONTCACHE unsupported here ({e}; needs Linux 6.14+, ext4 6.17+, XFS 6.16+): use --mode auto or writebehind")),
+        Err(e) if direct => Err(format!(
+            "O_DIRECT unsupported on this filesystem ({e}): use --mode auto or dontcache"
+        )),
+        Err(e) => Err(format!(
+            "RWF_DONTCACHE unsupported here ({e}; needs Linux 6.14+, ext4 6.17+, XFS 6.16+): use --mode auto or writebehind"
+        )),
     }
 }

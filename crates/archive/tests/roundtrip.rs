@@ -242,3 +242,39 @@ fn existing_files_replaced_or_kept() {
     assert!(std::fs::symlink_metadata(o.join("files/f02_100")).unwrap().is_file());
     assert_eq!(std::fs::read(work.path().join("victim")).unwrap(), b"victim");
 }
+
+#[test]
+fn both_engine_backends() {
+    // The archive is read, and large files written, through the engine: io_uring and threads.
+    let (_d, a) = archive(&trees().full, "backends.tar.zst", "pax", Some("zstd"), &[]);
+    let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
+    let gnu = work.path().join("gnu");
+    gnu_tar_extract(&a, &gnu);
+    for (i, kind) in [cacheless::BackendKind::Threads, cacheless::BackendKind::Uring].into_iter().enumerate() {
+        let o = work.path().join(format!("ours{i}"));
+        let mut opts = ExtractOptions::new(&o);
+        opts.read_options.backend = kind;
+        let mut wo = cacheless::WriteOptions::new(opts.budget.clone());
+        wo.backend = kind;
+        opts.write_options = Some(wo);
+        opts.sync = false;
+        let r = match extract(Input::Path(a.clone()), &opts) {
+            Ok(r) => r,
+            Err(e) if kind == cacheless::BackendKind::Uring => {
+                let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
+                assert!(!required.split(',').any(|f| f == "uring"), "CACHELESS_REQUIRE={required}: {e}");
+                println!("skipping io_uring: {e}");
+                continue;
+            }
+            Err(e) => panic!("{kind:?}: {e}"),
+        };
+        if kind == cacheless::BackendKind::Uring && !r.is_ok() && r.failures.iter().any(|f| f.contains("uring")) {
+            let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
+            assert!(!required.split(',').any(|f| f == "uring"), "CACHELESS_REQUIRE={required}: {:?}", r.failures);
+            println!("skipping io_uring: {:?}", r.failures);
+            continue;
+        }
+        assert!(r.is_ok(), "{kind:?}: {:?} {:?}", r.fatal, r.failures);
+        assert_same_tree(&o, &gnu, &format!("backend {kind:?}"));
+    }
+}

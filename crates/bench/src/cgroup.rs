@@ -175,6 +175,30 @@ pub fn parse_memory_stat(text: &str, version: CgroupVersion) -> CgroupMemStat {
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// The pid in a cgroup name of ours (`cacheless-bench-<pid>-<n>`).
+fn owner_pid(name: &str) -> Option<u32> {
+    name.strip_prefix("cacheless-bench-")?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Removes empty cgroups left by benchmark processes that died inside a trial (killed before `Drop` ran).
+/// Best effort: a cgroup still in use, or not ours, is left alone.
+fn remove_stale(parent: &Path) {
+    let Ok(rd) = fs::read_dir(parent) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(owner_pid) else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = fs::remove_dir(e.path());
+        }
+    }
+}
+
 /// A memory cgroup with a limit, removed on drop (after moving this process back out if it is inside).
 #[derive(Debug)]
 pub struct MemoryCgroup {
@@ -205,6 +229,7 @@ impl MemoryCgroup {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
+        remove_stale(&parent);
         let dir = parent.join(name);
         if let Err(e) = fs::create_dir(&dir) {
             let hint = if e.kind() == std::io::ErrorKind::PermissionDenied
@@ -383,6 +408,13 @@ mod tests {
             PathBuf::from("/sys/fs/cgroup/user.slice/session-1.scope")
         );
         assert!(find_memory_hierarchy(mi, "0::/\n", |_| false).is_none());
+    }
+
+    #[test]
+    fn stale_cgroup_names() {
+        assert_eq!(owner_pid("cacheless-bench-1234-0"), Some(1234));
+        assert_eq!(owner_pid("cacheless-bench-x-0"), None);
+        assert_eq!(owner_pid("user.slice"), None);
     }
 
     #[test]

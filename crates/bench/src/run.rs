@@ -144,8 +144,8 @@ impl BenchConfig {
             files: 2,
             file_size: per_file.max(1 << 20),
             threads: 2,
-            block_size: 1 << 20,
-            queue_depth: 8,
+            block_size: cacheless::read::DEFAULT_BLOCK_SIZE,
+            queue_depth: cacheless::read::DEFAULT_QUEUE_DEPTH,
             backend: BackendKind::Auto,
             budget_bytes: 256 << 20,
             modes: Mode::ALL.to_vec(),
@@ -541,6 +541,13 @@ pub fn run(cfg: &BenchConfig, log: Log) -> Result<BenchReport> {
                 remove_if_exists(t)?;
             }
             let resident_start = make_cold(&sources, cfg.drop_caches)?;
+            let source_bytes = cfg.file_size * sources.len() as u64;
+            if resident_start > source_bytes / 100 {
+                log(&format!(
+                    "WARNING: {resident_start} bytes of the files are still cached after eviction \
+                     (mapped or locked by another program?): this trial does not start cold"
+                ));
+            }
             let ctx = Ctx {
                 cfg,
                 mode,

@@ -78,15 +78,16 @@ pub struct Decision {
 pub const WARM_FRACTION: f64 = 0.5;
 
 /// Reads of files smaller than this are buffered, then the pages they brought in are dropped.
-/// An O_DIRECT request costs a full device round trip with no read-ahead to hide it; for a few
-/// pages the buffered path is as fast and the drop leaves nothing behind. 256 KiB is the size
-/// below which buffered+drop and direct reads were within noise of each other on the
-/// development machine (see docs/BENCHMARKS.md, "thresholds").
-pub const TINY_READ: u64 = 256 * 1024;
+/// Measured with `bench/thresholds.sh` (docs/BENCHMARKS.md, "Auto-mode thresholds"): cold
+/// reads of 2,000 files, buffered+drop beat O_DIRECT at 16 KiB (0.42 s vs 0.48 s) and lost by
+/// 2x at 64 KiB; the threshold sits between the two.
+pub const TINY_READ: u64 = 32 * 1024;
 
 /// Writes of files known to be smaller than this use DONTCACHE (else write-behind) instead of
-/// O_DIRECT: such a file is mostly unaligned tail, and a direct write would be synchronous per
-/// request. Same measurement as [`TINY_READ`].
+/// O_DIRECT. The same measurement was mixed for writes (direct ahead at 16 and 64 KiB with
+/// sizes that are whole blocks, DONTCACHE ahead at 256 KiB, even at 1 MiB); real small files
+/// are mostly an unaligned tail, which a direct writer must write with O_DIRECT cleared and
+/// then evict, three extra calls that one uncached write does not need.
 pub const SMALL_WRITE: u64 = 1024 * 1024;
 
 fn unsupported(mode: Mode, caps: &FsCaps) -> Option<String> {

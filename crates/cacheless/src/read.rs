@@ -167,6 +167,12 @@ impl Reader {
             _ => (1, 1),
         };
         let flags = if decision.mode == Mode::DontCache { RWF_DONTCACHE } else { 0 };
+        if decision.mode == Mode::WriteBehind {
+            // Drop-behind keeps only pages that were cached before each request. Kernel
+            // read-ahead would cache pages ahead of the request before we look at them, so it is
+            // turned off for this descriptor: our own queue does the read-ahead.
+            let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
+        }
         let page = rustix::param::page_size();
         let mut block = round_up(opts.block_size.max(align), align);
         if len > 0 && (len as usize) < block {

@@ -244,3 +244,38 @@ fn uring_registered_buffers_are_used_and_byte_exact() {
         assert!(reason.contains("registered buffers"), "root is not memlock-limited: {reason}");
     }
 }
+
+/// Buffered reads with drop-behind leave a cold file uncached, and leave the pages that were
+/// already cached (someone else's) in place.
+#[test]
+fn drop_behind_reads_drop_only_what_they_brought_in() {
+    let d = scratch();
+    let len = 32 << 20;
+    let (p, data) = random_file(d.path(), "f", len, 41);
+    cacheless::residency::evict_path(&p).unwrap();
+    for backend in [BackendKind::Threads, BackendKind::Auto] {
+        let mut r = Reader::open(&p, &ro(Mode::WriteBehind, backend, 1 << 20)).unwrap();
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).unwrap();
+        drop(r);
+        assert!(got == data);
+        let res = cacheless::residency::residency_of(&p).unwrap();
+        assert!(res.cached_bytes() < len as u64 / 50, "{backend}: {} B left cached of a cold file", res.cached_bytes());
+    }
+    // Warm the first quarter (another program's pages): it must stay. Read-ahead is off for
+    // the warming read, so exactly that quarter is cached.
+    let f = std::fs::File::open(&p).unwrap();
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Random).unwrap();
+    let mut quarter = vec![0u8; len / 4];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut quarter, 0).unwrap();
+    let before = cacheless::residency::residency(&f, 0, len as u64).unwrap();
+    assert!(before.cached_bytes() >= (len / 4) as u64 && before.cached_bytes() < (len / 3) as u64, "warming cached {} B", before.cached_bytes());
+    let mut r = Reader::open(&p, &ro(Mode::WriteBehind, BackendKind::Auto, 1 << 20)).unwrap();
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    drop(r);
+    let warm = cacheless::residency::residency(&f, 0, (len / 4) as u64).unwrap();
+    assert_eq!(warm.cached_pages, warm.total_pages, "pages cached before the read were evicted");
+    let rest = cacheless::residency::residency(&f, (len / 4) as u64, (len - len / 4) as u64).unwrap();
+    assert!(rest.cached_bytes() < len as u64 / 50, "{} B of the cold part left cached", rest.cached_bytes());
+}

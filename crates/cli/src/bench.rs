@@ -32,7 +32,7 @@ pub struct BenchArgs {
     /// Worker threads, each working on its own file (default 2).
     #[arg(long, value_name = "T")]
     pub threads: Option<usize>,
-    /// I/O request size (default 1M; same as the global --block-size).
+    /// I/O request size (default: the engine's, 4M; same as the global --block-size).
     #[arg(long, value_name = "B", value_parser = parse_size)]
     pub bs: Option<u64>,
     /// Modes to compare, comma-separated, run interleaved in this order (default: all).
@@ -153,7 +153,6 @@ pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
 }
 
 /// The quick built-in comparison: what `cacheless bench` does with no arguments (and `cacheless demo`).
-#[allow(dead_code)] // for `demo`, once it calls this
 pub fn run_default(common: &CommonOpts) -> anyhow::Result<ExitCode> {
     run(&BenchArgs::default(), common)
 }

@@ -5,7 +5,6 @@ mod bench;
 mod cat;
 mod common;
 mod cp;
-mod demo;
 mod evict;
 mod extract;
 mod hash;
@@ -46,8 +45,8 @@ enum Cmd {
     Extract(extract::ExtractArgs),
     /// Measure throughput, CPU, reclaim and page-cache growth of each mode, fio-style.
     Bench(bench::BenchArgs),
-    /// Copy a 1 GiB file with buffered std::io and with cacheless, cold, and compare.
-    Demo(demo::DemoArgs),
+    /// The quick built-in comparison of every mode (what `cacheless bench` does with no arguments).
+    Demo,
 }
 
 fn main() -> ExitCode {
@@ -60,13 +59,17 @@ fn main() -> ExitCode {
         Cmd::Evict(a) => evict::run(a, &cli.common),
         Cmd::Extract(a) => extract::run(a, &cli.common),
         Cmd::Bench(a) => bench::run(a, &cli.common),
-        Cmd::Demo(a) => demo::run(a, &cli.common),
+        Cmd::Demo => bench::run_default(&cli.common),
     };
     match r {
         Ok(code) => code,
         Err(e) => {
             if ui::is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
+            }
+            if let Some(cacheless_bench::Error::Usage(msg)) = e.downcast_ref::<cacheless_bench::Error>() {
+                eprintln!("error: {msg}\n\nFor more information, try '--help'.");
+                return ExitCode::from(2);
             }
             eprintln!("cacheless: {e:#}");
             ExitCode::from(1)

@@ -97,14 +97,3 @@ impl Drop for Bar {
         }
     }
 }
-
-/// User and system CPU seconds of this process so far (from /proc/self/stat).
-pub fn cpu_seconds() -> (f64, f64) {
-    let s = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let tick = rustix::param::clock_ticks_per_second() as f64;
-    let get = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick;
-    (get(11), get(12))
-}

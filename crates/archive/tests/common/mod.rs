@@ -432,7 +432,7 @@ impl TarBuf {
         self.0.extend_from_slice(&h);
         self.0.extend_from_slice(data);
         let pad = (512 - data.len() % 512) % 512;
-        self.0.extend(std::iter::repeat(0).take(pad));
+        self.0.resize(self.0.len() + pad, 0);
         self
     }
     /// End-of-archive blocks.
