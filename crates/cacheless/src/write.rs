@@ -416,8 +416,9 @@ impl Writer {
             if len % self.align == 0 {
                 return self.submit(buf, len);
             }
-            // An unaligned length can only be the file's tail: keep it as the current buffer.
-            if self.cur.is_none() {
+            // An unaligned length can only be the file's tail: keep it as the current buffer
+            // (if it fits one request, so that later writes can append to it).
+            if self.cur.is_none() && len <= buf.capacity().min(self.block) {
                 self.cur = Some(buf);
                 self.cur_len = len;
                 return Ok(());

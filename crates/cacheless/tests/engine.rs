@@ -279,3 +279,26 @@ fn drop_behind_reads_drop_only_what_they_brought_in() {
     let rest = cacheless::residency::residency(&f, (len / 4) as u64, (len - len / 4) as u64).unwrap();
     assert!(rest.cached_bytes() < len as u64 / 50, "{} B of the cold part left cached", rest.cached_bytes());
 }
+
+/// Reader and writer with different request sizes, chunks handed over and then more bytes
+/// written through `Write`: the writer re-blocks without losing or reordering a byte.
+#[test]
+fn chunks_then_writes_with_mismatched_block_sizes() {
+    let d = scratch();
+    let (src, data) = random_file(d.path(), "s", (3 << 20) + (600 << 10) + 1234, 51);
+    let tail = b"and some more bytes after the chunks";
+    for (rb, wb) in [(256 << 10, 1 << 20), (1 << 20, 256 << 10), (64 << 10, 64 << 10)] {
+        for (mode, backend) in matrix(d.path()) {
+            let mut r = Reader::open(&src, &ro(mode, backend, rb)).unwrap();
+            let dst = d.path().join("d");
+            let mut w = Writer::create(&dst, &wo(mode, backend, wb)).unwrap();
+            while let Some(c) = r.next_chunk().unwrap() {
+                w.write_chunk(c).unwrap();
+            }
+            w.write_all(tail).unwrap();
+            w.finish().unwrap();
+            let got = std::fs::read(&dst).unwrap();
+            assert!(got.len() == data.len() + tail.len() && got[..data.len()] == data[..] && &got[data.len()..] == tail, "{mode} {backend} {rb}/{wb}");
+        }
+    }
+}
