@@ -410,3 +410,28 @@ fn info_reports_alignment_source_and_residency() {
     }
 }
 
+
+/// cachestat refuses (EPERM) and mincore lies (all resident) for files the caller may not
+/// write: residency is then reported unknown, and auto must not mistake the file for cached.
+#[test]
+fn residency_of_a_file_we_may_not_write_is_unknown_not_warm() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipping: needs root to run the check as another user");
+        return;
+    }
+    let d = tempfile::Builder::new().prefix("cacheless-perm").tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let f = d.path().join("root-owned");
+    std::fs::write(&f, random_bytes(8 << 20, 15)).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    cacheless::residency::evict_path(&f).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_cacheless"), "--json", "info", s(&f)])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["paths"][0];
+    assert!(p["residency"].is_null() && p["residency_unknown"].as_str().unwrap().contains("write permission"), "{p}");
+    assert_eq!(p["read"]["mode"], "direct", "{p}");
+}

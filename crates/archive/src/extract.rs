@@ -5,9 +5,11 @@
 //! symlink checks see exactly the state GNU tar would. File data, permissions, ownership, mtime
 //! and close run on a pool of worker threads, so many files are in flight at once (the design's
 //! thread-pool creator; io_uring batching of openat/write/close is not done yet). Small files are
-//! read whole and handed over; large ones are streamed to a worker in aligned chunks. All buffers
-//! are counted against one memory budget. Directories get their mode and mtime after their
-//! contents, deepest first; then `syncfs` makes the tree durable before success is reported.
+//! read whole and handed over (written by `sink`); large ones are streamed in 4 MiB chunks to a
+//! worker that writes them through the engine's `Writer` (O_DIRECT with its queue of writes in
+//! flight, on io_uring or threads). All buffers are leased from the engine's memory budget.
+//! Directories get their mode and mtime after their contents, deepest first; then `syncfs` makes
+//! the tree durable before success is reported.
 
 use std::collections::VecDeque;
 use std::ffi::OsStr;
@@ -180,8 +182,21 @@ impl ExtractReport {
 /// Bytes held against the engine's budget, returned on drop.
 type Lease = cacheless::buf::Lease;
 
+/// Leases `n` bytes, at most a quarter of the budget: the archive's read-ahead and a large
+/// file's Writer are each held to a quarter too (see `extract`), so a lease always fits once the
+/// small files in flight are written, whatever `--memory` is.
 fn acquire(b: &cacheless::Budget, n: u64) -> Lease {
-    b.lease((n as usize).max(1), 1, 1, 1)
+    b.lease((n as usize).clamp(1, (b.limit() / 4).max(1)), 1, 1, 1)
+}
+
+/// Caps a queue depth so that `depth` (+ `extra`) buffers of `block` bytes stay within a quarter
+/// of the budget.
+fn quarter_depth(limit: usize, block: usize, depth: usize, extra: usize) -> usize {
+    if depth == 0 {
+        return 0; // write-through stays write-through
+    }
+    let fit = (limit / 4 / block.max(1)).max(1 + extra);
+    depth.min(fit - extra).max(1)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -516,8 +531,12 @@ impl Ctx<'_> {
         let display = String::from_utf8_lossy(raw).into_owned();
         match sanitize(raw) {
             Sanitized::DotDot => Err(Fail::Entry(Error::io(
-                "refused",
-                PathBuf::from(format!("{what} {display}")),
+                if what == "member" {
+                    "refusing member"
+                } else {
+                    "refusing hard link target"
+                },
+                PathBuf::from(display),
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, "member name contains '..'"),
             ))),
             Sanitized::Ok { path, stripped } => {
@@ -758,6 +777,7 @@ impl Ctx<'_> {
             IoMode::WriteBehind => cacheless::Mode::WriteBehind,
             IoMode::Buffered => cacheless::Mode::Buffered,
         };
+        wo.queue_depth = quarter_depth(self.budget.limit(), wo.block_size, wo.queue_depth, 1);
         wo.size_hint = Some(e.size);
         wo.atomic = false;
         wo.sync = false; // syncfs at the end makes the whole tree durable at once
@@ -881,7 +901,10 @@ impl Ctx<'_> {
 pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let t0 = Instant::now();
     let progress = opts.progress.clone().unwrap_or_default();
-    let stream = source::open(input, progress.archive_bytes.clone(), &opts.read_options)?;
+    let mut ro = opts.read_options.clone();
+    ro.budget = opts.budget.clone();
+    ro.queue_depth = quarter_depth(opts.budget.limit(), ro.block_size, ro.queue_depth, ro.extra_buffers);
+    let stream = source::open(input, progress.archive_bytes.clone(), &ro)?;
     let info = stream.info.clone();
     let is_root = rustix::process::geteuid().is_root();
     // umask can only be read by setting it; done once, before any worker starts.
@@ -947,7 +970,13 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         }
         let e = match parser.next_entry() {
             Ok(Some(e)) => e,
-            Ok(None) => break,
+            Ok(None) => {
+                if let Err(err) = parser.drain() {
+                    ctx.report.fatal = Some(err.to_string());
+                    ctx.report.fatal_error = Some(err);
+                }
+                break;
+            }
             Err(err) => {
                 ctx.report.fatal = Some(err.to_string());
                 ctx.report.fatal_error = Some(err);
@@ -959,7 +988,11 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         let name = e.display();
         match ctx.entry(&mut parser, e) {
             Ok(()) => {}
-            Err(Fail::Entry(err)) => sh.fail(format!("{name}: {err}")),
+            Err(Fail::Entry(err)) => {
+                // Most errors already name the entry (their path); say it once.
+                let msg = err.to_string();
+                sh.fail(if msg.contains(&name) { msg } else { format!("{name}: {msg}") })
+            }
             Err(Fail::Fatal(err)) => {
                 ctx.report.fatal = Some(err.to_string());
                 ctx.report.fatal_error = Some(err);

@@ -1,6 +1,6 @@
 //! Tar + compression reader and the many-file creator behind `cacheless extract`.
 //!
-//! [`extract`] unpacks a tar archive (zstd, gzip, xz, lz4 frame, bzip2 or plain, detected by
+//! [`extract()`] unpacks a tar archive (zstd, gzip, xz, lz4 frame, bzip2 or plain, detected by
 //! magic bytes) into a directory without leaving the archive or the extracted tree in the page
 //! cache, and safely: no member is created outside the destination or through a symlink.
 //!

@@ -1,12 +1,15 @@
-//! Writing one file's data off the page cache.
+//! Writing small and sparse files' data off the page cache.
 //!
-//! Written here rather than through the engine's `Writer` because that did not exist when this
-//! crate was written; the policy is the engine's: large files get O_DIRECT for the aligned bulk
-//! and the unaligned tail after clearing O_DIRECT with `fcntl(F_SETFL)`; small files are written
-//! buffered with `pwritev2(RWF_DONTCACHE)` (Linux 6.14+, ext4 6.17+, XFS 6.16+), else with
-//! write-behind (`posix_fadvise(DONTNEED)` right after the write starts writeback, and again a few
-//! files later, once writeback is done, to drop the pages). Each fallback happens only on a named
-//! errno (EINVAL for O_DIRECT, EOPNOTSUPP/EINVAL for DONTCACHE) and is counted in the report.
+//! Files of at least `ExtractOptions::direct_min` (1 MiB) go through the engine's `Writer` (see
+//! extract.rs). Smaller ones, and sparse entries, are written here with one `pwritev2` per
+//! piece, because a `Writer` per few-KiB file would pay its queue set-up, lease and
+//! preallocation per file. The policy is the engine's: buffered writes with
+//! `pwritev2(RWF_DONTCACHE)` (Linux 6.14+, ext4 6.17+, XFS 6.16+), else write-behind
+//! (`posix_fadvise(DONTNEED)` right after the write starts writeback, and again a few files later,
+//! once writeback is done, to drop the pages); a forced `--mode direct` writes small files with
+//! O_DIRECT blocks and the tail after clearing O_DIRECT with `fcntl(F_SETFL)`. Each fallback
+//! happens only on a named errno (EOPNOTSUPP/EINVAL for DONTCACHE) and is counted in the report;
+//! a forced mode the filesystem refuses is an error (`probe_forced`).
 
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

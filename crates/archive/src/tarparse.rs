@@ -273,6 +273,21 @@ impl<R: Read> Parser<R> {
         Ok(())
     }
 
+    /// Reads whatever follows the end-of-archive blocks, so that a decompressor error there (a
+    /// truncated or corrupt compressed stream whose tar part happens to be complete) is not
+    /// missed, as `zstd -d | tar x` would not miss it either.
+    pub fn drain(&mut self) -> Result<()> {
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            match self.r.read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => self.pos += n as u64,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.read_error(e)),
+            }
+        }
+    }
+
     /// Reads the data of the current entry into `buf`; returns 0 at its end.
     pub fn read_data(&mut self, buf: &mut [u8]) -> Result<usize> {
         if self.remaining == 0 {

@@ -304,3 +304,17 @@ fn setuid_bits_dropped_without_same_owner() {
     assert!(r.is_ok());
     assert_eq!(fs::metadata(c.dest.join("suid")).unwrap().permissions().mode() & 0o7777, 0o755);
 }
+
+#[test]
+fn truncated_compressed_stream_after_complete_tar() {
+    // The tar part decodes completely (end blocks included) but the zstd frame is cut: an error,
+    // as `zstd -d | tar x` reports it.
+    let c = case();
+    let tar = TarBuf::default().file("a", b"x").end();
+    let mut tar = tar;
+    tar.resize(10240, 0);
+    let mut z = zstd::encode_all(&tar[..], 3).unwrap();
+    z.truncate(z.len() - 3);
+    let r = c.run(z);
+    assert!(matches!(r.fatal_error, Some(Error::Decompress { .. })), "{:?}", r.fatal);
+}

@@ -250,7 +250,10 @@ fn both_engine_backends() {
     let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
     let gnu = work.path().join("gnu");
     gnu_tar_extract(&a, &gnu);
-    for (i, kind) in [cacheless::BackendKind::Threads, cacheless::BackendKind::Uring].into_iter().enumerate() {
+    for (i, kind) in [cacheless::BackendKind::Threads, cacheless::BackendKind::Uring]
+        .into_iter()
+        .enumerate()
+    {
         let o = work.path().join(format!("ours{i}"));
         let mut opts = ExtractOptions::new(&o);
         opts.read_options.backend = kind;
@@ -270,11 +273,75 @@ fn both_engine_backends() {
         };
         if kind == cacheless::BackendKind::Uring && !r.is_ok() && r.failures.iter().any(|f| f.contains("uring")) {
             let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
-            assert!(!required.split(',').any(|f| f == "uring"), "CACHELESS_REQUIRE={required}: {:?}", r.failures);
+            assert!(
+                !required.split(',').any(|f| f == "uring"),
+                "CACHELESS_REQUIRE={required}: {:?}",
+                r.failures
+            );
             println!("skipping io_uring: {:?}", r.failures);
             continue;
         }
         assert!(r.is_ok(), "{kind:?}: {:?} {:?}", r.fatal, r.failures);
         assert_same_tree(&o, &gnu, &format!("backend {kind:?}"));
     }
+}
+
+#[test]
+fn tiny_memory_budget_completes() {
+    // 1 MiB budget, smaller than one 4 MiB chunk and the engine's default read-ahead: slower,
+    // never stuck.
+    let (_d, a) = archive(&trees().basic, "tiny.tar.zst", "gnu", Some("zstd"), &[]);
+    let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
+    let gnu = work.path().join("gnu");
+    gnu_tar_extract(&a, &gnu);
+    let o = work.path().join("ours");
+    let mut opts = ExtractOptions::new(&o);
+    opts.budget = cacheless::Budget::new(1 << 20);
+    opts.read_options = cacheless::ReadOptions::new(opts.budget.clone());
+    opts.sync = false;
+    let r = extract(Input::Path(a), &opts).unwrap();
+    assert!(r.is_ok(), "{:?} {:?}", r.fatal, r.failures);
+    assert_same_tree(&o, &gnu, "tiny budget");
+}
+
+#[test]
+fn negative_and_fractional_mtimes_like_gnu() {
+    // pax mtime with a fraction before 1970, and GNU base-256 negative mtime.
+    let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
+    for (fmt, mt) in [
+        ("PAX_FORMAT", "-86400.25"),
+        ("GNU_FORMAT", "-86400"),
+        ("PAX_FORMAT", "1700000000.123456789"),
+    ] {
+        let a = d.path().join("neg.tar");
+        let script = format!(
+            "import tarfile,io,sys\nwith tarfile.open(sys.argv[1], 'w', format=tarfile.{fmt}) as t:\n    i=tarfile.TarInfo('old'); i.size=3; i.mtime={mt}; t.addfile(i, io.BytesIO(b'old'))\n    i=tarfile.TarInfo('olddir'); i.type=tarfile.DIRTYPE; i.mtime={mt}; t.addfile(i)\n"
+        );
+        run(Command::new("python3").arg("-c").arg(script).arg(&a));
+        check(&a, &[IoMode::Auto], false, &format!("{fmt} mtime {mt}"));
+    }
+}
+
+#[test]
+fn same_owner_and_fifos_as_root() {
+    if !rustix::process::geteuid().is_root() {
+        println!("skipping: needs root");
+        return;
+    }
+    let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
+    let a = d.path().join("own.tar");
+    let script = "import tarfile,io,sys\nwith tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as t:\n    i=tarfile.TarInfo('f'); i.size=1; i.uid=1234; i.gid=4321; i.mode=0o4755; t.addfile(i, io.BytesIO(b'x'))\n    i=tarfile.TarInfo('big'); i.size=3<<20; i.uid=1234; i.gid=4321; i.mode=0o2755; t.addfile(i, io.BytesIO(bytes(3<<20)))\n    i=tarfile.TarInfo('p'); i.type=tarfile.FIFOTYPE; i.mode=0o640; t.addfile(i)\n";
+    run(Command::new("python3").arg("-c").arg(script).arg(&a));
+    let o = d.path().join("o");
+    let mut opts = ExtractOptions::new(&o);
+    opts.same_owner = true;
+    opts.special_files = true;
+    let r = extract(Input::Path(a), &opts).unwrap();
+    assert!(r.is_ok(), "{:?}", r.failures);
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    for (n, mode) in [("f", 0o4755), ("big", 0o2755)] {
+        let m = std::fs::metadata(o.join(n)).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (1234, 4321, mode), "{n}");
+    }
+    assert!(std::fs::symlink_metadata(o.join("p")).unwrap().file_type().is_fifo());
 }

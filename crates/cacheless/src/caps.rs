@@ -148,10 +148,12 @@ fn probe_cachestat() -> Support {
     if disabled("cachestat") {
         return Err(Unavailable::disabled("cachestat"));
     }
-    let f = File::open("/proc/self/exe").or_else(|_| File::open("/"));
-    match f {
-        Ok(f) => crate::residency::cachestat(f.as_fd(), 0, 0).map(|_| ()).map_err(|e| Unavailable::errno("cachestat", &e)),
-        Err(e) => Err(Unavailable::errno("open for cachestat probe", &e)),
+    // An invalid descriptor tells the two cases apart without touching a file: EBADF means the
+    // call exists, ENOSYS that the kernel predates it (6.5). Per-file refusals (EPERM on files
+    // the caller may not write) are handled where residency is asked for.
+    match crate::residency::cachestat_raw(-1) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Err(Unavailable::errno("cachestat", &e)),
+        _ => Ok(()),
     }
 }
 

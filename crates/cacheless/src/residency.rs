@@ -52,6 +52,19 @@ pub fn cachestat(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<Cachestat
     }
 }
 
+/// cachestat(2) on a raw descriptor over the whole file, for probing whether the call exists.
+pub(crate) fn cachestat_raw(fd: i32) -> io::Result<Cachestat> {
+    let range = CachestatRange { off: 0, len: 0 };
+    let mut cs = Cachestat::default();
+    // SAFETY: both pointers are to live repr(C) structs; a bad fd fails with EBADF.
+    let r = unsafe { libc::syscall(SYS_CACHESTAT, fd, &range as *const CachestatRange, &mut cs as *mut Cachestat, 0u32) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(cs)
+    }
+}
+
 /// Where a residency figure came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -106,19 +119,33 @@ fn page_size() -> u64 {
 pub fn residency(file: &File, off: u64, len: u64) -> io::Result<Residency> {
     let ps = page_size();
     let total = ((off + len).div_ceil(ps)).saturating_sub(off / ps);
+    if len == 0 {
+        return Ok(Residency { cached_pages: 0, total_pages: 0, dirty_pages: 0, writeback_pages: 0, page_size: ps, source: Source::Cachestat });
+    }
     if crate::caps::system().cachestat.is_ok() {
-        if len == 0 {
-            return Ok(Residency { cached_pages: 0, total_pages: 0, dirty_pages: 0, writeback_pages: 0, page_size: ps, source: Source::Cachestat });
+        match cachestat(file.as_fd(), off, len) {
+            Ok(cs) => {
+                return Ok(Residency {
+                    cached_pages: cs.nr_cache,
+                    total_pages: total,
+                    dirty_pages: cs.nr_dirty,
+                    writeback_pages: cs.nr_writeback,
+                    page_size: ps,
+                    source: Source::Cachestat,
+                })
+            }
+            // The kernel refuses cachestat on files the caller may not write; mincore may
+            // still answer below.
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+            Err(e) => return Err(e),
         }
-        let cs = cachestat(file.as_fd(), off, len)?;
-        return Ok(Residency {
-            cached_pages: cs.nr_cache,
-            total_pages: total,
-            dirty_pages: cs.nr_dirty,
-            writeback_pages: cs.nr_writeback,
-            page_size: ps,
-            source: Source::Cachestat,
-        });
+    }
+    // mincore reports every page of a file the caller may not write as resident (so as not to
+    // leak what others read): such an answer would be a lie, so say "unknown" instead.
+    if rustix::fs::access(format!("/proc/self/fd/{}", file.as_raw_fd()).as_str(), rustix::fs::Access::WRITE_OK).is_err()
+        && !rustix::process::geteuid().is_root()
+    {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "residency unknown: cachestat and mincore need write permission on the file"));
     }
     let map = resident_pages(file, off, len)?;
     Ok(Residency {

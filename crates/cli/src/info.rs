@@ -29,6 +29,8 @@ struct PathInfo {
     size: Option<u64>,
     fs: FsCaps,
     residency: Option<Residency>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    residency_unknown: Option<String>,
     read: Option<Decision>,
     write: Decision,
 }
@@ -51,16 +53,20 @@ fn describe(path: &Path, mode: Mode) -> Result<PathInfo, cacheless::Error> {
     if meta.is_dir() {
         let fs = caps::for_dir(path).map_err(|e| cacheless::Error::io("probe", path, e))?;
         let write = policy::decide_write(mode, &fs, None).unwrap_or_else(|r| Decision { mode: r.mode, reason: format!("refused: {}", r.reason) });
-        return Ok(PathInfo { path: path.into(), kind: "directory", size: None, fs: (*fs).clone(), residency: None, read: None, write });
+        return Ok(PathInfo { path: path.into(), kind: "directory", size: None, fs: (*fs).clone(), residency: None, residency_unknown: None, read: None, write });
     }
     let f = std::fs::File::open(path).map_err(|e| cacheless::Error::io("open", path, e))?;
     let fs = caps::for_file(&f).map_err(|e| cacheless::Error::io("probe", path, e))?;
     let len = meta.len();
-    let res = residency::residency(&f, 0, len).map_err(|e| cacheless::Error::io("residency", path, e))?;
+    // Unknown residency (no permission to ask) is reported, and auto decides without it.
+    let (res, residency_unknown) = match residency::residency(&f, 0, len) {
+        Ok(r) => (Some(r), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
     let refused = |r: policy::Refusal| Decision { mode: r.mode, reason: format!("refused: {}; {}", r.reason, r.hint()) };
-    let read = policy::decide_read(mode, &fs, len, Some(res.cached_bytes().min(len))).unwrap_or_else(refused);
+    let read = policy::decide_read(mode, &fs, len, res.map(|r| r.cached_bytes().min(len))).unwrap_or_else(refused);
     let write = policy::decide_write(mode, &fs, Some(len)).unwrap_or_else(refused);
-    Ok(PathInfo { path: path.into(), kind: "file", size: Some(len), fs: (*fs).clone(), residency: Some(res), read: Some(read), write })
+    Ok(PathInfo { path: path.into(), kind: "file", size: Some(len), fs: (*fs).clone(), residency: res, residency_unknown, read: Some(read), write })
 }
 
 pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
@@ -103,6 +109,9 @@ pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
                     r.dirty_pages,
                     r.source
                 );
+            }
+            if let Some(why) = &i.residency_unknown {
+                println!("  resident       unknown ({why})");
             }
             if let Some(d) = &i.read {
                 println!("  read with      {}: {}", d.mode, d.reason);
