@@ -15,6 +15,24 @@ fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("run cacheless")
 }
 
+/// Runs the binary as the unprivileged user nobody (for checks that root would bypass).
+fn run_as_nobody(args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_cacheless")])
+        .args(args)
+        .output()
+        .expect("run cacheless as nobody")
+}
+
+/// A source of `len` random bytes and a destination holding `old`, in `dir`.
+fn src_and_old_dst(dir: &Path, len: usize, seed: u64, old: &[u8]) -> (std::path::PathBuf, std::path::PathBuf) {
+    let src = dir.join("src");
+    std::fs::write(&src, random_bytes(len, seed)).unwrap();
+    let dst = dir.join("dst");
+    std::fs::write(&dst, old).unwrap();
+    (src, dst)
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -231,10 +249,7 @@ fn read_only_destination_gives_eacces_with_the_path() {
     let dst = ro.join("dst");
     // Root ignores directory permissions: run the copy as nobody.
     let out = if rustix::process::geteuid().is_root() {
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_cacheless"), "cp", s(&src), s(&dst)])
-            .output()
-            .unwrap()
+        run_as_nobody(&["cp", s(&src), s(&dst)])
     } else {
         run(&["cp", s(&src), s(&dst)])
     };
@@ -257,10 +272,7 @@ fn bad_flags_exit_2_with_usage() {
 #[test]
 fn interrupted_copy_leaves_destination_unchanged() {
     let d = scratch();
-    let src = d.path().join("src");
-    std::fs::write(&src, random_bytes(512 << 20, 8)).unwrap();
-    let dst = d.path().join("dst");
-    std::fs::write(&dst, b"the old destination").unwrap();
+    let (src, dst) = src_and_old_dst(d.path(), 512 << 20, 8, b"the old destination");
     // Throttle with a tiny request size so the copy is still running when the signal lands.
     let mut child = bin().args(["--block-size", "4k", "--queue-depth", "1", "--mode", "direct", "cp", s(&src), s(&dst)]).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -274,10 +286,7 @@ fn interrupted_copy_leaves_destination_unchanged() {
 #[test]
 fn forced_mode_the_filesystem_cannot_honour_is_a_clear_error() {
     let d = scratch();
-    let src = d.path().join("src");
-    std::fs::write(&src, random_bytes(2 << 20, 9)).unwrap();
-    let dst = d.path().join("dst");
-    std::fs::write(&dst, b"keep me").unwrap();
+    let (src, dst) = src_and_old_dst(d.path(), 2 << 20, 9, b"keep me");
     let out = bin().env("CACHELESS_DISABLE", "direct").args(["--mode", "direct", "cp", s(&src), s(&dst)]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -425,10 +434,7 @@ fn residency_of_a_file_we_may_not_write_is_unknown_not_warm() {
     std::fs::write(&f, random_bytes(8 << 20, 15)).unwrap();
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
     cacheless::residency::evict_path(&f).unwrap();
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_cacheless"), "--json", "info", s(&f)])
-        .output()
-        .unwrap();
+    let out = run_as_nobody(&["--json", "info", s(&f)]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let p = &v["paths"][0];

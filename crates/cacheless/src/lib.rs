@@ -31,6 +31,7 @@ pub mod policy;
 mod progress;
 pub mod read;
 pub mod residency;
+mod setup;
 pub mod write;
 
 pub use backend::{BackendChoice, BackendKind};

@@ -1,6 +1,7 @@
 //! Progress counters that a job updates and a front end (the CLI's bar, Python) polls.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Counters shared between a running job and whoever reports on it, plus a cancel flag the
 /// job checks between requests. The library never prints: front ends read these.
@@ -11,7 +12,7 @@ pub struct Progress {
     files: AtomicU64,
     total_files: AtomicU64,
     errors: AtomicU64,
-    cancel: AtomicBool,
+    cancel: Arc<AtomicBool>,
 }
 
 impl Progress {
@@ -62,6 +63,10 @@ impl Progress {
     /// Asks the job to stop at its next check.
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::Relaxed);
+    }
+    /// The cancel flag itself, for a signal handler to set (signal-hook's `flag::register`).
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
     }
     /// Whether cancel was asked for.
     pub fn is_cancelled(&self) -> bool {

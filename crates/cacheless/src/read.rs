@@ -7,12 +7,13 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::backend::{open_queue, run_sync, BackendChoice, BackendKind, Completion, Op, OpKind, Queue};
+use crate::backend::{run_sync, BackendChoice, BackendKind, Completion, Op, OpKind, Queue};
 use crate::buf::{round_up, AlignedBuf, Budget, Lease};
-use crate::caps::{self, FsCaps, RWF_DONTCACHE};
+use crate::caps::FsCaps;
 use crate::error::{Error, ErrorKind, Result};
 use crate::policy::{self, Decision, Mode};
 use crate::residency;
+use crate::setup::{self, Chosen};
 
 /// Default size of one I/O request. Chosen by measurement on the development machine: see
 /// docs/BENCHMARKS.md, "request size and queue depth".
@@ -70,11 +71,6 @@ impl Chunk {
     /// Takes the buffer and the valid length out.
     pub fn into_parts(self) -> (AlignedBuf, usize) {
         (self.buf, self.len)
-    }
-    /// A chunk over the first `len` bytes of `buf`.
-    pub fn from_parts(buf: AlignedBuf, offset: u64, len: usize) -> Chunk {
-        assert!(len <= buf.capacity());
-        Chunk { buf, offset, len }
     }
 }
 
@@ -148,25 +144,12 @@ impl Reader {
             return Err(Error::new(ErrorKind::InvalidInput, "open", path, "not a regular file"));
         }
         let len = meta.len();
-        let caps = caps::for_file(&file).map_err(|e| Error::io("probe", path, e))?;
         let cached = if opts.mode == Mode::Auto && len > 0 {
             residency::residency(&file, 0, len).ok().map(|r| r.cached_bytes().min(len))
         } else {
             None
         };
-        let decision = policy::decide_read(opts.mode, &caps, len, cached).map_err(|r| {
-            Error::new(ErrorKind::Unsupported, "open", path, format!("{} unavailable: {}", r.mode, r.reason)).with_hint(r.hint())
-        })?;
-        let (align, mem_align) = match (decision.mode, &caps.direct) {
-            (Mode::Direct, Ok(a)) => {
-                set_direct(&file, true).map_err(|e| {
-                    Error::io("fcntl(O_DIRECT)", path, e).with_kind(ErrorKind::Unsupported).with_hint("use --mode auto or dontcache")
-                })?;
-                (a.offset.max(1) as usize, a.mem.max(1) as usize)
-            }
-            _ => (1, 1),
-        };
-        let flags = if decision.mode == Mode::DontCache { RWF_DONTCACHE } else { 0 };
+        let Chosen { caps, decision, align, mem_align, flags } = setup::choose(&file, path, "open", |caps| policy::decide_read(opts.mode, caps, len, cached))?;
         if decision.mode == Mode::WriteBehind {
             // Drop-behind keeps only pages that were cached before each request. Kernel
             // read-ahead would cache pages ahead of the request before we look at them, so it is
@@ -253,16 +236,7 @@ impl Reader {
     }
 
     fn err(&self, op: &'static str, e: io::Error) -> Error {
-        let hint = match e.raw_os_error() {
-            Some(libc::EINVAL) if self.decision.mode == Mode::Direct => Some("O_DIRECT refused a request: use --mode auto or dontcache"),
-            Some(libc::EOPNOTSUPP) if self.flags != 0 => Some("RWF_DONTCACHE unsupported: use --mode auto or writebehind"),
-            _ => None,
-        };
-        let e = Error::io(op, &self.path, e);
-        match hint {
-            Some(h) => e.with_hint(h),
-            None => e,
-        }
+        setup::io_error(op, &self.path, e, self.decision.mode, self.flags)
     }
 
     /// Starts `op`: through the queue, or synchronously when the whole file is one request.
@@ -272,10 +246,7 @@ impl Reader {
             return Ok(());
         }
         if self.queue.is_none() {
-            let (mut q, mut choice) = open_queue(self.backend, self.depth + 1).map_err(|e| {
-                Error::io("io_uring setup", &self.path, e).with_kind(ErrorKind::Unsupported).with_hint("use --backend auto or threads")
-            })?;
-            choice.reason += &crate::backend::try_register(q.as_mut(), &self.lease);
+            let (q, choice) = setup::open_queue(self.backend, self.depth + 1, Some(&self.lease), &self.path)?;
             self.queue = Some(q);
             self.choice = Some(choice);
         }
@@ -358,14 +329,6 @@ impl Reader {
         Ok(())
     }
 
-    fn dispatch(&mut self, c: Completion) -> Result<Option<Completion>> {
-        if c.op.tag & RANDOM != 0 {
-            return Ok(Some(c));
-        }
-        self.complete_stream(c)?;
-        Ok(None)
-    }
-
     /// The next chunk of the file in order, or `None` at the end. Keeps up to the queue depth
     /// of requests in flight ahead of the caller.
     pub fn next_chunk(&mut self) -> Result<Option<Chunk>> {
@@ -386,31 +349,10 @@ impl Reader {
             if self.stream_held == 0 {
                 return Err(Error::new(ErrorKind::Io, "read", &self.path, "no buffer available for read-ahead"));
             }
+            // Only stream reads are in flight here: read_at drains its own before returning.
             let c = self.wait().map_err(|e| self.err("read", e))?;
-            if let Some(other) = self.dispatch(c)? {
-                // A random-access op can only be in flight inside read_at, which drains its own.
-                drop(other);
-            }
+            self.complete_stream(c)?;
         }
-    }
-
-    /// Moves the streaming position to `offset` (dropping read-ahead already done).
-    pub fn seek_stream(&mut self, offset: u64) -> Result<()> {
-        self.cur = None;
-        self.ready.clear();
-        while self.stream_held > 0 && self.next_submit > self.stream_pos {
-            if self.ready.len() >= self.stream_held {
-                break;
-            }
-            let c = self.wait().map_err(|e| self.err("read", e))?;
-            self.dispatch(c)?;
-        }
-        self.ready.clear();
-        self.stream_held = 0;
-        let off = offset.min(self.len);
-        self.stream_pos = off;
-        self.next_submit = off;
-        Ok(())
     }
 
     // ---- random access ----
@@ -552,25 +494,10 @@ impl Drop for Reader {
         // would wait for it anyway.
         while self.queue.as_ref().map(|q| q.in_flight() > 0).unwrap_or(false) || !self.sync_done.is_empty() {
             match self.wait() {
-                Ok(c) => {
-                    let off = c.op.tag & !RANDOM;
-                    if let Ok(n) = c.result {
-                        if c.op.tag & RANDOM == 0 {
-                            self.apply_before(off, n);
-                        }
-                    }
-                }
+                Ok(Completion { op, result: Ok(n) }) if op.tag & RANDOM == 0 => self.apply_before(op.tag, n),
+                Ok(_) => {}
                 Err(_) => break,
             }
         }
     }
-}
-
-/// Turns O_DIRECT on or off for an open file (fcntl F_SETFL).
-pub(crate) fn set_direct(file: &File, on: bool) -> io::Result<()> {
-    use rustix::fs::OFlags;
-    let fl = rustix::fs::fcntl_getfl(file)?;
-    let fl = if on { fl | OFlags::DIRECT } else { fl - OFlags::DIRECT };
-    rustix::fs::fcntl_setfl(file, fl)?;
-    Ok(())
 }

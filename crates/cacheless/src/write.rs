@@ -1,7 +1,7 @@
 //! Writing: streaming `Write` or zero-copy chunks, in the mode chosen per file, made durable
 //! and renamed into place only when complete.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
@@ -14,12 +14,13 @@ use std::time::SystemTime;
 use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use serde::Serialize;
 
-use crate::backend::{open_queue, run_sync, BackendChoice, BackendKind, Completion, Op, OpKind, Queue};
+use crate::backend::{run_sync, BackendChoice, BackendKind, Completion, Op, OpKind, Queue};
 use crate::buf::{round_up, AlignedBuf, Budget, Lease};
-use crate::caps::{self, FsCaps, RWF_DONTCACHE};
+use crate::caps::{FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
 use crate::policy::{self, Decision, Mode};
-use crate::read::{set_direct, Chunk, DEFAULT_BLOCK_SIZE, DEFAULT_QUEUE_DEPTH};
+use crate::read::{Chunk, DEFAULT_BLOCK_SIZE, DEFAULT_QUEUE_DEPTH};
+use crate::setup::{self, set_direct, Chosen};
 use crate::residency;
 
 /// Write-behind window: after each window is written, its writeback is started, and the
@@ -116,7 +117,6 @@ pub struct Writer {
     lease_count: usize,
     queue: Option<Box<dyn Queue>>,
     choice: Option<BackendChoice>,
-    sync_done: VecDeque<Completion>,
     flags: i32,
     cur: Option<AlignedBuf>,
     cur_len: usize,
@@ -130,7 +130,6 @@ pub struct Writer {
     wb_started: u64,
     preallocated: Option<u64>,
     direct_bytes: u64,
-    failed: bool,
     finished: bool,
 }
 
@@ -177,41 +176,20 @@ impl Writer {
             (fd, None)
         };
         let file = File::from(fd);
-        let mut w = Writer::setup(file, dir, name.to_os_string(), tmp, path, opts);
-        match &mut w {
-            Ok(_) => {}
-            Err((_, dir, tmp)) => {
+        let chosen = match setup::choose(&file, path, "create", |caps| policy::decide_write(opts.mode, caps, opts.size_hint)) {
+            Ok(c) => c,
+            Err(e) => {
                 // Undo the creation before reporting why we cannot write.
-                let victim = tmp.clone().unwrap_or_else(|| name.to_os_string());
-                let _ = rustix::fs::unlinkat(&*dir, victim.as_os_str(), AtFlags::empty());
+                let victim = tmp.unwrap_or_else(|| name.to_os_string());
+                let _ = rustix::fs::unlinkat(&dir, victim.as_os_str(), AtFlags::empty());
+                return Err(e);
             }
-        }
-        w.map_err(|(e, _, _)| e)
+        };
+        Ok(Writer::new(file, dir, name.to_os_string(), tmp, path, opts, chosen))
     }
 
-    #[allow(clippy::type_complexity)]
-    fn setup(file: File, dir: OwnedFd, name: OsString, tmp: Option<OsString>, path: &Path, opts: &WriteOptions) -> std::result::Result<Writer, (Error, OwnedFd, Option<OsString>)> {
-        let caps = match caps::for_file(&file) {
-            Ok(c) => c,
-            Err(e) => return Err((Error::io("probe", path, e), dir, tmp)),
-        };
-        let decision = match policy::decide_write(opts.mode, &caps, opts.size_hint) {
-            Ok(d) => d,
-            Err(r) => {
-                let e = Error::new(ErrorKind::Unsupported, "create", path, format!("{} unavailable: {}", r.mode, r.reason)).with_hint(r.hint());
-                return Err((e, dir, tmp));
-            }
-        };
-        let (align, mem_align) = match (decision.mode, &caps.direct) {
-            (Mode::Direct, Ok(a)) => {
-                if let Err(e) = set_direct(&file, true) {
-                    let e = Error::io("fcntl(O_DIRECT)", path, e).with_kind(ErrorKind::Unsupported).with_hint("use --mode auto or dontcache");
-                    return Err((e, dir, tmp));
-                }
-                (a.offset.max(1) as usize, a.mem.max(1) as usize)
-            }
-            _ => (1, 1),
-        };
+    fn new(file: File, dir: OwnedFd, name: OsString, tmp: Option<OsString>, path: &Path, opts: &WriteOptions, chosen: Chosen) -> Writer {
+        let Chosen { caps, decision, align, mem_align, flags } = chosen;
         let page = rustix::param::page_size();
         let mut block = round_up(opts.block_size.max(align), align.max(page));
         let mut lease_count = opts.queue_depth.max(1) + 1;
@@ -231,8 +209,7 @@ impl Writer {
                 }
             }
         }
-        let flags = if decision.mode == Mode::DontCache { RWF_DONTCACHE } else { 0 };
-        Ok(Writer {
+        Writer {
             file: Arc::new(file),
             path: path.to_path_buf(),
             dir,
@@ -249,7 +226,6 @@ impl Writer {
             lease_count,
             queue: None,
             choice: None,
-            sync_done: VecDeque::new(),
             flags,
             cur: None,
             cur_len: 0,
@@ -259,9 +235,8 @@ impl Writer {
             wb_started: 0,
             preallocated,
             direct_bytes: 0,
-            failed: false,
             finished: false,
-        })
+        }
     }
 
     /// The mode in effect and why.
@@ -286,12 +261,7 @@ impl Writer {
     }
 
     fn err(&self, op: &'static str, e: io::Error) -> Error {
-        let e2 = Error::io(op, &self.path, e);
-        match e2.errno() {
-            Some(libc::EINVAL) if self.decision.mode == Mode::Direct => e2.with_hint("O_DIRECT refused a request: use --mode auto or dontcache"),
-            Some(libc::EOPNOTSUPP) if self.flags != 0 => e2.with_hint("RWF_DONTCACHE unsupported: use --mode auto or writebehind"),
-            _ => e2,
-        }
+        setup::io_error(op, &self.path, e, self.decision.mode, self.flags)
     }
 
     fn get_buf(&mut self) -> Result<AlignedBuf> {
@@ -320,7 +290,7 @@ impl Writer {
         }
         let op = Op::owned(OpKind::Write, self.file.clone(), off, buf, 0, len, self.flags, off);
         self.outstanding.insert(off);
-        if self.queue.is_none() && self.sync_done.is_empty() && self.opts.size_hint.map(|h| h <= self.block as u64).unwrap_or(false) {
+        if self.queue.is_none() && self.opts.size_hint.map(|h| h <= self.block as u64).unwrap_or(false) {
             // A one-request file: no queue to set up.
             let c = run_sync(op);
             return self.complete(c);
@@ -329,12 +299,7 @@ impl Writer {
             self.reap_one()?;
         }
         if self.queue.is_none() {
-            let (mut q, mut choice) = open_queue(self.opts.backend, self.depth).map_err(|e| {
-                Error::io("io_uring setup", &self.path, e).with_kind(ErrorKind::Unsupported).with_hint("use --backend auto or threads")
-            })?;
-            if let Some(l) = &self.lease {
-                choice.reason += &crate::backend::try_register(q.as_mut(), l);
-            }
+            let (q, choice) = setup::open_queue(self.opts.backend, self.depth, self.lease.as_ref(), &self.path)?;
             self.queue = Some(q);
             self.choice = Some(choice);
         }
@@ -347,12 +312,9 @@ impl Writer {
     }
 
     fn reap_one(&mut self) -> Result<()> {
-        let c = match self.sync_done.pop_front() {
-            Some(c) => c,
-            None => match self.queue.as_mut() {
-                Some(q) if q.in_flight() > 0 => q.wait().map_err(|e| Error::io("write", &self.path, e))?,
-                _ => return Err(Error::new(ErrorKind::Io, "write", &self.path, "no write in flight to wait for")),
-            },
+        let c = match self.queue.as_mut() {
+            Some(q) if q.in_flight() > 0 => q.wait().map_err(|e| Error::io("write", &self.path, e))?,
+            _ => return Err(Error::new(ErrorKind::Io, "write", &self.path, "no write in flight to wait for")),
         };
         self.complete(c)
     }
@@ -368,7 +330,6 @@ impl Writer {
         let off = c.op.tag;
         self.outstanding.remove(&off);
         if let Err(e) = c.result {
-            self.failed = true;
             return Err(self.err("write", e));
         }
         if self.decision.mode == Mode::WriteBehind {
@@ -451,7 +412,7 @@ impl Writer {
 
     fn drain(&mut self) -> Result<()> {
         let mut first = None;
-        while !self.sync_done.is_empty() || self.queue.as_ref().map(|q| q.in_flight() > 0).unwrap_or(false) {
+        while self.queue.as_ref().map(|q| q.in_flight() > 0).unwrap_or(false) {
             if let Err(e) = self.reap_one() {
                 first.get_or_insert(e);
             }

@@ -1,6 +1,6 @@
 //! `cacheless cat`: stream files to standard output with read-ahead, leaving no cache behind.
 
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,24 +46,10 @@ pub fn run(args: &CatArgs, common: &CommonOpts) -> Result<ExitCode> {
     let progress = Arc::new(Progress::new());
     for f in &args.files {
         if f.as_os_str() == "-" {
-            let mut buf = vec![0u8; 1 << 20];
-            let mut stdin = io::stdin().lock();
-            loop {
-                let n = match stdin.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        ui::item_error(&progress, &format!("read '-': {e}"));
-                        break;
-                    }
-                };
-                if let Err(e) = write_stdout(&buf[..n]) {
-                    if is_epipe(&e) {
-                        return Ok(ExitCode::SUCCESS);
-                    }
-                    return Err(e.into());
-                }
+            match ui::each_stdin_chunk(write_stdout) {
+                Ok(()) => {}
+                Err(e) if is_epipe(&e) => return Ok(ExitCode::SUCCESS),
+                Err(e) => ui::item_error(&progress, &format!("'-': {e}")),
             }
             continue;
         }

@@ -30,6 +30,7 @@ pub struct CpArgs {
 
 struct Job<'a> {
     common: &'a CommonOpts,
+    recursive: bool,
     budget: Budget,
     no_sync: bool,
     progress: Arc<Progress>,
@@ -99,34 +100,37 @@ impl Job<'_> {
         if self.progress.is_cancelled() {
             return;
         }
-        let meta = match std::fs::symlink_metadata(src) {
+        // Symlinks are copied as links with -r; otherwise the file they name is copied.
+        let lmeta = match std::fs::symlink_metadata(src) {
             Ok(m) => m,
             Err(e) => return ui::item_error(&self.progress, &Error::io("stat", src, e)),
         };
-        let ft = meta.file_type();
-        let r = if ft.is_symlink() && self.recursive_ctx() {
-            self.symlink(src, dst)
-        } else if ft.is_dir() || (ft.is_symlink() && std::fs::metadata(src).map(|m| m.is_dir()).unwrap_or(false)) {
-            if !self.recursive_ctx() {
-                Err(Error::new(ErrorKind::InvalidInput, "copy", src, "is a directory (use -r to copy it)"))
-            } else {
-                self.dir(src, dst, &meta);
-                Ok(())
+        let meta = if lmeta.file_type().is_symlink() && !self.recursive {
+            match std::fs::metadata(src) {
+                Ok(m) => m,
+                Err(e) => return ui::item_error(&self.progress, &Error::io("stat", src, e)),
             }
         } else {
-            match std::fs::metadata(src) {
-                Ok(m) if m.is_file() => self.file(src, dst, &m),
-                Ok(_) => Err(Error::new(ErrorKind::InvalidInput, "copy", src, "not a regular file, directory or symlink; skipped")),
-                Err(e) => Err(Error::io("stat", src, e)),
+            lmeta
+        };
+        let ft = meta.file_type();
+        let r = if ft.is_symlink() {
+            self.symlink(src, dst)
+        } else if ft.is_dir() {
+            if self.recursive {
+                self.dir(src, dst, &meta);
+                Ok(())
+            } else {
+                Err(Error::new(ErrorKind::InvalidInput, "copy", src, "is a directory (use -r to copy it)"))
             }
+        } else if ft.is_file() {
+            self.file(src, dst, &meta)
+        } else {
+            Err(Error::new(ErrorKind::InvalidInput, "copy", src, "not a regular file, directory or symlink; skipped"))
         };
         if let Err(e) = r {
             ui::item_error(&self.progress, &e);
         }
-    }
-
-    fn recursive_ctx(&self) -> bool {
-        RECURSIVE.with(|r| r.get())
     }
 
     fn dir(&mut self, src: &Path, dst: &Path, meta: &std::fs::Metadata) {
@@ -162,10 +166,6 @@ impl Job<'_> {
     }
 }
 
-thread_local! {
-    static RECURSIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 fn total_bytes(p: &Path, recursive: bool) -> (u64, u64) {
     match std::fs::symlink_metadata(p) {
         Ok(m) if m.is_file() => (m.len(), 1),
@@ -178,7 +178,6 @@ fn total_bytes(p: &Path, recursive: bool) -> (u64, u64) {
 }
 
 pub fn run(args: &CpArgs, common: &CommonOpts) -> Result<ExitCode> {
-    RECURSIVE.with(|r| r.set(args.recursive));
     let (srcs, dst) = args.paths.split_at(args.paths.len() - 1);
     let dst = &dst[0];
     let dst_is_dir = dst.is_dir();
@@ -188,12 +187,15 @@ pub fn run(args: &CpArgs, common: &CommonOpts) -> Result<ExitCode> {
     }
     let progress = Arc::new(Progress::new());
     ui::cancel_on_signals(&progress);
-    for s in srcs {
-        let (b, n) = total_bytes(s, args.recursive);
-        progress.add_total_bytes(b);
-        progress.add_total_files(n);
+    if ui::Bar::wanted(common.json) {
+        // Totals only feed the bar's ETA: no tree walk when nothing is drawn.
+        for s in srcs {
+            let (b, n) = total_bytes(s, args.recursive);
+            progress.add_total_bytes(b);
+            progress.add_total_files(n);
+        }
     }
-    let mut job = Job { common, budget: common.budget(), no_sync: args.no_sync, progress: progress.clone(), reports: Vec::new() };
+    let mut job = Job { common, recursive: args.recursive, budget: common.budget(), no_sync: args.no_sync, progress: progress.clone(), reports: Vec::new() };
     {
         let _bar = ui::Bar::start(&progress, common.json);
         for s in srcs {

@@ -1,7 +1,7 @@
 //! `cacheless hash`: checksums printed exactly like sha256sum (`HASH  PATH`), so `sha256sum -c`
 //! accepts the sha256 output.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -96,16 +96,11 @@ struct Row {
 fn hash_file(f: &Path, algo: Algo, common: &CommonOpts, budget: &cacheless::Budget) -> Result<(String, Option<cacheless::Mode>), cacheless::Error> {
     let mut h = Hasher::new(algo);
     if f.as_os_str() == "-" {
-        let mut buf = vec![0u8; 1 << 20];
-        let mut stdin = io::stdin().lock();
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => h.update(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(cacheless::Error::io("read", f, e)),
-            }
-        }
+        ui::each_stdin_chunk(|d| {
+            h.update(d);
+            Ok(())
+        })
+        .map_err(|e| cacheless::Error::io("read", f, e))?;
         return Ok((h.hex(), None));
     }
     let mut r = Reader::open(f, &common.read_options(budget))?;

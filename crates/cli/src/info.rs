@@ -48,11 +48,16 @@ fn support<T>(s: &Support<T>, yes: impl Fn(&T) -> String) -> String {
     }
 }
 
+/// A decision that was refused, shown as such with the advice.
+fn refused(r: policy::Refusal) -> Decision {
+    Decision { mode: r.mode, reason: format!("refused: {}; {}", r.reason, r.hint()) }
+}
+
 fn describe(path: &Path, mode: Mode) -> Result<PathInfo, cacheless::Error> {
     let meta = std::fs::metadata(path).map_err(|e| cacheless::Error::io("stat", path, e))?;
     if meta.is_dir() {
         let fs = caps::for_dir(path).map_err(|e| cacheless::Error::io("probe", path, e))?;
-        let write = policy::decide_write(mode, &fs, None).unwrap_or_else(|r| Decision { mode: r.mode, reason: format!("refused: {}", r.reason) });
+        let write = policy::decide_write(mode, &fs, None).unwrap_or_else(refused);
         return Ok(PathInfo { path: path.into(), kind: "directory", size: None, fs: (*fs).clone(), residency: None, residency_unknown: None, read: None, write });
     }
     let f = std::fs::File::open(path).map_err(|e| cacheless::Error::io("open", path, e))?;
@@ -63,7 +68,6 @@ fn describe(path: &Path, mode: Mode) -> Result<PathInfo, cacheless::Error> {
         Ok(r) => (Some(r), None),
         Err(e) => (None, Some(e.to_string())),
     };
-    let refused = |r: policy::Refusal| Decision { mode: r.mode, reason: format!("refused: {}; {}", r.reason, r.hint()) };
     let read = policy::decide_read(mode, &fs, len, res.map(|r| r.cached_bytes().min(len))).unwrap_or_else(refused);
     let write = policy::decide_write(mode, &fs, Some(len)).unwrap_or_else(refused);
     Ok(PathInfo { path: path.into(), kind: "file", size: Some(len), fs: (*fs).clone(), residency: res, residency_unknown, read: Some(read), write })

@@ -15,6 +15,21 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
         || e.chain().any(|c| c.downcast_ref::<cacheless::Error>().map(|ce| ce.errno() == Some(libc::EPIPE)).unwrap_or(false))
 }
 
+/// Feeds standard input to `f` in 1 MiB pieces until end of input or the first error.
+pub fn each_stdin_chunk(mut f: impl FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+    use std::io::Read;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => f(&buf[..n])?,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Prints a per-item error the way every command does, and counts it.
 pub fn item_error(progress: &Progress, e: &dyn std::fmt::Display) {
     progress.error();
@@ -39,19 +54,10 @@ pub fn size(n: u64) -> String {
 
 /// Ctrl-C and SIGTERM set the progress's cancel flag, so jobs stop between requests and remove
 /// their temporary files.
-pub fn cancel_on_signals(progress: &Arc<Progress>) {
-    let flag = Arc::new(AtomicBool::new(false));
+pub fn cancel_on_signals(progress: &Progress) {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, flag.clone());
+        let _ = signal_hook::flag::register(sig, progress.cancel_flag());
     }
-    let p = progress.clone();
-    std::thread::spawn(move || loop {
-        if flag.load(Ordering::Relaxed) {
-            p.cancel();
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    });
 }
 
 /// A progress bar drawn from the counters, on a terminal only.
@@ -61,10 +67,15 @@ pub struct Bar {
 }
 
 impl Bar {
-    /// Starts drawing when stderr is a terminal and the output is not JSON.
+    /// Whether a bar is drawn: stderr is a terminal and the output is not JSON.
+    pub fn wanted(json: bool) -> bool {
+        !json && std::io::stderr().is_terminal()
+    }
+
+    /// Starts drawing if [`Bar::wanted`].
     pub fn start(progress: &Arc<Progress>, json: bool) -> Bar {
         let stop = Arc::new(AtomicBool::new(false));
-        if json || !std::io::stderr().is_terminal() {
+        if !Bar::wanted(json) {
             return Bar { stop, handle: None };
         }
         let p = progress.clone();
