@@ -10,10 +10,11 @@
 #              read files are kept in one subdirectory per data set and reused by later runs; `all` needs
 #              about 8 GiB + 4/3 of RAM + 4 GiB free
 #   OUT        where results go (default: bench/runs/<date>-<host>); one folder per experiment with
-#              command.txt, table.md, report.json, raw.csv, plot.png (plot.svg without a TrueType font)
+#              command.txt, table.md, report.json, raw.csv, plot.png (no plot without a TrueType font)
 #   RUNS       rounds of interleaved trials (default 3; the fio check always uses 5)
 #   STABILITY_SIZE  size of each of the two files of the stability experiment (default: 2/3 of RAM, so
 #              that the two together are larger than RAM and buffered reads must reclaim)
+#   STABILITY_RUNS  rounds of the stability experiment (default 2)
 #
 # The low-memory scenario creates a memory cgroup: run as root. Run nothing else meanwhile.
 set -euo pipefail
@@ -28,12 +29,18 @@ OUT=${OUT:-bench/runs/$(date -u +%Y-%m-%d)-$(hostname -s)}
 RUNS=${RUNS:-3}
 mkdir -p "$DATA" "$OUT"
 
-# Plots need a TrueType font for their text; fonts-dejavu-core is the usual one.
-PLOT_EXT=png
-if ! ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf >/dev/null 2>&1 && [[ -z ${CACHELESS_FONT:-} ]]; then
-    if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
-        apt-get install -y -q fonts-dejavu-core >/dev/null || true
-    fi
+# Plots need a TrueType font for their text (the same search as `cacheless bench --plot`); fonts-dejavu-core
+# is the usual one. Without any, `--plot` would fail after the run, so it is left out.
+has_font() {
+    [[ -n ${CACHELESS_FONT:-} ]] || [[ -n $(find /usr/share/fonts -maxdepth 3 -iname '*.ttf' -print -quit 2>/dev/null) ]]
+}
+if ! has_font && command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+    apt-get install -y -q fonts-dejavu-core >/dev/null || true
+fi
+PLOT=true
+if ! has_font; then
+    echo "no TrueType font found: the experiments draw no plots" >&2
+    PLOT=false
 fi
 
 machine() {
@@ -54,11 +61,13 @@ bench() {
     shift
     local dir=$OUT/$name
     mkdir -p "$dir"
-    echo "cacheless bench $* --dir $DATA/$DATASET --json-out $dir/report.json --csv $dir/raw.csv --plot $dir/plot.$PLOT_EXT" \
-        >"$dir/command.txt"
+    local args=(bench "$@" --dir "$DATA/$DATASET" --json-out "$dir/report.json" --csv "$dir/raw.csv")
+    if $PLOT; then
+        args+=(--plot "$dir/plot.png")
+    fi
+    echo "cacheless ${args[*]}" >"$dir/command.txt"
     echo "== $name: $(cat "$dir/command.txt")" >&2
-    "$CACHELESS" bench "$@" --dir "$DATA/$DATASET" --json-out "$dir/report.json" --csv "$dir/raw.csv" \
-        --plot "$dir/plot.$PLOT_EXT" >"$dir/table.md" 2> >(tee "$dir/log.txt" >&2)
+    "$CACHELESS" "${args[@]}" >"$dir/table.md" 2> >(tee "$dir/log.txt" >&2)
     {
         echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
         echo "busiest processes at end:"

@@ -32,67 +32,80 @@ def spread(s):
     return f"{s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f})"
 
 
+def lead(m):
+    """The cells every per-mode table starts with: mode, MiB/s (min-max), diff against buffered."""
+    return [m["mode"], spread(m["summary"]["mib_s"]), diff(m)]
+
+
+def cpu(s):
+    return f"{s['cpu_s_per_gib']['median']:.2f}"
+
+
+def growth(s):
+    return size(s["cache_peak_growth_bytes"]["median"])
+
+
+def table(header, rows, left=1):
+    """Prints a Markdown table: the first `left` columns are text, the rest right-aligned figures."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * left + "---:|" * (len(header) - left))
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
 def erofs(normal, lowmem):
     n, l = load(normal), load(lowmem)
-    print("| mode | normal MiB/s (min-max) | diff | CPU s/GiB | cache growth "
-          "| low-memory MiB/s (min-max) | diff | CPU s/GiB | cache growth |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for a, b in zip(n["modes"], l["modes"]):
-        sa, sb = a["summary"], b["summary"]
-        print(f"| {a['mode']} | {spread(sa['mib_s'])} | {diff(a)} | {sa['cpu_s_per_gib']['median']:.2f} "
-              f"| {size(sa['cache_peak_growth_bytes']['median'])} "
-              f"| {spread(sb['mib_s'])} | {diff(b)} | {sb['cpu_s_per_gib']['median']:.2f} "
-              f"| {size(sb['cache_peak_growth_bytes']['median'])} |")
+    table(["mode", "normal MiB/s (min-max)", "diff", "CPU s/GiB", "cache growth",
+           "low-memory MiB/s (min-max)", "diff", "CPU s/GiB", "cache growth"],
+          [lead(a) + [cpu(a["summary"]), growth(a["summary"])]
+           + lead(b)[1:] + [cpu(b["summary"]), growth(b["summary"])]
+           for a, b in zip(n["modes"], l["modes"])])
     print()
-    print("| mode | scenario | pages scanned | files cached at end | cgroup peak |")
-    print("|---|---|---:|---:|---:|")
+    rows = []
     for d, name in [(n, "normal"), (l, "low-memory")]:
         for m in d["modes"]:
             s = m["summary"]
             peaks = [t["cgroup_peak_bytes"] for t in m["runs"] if t["cgroup_peak_bytes"] is not None]
-            print(f"| {m['mode']} | {name} | {s['pgscan_total']['median']:.0f} "
-                  f"| {size(s['files_resident_bytes']['median'])} | {size(max(peaks)) if peaks else '-'} |")
+            rows.append([m["mode"], name, f"{s['pgscan_total']['median']:.0f}",
+                         size(s["files_resident_bytes"]["median"]), size(max(peaks)) if peaks else "-"])
+    table(["mode", "scenario", "pages scanned", "files cached at end", "cgroup peak"], rows, left=2)
 
 
 def stability(p):
     d = load(p)
-    print("| mode | MiB/s (min-max) | diff | per-second CoV (median run) | per-second min-max (median run) "
-          "| CPU s/GiB | kswapd CPU s | pages scanned (kswapd / direct) | peak cache growth |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
     for m in d["modes"]:
         s = m["summary"]
         runs = sorted(m["runs"], key=lambda t: t["mib_s"])
         t = runs[len(runs) // 2]
-        r = t["reclaim"]
-        print(f"| {m['mode']} | {spread(s['mib_s'])} | {diff(m)} | {t['series']['cov'] * 100:.0f}% "
-              f"| {t['series']['spread']['min']:.0f}-{t['series']['spread']['max']:.0f} "
-              f"| {s['cpu_s_per_gib']['median']:.2f} | {s['kswapd_cpu_s']['median']:.2f} "
-              f"| {r['pgscan_kswapd']} / {r['pgscan_direct']} | {size(s['cache_peak_growth_bytes']['median'])} |")
+        se, r = t["series"], t["reclaim"]
+        rows.append(lead(m) + [f"{se['cov'] * 100:.0f}%", f"{se['spread']['min']:.0f}-{se['spread']['max']:.0f}",
+                               cpu(s), f"{s['kswapd_cpu_s']['median']:.2f}",
+                               f"{r['pgscan_kswapd']} / {r['pgscan_direct']}", growth(s)])
+    table(["mode", "MiB/s (min-max)", "diff", "per-second CoV (median run)", "per-second min-max (median run)",
+           "CPU s/GiB", "kswapd CPU s", "pages scanned (kswapd / direct)", "peak cache growth"], rows)
 
 
 def write(p):
     d = load(p)
-    print("| mode | MiB/s (min-max) | diff | CPU s/GiB | peak page-cache growth | peak Dirty+Writeback "
-          "| file cached at end |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for m in d["modes"]:
-        s = m["summary"]
-        print(f"| {m['mode']} | {spread(s['mib_s'])} | {diff(m)} | {s['cpu_s_per_gib']['median']:.2f} "
-              f"| {size(s['cache_peak_growth_bytes']['median'])} "
-              f"| {size(s['peak_dirty_writeback_bytes']['median'])} "
-              f"| {size(s['files_resident_bytes']['median'])} |")
+    table(["mode", "MiB/s (min-max)", "diff", "CPU s/GiB", "peak page-cache growth", "peak Dirty+Writeback",
+           "file cached at end"],
+          [lead(m) + [cpu(m["summary"]), growth(m["summary"]),
+                      size(m["summary"]["peak_dirty_writeback_bytes"]["median"]),
+                      size(m["summary"]["files_resident_bytes"]["median"])]
+           for m in d["modes"]])
 
 
 def fio(p):
     d = load(p)
-    print("| mode | ours MiB/s per round | fio MiB/s per round | ours median | fio median | ours vs fio |")
-    print("|---|---|---|---:|---:|---:|")
+    rows = []
     for f in d["fio"]:
         ours = next(m for m in d["modes"] if m["mode"] == f["mode"])
-        ours_runs = ", ".join("%.0f" % t["mib_s"] for t in ours["runs"])
-        fio_runs = ", ".join("%.0f" % x for x in f["runs_mib_s"])
-        print(f"| {f['mode']} | {ours_runs} | {fio_runs} | {f['ours_mib_s']:.0f} "
-              f"| {f['mib_s']['median']:.0f} | {f['ours_vs_fio_pct']:+.1f}% |")
+        rows.append([f["mode"], ", ".join("%.0f" % t["mib_s"] for t in ours["runs"]),
+                     ", ".join("%.0f" % x for x in f["runs_mib_s"]), f"{f['ours_mib_s']:.0f}",
+                     f"{f['mib_s']['median']:.0f}", f"{f['ours_vs_fio_pct']:+.1f}%"])
+    table(["mode", "ours MiB/s per round", "fio MiB/s per round", "ours median", "fio median", "ours vs fio"],
+          rows, left=3)
 
 
 if __name__ == "__main__":

@@ -274,7 +274,7 @@ fn interrupted_copy_leaves_destination_unchanged() {
     let d = scratch();
     let (src, dst) = src_and_old_dst(d.path(), 512 << 20, 8, b"the old destination");
     // Throttle with a tiny request size so the copy is still running when the signal lands.
-    let mut child = bin().args(["--block-size", "4k", "--queue-depth", "1", "--mode", "direct", "cp", s(&src), s(&dst)]).stderr(Stdio::piped()).spawn().unwrap();
+    let child = bin().args(["--block-size", "4k", "--queue-depth", "1", "--mode", "direct", "cp", s(&src), s(&dst)]).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::INT).unwrap();
     let out = child.wait_with_output().unwrap();

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{read_text, Error, Result};
-use crate::procfs::{parse_key_values, Reclaim};
+use crate::procfs::{parse_key_values, parse_mountinfo, Reclaim};
 
 /// Which cgroup hierarchy holds the memory controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,25 +57,11 @@ pub fn find_memory_hierarchy(
 ) -> Option<MemoryHierarchy> {
     let mut v1 = None;
     let mut v2 = None;
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let left: Vec<&str> = left.split_whitespace().collect();
-        let right: Vec<&str> = right.split_whitespace().collect();
-        let (Some(mount), Some(fstype)) = (left.get(4), right.first()) else {
-            continue;
-        };
-        let mount = PathBuf::from(unescape_mount(mount));
-        match *fstype {
-            "cgroup2" if v2.is_none() && has_v2_memory(&mount) => v2 = Some(mount),
-            "cgroup"
-                if v1.is_none()
-                    && right
-                        .get(2)
-                        .is_some_and(|o| o.split(',').any(|x| x == "memory")) =>
-            {
-                v1 = Some(mount)
+    for m in parse_mountinfo(mountinfo) {
+        match m.fs_type {
+            "cgroup2" if v2.is_none() && has_v2_memory(&m.mount_point) => v2 = Some(m.mount_point),
+            "cgroup" if v1.is_none() && m.super_options.split(',').any(|x| x == "memory") => {
+                v1 = Some(m.mount_point)
             }
             _ => {}
         }
@@ -93,37 +79,16 @@ pub fn find_memory_hierarchy(
             cur_v1 = Some(path.to_string());
         }
     }
-    if let Some(mount) = v2 {
-        return Some(MemoryHierarchy {
-            version: CgroupVersion::V2,
-            mount,
-            current: cur_v2.unwrap_or_else(|| "/".into()),
-        });
-    }
-    v1.map(|mount| MemoryHierarchy {
-        version: CgroupVersion::V1,
+    let (version, mount, current) = match (v2, v1) {
+        (Some(mount), _) => (CgroupVersion::V2, mount, cur_v2),
+        (None, Some(mount)) => (CgroupVersion::V1, mount, cur_v1),
+        (None, None) => return None,
+    };
+    Some(MemoryHierarchy {
+        version,
         mount,
-        current: cur_v1.unwrap_or_else(|| "/".into()),
+        current: current.unwrap_or_else(|| "/".into()),
     })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal `\040` etc.
-fn unescape_mount(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Finds the memory controller of this system.
@@ -415,12 +380,6 @@ mod tests {
         assert_eq!(owner_pid("cacheless-bench-1234-0"), Some(1234));
         assert_eq!(owner_pid("cacheless-bench-x-0"), None);
         assert_eq!(owner_pid("user.slice"), None);
-    }
-
-    #[test]
-    fn unescapes_mount_points() {
-        assert_eq!(unescape_mount(r"/mnt/a\040b"), "/mnt/a b");
-        assert_eq!(unescape_mount("/plain"), "/plain");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Measures one trial: runs the workload on its own thread, samples progress, page cache and dirty memory
 //! every 100 ms from the calling thread, and takes CPU, kswapd and reclaim deltas around it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use cacheless::Progress;
 
 use crate::cgroup::{CgroupMemStat, MemoryCgroup};
 use crate::error::Result;
@@ -38,28 +39,36 @@ fn snapshot(cg: Option<&MemoryCgroup>, kswapd: &[u32]) -> Result<Snapshot> {
     })
 }
 
-/// Runs `work` (which adds the bytes it moves to the counter it is given) and measures it. The returned
-/// trial has everything but `run` and the files' residency filled in.
+/// Page cache and Dirty + Writeback bytes: the cgroup's when its memory.stat was read, else the system's
+/// (`mem` is only called then, so the sampling loop reads one file, not two).
+fn cache_and_dirty(cg: Option<&CgroupMemStat>, mem: impl FnOnce() -> MemInfo) -> (u64, u64) {
+    match cg {
+        Some(c) => (c.cache, c.dirty + c.writeback),
+        None => {
+            let m = mem();
+            (m.cached, m.dirty + m.writeback)
+        }
+    }
+}
+
+/// Runs `work` (which adds the bytes it moves to the progress it is given, [`Progress::add_bytes`]) and
+/// measures it. The returned trial has everything but `run` and the files' residency filled in.
 ///
 /// The clock starts just before `work` starts and stops when it returns: for writes, `work` must include
 /// making the data durable.
 pub fn measure<W>(cg: Option<&MemoryCgroup>, kswapd: &[u32], work: W) -> Result<TrialReport>
 where
-    W: FnOnce(&AtomicU64) -> Result<()> + Send,
+    W: FnOnce(&Progress) -> Result<()> + Send,
 {
-    let counter = AtomicU64::new(0);
+    let progress = Progress::new();
     let start = snapshot(cg, kswapd)?;
-    let cache_of = |mem: &MemInfo, cgs: &Option<CgroupMemStat>| match cgs {
-        Some(c) => (c.cache, c.dirty + c.writeback),
-        None => (mem.cached, mem.dirty + mem.writeback),
-    };
-    let (cache_start, dirty_start) = cache_of(&start.mem, &start.cg);
+    let (cache_start, dirty_start) = cache_and_dirty(start.cg.as_ref(), || start.mem);
     let mut peak_cache = cache_start;
     let mut peak_dirty = dirty_start;
     let mut samples: Vec<(f64, u64)> = vec![(0.0, 0)];
     let t0 = Instant::now();
     let (result, seconds) = std::thread::scope(|s| {
-        let h = s.spawn(|| work(&counter));
+        let h = s.spawn(|| work(&progress));
         let mut next = t0 + SAMPLE_EVERY;
         while !h.is_finished() {
             let now = Instant::now();
@@ -69,10 +78,10 @@ where
                 continue;
             }
             next += SAMPLE_EVERY;
-            samples.push((t0.elapsed().as_secs_f64(), counter.load(Ordering::Relaxed)));
-            let mem = read_meminfo().unwrap_or_default();
-            let cgs = cg.and_then(|c| c.stat().ok());
-            let (c, d) = cache_of(&mem, &cgs);
+            samples.push((t0.elapsed().as_secs_f64(), progress.bytes()));
+            let (c, d) = cache_and_dirty(cg.and_then(|c| c.stat().ok()).as_ref(), || {
+                read_meminfo().unwrap_or_default()
+            });
             peak_cache = peak_cache.max(c);
             peak_dirty = peak_dirty.max(d);
         }
@@ -80,10 +89,10 @@ where
         (r, t0.elapsed().as_secs_f64())
     });
     result?;
-    let bytes = counter.load(Ordering::Relaxed);
+    let bytes = progress.bytes();
     samples.push((seconds, bytes));
     let end = snapshot(cg, kswapd)?;
-    let (cache_end, dirty_end) = cache_of(&end.mem, &end.cg);
+    let (cache_end, dirty_end) = cache_and_dirty(end.cg.as_ref(), || end.mem);
     peak_cache = peak_cache.max(cache_end);
     peak_dirty = peak_dirty.max(dirty_end);
 
@@ -94,11 +103,11 @@ where
         cpu: end.cpu.since(&start.cpu),
         kswapd_cpu_s: end.kswapd.since(&start.kswapd).total_s(),
         reclaim: end.vm.since(&start.vm),
-        cgroup_reclaim: match (&end.cg, &start.cg) {
-            (Some(e), Some(s)) => match (e.reclaim, s.reclaim) {
-                (Some(e), Some(s)) => Some(e.since(&s)),
-                _ => None,
-            },
+        cgroup_reclaim: match (
+            end.cg.and_then(|c| c.reclaim),
+            start.cg.and_then(|c| c.reclaim),
+        ) {
+            (Some(e), Some(s)) => Some(e.since(&s)),
             _ => None,
         },
         cache: CacheReport {
@@ -183,7 +192,7 @@ mod tests {
     fn measures_a_workload() {
         let t = measure(None, &crate::procfs::kswapd_pids(), |c| {
             for _ in 0..64 {
-                c.fetch_add(1 << 20, Ordering::Relaxed);
+                c.add_bytes(1 << 20);
             }
             std::thread::sleep(Duration::from_millis(250));
             Ok(())

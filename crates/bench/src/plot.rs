@@ -31,25 +31,26 @@ fn font_candidates() -> Vec<PathBuf> {
     ] {
         v.push(p.into());
     }
-    // Any TrueType font, two levels deep.
-    if let Ok(rd) = std::fs::read_dir("/usr/share/fonts") {
-        for e in rd.flatten() {
-            if let Ok(rd2) = std::fs::read_dir(e.path()) {
-                for e2 in rd2.flatten() {
-                    let p = e2.path();
-                    if p.is_dir() {
-                        if let Ok(rd3) = std::fs::read_dir(&p) {
-                            v.extend(rd3.flatten().map(|e| e.path()));
-                        }
-                    } else {
-                        v.push(p);
-                    }
-                }
-            }
-        }
-    }
+    // Any TrueType font, up to three levels deep.
+    files_under(Path::new("/usr/share/fonts"), 3, &mut v);
     v.retain(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("ttf")));
     v
+}
+
+/// Appends the files under `dir`, descending at most `depth` levels of directories.
+fn files_under(dir: &Path, depth: u32, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for p in rd.flatten().map(|e| e.path()) {
+        if p.is_dir() {
+            if depth > 1 {
+                files_under(&p, depth - 1, out);
+            }
+        } else {
+            out.push(p);
+        }
+    }
 }
 
 /// Registers a TrueType font for plot text once per process; returns the file used.
@@ -95,14 +96,23 @@ pub fn plot(report: &BenchReport, path: &Path) -> Result<()> {
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
     if svg {
-        let root = SVGBackend::new(path, size).into_drawing_area();
-        draw(report, &root).map_err(err)?;
-        root.present().map_err(|e| err(e.to_string()))
+        render(report, SVGBackend::new(path, size).into_drawing_area())
     } else {
-        let root = BitMapBackend::new(path, size).into_drawing_area();
-        draw(report, &root).map_err(err)?;
-        root.present().map_err(|e| err(e.to_string()))
+        render(report, BitMapBackend::new(path, size).into_drawing_area())
     }
+    .map_err(err)
+}
+
+/// Draws the report on `root` and writes it out.
+fn render<DB: DrawingBackend>(
+    r: &BenchReport,
+    root: DrawingArea<DB, Shift>,
+) -> std::result::Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    draw(r, &root)?;
+    root.present().map_err(|e| e.to_string())
 }
 
 fn draw<DB: DrawingBackend>(
@@ -123,9 +133,7 @@ where
         c.threads,
         human_bytes(c.block_size as f64),
         c.scenario,
-        c.memory_limit
-            .map(|l| format!(" (limit {})", human_bytes(l as f64)))
-            .unwrap_or_default()
+        c.limit_note()
     );
     let root = root.titled(&title, (FAMILY, 24)).map_err(e)?;
     let (top, bottom) = root.split_vertically(540);

@@ -1,12 +1,12 @@
 //! Parsers for the /proc files the benchmark samples: /proc/vmstat (reclaim), /proc/meminfo (page cache),
-//! /proc/<pid>/stat (CPU time of the workload and of kswapd) and key-value files such as a cgroup's
-//! memory.stat.
+//! /proc/<pid>/stat (CPU time of the workload and of kswapd), key-value files such as a cgroup's
+//! memory.stat, and /proc/self/mountinfo (file system type, cgroup mounts).
 //!
-//! Written by hand: the `procfs` crate would add a large dependency for four trivial formats, and the parsers
+//! Written by hand: the `procfs` crate would add a large dependency for five trivial formats, and the parsers
 //! take `&str` so that tests can feed them captured samples.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -272,6 +272,51 @@ pub fn kswapd_cpu(pids: &[u32]) -> CpuTime {
     t
 }
 
+/// The fields of one /proc/self/mountinfo line that the benchmark uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry<'a> {
+    /// The mount point (field 5), with mountinfo's octal escapes undone.
+    pub mount_point: PathBuf,
+    /// The file system type (the first field after ` - `).
+    pub fs_type: &'a str,
+    /// The super-block options (the third field after ` - `; empty when absent).
+    pub super_options: &'a str,
+}
+
+/// Parses /proc/self/mountinfo, skipping lines without a mount point or file system type.
+pub fn parse_mountinfo(text: &str) -> impl Iterator<Item = MountEntry<'_>> {
+    text.lines().filter_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mount = left.split_whitespace().nth(4)?;
+        let mut right = right.split_whitespace();
+        let fs_type = right.next()?;
+        Some(MountEntry {
+            mount_point: PathBuf::from(unescape_mount(mount)),
+            fs_type,
+            super_options: right.nth(1).unwrap_or(""),
+        })
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal `\040` etc.
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +396,12 @@ mod tests {
         assert!(!is_kswapd("kswapd"));
         assert!(!is_kswapd("kswapd0x"));
         assert!(!is_kswapd("kcompactd0"));
+    }
+
+    #[test]
+    fn unescapes_mount_points() {
+        assert_eq!(unescape_mount(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(unescape_mount("/plain"), "/plain");
     }
 
     #[test]

@@ -64,6 +64,15 @@ pub struct ConfigReport {
     pub dir: String,
 }
 
+impl ConfigReport {
+    /// ` (limit 1.0 GiB)` in the low-memory scenario, else empty: the end of a one-line description.
+    pub fn limit_note(&self) -> String {
+        self.memory_limit
+            .map(|l| format!(" (limit {})", human_bytes(l as f64)))
+            .unwrap_or_default()
+    }
+}
+
 /// The machine.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SystemReport {
@@ -306,10 +315,7 @@ impl BenchReport {
             .find(|m| m.mode == "buffered")
             .map(|m| m.summary.mib_s.median);
         for m in &mut self.modes {
-            m.summary.diff_vs_buffered_pct = match base {
-                Some(b) if b > 0.0 => Some((m.summary.mib_s.median / b - 1.0) * 100.0),
-                _ => None,
-            };
+            m.summary.diff_vs_buffered_pct = pct_vs(Some(m.summary.mib_s.median), base);
         }
         for f in &mut self.fio {
             f.ours_mib_s = self
@@ -317,10 +323,7 @@ impl BenchReport {
                 .iter()
                 .find(|m| m.mode == f.mode)
                 .map(|m| m.summary.mib_s.median);
-            f.ours_vs_fio_pct = match f.ours_mib_s {
-                Some(o) if f.mib_s.median > 0.0 => Some((o / f.mib_s.median - 1.0) * 100.0),
-                _ => None,
-            };
+            f.ours_vs_fio_pct = pct_vs(f.ours_mib_s, Some(f.mib_s.median));
         }
     }
 
@@ -344,9 +347,7 @@ impl BenchReport {
             c.queue_depth,
             c.runs,
             c.scenario,
-            c.memory_limit
-                .map(|l| format!(" (limit {})", human_bytes(l as f64)))
-                .unwrap_or_default()
+            c.limit_note()
         );
         s.push('\n');
         s.push_str("| mode | MiB/s | diff | CPU s/GiB | cache growth |\n");
@@ -358,9 +359,7 @@ impl BenchReport {
                 "| {} | {:.0} | {} | {:.2} | {} |",
                 m.mode,
                 x.mib_s.median,
-                x.diff_vs_buffered_pct
-                    .map(|d| format!("{d:+.1}%"))
-                    .unwrap_or_else(|| "-".into()),
+                or_dash(x.diff_vs_buffered_pct.map(|d| format!("{d:+.1}%"))),
                 x.cpu_s_per_gib.median,
                 human_signed(x.cache_peak_growth_bytes.median),
             );
@@ -422,15 +421,11 @@ impl BenchReport {
                     s,
                     "| {} | {} | {:.0} ({:.0}-{:.0}) | {} |",
                     f.mode,
-                    f.ours_mib_s
-                        .map(|o| format!("{o:.0}"))
-                        .unwrap_or_else(|| "-".into()),
+                    or_dash(f.ours_mib_s.map(|o| format!("{o:.0}"))),
                     f.mib_s.median,
                     f.mib_s.min,
                     f.mib_s.max,
-                    f.ours_vs_fio_pct
-                        .map(|d| format!("{d:+.1}%"))
-                        .unwrap_or_else(|| "-".into()),
+                    or_dash(f.ours_vs_fio_pct.map(|d| format!("{d:+.1}%"))),
                 );
             }
         }
@@ -502,6 +497,19 @@ pub fn human_bytes(b: f64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[i])
     }
+}
+
+/// `value` against `base` in percent (`+12.5` = 12.5 % more); `None` without both or with a base of 0.
+fn pct_vs(value: Option<f64>, base: Option<f64>) -> Option<f64> {
+    match (value, base) {
+        (Some(v), Some(b)) if b > 0.0 => Some((v / b - 1.0) * 100.0),
+        _ => None,
+    }
+}
+
+/// A table cell: the figure, or `-` when there is none.
+fn or_dash(cell: Option<String>) -> String {
+    cell.unwrap_or_else(|| "-".into())
 }
 
 fn human_signed(b: f64) -> String {

@@ -5,17 +5,19 @@ use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use cacheless::residency::{evict_path, residency_of};
-use cacheless::{BackendKind, Budget, Mode, ReadOptions, Reader, WriteOptions, Writer};
+use cacheless::{
+    copy_file, BackendKind, Budget, Mode, Progress, ReadOptions, Reader, WriteOptions, Writer,
+};
 
-use crate::cgroup::MemoryCgroup;
+use crate::cgroup::{self, MemoryCgroup};
 use crate::error::{Error, Result};
 use crate::fio::FioJob;
 use crate::meter::measure;
-use crate::procfs::{kswapd_pids, read_meminfo};
+use crate::procfs::{kswapd_pids, parse_mountinfo, read_meminfo};
 use crate::report::{
     BenchReport, ConfigReport, FioReport, ModeReport, SystemReport, TrialReport, SCHEMA,
 };
@@ -249,6 +251,10 @@ fn remove_if_exists(p: &Path) -> Result<()> {
     }
 }
 
+fn remove_all(paths: &[PathBuf]) -> Result<()> {
+    paths.iter().try_for_each(|p| remove_if_exists(p))
+}
+
 /// Brings the files to a cold state: evicts them, optionally drops all caches, and returns the bytes still
 /// resident afterwards.
 fn make_cold(files: &[PathBuf], drop_caches: bool) -> Result<u64> {
@@ -313,7 +319,7 @@ impl Ctx<'_> {
     }
 
     /// The work of one trial: threads take file indexes from a shared counter.
-    fn work(&self, counter: &AtomicU64) -> Result<()> {
+    fn work(&self, progress: &Progress) -> Result<()> {
         let next = AtomicUsize::new(0);
         let n = self.cfg.files;
         std::thread::scope(|s| {
@@ -326,7 +332,7 @@ impl Ctx<'_> {
                             if i >= n {
                                 return Ok(());
                             }
-                            self.one_file(i, t, counter)?;
+                            self.one_file(i, t, progress)?;
                         }
                     })
                 })
@@ -342,13 +348,13 @@ impl Ctx<'_> {
         })
     }
 
-    fn one_file(&self, i: usize, thread: usize, counter: &AtomicU64) -> Result<()> {
+    fn one_file(&self, i: usize, thread: usize, progress: &Progress) -> Result<()> {
         match self.cfg.rw {
             Rw::Read => {
                 let mut r = Reader::open(&self.sources[i], &self.ro())?;
                 self.note("read", r.decision().mode, &r.decision().reason);
                 while let Some(c) = r.next_chunk()? {
-                    counter.fetch_add(c.len() as u64, Ordering::Relaxed);
+                    progress.add_bytes(c.len() as u64);
                 }
             }
             Rw::RandRead => {
@@ -362,7 +368,7 @@ impl Ctx<'_> {
                 for _ in 0..blocks {
                     let off = (rng.next() % blocks) * bs;
                     let got = r.read_at(&mut buf, off)?;
-                    counter.fetch_add(got as u64, Ordering::Relaxed);
+                    progress.add_bytes(got as u64);
                 }
             }
             Rw::Write => {
@@ -375,25 +381,26 @@ impl Ctx<'_> {
                     let k = left.min(block.len() as u64) as usize;
                     w.write_all(&block[..k])
                         .map_err(|e| Error::io(p, "write", e))?;
-                    counter.fetch_add(k as u64, Ordering::Relaxed);
+                    progress.add_bytes(k as u64);
                     left -= k as u64;
                 }
                 w.finish()?;
             }
             Rw::Copy => {
-                let wo = self.wo();
-                let mut ro = self.ro();
-                // The reader's lease also covers the chunks the writer holds in flight (as copy_file does).
-                ro.extra_buffers = wo.queue_depth.max(1) + 1;
-                let mut r = Reader::open(&self.sources[i], &ro)?;
-                let mut w = Writer::create(&self.targets[i], &wo)?;
-                self.note("copy read", r.decision().mode, &r.decision().reason);
-                self.note("copy write", w.decision().mode, &w.decision().reason);
-                while let Some(c) = r.next_chunk()? {
-                    counter.fetch_add(c.len() as u64, Ordering::Relaxed);
-                    w.write_chunk(c)?;
-                }
-                w.finish()?;
+                // What `cacheless cp` runs: the engine's copy, with its buffer split between reader and writer.
+                let r = copy_file(
+                    &self.sources[i],
+                    &self.targets[i],
+                    &self.ro(),
+                    &self.wo(),
+                    progress,
+                )?;
+                self.note("copy read", r.read.mode, &r.read.reason);
+                self.note(
+                    "copy write",
+                    r.write.decision.mode,
+                    &r.write.decision.reason,
+                );
             }
         }
         Ok(())
@@ -420,15 +427,11 @@ fn validate(cfg: &BenchConfig) -> Result<()> {
 }
 
 fn system_report(dir: &Path, cgroup: Option<String>) -> SystemReport {
-    let kernel = rustix::system::uname()
-        .release()
-        .to_string_lossy()
-        .into_owned();
     let fs_type = std::fs::read_to_string("/proc/self/mountinfo")
         .ok()
         .and_then(|mi| fs_type_of(&mi, dir));
     SystemReport {
-        kernel,
+        kernel: cacheless::caps::system().kernel.clone(),
         cpus: std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
@@ -441,16 +444,14 @@ fn system_report(dir: &Path, cgroup: Option<String>) -> SystemReport {
 /// The file system type of the longest mount point containing `dir`.
 fn fs_type_of(mountinfo: &str, dir: &Path) -> Option<String> {
     let dir = std::fs::canonicalize(dir).ok()?;
-    let mut best: Option<(usize, String)> = None;
-    for line in mountinfo.lines() {
-        let (l, r) = line.split_once(" - ")?;
-        let mp = l.split_whitespace().nth(4)?;
-        let ty = r.split_whitespace().next()?;
-        if dir.starts_with(mp) && best.as_ref().is_none_or(|b| mp.len() >= b.0) {
-            best = Some((mp.len(), ty.to_string()));
+    let mut best: Option<(usize, &str)> = None;
+    for m in parse_mountinfo(mountinfo) {
+        let len = m.mount_point.as_os_str().len();
+        if dir.starts_with(&m.mount_point) && best.is_none_or(|b| len >= b.0) {
+            best = Some((len, m.fs_type));
         }
     }
-    best.map(|b| b.1)
+    best.map(|b| b.1.to_string())
 }
 
 /// Runs the benchmark.
@@ -472,14 +473,18 @@ pub fn run(cfg: &BenchConfig, log: Log) -> Result<BenchReport> {
             tmp.path().to_path_buf()
         }
     };
-    // Fail early, before creating gigabytes, when the cgroup cannot be made.
-    let cgroup_version = if cfg.scenario == Scenario::LowMemory {
-        let cg = MemoryCgroup::create(cfg.memory_limit)?;
-        let v = format!("{:?}", cg.version()).to_lowercase();
-        cg.remove()?;
-        Some(v)
-    } else {
-        None
+    // Found once: every trial's cgroup goes in the same place. Fail early, before creating gigabytes, when
+    // the cgroup cannot be made.
+    let hierarchy = match cfg.scenario {
+        Scenario::LowMemory => Some(cgroup::detect()?),
+        Scenario::Normal => None,
+    };
+    let cgroup_version = match &hierarchy {
+        Some(h) => {
+            MemoryCgroup::create_in(h.clone(), cfg.memory_limit)?.remove()?;
+            Some(format!("{:?}", h.version).to_lowercase())
+        }
+        None => None,
     };
     let sources = if cfg.rw.reads_sources() {
         prepare_sources(cfg, &dir, log)?
@@ -493,6 +498,7 @@ pub fn run(cfg: &BenchConfig, log: Log) -> Result<BenchReport> {
     };
     let kswapd = kswapd_pids();
     let budget = Budget::new(cfg.budget_bytes);
+    let source_bytes = cfg.file_size * sources.len() as u64;
 
     let fio_modes: Vec<Mode> = if cfg.vs_fio && cfg.rw != Rw::Copy {
         if crate::fio::version().is_none() {
@@ -537,11 +543,8 @@ pub fn run(cfg: &BenchConfig, log: Log) -> Result<BenchReport> {
     let mut decisions: Vec<Vec<String>> = vec![Vec::new(); cfg.modes.len()];
     for run in 1..=cfg.runs {
         for (mi, &mode) in cfg.modes.iter().enumerate() {
-            for t in &targets {
-                remove_if_exists(t)?;
-            }
+            remove_all(&targets)?;
             let resident_start = make_cold(&sources, cfg.drop_caches)?;
-            let source_bytes = cfg.file_size * sources.len() as u64;
             if resident_start > source_bytes / 100 {
                 log(&format!(
                     "WARNING: {resident_start} bytes of the files are still cached after eviction \
@@ -556,13 +559,13 @@ pub fn run(cfg: &BenchConfig, log: Log) -> Result<BenchReport> {
                 targets: &targets,
                 decisions: Mutex::new(BTreeSet::new()),
             };
-            let mut cg = match cfg.scenario {
-                Scenario::LowMemory => {
-                    let mut cg = MemoryCgroup::create(cfg.memory_limit)?;
+            let mut cg = match &hierarchy {
+                Some(h) => {
+                    let mut cg = MemoryCgroup::create_in(h.clone(), cfg.memory_limit)?;
                     cg.enter()?;
                     Some(cg)
                 }
-                Scenario::Normal => None,
+                None => None,
             };
             let result = measure(cg.as_ref(), &kswapd, |c| ctx.work(c));
             if let Some(cg) = cg.as_mut() {
@@ -602,10 +605,8 @@ pub fn run(cfg: &BenchConfig, log: Log) -> Result<BenchReport> {
             trials[mi].push(t);
         }
         for (m, job, out) in &mut fio_runs {
-            for f in &job.files {
-                if cfg.rw == Rw::Write {
-                    remove_if_exists(f)?;
-                }
+            if cfg.rw == Rw::Write {
+                remove_all(&job.files)?;
             }
             make_cold(&sources, cfg.drop_caches)?;
             let bw = job.run()?;
@@ -613,21 +614,14 @@ pub fn run(cfg: &BenchConfig, log: Log) -> Result<BenchReport> {
             out.push(bw);
         }
     }
-    for (_, job, _) in &fio_runs {
-        if cfg.rw == Rw::Write {
-            for f in &job.files {
-                remove_if_exists(f)?;
-            }
+    if cfg.rw == Rw::Write {
+        for (_, job, _) in &fio_runs {
+            remove_all(&job.files)?;
         }
     }
+    remove_all(&targets)?;
     if cfg.remove_files {
-        for p in sources.iter().chain(&targets) {
-            remove_if_exists(p)?;
-        }
-    } else {
-        for p in &targets {
-            remove_if_exists(p)?;
-        }
+        remove_all(&sources)?;
     }
 
     let mut report = BenchReport {

@@ -3,7 +3,6 @@
 //! otherwise, unless `CACHELESS_REQUIRE` names `cgroup` or we are root with a writable cgroup file system.
 
 use std::io::{Read, Write};
-use std::sync::atomic::Ordering;
 
 use cacheless_bench::cgroup::{detect, MemoryCgroup};
 use cacheless_bench::meter::measure;
@@ -66,7 +65,7 @@ fn buffered_read_stays_under_the_cgroup_limit() {
             if n == 0 {
                 break;
             }
-            counter.fetch_add(n as u64, Ordering::Relaxed);
+            counter.add_bytes(n as u64);
         }
         Ok(())
     });

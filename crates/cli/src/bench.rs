@@ -73,15 +73,12 @@ pub struct BenchArgs {
 
 /// Builds the benchmark configuration from the flags.
 pub fn config(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<BenchConfig> {
-    let here = args
+    // Free space is measured where the files will go, or in the current directory until --dir exists.
+    let space_probe = args
         .dir
         .clone()
+        .filter(|d| d.exists())
         .unwrap_or_else(crate::common::default_workdir);
-    let space_probe = if here.exists() {
-        here.clone()
-    } else {
-        crate::common::default_workdir()
-    };
     let mut c = BenchConfig::quick(&space_probe);
     if let Some(rw) = args.rw {
         c.rw = rw;
