@@ -13,6 +13,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsStr;
+use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -22,13 +23,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use cacheless::residency::drop_range;
+use cacheless::AlignedBuf;
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
 use crate::fsops::{sanitize, RelPath, Root, Sanitized};
 use crate::sink::{write_buffered, Caps, DirectFile, FileMode, IoMode};
-use crate::source::{self, AlignedBuf, Input, SourceInfo};
+use crate::source::{self, Input, SourceInfo};
 use crate::tarparse::{Entry, Kind, Parser};
 
 /// Live counters, shared with whoever draws progress (CLI, Python).
@@ -47,8 +50,9 @@ pub struct Progress {
     /// Entries that failed.
     pub errors: AtomicU64,
     /// Set to stop the extraction between entries and data chunks (Ctrl-C); the entry being
-    /// written is removed and the report says `interrupted`.
-    pub cancel: std::sync::atomic::AtomicBool,
+    /// written is removed and the report says `interrupted`. Shared, so a signal handler can
+    /// set it directly (signal-hook's `flag::register`).
+    pub cancel: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What `extract` does and how.
@@ -189,6 +193,15 @@ fn acquire(b: &cacheless::Budget, n: u64) -> Lease {
     b.lease((n as usize).clamp(1, (b.limit() / 4).max(1)), 1, 1, 1)
 }
 
+/// The mode small files ask `sink` for (it falls back from DONTCACHE to write-behind).
+fn small_file_mode(mode: IoMode) -> FileMode {
+    match mode {
+        IoMode::Buffered => FileMode::Buffered,
+        IoMode::WriteBehind => FileMode::WriteBehind,
+        _ => FileMode::DontCache,
+    }
+}
+
 /// Caps a queue depth so that `depth` (+ `extra`) buffers of `block` bytes stay within a quarter
 /// of the budget.
 fn quarter_depth(limit: usize, block: usize, depth: usize, extra: usize) -> usize {
@@ -221,14 +234,20 @@ fn times(mtime: (i64, u32)) -> Timestamps {
     }
 }
 
-fn apply_meta(fd: &OwnedFd, m: &Meta) -> rustix::io::Result<()> {
-    if m.chown {
-        rustix::fs::fchown(
-            fd,
-            Some(rustix::fs::Uid::from_raw(m.uid as u32)),
-            Some(rustix::fs::Gid::from_raw(m.gid as u32)),
-        )?;
+/// fchown to the entry's owner when ownership is restored.
+fn chown(fd: impl AsFd, m: &Meta) -> rustix::io::Result<()> {
+    if !m.chown {
+        return Ok(());
     }
+    rustix::fs::fchown(
+        fd,
+        Some(rustix::fs::Uid::from_raw(m.uid as u32)),
+        Some(rustix::fs::Gid::from_raw(m.gid as u32)),
+    )
+}
+
+fn apply_meta(fd: &OwnedFd, m: &Meta) -> rustix::io::Result<()> {
+    chown(fd, m)?;
     // After fchown, which clears setuid/setgid.
     rustix::fs::fchmod(fd, Mode::from_raw_mode(m.mode))?;
     rustix::fs::futimens(fd, &times(m.mtime))
@@ -237,27 +256,36 @@ fn apply_meta(fd: &OwnedFd, m: &Meta) -> rustix::io::Result<()> {
 const CHUNK: usize = 4 << 20;
 
 enum Msg {
-    Chunk(AlignedBuf, usize, #[allow(dead_code)] Option<Lease>),
+    Chunk(AlignedBuf, usize, Option<Lease>),
     End,
 }
 
 enum Data {
-    Whole(Vec<u8>, #[allow(dead_code)] Lease),
+    Whole(Vec<u8>, Lease),
     Stream(Receiver<Msg>),
-    /// A large file written by the engine's `Writer` (O_DIRECT with a deep queue, or the mode it
-    /// picks), fed by chunks from the parser.
-    Engine(Box<cacheless::Writer>, Receiver<Msg>),
 }
 
-struct Job {
+/// A file below `direct_min`, written by `sink` on a worker.
+struct FileJob {
     rel: RelPath,
     parent: Arc<OwnedFd>,
-    /// None for engine jobs (the Writer owns its file).
-    fd: Option<OwnedFd>,
+    fd: OwnedFd,
     direct: bool,
     want: FileMode,
     meta: Meta,
     data: Data,
+}
+
+enum Job {
+    File(FileJob),
+    /// A large file written by the engine's `Writer` (O_DIRECT with a deep queue, or the mode it
+    /// picks), fed by chunks from the parser. The Writer owns its file.
+    Engine {
+        rel: RelPath,
+        writer: Box<cacheless::Writer>,
+        rx: Receiver<Msg>,
+        meta: Meta,
+    },
 }
 
 struct Shared {
@@ -265,7 +293,7 @@ struct Shared {
     progress: Arc<Progress>,
     failures: Mutex<(Vec<String>, u64)>,
     modes: [AtomicU64; 4],
-    leftovers: Mutex<Vec<OwnedFd>>,
+    leftovers: Mutex<Vec<File>>,
     bufs: Mutex<Vec<AlignedBuf>>,
 }
 
@@ -278,14 +306,43 @@ impl Shared {
             f.0.push(msg);
         }
     }
-    fn count_mode(&self, m: FileMode) {
+    /// Counts a completed file and the mode it got.
+    fn file_done(&self, m: FileMode) {
         let i = match m {
             FileMode::Direct => 0,
             FileMode::DontCache => 1,
             FileMode::WriteBehind => 2,
-            FileMode::Buffered => 3,
+            FileMode::Buffered | FileMode::Auto => 3,
         };
         self.modes[i].fetch_add(1, Ordering::Relaxed);
+        self.progress.files.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Hands each chunk of a streamed entry to `write`, counts it and keeps its buffer for the
+    /// next chunk. `Err(None)`: the parser stopped inside this entry (truncated or corrupt
+    /// archive); it reports the error, the caller removes the half-written file.
+    fn take_chunks<E>(&self, rx: &Receiver<Msg>, mut write: impl FnMut(&[u8]) -> std::result::Result<(), E>) -> std::result::Result<(), Option<E>> {
+        loop {
+            match rx.recv() {
+                Ok(Msg::Chunk(buf, len, lease)) => {
+                    write(&buf[..len]).map_err(Some)?;
+                    self.progress.bytes.fetch_add(len as u64, Ordering::Relaxed);
+                    let mut pool = self.bufs.lock().unwrap();
+                    if pool.len() < 64 {
+                        pool.push(buf);
+                    }
+                    drop(lease);
+                }
+                Ok(Msg::End) => return Ok(()),
+                Err(_) => return Err(None),
+            }
+        }
+    }
+}
+
+/// Removes the entry `rel` created in `parent` (its fd already closed) after a failure.
+fn remove(parent: &OwnedFd, rel: &RelPath) {
+    if let Some((_, name)) = rel.split() {
+        let _ = rustix::fs::unlinkat(parent, OsStr::from_bytes(name), AtFlags::empty());
     }
 }
 
@@ -293,138 +350,96 @@ impl Shared {
 const BEHIND: usize = 32;
 
 fn worker(rx: Arc<Mutex<Receiver<Job>>>, sh: Arc<Shared>) {
-    let mut behind: VecDeque<OwnedFd> = VecDeque::new();
+    let mut behind: VecDeque<File> = VecDeque::new();
     loop {
-        let job = {
-            let r = rx.lock().unwrap();
-            r.recv()
-        };
-        let Ok(job) = job else { break };
-        let job = match job.data {
-            Data::Engine(w, rx) => {
-                engine_job(&sh, &job.rel, *w, rx, &job.meta);
-                continue;
-            }
-            _ => job,
-        };
-        let Job {
-            rel,
-            parent,
-            fd,
-            direct,
-            want,
-            meta,
-            data,
-        } = job;
-        let fd = fd.expect("non-engine jobs carry their fd");
-        let mut used = if direct { FileMode::Direct } else { want };
-        let res: std::result::Result<(), Option<(&'static str, Errno)>> = (|| {
-            match data {
-                Data::Whole(v, _lease) => {
-                    if !v.is_empty() {
-                        used = write_buffered(&sh.caps, fd.as_fd(), &v, 0, want).map_err(|e| Some(("pwrite", e)))?;
-                    }
-                }
-                Data::Engine(..) => unreachable!("handled above"),
-                Data::Stream(rx) => {
-                    let mut df = DirectFile { fd: &fd, off: 0 };
-                    loop {
-                        match rx.recv() {
-                            Ok(Msg::Chunk(buf, len, lease)) => {
-                                let s = &buf.as_slice()[..len];
-                                if direct {
-                                    if len == CHUNK {
-                                        df.write_aligned(s).map_err(|e| Some(("pwrite(O_DIRECT)", e)))?;
-                                    } else {
-                                        df.finish(&sh.caps, s).map_err(|e| Some(("pwrite(O_DIRECT)", e)))?;
-                                    }
-                                } else {
-                                    used = write_buffered(&sh.caps, fd.as_fd(), s, df.off, want).map_err(|e| Some(("pwrite", e)))?;
-                                    df.off += len as u64;
-                                }
-                                sh.progress.bytes.fetch_add(len as u64, Ordering::Relaxed);
-                                let mut pool = sh.bufs.lock().unwrap();
-                                if pool.len() < 64 {
-                                    pool.push(buf);
-                                }
-                                drop(lease);
-                            }
-                            Ok(Msg::End) => break,
-                            // The parser stopped inside this entry (truncated or corrupt archive):
-                            // it reports the error; the half-written file is removed here.
-                            Err(_) => return Err(None),
-                        }
-                    }
-                }
-            }
-            apply_meta(&fd, &meta).map_err(|e| Some(("fchmod/futimens", e)))
-        })();
-        match res {
-            Ok(()) => {
-                sh.count_mode(used);
-                sh.progress.files.fetch_add(1, Ordering::Relaxed);
-                if used == FileMode::WriteBehind || (direct && sh.caps.dontcache_known_bad()) {
-                    behind.push_back(fd);
-                    if behind.len() > BEHIND {
-                        let old = behind.pop_front().unwrap();
-                        let _ = rustix::fs::fadvise(&old, 0, None, rustix::fs::Advice::DontNeed);
-                    }
-                }
-            }
-            Err(e) => {
-                drop(fd);
-                if let Some((_, name)) = rel.split() {
-                    let _ = rustix::fs::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::empty());
-                }
-                if let Some((op, errno)) = e {
-                    sh.fail(format!("{}: {op}: {errno} (removed)", rel.to_path().display()));
-                }
-            }
+        let job = rx.lock().unwrap().recv();
+        match job {
+            Ok(Job::File(job)) => file_job(&sh, job, &mut behind),
+            Ok(Job::Engine { rel, writer, rx, meta }) => engine_job(&sh, &rel, *writer, rx, &meta),
+            Err(_) => break,
         }
     }
     sh.leftovers.lock().unwrap().extend(behind);
 }
 
-fn engine_job(sh: &Shared, rel: &RelPath, mut w: cacheless::Writer, rx: Receiver<Msg>, meta: &Meta) {
-    use std::io::Write;
-    let res: std::result::Result<cacheless::WriteReport, Option<String>> = (|| {
-        loop {
-            match rx.recv() {
-                Ok(Msg::Chunk(buf, len, _lease)) => {
-                    w.write_all(&buf.as_slice()[..len]).map_err(|e| Some(format!("write: {e}")))?;
-                    sh.progress.bytes.fetch_add(len as u64, Ordering::Relaxed);
-                    let mut pool = sh.bufs.lock().unwrap();
-                    if pool.len() < 64 {
-                        pool.push(buf);
-                    }
+fn file_job(sh: &Shared, job: FileJob, behind: &mut VecDeque<File>) {
+    let FileJob {
+        rel,
+        parent,
+        fd,
+        direct,
+        want,
+        meta,
+        data,
+    } = job;
+    match write_file(sh, &fd, direct, want, data, &meta) {
+        Ok(used) => {
+            sh.file_done(used);
+            if used == FileMode::WriteBehind || (direct && sh.caps.dontcache_known_bad()) {
+                behind.push_back(fd.into());
+                if behind.len() > BEHIND {
+                    let old = behind.pop_front().unwrap();
+                    let _ = drop_range(&old, 0, 0);
                 }
-                Ok(Msg::End) => break,
-                // Parser stopped inside this entry: dropping the Writer removes the file.
-                Err(_) => return Err(None),
             }
         }
-        if meta.chown {
-            rustix::fs::fchown(
-                w.file(),
-                Some(rustix::fs::Uid::from_raw(meta.uid as u32)),
-                Some(rustix::fs::Gid::from_raw(meta.gid as u32)),
-            )
-            .map_err(|e| Some(format!("fchown: {e}")))?;
+        Err(e) => {
+            drop(fd);
+            remove(&parent, &rel);
+            if let Some((op, errno)) = e {
+                sh.fail(format!("{}: {op}: {errno} (removed)", rel.to_path().display()));
+            }
         }
+    }
+}
+
+/// Writes a small file's data and metadata; returns the mode it got. `Err(None)`: the parser
+/// stopped inside this entry and reports why.
+fn write_file(
+    sh: &Shared,
+    fd: &OwnedFd,
+    direct: bool,
+    want: FileMode,
+    data: Data,
+    meta: &Meta,
+) -> std::result::Result<FileMode, Option<(&'static str, Errno)>> {
+    let mut used = if direct { FileMode::Direct } else { want };
+    match data {
+        Data::Whole(v, _lease) => {
+            if !v.is_empty() {
+                used = write_buffered(&sh.caps, fd.as_fd(), &v, 0, want).map_err(|e| Some(("pwrite", e)))?;
+            }
+        }
+        Data::Stream(rx) => {
+            let mut df = DirectFile { fd, off: 0 };
+            sh.take_chunks(&rx, |s| {
+                if !direct {
+                    used = write_buffered(&sh.caps, fd.as_fd(), s, df.off, want).map_err(|e| ("pwrite", e))?;
+                    df.off += s.len() as u64;
+                    Ok(())
+                } else if s.len() == CHUNK {
+                    df.write_aligned(s).map_err(|e| ("pwrite(O_DIRECT)", e))
+                } else {
+                    df.finish(&sh.caps, s).map_err(|e| ("pwrite(O_DIRECT)", e))
+                }
+            })?;
+        }
+    }
+    apply_meta(fd, meta).map_err(|e| Some(("fchmod/futimens", e)))?;
+    Ok(used)
+}
+
+fn engine_job(sh: &Shared, rel: &RelPath, mut w: cacheless::Writer, rx: Receiver<Msg>, meta: &Meta) {
+    use std::io::Write;
+    let res = sh
+        .take_chunks(&rx, |s| w.write_all(s).map_err(|e| format!("write: {e}")))
+        .and_then(|()| chown(w.file(), meta).map_err(|e| Some(format!("fchown: {e}"))))
         // Permissions and mtime are applied by finish (after the fchown above).
-        w.finish().map_err(|e| Some(e.to_string()))
-    })();
+        .and_then(|()| w.finish().map_err(|e| Some(e.to_string())));
     match res {
-        Ok(rep) => {
-            sh.count_mode(match rep.decision.mode {
-                cacheless::Mode::Direct => FileMode::Direct,
-                cacheless::Mode::DontCache => FileMode::DontCache,
-                cacheless::Mode::WriteBehind => FileMode::WriteBehind,
-                _ => FileMode::Buffered,
-            });
-            sh.progress.files.fetch_add(1, Ordering::Relaxed);
-        }
+        Ok(rep) => sh.file_done(rep.decision.mode),
         Err(Some(e)) => sh.fail(format!("{}: {e} (removed)", rel.to_path().display())),
+        // Parser stopped inside this entry: dropping the Writer removes the file.
         Err(None) => {}
     }
 }
@@ -571,8 +586,15 @@ impl Ctx<'_> {
                 self.report.dirs += 1;
                 self.dirs.push((rel, meta));
             }
-            Kind::File if e.sparse.is_some() => self.sparse_file(parser, &e, rel, meta)?,
-            Kind::File => self.file(parser, &e, rel, meta)?,
+            Kind::File => {
+                if e.sparse.is_some() {
+                    self.sparse_file(parser, &e, rel, meta)?
+                } else {
+                    self.file(parser, &e, rel, meta)?
+                }
+                self.report.files += 1;
+                self.report.bytes += e.size;
+            }
             Kind::Symlink => {
                 let target = e.link.clone().unwrap_or_default();
                 let (pfd, ()) = self.root.create_with(&rel, self.opts.keep_old_files, "symlinkat", |d, n| {
@@ -663,91 +685,83 @@ impl Ctx<'_> {
                 std::io::Error::from_raw_os_error(libc::EISDIR),
             )));
         }
-        let mode = self.opts.mode;
         if e.size >= self.opts.direct_min.max(1) {
             return self.engine_file(parser, e, rel, meta);
         }
-        let want = match mode {
-            IoMode::Buffered => FileMode::Buffered,
-            IoMode::WriteBehind => FileMode::WriteBehind,
-            _ => FileMode::DontCache,
-        };
-        let mut direct = match mode {
-            IoMode::Direct => true,
-            IoMode::Auto => e.size >= self.opts.direct_min && !self.sh.caps.direct_known_bad(),
-            _ => false,
-        };
+        // Below direct_min only a forced --mode direct writes with O_DIRECT.
+        let direct = self.opts.mode == IoMode::Direct;
+        let want = small_file_mode(self.opts.mode);
         let (parent, fd) = match self.open_file(&rel, direct) {
-            Ok(x) => {
-                if direct {
-                    self.sh.caps.set_direct(true);
-                }
-                x
-            }
+            // `probe` found O_DIRECT supported; a file that still refuses it fails the forced mode.
             Err(Fail::Entry(Error::Io { source, .. })) if direct && source.raw_os_error() == Some(libc::EINVAL) => {
                 self.sh.caps.set_direct(false);
-                if mode == IoMode::Direct {
-                    return Err(Fail::Fatal(Error::Unsupported(format!(
-                        "O_DIRECT unsupported on the filesystem of {} (EINVAL): use --mode auto or dontcache",
-                        self.root.path.display()
-                    ))));
-                }
-                direct = false;
-                // The failed O_DIRECT open created nothing (EINVAL comes before creation on Linux),
-                // but be safe: create_with replaces whatever is there.
-                self.open_file(&rel, false)?
+                return Err(Fail::Fatal(Error::Unsupported(format!(
+                    "O_DIRECT unsupported on the filesystem of {} (EINVAL): use --mode auto or dontcache",
+                    self.root.path.display()
+                ))));
             }
-            Err(x) => return Err(x),
+            r => r?,
         };
         if e.size <= CHUNK as u64 && !direct {
             let lease = acquire(&self.budget, e.size);
             let mut v = vec![0u8; e.size as usize];
             if let Err(err) = parser.read_data_exact(&mut v) {
                 drop(fd);
-                let _ = rustix::fs::unlinkat(&parent, OsStr::from_bytes(rel.split().unwrap().1), AtFlags::empty());
+                remove(&parent, &rel);
                 return Err(err.into());
             }
             self.sh.progress.bytes.fetch_add(e.size, Ordering::Relaxed);
-            self.pool.send(Job {
+            self.pool.send(Job::File(FileJob {
                 rel,
                 parent,
-                fd: Some(fd),
+                fd,
                 direct,
                 want,
                 meta,
                 data: Data::Whole(v, lease),
-            });
+            }));
         } else {
             let (tx, rx) = sync_channel::<Msg>(4);
-            self.pool.send(Job {
+            self.pool.send(Job::File(FileJob {
                 rel,
                 parent,
-                fd: Some(fd),
+                fd,
                 direct,
                 want,
                 meta,
                 data: Data::Stream(rx),
-            });
-            let mut left = e.size;
-            while left > 0 {
-                let n = (left as usize).min(CHUNK);
-                let lease = acquire(&self.budget, CHUNK as u64);
-                let mut buf = self.sh.bufs.lock().unwrap().pop().unwrap_or_else(|| AlignedBuf::new(CHUNK, 4096));
-                // Returning early drops `tx`, which makes the worker remove the partial file.
-                if self.sh.progress.cancel.load(Ordering::Relaxed) {
-                    return Err(Fail::Fatal(Error::Unsupported(format!(
-                        "interrupted while writing {}",
-                        e.display()
-                    ))));
-                }
-                parser.read_data_exact(&mut buf.as_mut_slice()[..n])?;
-                left -= n as u64;
-                let _ = tx.send(Msg::Chunk(buf, n, Some(lease)));
-            }
-            let _ = tx.send(Msg::End);
+            }));
+            self.send_chunks(parser, e, tx, true)?;
         }
-        self.report.files += 1;
-        self.report.bytes += e.size;
+        Ok(())
+    }
+
+    /// Streams the entry's data to a worker in `CHUNK`s, in buffers the workers give back.
+    /// `lease`: hold each chunk against the budget (not for the engine's `Writer`, see
+    /// `engine_file`). Returning early drops `tx`, which makes the worker remove the partial file.
+    fn send_chunks(
+        &self,
+        parser: &mut Parser<source::TarStream>,
+        e: &Entry,
+        tx: SyncSender<Msg>,
+        lease: bool,
+    ) -> std::result::Result<(), Fail> {
+        let mut left = e.size;
+        while left > 0 {
+            let n = (left as usize).min(CHUNK);
+            let lease = lease.then(|| acquire(&self.budget, CHUNK as u64));
+            let mut buf = self.sh.bufs.lock().unwrap().pop().unwrap_or_else(|| AlignedBuf::new(CHUNK, self.sh.caps.align));
+            if self.sh.progress.cancel.load(Ordering::Relaxed) {
+                return Err(Fail::Fatal(Error::Unsupported(format!(
+                    "interrupted while writing {}",
+                    e.display()
+                ))));
+            }
+            parser.read_data_exact(&mut buf[..n])?;
+            left -= n as u64;
+            let _ = tx.send(Msg::Chunk(buf, n, lease));
+        }
+        let _ = tx.send(Msg::End);
         Ok(())
     }
 
@@ -765,18 +779,9 @@ impl Ctx<'_> {
         rel: RelPath,
         meta: Meta,
     ) -> std::result::Result<(), Fail> {
-        let mut wo = cacheless::WriteOptions::new(self.budget.clone());
-        if let Some(w) = &self.opts.write_options {
-            wo = w.clone();
-            wo.budget = self.budget.clone();
-        }
-        wo.mode = match self.opts.mode {
-            IoMode::Auto => cacheless::Mode::Auto,
-            IoMode::Direct => cacheless::Mode::Direct,
-            IoMode::DontCache => cacheless::Mode::DontCache,
-            IoMode::WriteBehind => cacheless::Mode::WriteBehind,
-            IoMode::Buffered => cacheless::Mode::Buffered,
-        };
+        let mut wo = self.opts.write_options.clone().unwrap_or_else(|| cacheless::WriteOptions::new(self.budget.clone()));
+        wo.budget = self.budget.clone();
+        wo.mode = self.opts.mode;
         wo.queue_depth = quarter_depth(self.budget.limit(), wo.block_size, wo.queue_depth, 1);
         wo.size_hint = Some(e.size);
         wo.atomic = false;
@@ -809,34 +814,14 @@ impl Ctx<'_> {
             }
         };
         let (tx, rx) = sync_channel::<Msg>(4);
-        self.pool.send(Job {
-            rel: rel.clone(),
-            parent: self.root.dir(&[])?,
-            fd: None,
-            direct: false,
-            want: FileMode::Direct,
+        self.pool.send(Job::Engine {
+            rel,
+            writer: Box::new(w),
+            rx,
             meta,
-            data: Data::Engine(Box::new(w), rx),
         });
-        let mut left = e.size;
-        while left > 0 {
-            let n = (left as usize).min(CHUNK);
-            let mut buf = self.sh.bufs.lock().unwrap().pop().unwrap_or_else(|| AlignedBuf::new(CHUNK, 4096));
-            if self.sh.progress.cancel.load(Ordering::Relaxed) {
-                return Err(Fail::Fatal(Error::Unsupported(format!(
-                    "interrupted while writing {}",
-                    e.display()
-                ))));
-            }
-            // Returning early drops `tx`: the worker drops the Writer, which removes the file.
-            parser.read_data_exact(&mut buf.as_mut_slice()[..n])?;
-            left -= n as u64;
-            let _ = tx.send(Msg::Chunk(buf, n, None));
-        }
-        let _ = tx.send(Msg::End);
-        self.report.files += 1;
-        self.report.bytes += e.size;
-        Ok(())
+        // Returning early drops `tx`: the worker drops the Writer, which removes the file.
+        self.send_chunks(parser, e, tx, false)
     }
 
     fn sparse_file(
@@ -849,12 +834,7 @@ impl Ctx<'_> {
         // Sparse entries are written on this thread with pwrite at each segment's offset and a
         // final ftruncate to the real size, so holes stay holes.
         let (parent, fd) = self.open_file(&rel, false)?;
-        let want = match self.opts.mode {
-            IoMode::Buffered => FileMode::Buffered,
-            IoMode::WriteBehind => FileMode::WriteBehind,
-            _ => FileMode::DontCache,
-        };
-        let name = rel.split().unwrap().1.to_vec();
+        let want = small_file_mode(self.opts.mode);
         let res: std::result::Result<FileMode, Fail> = (|| {
             let mut used = want;
             let mut buf = vec![0u8; 1 << 20];
@@ -875,18 +855,15 @@ impl Ctx<'_> {
         })();
         match res {
             Ok(used) => {
-                self.sh.count_mode(used);
-                self.sh.progress.files.fetch_add(1, Ordering::Relaxed);
+                self.sh.file_done(used);
                 if used == FileMode::WriteBehind {
-                    self.sh.leftovers.lock().unwrap().push(fd);
+                    self.sh.leftovers.lock().unwrap().push(fd.into());
                 }
-                self.report.files += 1;
-                self.report.bytes += e.size;
                 Ok(())
             }
             Err(err) => {
                 drop(fd);
-                let _ = rustix::fs::unlinkat(&parent, OsStr::from_bytes(&name), AtFlags::empty());
+                remove(&parent, &rel);
                 Err(err)
             }
         }
@@ -915,17 +892,15 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         root.force_walk();
     }
     raise_nofile();
+    let caps = crate::sink::probe(&root.path, opts.mode).map_err(Error::Unsupported)?;
     let sh = Arc::new(Shared {
-        caps: Caps::new(),
+        caps,
         progress: progress.clone(),
         failures: Mutex::new((Vec::new(), 0)),
         modes: Default::default(),
         leftovers: Mutex::new(Vec::new()),
         bufs: Mutex::new(Vec::new()),
     });
-    if matches!(opts.mode, IoMode::Direct | IoMode::DontCache) {
-        crate::sink::probe_forced(root.fd(), opts.mode, &sh.caps).map_err(Error::Unsupported)?;
-    }
     let pool = Pool::new(opts.threads, &sh)?;
     let report = ExtractReport {
         source: info,
@@ -1032,8 +1007,8 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         }
     }
     report.sync_s = t_sync.elapsed().as_secs_f64();
-    for fd in sh.leftovers.lock().unwrap().drain(..) {
-        let _ = rustix::fs::fadvise(&fd, 0, None, rustix::fs::Advice::DontNeed);
+    for f in sh.leftovers.lock().unwrap().drain(..) {
+        let _ = drop_range(&f, 0, 0);
     }
     let m = |i: usize| sh.modes[i].load(Ordering::Relaxed);
     report.modes = ModeCounts {

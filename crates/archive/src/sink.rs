@@ -9,92 +9,73 @@
 //! once writeback is done, to drop the pages); a forced `--mode direct` writes small files with
 //! O_DIRECT blocks and the tail after clearing O_DIRECT with `fcntl(F_SETFL)`. Each fallback
 //! happens only on a named errno (EOPNOTSUPP/EINVAL for DONTCACHE) and is counted in the report;
-//! a forced mode the filesystem refuses is an error (`probe_forced`).
+//! a forced mode the filesystem refuses is an error (`probe`).
 
 use std::io::IoSlice;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use rustix::fs::{Advice, OFlags};
 use rustix::io::{Errno, ReadWriteFlags};
 
-use crate::source::RWF_DONTCACHE;
+/// How file data is written: the engine's mode (`Auto` picks per file).
+pub use cacheless::Mode as IoMode;
 
-/// How file data is written (mirrors the engine's `Mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IoMode {
-    /// Per file: O_DIRECT for large files, DONTCACHE (else write-behind) for small ones.
-    Auto,
-    /// O_DIRECT bulk, tail after clearing O_DIRECT (written with DONTCACHE where possible).
-    Direct,
-    /// Buffered writes with RWF_DONTCACHE.
-    DontCache,
-    /// Buffered writes, writeback started and pages dropped behind.
-    WriteBehind,
-    /// Plain buffered writes (leaves the page cache full; for comparison).
-    Buffered,
-}
+/// What one file actually got: the engine's mode, never `Auto` here.
+pub(crate) type FileMode = cacheless::Mode;
 
-impl std::str::FromStr for IoMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "auto" => IoMode::Auto,
-            "direct" => IoMode::Direct,
-            "dontcache" => IoMode::DontCache,
-            "writebehind" | "write-behind" => IoMode::WriteBehind,
-            "buffered" => IoMode::Buffered,
-            _ => return Err(format!("unknown mode {s:?}: auto|direct|dontcache|writebehind|buffered")),
-        })
-    }
-}
-
-/// What one file actually got.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FileMode {
-    Direct,
-    DontCache,
-    WriteBehind,
-    Buffered,
-}
+const RWF_DONTCACHE: u32 = cacheless::caps::RWF_DONTCACHE as u32;
 
 const UNKNOWN: u8 = 0;
 const YES: u8 = 1;
 const NO: u8 = 2;
 
-/// Capabilities of the destination filesystem, probed once (first use) and shared.
+/// One verdict, learnt from the first write that tries it and shared by every worker.
+struct Verdict(AtomicU8);
+
+impl Verdict {
+    fn get(&self) -> Option<bool> {
+        match self.0.load(Ordering::Relaxed) {
+            YES => Some(true),
+            NO => Some(false),
+            _ => None,
+        }
+    }
+    fn set(&self, ok: bool) {
+        // Loaded first: this runs after every write, and an unconditional store would bounce
+        // the cache line between the workers.
+        if self.get() != Some(ok) {
+            self.0.store(if ok { YES } else { NO }, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Capabilities of the destination filesystem, learnt as files are written and shared.
 pub(crate) struct Caps {
-    direct: AtomicU8,
-    dontcache: AtomicU8,
+    direct: Verdict,
+    dontcache: Verdict,
+    /// O_DIRECT alignment of offsets, lengths and buffer addresses.
     pub(crate) align: usize,
 }
 
 impl Caps {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(align: usize) -> Self {
         Caps {
-            direct: AtomicU8::new(UNKNOWN),
-            dontcache: AtomicU8::new(UNKNOWN),
-            align: 4096,
+            direct: Verdict(AtomicU8::new(UNKNOWN)),
+            dontcache: Verdict(AtomicU8::new(UNKNOWN)),
+            align,
         }
     }
-    pub(crate) fn direct_known_bad(&self) -> bool {
-        self.direct.load(Ordering::Relaxed) == NO
-    }
     pub(crate) fn set_direct(&self, ok: bool) {
-        self.direct.store(if ok { YES } else { NO }, Ordering::Relaxed);
+        self.direct.set(ok);
     }
     pub(crate) fn dontcache_known_bad(&self) -> bool {
-        self.dontcache.load(Ordering::Relaxed) == NO
+        self.dontcache.get() == Some(false)
     }
-    /// Whether O_DIRECT was refused / DONTCACHE was refused (for the report).
+    /// Whether O_DIRECT / DONTCACHE worked (None: not tried), for the report.
     pub(crate) fn verdicts(&self) -> (Option<bool>, Option<bool>) {
-        let f = |v: u8| match v {
-            YES => Some(true),
-            NO => Some(false),
-            _ => None,
-        };
-        (f(self.direct.load(Ordering::Relaxed)), f(self.dontcache.load(Ordering::Relaxed)))
+        (self.direct.get(), self.dontcache.get())
     }
 }
 
@@ -130,12 +111,12 @@ pub(crate) fn write_buffered(caps: &Caps, fd: BorrowedFd<'_>, buf: &[u8], off: u
         FileMode::DontCache | FileMode::Direct if !caps.dontcache_known_bad() => {
             match pwrite_all(fd, buf, off, RWF_DONTCACHE) {
                 Ok(()) => {
-                    caps.dontcache.store(YES, Ordering::Relaxed);
+                    caps.dontcache.set(true);
                     Ok(FileMode::DontCache)
                 }
                 // Refused before any I/O: fall back to write-behind and remember.
                 Err(e) if e == Errno::OPNOTSUPP || e == Errno::INVAL => {
-                    caps.dontcache.store(NO, Ordering::Relaxed);
+                    caps.dontcache.set(false);
                     write_behind(fd, buf, off)
                 }
                 Err(e) => Err(e),
@@ -152,8 +133,8 @@ fn write_behind(fd: BorrowedFd<'_>, buf: &[u8], off: u64) -> rustix::io::Result<
     Ok(FileMode::WriteBehind)
 }
 
-/// A large file being written with O_DIRECT: whole aligned blocks go straight out, the last
-/// partial block after clearing O_DIRECT.
+/// A file being written with O_DIRECT (forced `--mode direct`, below `direct_min`): whole aligned
+/// blocks go straight out, the last partial block after clearing O_DIRECT.
 pub(crate) struct DirectFile<'a> {
     pub(crate) fd: &'a OwnedFd,
     pub(crate) off: u64,
@@ -184,41 +165,23 @@ impl DirectFile<'_> {
     }
 }
 
-/// Checks, with a scratch file in the destination, that a forced mode can be honoured: a forced
-/// mode the filesystem refuses is an error, never a silent downgrade. `Err` names the errno.
-pub(crate) fn probe_forced(dir: BorrowedFd<'_>, mode: IoMode, caps: &Caps) -> Result<(), String> {
-    let name = format!(".cacheless-probe-{}", std::process::id());
-    let direct = mode == IoMode::Direct;
-    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let flags = if direct { flags | OFlags::DIRECT } else { flags };
-    let fd = rustix::fs::openat(dir, name.as_str(), flags, rustix::fs::Mode::from_raw_mode(0o600));
-    let res = match fd {
-        Err(e) => Err(e),
-        Ok(fd) => {
-            let r = if direct {
-                let mut b = crate::source::AlignedBuf::new(caps.align, caps.align);
-                pwrite_all(fd.as_fd(), b.as_mut_slice(), 0, 0)
-            } else {
-                pwrite_all(fd.as_fd(), b"x", 0, RWF_DONTCACHE)
-            };
-            let _ = rustix::fs::unlinkat(dir, name.as_str(), rustix::fs::AtFlags::empty());
-            r
-        }
-    };
-    match res {
-        Ok(()) => {
-            if direct {
-                caps.set_direct(true);
-            } else {
-                caps.dontcache.store(YES, Ordering::Relaxed);
-            }
-            Ok(())
-        }
-        Err(e) if direct => Err(format!(
-            "O_DIRECT unsupported on this filesystem ({e}): use --mode auto or dontcache"
-        )),
-        Err(e) => Err(format!(
-            "RWF_DONTCACHE unsupported here ({e}; needs Linux 6.14+, ext4 6.17+, XFS 6.16+): use --mode auto or writebehind"
-        )),
+/// The destination's capabilities for `mode`. A forced `direct` or `dontcache` is checked up
+/// front with the engine's probe (cached per device, and the one the `Writer` of large files
+/// uses): a forced mode the filesystem refuses is an error, never a silent downgrade, and `Err`
+/// says why and what to do. O_DIRECT alignment is the engine's figure, at least 4096.
+pub(crate) fn probe(dest: &Path, mode: IoMode) -> Result<Caps, String> {
+    if !matches!(mode, IoMode::Direct | IoMode::DontCache) {
+        return Ok(Caps::new(4096));
     }
+    let fs = cacheless::caps::for_dir(dest).map_err(|e| format!("probe {}: {e}", dest.display()))?;
+    if let Err(r) = cacheless::policy::decide_write(mode, &fs, None) {
+        return Err(format!("{} on the filesystem of {}: {}", r.reason, dest.display(), r.hint()));
+    }
+    let align = fs.direct.as_ref().map_or(4096, |a| a.both().max(4096));
+    let caps = Caps::new(align);
+    match mode {
+        IoMode::Direct => caps.set_direct(true),
+        _ => caps.dontcache.set(true),
+    }
+    Ok(caps)
 }

@@ -15,9 +15,6 @@ use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
 
-/// RWF_DONTCACHE (Linux 6.14+), absent from rustix 1.1's named flags.
-pub(crate) const RWF_DONTCACHE: u32 = 0x80;
-
 /// Compression formats recognised by their magic bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -92,26 +89,19 @@ pub enum Input {
 const READ_CHUNK: usize = 4 << 20;
 const OUT_CHUNK: usize = 1 << 20;
 
-/// An aligned byte buffer built in safe code: a Vec with room to slide to an aligned start.
-pub(crate) struct AlignedBuf {
-    v: Vec<u8>,
-    off: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    pub(crate) fn new(len: usize, align: usize) -> Self {
-        let v = vec![0u8; len + align];
-        let addr = v.as_ptr() as usize;
-        let off = (align - addr % align) % align;
-        AlignedBuf { v, off, len }
+/// Reads from `r` until `buf` is full or the stream ends, retrying EINTR. Returns the bytes read
+/// and the error that stopped it early, if any (the bytes before it are still in `buf`).
+fn fill(r: &mut impl Read, buf: &mut [u8]) -> (usize, Option<io::Error>) {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (filled, Some(e)),
+        }
     }
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.v[self.off..self.off + self.len]
-    }
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        &self.v[self.off..self.off + self.len]
-    }
+    (filled, None)
 }
 
 /// A `Read` over a channel of byte chunks; a `None`-terminated stream, errors travel in-band.
@@ -213,18 +203,13 @@ pub fn open(input: Input, archive_bytes: Arc<AtomicU64>, read_options: &cacheles
                     .name("cacheless-read".into())
                     .spawn(move || loop {
                         let mut buf = vec![0u8; READ_CHUNK];
-                        let mut filled = 0;
-                        while filled < buf.len() {
-                            match r.read(&mut buf[filled..]) {
-                                Ok(0) => break,
-                                Ok(n) => filled += n,
-                                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                                Err(e) => {
-                                    let _ = tx.send(Err(e));
-                                    return;
-                                }
+                        let filled = match fill(&mut r, &mut buf) {
+                            (_, Some(e)) => {
+                                let _ = tx.send(Err(e));
+                                return;
                             }
-                        }
+                            (n, None) => n,
+                        };
                         if filled == 0 {
                             return;
                         }
@@ -288,21 +273,15 @@ fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<
     };
     loop {
         let mut buf = vec![0u8; OUT_CHUNK];
-        let mut filled = 0;
-        while filled < buf.len() {
-            match dec.read(&mut buf[filled..]) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    if filled > 0 {
-                        buf.truncate(filled);
-                        let _ = tx.send(Ok(buf));
-                    }
-                    let _ = tx.send(Err(io::Error::new(e.kind(), format!("{} decoder: {e}", c.name()))));
-                    return;
-                }
+        let (filled, err) = fill(&mut dec, &mut buf);
+        if let Some(e) = err {
+            // What decoded before the error still goes out, so the parser reports where it broke.
+            if filled > 0 {
+                buf.truncate(filled);
+                let _ = tx.send(Ok(buf));
             }
+            let _ = tx.send(Err(io::Error::new(e.kind(), format!("{} decoder: {e}", c.name()))));
+            return;
         }
         if filled == 0 {
             return;

@@ -2,7 +2,6 @@
 //! cache, safely. The work is done by `cacheless_archive::extract`; this module maps flags,
 //! draws progress and prints the outcome.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use cacheless_archive::{extract, ExtractOptions, Input, IoMode, Progress};
+use cacheless_archive::{extract, ExtractOptions, Input, Progress};
 use clap::Args;
 
 use crate::common::CommonOpts;
@@ -45,11 +44,10 @@ pub struct ExtractArgs {
 
 /// Runs `cacheless extract`: exit 0 when every member was extracted, 1 otherwise.
 pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
-    let mode: IoMode = common.mode.to_string().parse().map_err(anyhow::Error::msg)?;
     let progress = Arc::new(Progress::default());
     let mut opts = ExtractOptions::new(&args.directory);
     opts.strip_components = args.strip_components;
-    opts.mode = mode;
+    opts.mode = common.mode;
     opts.sync = !args.no_sync;
     opts.keep_old_files = args.keep_old_files;
     opts.same_owner = args.same_owner;
@@ -65,28 +63,16 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     opts.progress = Some(progress.clone());
     if common.verbose && common.backend.to_string() != "auto" {
         eprintln!(
-            "cacheless: extract uses its thread-pool file creator; --backend {} is not used for file creation",
+            "cacheless: --backend {} applies to reading the archive and writing large files; smaller files are written by the thread-pool creator",
             common.backend
         );
     }
 
     // Ctrl-C / SIGTERM stop between entries; the entry being written is removed.
-    let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, flag.clone());
+        let _ = signal_hook::flag::register(sig, progress.cancel.clone());
     }
     let done = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (p, flag, done) = (progress.clone(), flag.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                if flag.load(Ordering::Relaxed) {
-                    p.cancel.store(true, Ordering::Relaxed);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
 
     let (input, total) = if args.archive.as_os_str() == "-" {
         (Input::Stream(Box::new(std::io::stdin())), None)
@@ -96,7 +82,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
             .len();
         (Input::Path(args.archive.clone()), Some(len))
     };
-    let bar = (!common.json && std::io::stderr().is_terminal()).then(|| {
+    let bar = crate::ui::Bar::wanted(common.json).then(|| {
         let (p, done) = (progress.clone(), done.clone());
         std::thread::spawn(move || draw(&p, total, &done))
     });
@@ -105,7 +91,6 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     if let Some(b) = bar {
         let _ = b.join();
     }
-    let _ = watcher.join();
     let report = res.with_context(|| format!("extract {}", args.archive.display()))?;
 
     for w in &report.warnings {
