@@ -128,6 +128,7 @@ pub struct Op {
 
 impl Op {
     /// An op on an owned buffer. Panics if `start + len` exceeds the buffer.
+    #[allow(clippy::too_many_arguments)]
     pub fn owned(kind: OpKind, file: Arc<File>, offset: u64, buf: AlignedBuf, start: usize, len: usize, rw_flags: i32, tag: u64) -> Op {
         assert!(start + len <= buf.capacity(), "op range exceeds its buffer");
         Op { kind, file, offset, mem: IoMem::Owned(buf), start, len, rw_flags, tag, done: 0 }
