@@ -11,12 +11,15 @@
 #              about 8 GiB + 4/3 of RAM + 4 GiB free
 #   OUT        where results go (default: bench/runs/<date>-<host>); one folder per experiment with
 #              command.txt, table.md, report.json, raw.csv, plot.png (no plot without a TrueType font)
-#   RUNS       rounds of interleaved trials (default 3; the fio check always uses 5)
+#   RUNS       rounds of interleaved trials (default: cacheless bench's, one full rotation of the modes; the
+#              fio check always uses 8, two full rotations of its 4 kinds of trial)
 #   STABILITY_SIZE  size of each of the two files of the stability experiment (default: 2/3 of RAM, so
 #              that the two together are larger than RAM and buffered reads must reclaim)
-#   STABILITY_RUNS  rounds of the stability experiment (default 2)
+#   STABILITY_RUNS  rounds of the stability experiment (default: one full rotation, 3)
 #
-# The low-memory scenario creates a memory cgroup: run as root. Run nothing else meanwhile.
+# `cacheless bench` rotates the order of the modes (and fio's runs) every round and records each trial's
+# position; a table warns when a mode's figures depend on it. The low-memory scenario creates a memory
+# cgroup: run as root. Run nothing else meanwhile.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -26,7 +29,13 @@ if [[ ! -x $CACHELESS ]]; then
 fi
 DATA=${DATA:-$PWD/bench-data}
 OUT=${OUT:-bench/runs/$(date -u +%Y-%m-%d)-$(hostname -s)}
-RUNS=${RUNS:-3}
+# Empty: leave the number of rounds to `cacheless bench`.
+RUNS=${RUNS:-}
+# runs_flag N: sets RUNS_FLAG to `--runs N`, or to nothing when N is empty.
+runs_flag() {
+    RUNS_FLAG=()
+    if [[ -n $1 ]]; then RUNS_FLAG=(--runs "$1"); fi
+}
 mkdir -p "$DATA" "$OUT"
 
 # Plots need a TrueType font for their text (the same search as `cacheless bench --plot`); fonts-dejavu-core
@@ -80,7 +89,9 @@ bench() {
 #    1 GiB memory cgroup.
 erofs() {
     DATASET=4x2G
-    local common=(--rw read --threads 4 --files 4 --size 2G --bs 1M --modes buffered,direct,dontcache,auto --runs "$RUNS")
+    runs_flag "$RUNS"
+    # shellcheck disable=SC2054 # the commas separate --modes values, not array elements
+    local common=(--rw read --threads 4 --files 4 --size 2G --bs 1M --modes buffered,direct,dontcache,auto "${RUNS_FLAG[@]}")
     bench erofs-normal "${common[@]}"
     bench erofs-lowmem "${common[@]}" --scenario low-memory --memory-limit 1G
 }
@@ -89,21 +100,23 @@ erofs() {
 stability() {
     DATASET=2xbig
     local size=${STABILITY_SIZE:-$(awk '/MemTotal/ {printf "%dM", $2/1024*2/3}' /proc/meminfo)}
+    runs_flag "${STABILITY_RUNS:-}"
     bench stability --rw read --threads 2 --files 2 --size "$size" --bs 1M --modes buffered,dontcache,direct \
-        --runs "${STABILITY_RUNS:-2}"
+        "${RUNS_FLAG[@]}"
 }
 
 # 3. The write table: 4 GiB sequential write made durable.
 write_table() {
-    DATASET=write
+    DATASET="write"
+    runs_flag "$RUNS"
     bench write --rw write --threads 1 --files 1 --size 4G --bs 1M \
-        --modes buffered,direct,dontcache,writebehind --runs "$RUNS"
+        --modes buffered,direct,dontcache,writebehind "${RUNS_FLAG[@]}"
 }
 
-# Acceptance: our direct sequential read against fio on the same job, median of 5 interleaved runs.
+# Acceptance: our direct sequential read against fio on the same job, median of 8 interleaved runs.
 fio_check() {
     DATASET=4x2G
-    bench vs-fio --rw read --threads 4 --files 4 --size 2G --bs 1M --modes buffered,direct --runs 5 --vs-fio
+    bench vs-fio --rw read --threads 4 --files 4 --size 2G --bs 1M --modes buffered,direct --runs 8 --vs-fio
 }
 
 machine

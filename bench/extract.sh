@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/extract.sh: `cacheless extract` vs `tar -I zstd -xf ... && sync` on a snapshot-like tree.
 #
-# Cold every run (sync + drop_caches, needs root), RUNS interleaved runs (order alternates).
+# Cold every run (sync + drop_caches + bench/lib.sh's settle, needs root), RUNS interleaved runs
+# whose order rotates (bench/lib.sh; the position is recorded).
 # Per run: wall, user and sys CPU (GNU time, children included), page-cache growth (Cached in
 # /proc/meminfo after minus before) and the exact residency of the archive and the extracted
 # tree afterwards (fincore). Writes WORK/raw-NAME.csv and prints a markdown summary.
@@ -13,6 +14,7 @@
 # The 200,000-file variant: NAME=200k LARGE=0 MEDIUM=0 SMALL=200000 SMALL_MAX_KIB=8 bench/extract.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 BIN=$(realpath "${CACHELESS:-target/release/cacheless}")
 WORK=${WORK:-/var/tmp/cacheless-bench-extract}
 RUNS=${RUNS:-5}
@@ -37,15 +39,15 @@ TREE_BYTES=$(du -sb --apparent-size "$TREE" | cut -f1)
 FILES=$(find "$TREE" -type f | wc -l)
 OUT=$WORK/out
 RAW=$WORK/raw-$NAME.csv
-echo "tool,run,wall_s,user_s,sys_s,cache_growth_kib,resident_after_kib,tree_bytes,files" > "$RAW"
+echo "tool,run,position,wall_s,user_s,sys_s,cache_growth_kib,resident_after_kib,tree_bytes,files" > "$RAW"
 
 cached_kib() { awk '/^Cached:/ {print $2}' /proc/meminfo; }
 resident_kib() { # archive + every extracted file, exact (fincore)
     { echo "$ARCH"; find "$OUT" -type f; } | xargs -d '\n' fincore -b -n -o RES 2>/dev/null | awk '{s+=$1} END {print int(s/1024)}'
 }
-one() { # tool run
-    local tool=$1 run=$2 cmd
-    rm -rf "$OUT"; mkdir -p "$OUT"; sync; echo 3 > /proc/sys/vm/drop_caches; sleep 1
+one() { # tool run position
+    local tool=$1 run=$2 pos=$3 cmd
+    rm -rf "$OUT"; mkdir -p "$OUT"; sync; echo 3 > /proc/sys/vm/drop_caches; settle
     if [ "$tool" = cacheless ]; then
         cmd="\"$BIN\" extract $EXTRA \"$ARCH\" -C \"$OUT\""
     else
@@ -57,10 +59,14 @@ one() { # tool run
         || { echo "$tool failed:" >&2; cat "$WORK/stderr-$tool.txt" >&2; exit 1; }
     t=$(tail -1 "$WORK/time.txt")
     after=$(cached_kib)
-    echo "$tool,$run,${t// /,},$((after - before)),$(resident_kib),$TREE_BYTES,$FILES" | tee -a "$RAW"
+    echo "$tool,$run,$pos,${t// /,},$((after - before)),$(resident_kib),$TREE_BYTES,$FILES" | tee -a "$RAW"
 }
 for run in $(seq 1 "$RUNS"); do
-    if [ $((run % 2)) = 1 ]; then one cacheless "$run"; one tar "$run"; else one tar "$run"; one cacheless "$run"; fi
+    pos=0
+    for tool in $(rotate "$run" cacheless tar); do
+        pos=$((pos + 1))
+        one "$tool" "$run" "$pos"
+    done
 done
 rm -rf "$OUT"
 python3 - "$RAW" <<'PY'

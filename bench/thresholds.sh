@@ -2,16 +2,18 @@
 # Measures where O_DIRECT stops paying for small files, which sets policy::TINY_READ and
 # policy::SMALL_WRITE: N files of each size read cold with --mode direct vs --mode writebehind
 # (buffered + drop what was brought in), and copied with --mode direct vs dontcache. Medians of
-# RUNS interleaved runs; root needed for drop_caches.
+# RUNS interleaved runs, the four commands of a size in an order that rotates every round
+# (bench/lib.sh; the position is recorded); root needed for drop_caches.
 #   bench/thresholds.sh [DIR] [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 dir=${1:-bench/runs/$(date +%Y-%m-%d)-$(hostname)}/thresholds
 runs=${2:-5}
 B=$PWD/target/release/cacheless
 mkdir -p "$dir"
 out=$dir/raw.csv
-echo "run,op,size,mode,wall_s" > "$out"
+echo "run,position,op,size,mode,wall_s" > "$out"
 for size in 16K 64K 256K 1M 4M; do
   d=$dir/data-$size
   if [ ! -d "$d" ]; then
@@ -24,15 +26,18 @@ sync
 for run in $(seq 1 "$runs"); do
   for size in 16K 64K 256K 1M 4M; do
     d=$dir/data-$size
-    for mode in direct writebehind; do
-      echo 3 > /proc/sys/vm/drop_caches
-      /usr/bin/time -o "$dir/t" -f %e "$B" --mode "$mode" cat "$d"/f* > /dev/null; t=$(tail -1 "$dir/t")
-      echo "$run,read,$size,$mode,$t" >> "$out"
-    done
-    for mode in direct dontcache; do
-      rm -rf "$dir/copy"; echo 3 > /proc/sys/vm/drop_caches
-      /usr/bin/time -o "$dir/t" -f %e "$B" --mode "$mode" cp -r --no-sync "$d" "$dir/copy" > /dev/null; t=$(tail -1 "$dir/t")
-      echo "$run,write,$size,$mode,$t" >> "$out"
+    pos=0
+    for cmd in $(rotate "$run" read-direct read-writebehind write-direct write-dontcache); do
+      pos=$((pos + 1))
+      op=${cmd%%-*} mode=${cmd#*-}
+      rm -rf "$dir/copy"; sync; echo 3 > /proc/sys/vm/drop_caches; settle
+      if [ "$op" = read ]; then
+        /usr/bin/time -o "$dir/t" -f %e "$B" --mode "$mode" cat "$d"/f* > /dev/null
+      else
+        /usr/bin/time -o "$dir/t" -f %e "$B" --mode "$mode" cp -r --no-sync "$d" "$dir/copy" > /dev/null
+      fi
+      t=$(tail -1 "$dir/t")
+      echo "$run,$pos,$op,$size,$mode,$t" >> "$out"
     done
   done
 done

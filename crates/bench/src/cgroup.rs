@@ -334,7 +334,8 @@ impl MemoryCgroup {
                 Err(e) => return Err(Error::io(&self.dir, "remove cgroup", e)),
             }
         }
-        Err(Error::io(&self.dir, "remove cgroup", last.unwrap()))
+        let busy = last.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EBUSY));
+        Err(Error::io(&self.dir, "remove cgroup", busy))
     }
 }
 

@@ -37,6 +37,14 @@ pub enum Error {
     /// fio failed or printed something we could not read.
     #[error("fio: {0}")]
     Fio(String),
+    /// A thread of the benchmark panicked (a bug); the run stops with this error instead of the panic.
+    #[error("{what} panicked: {message}")]
+    Panic {
+        /// What the thread was doing (`read of /data/f0`, `the workload`).
+        what: String,
+        /// The panic message.
+        message: String,
+    },
     /// Drawing the plot failed.
     #[error("plot {}: {what}", path.display())]
     Plot {
@@ -54,6 +62,21 @@ impl Error {
             path: path.into(),
             op,
             source,
+        }
+    }
+}
+
+impl Error {
+    /// The error for a thread that panicked while doing `what`, with the panic's message.
+    pub(crate) fn panicked(what: impl Into<String>, payload: &(dyn std::any::Any + Send)) -> Self {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        Error::Panic {
+            what: what.into(),
+            message,
         }
     }
 }

@@ -6,10 +6,14 @@
 //! `end_fsync=1` so that the data is durable before fio stops its clock, as ours is. fio's uncached mode is
 //! not used: fio 3.17-3.37 sends 0x40 (RWF_ATOMIC on Linux 6.11+) instead of RWF_DONTCACHE (0x80).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use cacheless::{BackendKind, Mode};
+
+use crate::config::{BenchConfig, Rw};
 use crate::error::{Error, Result};
+use crate::prepare::fio_target_path;
 
 /// One fio run.
 #[derive(Debug, Clone)]
@@ -90,6 +94,40 @@ impl FioJob {
     }
 }
 
+/// fio's equivalent of each fio-capable mode in `cfg` (buffered, direct), reading `sources` or writing
+/// beside them in `dir`. Empty for copy, which fio has no job for.
+pub(crate) fn jobs_for(cfg: &BenchConfig, dir: &Path, sources: &[PathBuf]) -> Vec<(Mode, FioJob)> {
+    if cfg.rw == Rw::Copy {
+        return Vec::new();
+    }
+    cfg.modes
+        .iter()
+        .copied()
+        .filter(|m| matches!(m, Mode::Buffered | Mode::Direct))
+        .map(|m| {
+            let files = if cfg.rw == Rw::Write {
+                (0..cfg.files).map(|i| fio_target_path(dir, i)).collect()
+            } else {
+                sources.to_vec()
+            };
+            let job = FioJob {
+                rw: cfg.rw.name().to_string(),
+                files,
+                size: cfg.file_size,
+                bs: cfg.block_size as u64,
+                iodepth: cfg.queue_depth as u32,
+                direct: m == Mode::Direct,
+                ioengine: if cfg.backend == BackendKind::Threads {
+                    "psync".into()
+                } else {
+                    "io_uring".into()
+                },
+            };
+            (m, job)
+        })
+        .collect()
+}
+
 /// fio's version string (`fio-3.33`), or `None` when fio is not installed.
 pub fn version() -> Option<String> {
     let out = Command::new("fio").arg("--version").output().ok()?;
@@ -158,5 +196,28 @@ mod tests {
         assert!(a.contains(&"--filename=/d/a\\:b".to_string()));
         assert_eq!(a.iter().filter(|x| x.starts_with("--name=")).count(), 2);
         assert!(j.command_line().starts_with("fio --output-format=json"));
+    }
+
+    #[test]
+    fn jobs_for_the_modes_fio_can_run() {
+        let mut c = BenchConfig::quick(Path::new("."));
+        c.files = 2;
+        let sources = vec![PathBuf::from("/d/a"), PathBuf::from("/d/b")];
+        let j = jobs_for(&c, Path::new("/d"), &sources);
+        let modes: Vec<Mode> = j.iter().map(|(m, _)| *m).collect();
+        assert_eq!(modes, [Mode::Buffered, Mode::Direct]);
+        assert_eq!(j[1].1.files, sources);
+        assert!(j[1].1.direct && !j[0].1.direct);
+        c.rw = Rw::Write;
+        let j = jobs_for(&c, Path::new("/d"), &[]);
+        assert_eq!(
+            j[0].1.files,
+            [
+                fio_target_path(Path::new("/d"), 0),
+                fio_target_path(Path::new("/d"), 1)
+            ]
+        );
+        c.rw = Rw::Copy;
+        assert!(jobs_for(&c, Path::new("/d"), &sources).is_empty());
     }
 }

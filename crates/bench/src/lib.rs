@@ -3,17 +3,25 @@
 //! cannot see — page-cache growth, reclaim (kswapd and direct), kswapd CPU and per-second stability — for
 //! buffered, direct, uncached (RWF_DONTCACHE), write-behind and automatic I/O.
 //!
-//! Layout: [`procfs`] parses /proc, [`cgroup`] runs the low-memory scenario, [`stats`] and [`report`] turn
-//! trials into tables, CSV and JSON (`cacheless-bench/1`, see docs/bench-json.md), [`plot`] draws them.
+//! Layout: [`run`] drives a run from a [`config::BenchConfig`]: [`prepare`] makes the files and the cold start
+//! of each trial, [`schedule`] rotates the trial order every round, [`trial`] times one trial, [`fio`] runs
+//! fio's equivalent. [`procfs`] parses /proc, [`meter`] samples it during a trial, [`cgroup`] runs the
+//! low-memory scenario. [`stats`] and [`report`] summarize the trials (JSON `cacheless-bench/1`, see
+//! docs/bench-json.md), [`render`] writes the table, sentences and CSV, [`plot`] draws them.
 
 pub mod cgroup;
+pub mod config;
 pub mod error;
 pub mod fio;
 pub mod meter;
 pub mod plot;
+mod prepare;
 pub mod procfs;
+pub mod render;
 pub mod report;
 pub mod run;
+pub mod schedule;
 pub mod stats;
+mod trial;
 
 pub use error::{Error, Result};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use cacheless::Progress;
 
 use crate::cgroup::{CgroupMemStat, MemoryCgroup};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::procfs::{
     drop_pagecache_count, kswapd_cpu, read_meminfo, read_vmstat_map, self_cpu, CpuTime, MemInfo,
     Reclaim,
@@ -52,7 +52,8 @@ fn cache_and_dirty(cg: Option<&CgroupMemStat>, mem: impl FnOnce() -> MemInfo) ->
 }
 
 /// Runs `work` (which adds the bytes it moves to the progress it is given, [`Progress::add_bytes`]) and
-/// measures it. The returned trial has everything but `run` and the files' residency filled in.
+/// measures it. The returned trial has everything but `run`, `position`, the wait before it and the files'
+/// residency filled in. A panic in `work` comes back as [`Error::Panic`].
 ///
 /// The clock starts just before `work` starts and stops when it returns: for writes, `work` must include
 /// making the data durable.
@@ -85,7 +86,9 @@ where
             peak_cache = peak_cache.max(c);
             peak_dirty = peak_dirty.max(d);
         }
-        let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let r = h
+            .join()
+            .unwrap_or_else(|p| Err(Error::panicked("the workload", p.as_ref())));
         (r, t0.elapsed().as_secs_f64())
     });
     result?;
@@ -121,6 +124,7 @@ where
             growth_bytes: cache_end as i64 - cache_start as i64,
             peak_growth_bytes: peak_cache as i64 - cache_start as i64,
             peak_dirty_writeback_bytes: peak_dirty,
+            start_dirty_writeback_bytes: dirty_start,
         },
         system_cache_growth_bytes: end.mem.cached as i64 - start.mem.cached as i64,
         caches_dropped_during: end.drops.saturating_sub(start.drops),
@@ -210,5 +214,17 @@ mod tests {
     fn workload_error_is_returned() {
         let r = measure(None, &[], |_| Err(crate::Error::Usage("boom".into())));
         assert!(matches!(r, Err(crate::Error::Usage(_))));
+    }
+
+    #[test]
+    fn workload_panic_is_an_error() {
+        let r = measure(None, &[], |_| panic!("worker gave up"));
+        match r {
+            Err(Error::Panic { what, message }) => {
+                assert_eq!(what, "the workload");
+                assert_eq!(message, "worker gave up");
+            }
+            other => panic!("expected a panic error, got {other:?}"),
+        }
     }
 }

@@ -13,7 +13,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::error::{Error, Result};
-use crate::report::{human_bytes, BenchReport};
+use crate::report::BenchReport;
 
 const FAMILY: &str = "sans-serif";
 
@@ -126,12 +126,8 @@ where
     root.fill(&WHITE).map_err(e)?;
     let c = &r.config;
     let title = format!(
-        "cacheless bench: {} {} x {}, {} thread(s), bs {}, {}{}",
-        c.rw,
-        c.files,
-        human_bytes(c.file_size as f64),
-        c.threads,
-        human_bytes(c.block_size as f64),
+        "cacheless bench: {}, {}{}",
+        c.workload(),
         c.scenario,
         c.limit_note()
     );

@@ -1,12 +1,11 @@
-//! What a benchmark run reports: the JSON schema (`cacheless-bench/1`, documented in docs/bench-json.md), the
-//! text table and the CSV.
-
-use std::fmt::Write as _;
+//! What a benchmark run reports: the JSON schema (`cacheless-bench/1`, documented in docs/bench-json.md) and
+//! the summaries computed from the trials. [`crate::render`] turns it into the table, sentences and CSV.
 
 use serde::{Deserialize, Serialize};
 
 use crate::procfs::{CpuTime, Reclaim};
-use crate::stats::{cov, median, Spread};
+use crate::render::human_bytes;
+use crate::stats::{by_position, cov, median, position_effect, PositionEffect, Spread};
 
 /// The schema name written in every JSON report. Fields may be added within a version; none is removed or
 /// renamed without changing it.
@@ -50,10 +49,14 @@ pub struct ConfigReport {
     pub queue_depth: u32,
     /// Engine backend asked for (`auto`, `uring`, `threads`).
     pub backend: String,
-    /// Modes, in the order they ran within each round.
+    /// Modes, in the order given (the order of the first round).
     pub modes: Vec<String>,
     /// Rounds of interleaved trials.
     pub runs: u32,
+    /// The order of the trials in each round (mode names, `fio <mode>` for fio's): a balanced Latin square,
+    /// so that every kind of trial runs in every position equally often over a full square.
+    #[serde(default)]
+    pub schedule: Vec<Vec<String>>,
     /// `normal` or `low-memory`.
     pub scenario: String,
     /// Memory cgroup limit in bytes (low-memory scenario).
@@ -65,6 +68,18 @@ pub struct ConfigReport {
 }
 
 impl ConfigReport {
+    /// `read x 2 file(s) of 1.0 GiB, 2 thread(s), bs 4.0 MiB`: the workload in one phrase.
+    pub fn workload(&self) -> String {
+        format!(
+            "{} x {} file(s) of {}, {} thread(s), bs {}",
+            self.rw,
+            self.files,
+            human_bytes(self.file_size as f64),
+            self.threads,
+            human_bytes(self.block_size as f64)
+        )
+    }
+
     /// ` (limit 1.0 GiB)` in the low-memory scenario, else empty: the end of a one-line description.
     pub fn limit_note(&self) -> String {
         self.memory_limit
@@ -130,6 +145,14 @@ pub struct ModeSummary {
     pub pgscan_total: Spread,
     /// Pages reclaimed (all kinds).
     pub pgsteal_total: Spread,
+    /// Median throughput of the trials run at each position of the round (element 0: first), `None` where
+    /// none ran there.
+    #[serde(default)]
+    pub mib_s_by_position: Vec<Option<f64>>,
+    /// Set when those medians disagree beyond the run-to-run noise: the trial order, not the mode, moved
+    /// the figures.
+    #[serde(default)]
+    pub position_effect: Option<PositionEffect>,
 }
 
 /// The per-interval throughput of a trial.
@@ -172,6 +195,9 @@ pub struct CacheReport {
     pub peak_growth_bytes: i64,
     /// Highest Dirty + Writeback seen.
     pub peak_dirty_writeback_bytes: u64,
+    /// Dirty + Writeback when the clock started (after the wait for writeback before each trial).
+    #[serde(default)]
+    pub start_dirty_writeback_bytes: u64,
 }
 
 /// Where page-cache figures come from.
@@ -190,6 +216,12 @@ pub enum CacheSource {
 pub struct TrialReport {
     /// Round number, from 1.
     pub run: u32,
+    /// Place of this trial in its round, from 1 (fio's trials count too).
+    #[serde(default)]
+    pub position: u32,
+    /// Seconds spent before the clock started waiting for writeback to finish and kswapd to go idle.
+    #[serde(default)]
+    pub settle_s: f64,
     /// Bytes the workload moved (read, or written; a copy counts the bytes copied).
     pub bytes: u64,
     /// Wall time from start to the last byte (durable for writes) in seconds.
@@ -252,8 +284,17 @@ pub struct FioReport {
     pub command: String,
     /// fio's bandwidth of each run, MiB/s.
     pub runs_mib_s: Vec<f64>,
+    /// The place of each of those runs in its round, from 1.
+    #[serde(default)]
+    pub runs_position: Vec<u32>,
     /// Their spread.
     pub mib_s: Spread,
+    /// Median bandwidth at each position of the round (element 0: first), `None` where none ran there.
+    #[serde(default)]
+    pub mib_s_by_position: Vec<Option<f64>>,
+    /// Set when those medians disagree beyond the run-to-run noise.
+    #[serde(default)]
+    pub position_effect: Option<PositionEffect>,
     /// Our median for the same mode, MiB/s.
     pub ours_mib_s: Option<f64>,
     /// `ours / fio - 1` in percent.
@@ -261,7 +302,8 @@ pub struct FioReport {
 }
 
 impl ModeReport {
-    /// Builds the summary from the trials (diff against buffered is filled by [`BenchReport::finish`]).
+    /// Builds the summary from the trials (the diff against buffered and the per-position figures are
+    /// filled by [`BenchReport::finish`]).
     pub fn summarize(mode: String, decisions: Vec<String>, runs: Vec<TrialReport>) -> ModeReport {
         let col =
             |f: &dyn Fn(&TrialReport) -> f64| Spread::of(&runs.iter().map(f).collect::<Vec<_>>());
@@ -290,6 +332,8 @@ impl ModeReport {
             files_resident_bytes: col(&|t| t.files_resident_end_bytes as f64),
             pgscan_total: col(&|t| t.reclaim.pgscan_total as f64),
             pgsteal_total: col(&|t| t.reclaim.pgsteal_total as f64),
+            mib_s_by_position: Vec::new(),
+            position_effect: None,
         };
         ModeReport {
             mode,
@@ -307,8 +351,38 @@ impl ModeReport {
 }
 
 impl BenchReport {
-    /// Fills the diffs against buffered and the fio comparisons.
+    /// The number of positions in a round: the kinds of trial compared.
+    pub fn positions(&self) -> usize {
+        let most = self.modes.iter().flat_map(|m| &m.runs).map(|t| t.position);
+        let fio = self
+            .fio
+            .iter()
+            .flat_map(|f| f.runs_position.iter().copied());
+        let seen = most.chain(fio).max().unwrap_or(0) as usize;
+        self.config
+            .schedule
+            .first()
+            .map_or(seen, |r| r.len().max(seen))
+    }
+
+    /// Fills the diffs against buffered, the fio comparisons and the per-position figures.
     pub fn finish(&mut self) {
+        let positions = self.positions();
+        for m in &mut self.modes {
+            let t: Vec<(u32, f64)> = m.runs.iter().map(|t| (t.position, t.mib_s)).collect();
+            m.summary.mib_s_by_position = by_position(&t, positions);
+            m.summary.position_effect = position_effect(&t);
+        }
+        for f in &mut self.fio {
+            let t: Vec<(u32, f64)> = f
+                .runs_position
+                .iter()
+                .copied()
+                .zip(f.runs_mib_s.iter().copied())
+                .collect();
+            f.mib_s_by_position = by_position(&t, positions);
+            f.position_effect = position_effect(&t);
+        }
         let base = self
             .modes
             .iter()
@@ -331,192 +405,13 @@ impl BenchReport {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("report serializes")
     }
-
-    /// The main table in Markdown, as in the published erofs table, followed by a detail table.
-    pub fn table(&self) -> String {
-        let mut s = String::new();
-        let c = &self.config;
-        let _ = writeln!(
-            s,
-            "{} x {} file(s) of {}, {} thread(s), bs {}, qd {}, {} run(s), scenario {}{}",
-            c.rw,
-            c.files,
-            human_bytes(c.file_size as f64),
-            c.threads,
-            human_bytes(c.block_size as f64),
-            c.queue_depth,
-            c.runs,
-            c.scenario,
-            c.limit_note()
-        );
-        s.push('\n');
-        s.push_str("| mode | MiB/s | diff | CPU s/GiB | cache growth |\n");
-        s.push_str("|---|---:|---:|---:|---:|\n");
-        for m in &self.modes {
-            let x = &m.summary;
-            let _ = writeln!(
-                s,
-                "| {} | {:.0} | {} | {:.2} | {} |",
-                m.mode,
-                x.mib_s.median,
-                or_dash(x.diff_vs_buffered_pct.map(|d| format!("{d:+.1}%"))),
-                x.cpu_s_per_gib.median,
-                human_signed(x.cache_peak_growth_bytes.median),
-            );
-        }
-        s.push('\n');
-        s.push_str(
-            "| mode | MiB/s min-max | CoV/s | user/sys s/GiB | kswapd CPU s | pgscan | pgsteal | \
-             cache end | peak dirty+wb | files cached |\n",
-        );
-        s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-        for m in &self.modes {
-            let x = &m.summary;
-            let _ = writeln!(
-                s,
-                "| {} | {:.0}-{:.0} | {:.1}% | {:.2}/{:.2} | {:.2} | {:.0} | {:.0} | {} | {} | {} |",
-                m.mode,
-                x.mib_s.min,
-                x.mib_s.max,
-                x.series_cov.median * 100.0,
-                x.user_s_per_gib,
-                x.sys_s_per_gib,
-                x.kswapd_cpu_s.median,
-                x.pgscan_total.median,
-                x.pgsteal_total.median,
-                human_signed(x.cache_growth_bytes.median),
-                human_bytes(x.peak_dirty_writeback_bytes.median),
-                human_bytes(x.files_resident_bytes.median),
-            );
-        }
-        let disturbed: usize = self
-            .modes
-            .iter()
-            .flat_map(|m| &m.runs)
-            .filter(|t| t.caches_dropped_during > 0)
-            .count();
-        if disturbed > 0 {
-            let _ = writeln!(
-                s,
-                "\nWARNING: another program dropped the page cache during {disturbed} trial(s) \
-                 (caches_dropped_during in the JSON/CSV): their cache figures are not their own."
-            );
-        }
-        let decided: Vec<_> = self
-            .modes
-            .iter()
-            .filter(|m| !m.decisions.is_empty())
-            .collect();
-        if !decided.is_empty() {
-            s.push('\n');
-            for m in decided {
-                let _ = writeln!(s, "{}: {}", m.mode, m.decisions.join("; "));
-            }
-        }
-        if !self.fio.is_empty() {
-            s.push('\n');
-            s.push_str("| mode | ours MiB/s | fio MiB/s | ours vs fio |\n|---|---:|---:|---:|\n");
-            for f in &self.fio {
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {:.0} ({:.0}-{:.0}) | {} |",
-                    f.mode,
-                    or_dash(f.ours_mib_s.map(|o| format!("{o:.0}"))),
-                    f.mib_s.median,
-                    f.mib_s.min,
-                    f.mib_s.max,
-                    or_dash(f.ours_vs_fio_pct.map(|d| format!("{d:+.1}%"))),
-                );
-            }
-        }
-        s
-    }
-
-    /// One CSV row per trial (header included).
-    pub fn to_csv(&self) -> String {
-        let mut s = String::from(
-            "mode,run,bytes,seconds,mib_s,series_min,series_median,series_max,series_cov,user_s,sys_s,\
-             cpu_s_per_gib,kswapd_cpu_s,pgscan_kswapd,pgscan_direct,pgsteal_kswapd,pgsteal_direct,\
-             pgscan_total,pgsteal_total,cache_source,cache_growth_bytes,cache_peak_growth_bytes,\
-             peak_dirty_writeback_bytes,system_cache_growth_bytes,files_resident_start_bytes,\
-             files_resident_end_bytes,files_total_bytes,cgroup_peak_bytes,caches_dropped_during\n",
-        );
-        for m in &self.modes {
-            for t in &m.runs {
-                let r = &t.reclaim;
-                let _ = writeln!(
-                    s,
-                    "{},{},{},{:.6},{:.3},{:.3},{:.3},{:.3},{:.5},{:.3},{:.3},{:.4},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                    m.mode,
-                    t.run,
-                    t.bytes,
-                    t.seconds,
-                    t.mib_s,
-                    t.series.spread.min,
-                    t.series.spread.median,
-                    t.series.spread.max,
-                    t.series.cov,
-                    t.cpu.user_s,
-                    t.cpu.sys_s,
-                    t.cpu_s_per_gib,
-                    t.kswapd_cpu_s,
-                    r.pgscan_kswapd,
-                    r.pgscan_direct,
-                    r.pgsteal_kswapd,
-                    r.pgsteal_direct,
-                    r.pgscan_total,
-                    r.pgsteal_total,
-                    if t.cache.source == CacheSource::Cgroup { "cgroup" } else { "meminfo" },
-                    t.cache.growth_bytes,
-                    t.cache.peak_growth_bytes,
-                    t.cache.peak_dirty_writeback_bytes,
-                    t.system_cache_growth_bytes,
-                    t.files_resident_start_bytes,
-                    t.files_resident_end_bytes,
-                    t.files_total_bytes,
-                    t.cgroup_peak_bytes.map(|p| p.to_string()).unwrap_or_default(),
-                    t.caches_dropped_during,
-                );
-            }
-        }
-        s
-    }
-}
-
-/// `1.5 GiB`-style sizes.
-pub fn human_bytes(b: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b;
-    let mut i = 0;
-    while v.abs() >= 1024.0 && i < UNITS.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{v:.0} B")
-    } else {
-        format!("{v:.1} {}", UNITS[i])
-    }
 }
 
 /// `value` against `base` in percent (`+12.5` = 12.5 % more); `None` without both or with a base of 0.
-fn pct_vs(value: Option<f64>, base: Option<f64>) -> Option<f64> {
+pub(crate) fn pct_vs(value: Option<f64>, base: Option<f64>) -> Option<f64> {
     match (value, base) {
         (Some(v), Some(b)) if b > 0.0 => Some((v / b - 1.0) * 100.0),
         _ => None,
-    }
-}
-
-/// A table cell: the figure, or `-` when there is none.
-fn or_dash(cell: Option<String>) -> String {
-    cell.unwrap_or_else(|| "-".into())
-}
-
-fn human_signed(b: f64) -> String {
-    if b > 0.0 {
-        format!("+{}", human_bytes(b))
-    } else {
-        human_bytes(b)
     }
 }
 
@@ -524,46 +419,66 @@ fn human_signed(b: f64) -> String {
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) fn sample_report() -> BenchReport {
-        let trial = |run, bytes: u64, seconds, growth: i64, series: Vec<f64>| {
-            let mut t = TrialReport {
-                run,
-                bytes,
-                seconds,
-                series: Series::new(1.0, series),
-                cpu: CpuTime {
-                    user_s: 0.5,
-                    sys_s: 1.5,
-                },
-                kswapd_cpu_s: 0.25,
-                cache: CacheReport {
-                    source: CacheSource::Meminfo,
-                    start_bytes: 1 << 20,
-                    end_bytes: (1 << 20) + growth as u64,
-                    growth_bytes: growth,
-                    peak_growth_bytes: growth,
-                    peak_dirty_writeback_bytes: 4096,
-                },
-                files_total_bytes: bytes,
-                ..Default::default()
-            };
-            t.finish_rates();
-            t
+    const G: u64 = 1 << 30;
+
+    /// A trial that moved `bytes` in `seconds` with 2 CPU seconds and the given page-cache growth.
+    fn trial(
+        run: u32,
+        position: u32,
+        bytes: u64,
+        seconds: f64,
+        growth: i64,
+        series: Vec<f64>,
+    ) -> TrialReport {
+        let mut t = TrialReport {
+            run,
+            position,
+            bytes,
+            seconds,
+            series: Series::new(1.0, series),
+            cpu: CpuTime {
+                user_s: 0.5,
+                sys_s: 1.5,
+            },
+            kswapd_cpu_s: 0.25,
+            cache: CacheReport {
+                source: CacheSource::Meminfo,
+                start_bytes: 1 << 20,
+                end_bytes: (1 << 20) + growth as u64,
+                growth_bytes: growth,
+                peak_growth_bytes: growth,
+                peak_dirty_writeback_bytes: 4096,
+                start_dirty_writeback_bytes: 0,
+            },
+            files_total_bytes: bytes,
+            ..Default::default()
         };
-        let g = 1u64 << 30;
+        t.finish_rates();
+        t
+    }
+
+    /// A finished report of a read of 2 x 1 GiB with these modes and fio runs.
+    fn report_of(modes: Vec<ModeReport>, fio: Vec<FioReport>) -> BenchReport {
+        let mut kinds: Vec<String> = modes.iter().map(|m| m.mode.clone()).collect();
+        kinds.extend(fio.iter().map(|f| format!("fio {}", f.mode)));
+        let runs = modes.iter().map(|m| m.runs.len()).max().unwrap_or(0);
         let mut r = BenchReport {
             schema: SCHEMA.into(),
             version: "0.1.0".into(),
             config: ConfigReport {
                 rw: "read".into(),
                 files: 2,
-                file_size: g,
+                file_size: G,
                 threads: 2,
                 block_size: 1 << 20,
                 queue_depth: 8,
                 backend: "auto".into(),
-                modes: vec!["buffered".into(), "direct".into()],
-                runs: 2,
+                modes: modes.iter().map(|m| m.mode.clone()).collect(),
+                runs: runs as u32,
+                schedule: crate::schedule::schedule(kinds.len(), runs)
+                    .into_iter()
+                    .map(|o| o.into_iter().map(|k| kinds[k].clone()).collect())
+                    .collect(),
                 scenario: "normal".into(),
                 memory_limit: None,
                 drop_caches: false,
@@ -572,39 +487,80 @@ pub(crate) mod tests {
             system: SystemReport {
                 kernel: "6.18".into(),
                 cpus: 2,
-                mem_total: 24 * g,
+                mem_total: 24 * G,
                 fs_type: Some("ext4".into()),
                 cgroup: None,
             },
-            modes: vec![
+            modes,
+            fio,
+        };
+        r.finish();
+        r
+    }
+
+    /// A report whose modes ran at these MiB/s (one trial per figure, in rounds of a Latin square), with
+    /// these CPU seconds per GiB and page-cache growths (per mode, the same in every trial).
+    pub(crate) fn synthetic(modes: &[(&str, &[f64], f64, i64)]) -> BenchReport {
+        let n = modes.len();
+        let modes = modes
+            .iter()
+            .enumerate()
+            .map(|(k, &(name, mib_s, cpu, growth))| {
+                let runs = mib_s
+                    .iter()
+                    .enumerate()
+                    .map(|(r, &v)| {
+                        let order = crate::schedule::order(n, r);
+                        let pos = order.iter().position(|&x| x == k).unwrap_or(0) as u32 + 1;
+                        let mut t = trial(r as u32 + 1, pos, 2 * G, 2048.0 / v, growth, vec![v]);
+                        t.cpu = CpuTime {
+                            user_s: 0.0,
+                            sys_s: cpu * 2.0,
+                        };
+                        t.finish_rates();
+                        t
+                    })
+                    .collect();
+                ModeReport::summarize(name.into(), vec![], runs)
+            })
+            .collect();
+        report_of(modes, vec![])
+    }
+
+    pub(crate) fn sample_report() -> BenchReport {
+        // Three kinds (buffered, direct, fio direct): round 1 runs them in that order, round 2 as
+        // direct, fio direct, buffered.
+        report_of(
+            vec![
                 ModeReport::summarize(
                     "buffered".into(),
                     vec![],
                     vec![
-                        trial(1, 2 * g, 2.0, 2 << 30, vec![1000.0, 1048.0]),
-                        trial(2, 2 * g, 4.0, 2 << 30, vec![500.0, 524.0]),
+                        trial(1, 1, 2 * G, 2.0, 2 << 30, vec![1000.0, 1048.0]),
+                        trial(2, 3, 2 * G, 4.0, 2 << 30, vec![500.0, 524.0]),
                     ],
                 ),
                 ModeReport::summarize(
                     "direct".into(),
                     vec!["direct: forced".into()],
                     vec![
-                        trial(1, 2 * g, 1.0, 0, vec![2048.0]),
-                        trial(2, 2 * g, 1.0, 0, vec![2048.0]),
+                        trial(1, 2, 2 * G, 1.0, 0, vec![2048.0]),
+                        trial(2, 1, 2 * G, 1.0, 0, vec![2048.0]),
                     ],
                 ),
             ],
-            fio: vec![FioReport {
+            vec![FioReport {
                 mode: "direct".into(),
                 command: "fio ...".into(),
-                runs_mib_s: vec![2000.0],
-                mib_s: Spread::of(&[2000.0]),
+                runs_mib_s: vec![2000.0, 1900.0],
+                runs_position: vec![3, 2],
+                mib_s: Spread::of(&[2000.0, 1900.0]),
+                mib_s_by_position: vec![],
+                position_effect: None,
                 ours_mib_s: None,
                 ours_vs_fio_pct: None,
             }],
-        };
-        r.finish();
-        r
+        )
     }
 
     #[test]
@@ -619,40 +575,68 @@ pub(crate) mod tests {
         let d = &r.modes[1].summary;
         assert_eq!(d.mib_s.median, 2048.0);
         assert!((d.diff_vs_buffered_pct.unwrap() - 166.666_666).abs() < 1e-3);
-        assert!((r.fio[0].ours_vs_fio_pct.unwrap() - 2.4).abs() < 1e-9);
+        assert!((r.fio[0].ours_vs_fio_pct.unwrap() - 2048.0 / 1950.0 * 100.0 + 100.0).abs() < 1e-9);
         assert_eq!(r.modes[0].representative().unwrap().run, 1);
+        assert_eq!(r.positions(), 3);
+        assert_eq!(
+            r.config.schedule,
+            [
+                ["buffered", "direct", "fio direct"],
+                ["direct", "fio direct", "buffered"]
+            ]
+        );
+        assert_eq!(b.mib_s_by_position, [Some(1024.0), None, Some(512.0)]);
+        assert_eq!(d.mib_s_by_position, [Some(2048.0), Some(2048.0), None]);
+        assert_eq!(
+            r.fio[0].mib_s_by_position,
+            [None, Some(1900.0), Some(2000.0)]
+        );
+        // Two trials cannot tell a position effect from noise.
+        assert!(b.position_effect.is_none() && r.fio[0].position_effect.is_none());
     }
 
     #[test]
-    fn table_has_the_published_columns() {
-        let t = sample_report().table();
-        assert!(
-            t.contains("| mode | MiB/s | diff | CPU s/GiB | cache growth |"),
-            "{t}"
+    fn a_slow_position_is_flagged_in_the_summary() {
+        let r = synthetic(&[
+            (
+                "buffered",
+                &[1500.0, 1490.0, 1510.0, 1500.0, 1505.0],
+                1.0,
+                1 << 30,
+            ),
+            ("direct", &[1000.0, 1500.0, 1510.0, 1490.0, 1520.0], 0.5, 0),
+            (
+                "dontcache",
+                &[1400.0, 1410.0, 1405.0, 1395.0, 1400.0],
+                0.8,
+                0,
+            ),
+            ("writebehind", &[1300.0; 5], 0.9, 1 << 20),
+            ("auto", &[1480.0, 1500.0, 1490.0, 1495.0, 1500.0], 0.5, 0),
+        ]);
+        let d = &r.modes[1].summary;
+        let e = d.position_effect.expect("direct's first round is flagged");
+        // Round 1 runs in the given order: direct was second.
+        assert_eq!((e.position, e.median), (2, 1000.0));
+        assert_eq!(
+            d.mib_s_by_position.iter().filter(|p| p.is_some()).count(),
+            5
         );
-        assert!(
-            t.contains("| buffered | 768 | +0.0% | 1.00 | +2.0 GiB |"),
-            "{t}"
+        // Its JSON keys are documented in docs/bench-json.md.
+        let v = serde_json::to_value(e).unwrap();
+        let mut k: Vec<&String> = v.as_object().unwrap().keys().collect();
+        k.sort();
+        assert_eq!(
+            k,
+            ["gap_pct", "median", "others_max", "others_min", "position"]
         );
-        assert!(
-            t.contains("| direct | 2048 | +166.7% | 1.00 | 0 B |"),
-            "{t}"
-        );
-        assert!(t.contains("direct: direct: forced"), "{t}");
-        assert!(
-            t.contains("| direct | 2048 | 2000 (2000-2000) | +2.4% |"),
-            "{t}"
-        );
-    }
-
-    #[test]
-    fn csv_has_one_row_per_trial_and_matching_columns() {
-        let c = sample_report().to_csv();
-        let lines: Vec<&str> = c.lines().collect();
-        assert_eq!(lines.len(), 5);
-        let n = lines[0].split(',').count();
-        assert!(lines.iter().all(|l| l.split(',').count() == n), "{c}");
-        assert!(lines[1].starts_with("buffered,1,2147483648,2.000000,1024.000,"));
+        for m in [0, 2, 3, 4] {
+            assert!(
+                r.modes[m].summary.position_effect.is_none(),
+                "{}",
+                r.modes[m].mode
+            );
+        }
     }
 
     /// The JSON schema is stable: these keys are documented in docs/bench-json.md and must not change
@@ -685,6 +669,7 @@ pub(crate) mod tests {
                 "runs",
                 "rw",
                 "scenario",
+                "schedule",
                 "threads"
             ]
         );
@@ -704,9 +689,11 @@ pub(crate) mod tests {
                 "files_resident_bytes",
                 "kswapd_cpu_s",
                 "mib_s",
+                "mib_s_by_position",
                 "peak_dirty_writeback_bytes",
                 "pgscan_total",
                 "pgsteal_total",
+                "position_effect",
                 "series_cov",
                 "sys_s_per_gib",
                 "user_s_per_gib"
@@ -729,10 +716,12 @@ pub(crate) mod tests {
                 "files_total_bytes",
                 "kswapd_cpu_s",
                 "mib_s",
+                "position",
                 "reclaim",
                 "run",
                 "seconds",
                 "series",
+                "settle_s",
                 "system_cache_growth_bytes"
             ]
         );
@@ -757,7 +746,8 @@ pub(crate) mod tests {
                 "peak_dirty_writeback_bytes",
                 "peak_growth_bytes",
                 "source",
-                "start_bytes"
+                "start_bytes",
+                "start_dirty_writeback_bytes"
             ]
         );
         assert_eq!(t["cache"]["source"], "meminfo");
@@ -766,22 +756,17 @@ pub(crate) mod tests {
             [
                 "command",
                 "mib_s",
+                "mib_s_by_position",
                 "mode",
                 "ours_mib_s",
                 "ours_vs_fio_pct",
-                "runs_mib_s"
+                "position_effect",
+                "runs_mib_s",
+                "runs_position"
             ]
         );
         // And it reads back.
         let back: BenchReport = serde_json::from_value(v).unwrap();
         assert_eq!(back.modes.len(), 2);
-    }
-
-    #[test]
-    fn human_sizes() {
-        assert_eq!(human_bytes(0.0), "0 B");
-        assert_eq!(human_bytes(1536.0), "1.5 KiB");
-        assert_eq!(human_bytes(3.0 * 1024.0 * 1024.0 * 1024.0), "3.0 GiB");
-        assert_eq!(human_signed(-2048.0), "-2.0 KiB");
     }
 }

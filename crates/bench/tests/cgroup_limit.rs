@@ -1,5 +1,6 @@
 //! The low-memory scenario really limits memory: a buffered read of a file four times larger than the cgroup
-//! limit keeps the cgroup's charge under the limit. Needs root (or a delegated cgroup); skips with a reason
+//! limit keeps the cgroup's charge under the limit at every moment (sampled after every MiB read, not only at
+//! the end). Needs root (or a delegated cgroup); skips with a reason
 //! otherwise, unless `CACHELESS_REQUIRE` names `cgroup` or we are root with a writable cgroup file system.
 
 use std::io::{Read, Write};
@@ -56,7 +57,8 @@ fn buffered_read_stays_under_the_cgroup_limit() {
 
     let mut cg = cg;
     cg.enter().unwrap();
-    let mut max_seen = 0;
+    // The charge after each MiB read, while the reads go on.
+    let mut samples = Vec::new();
     let t = measure(Some(&cg), &[], |counter| {
         let mut f = std::fs::File::open(&path).unwrap();
         let mut buf = vec![0u8; MIB as usize];
@@ -66,11 +68,12 @@ fn buffered_read_stays_under_the_cgroup_limit() {
                 break;
             }
             counter.add_bytes(n as u64);
+            samples.push(cg.usage()?);
         }
         Ok(())
     });
-    // Sample the charge once more while still inside, then leave before asserting.
-    max_seen = max_seen.max(cg.usage().unwrap());
+    // Once more while still inside, then leave before asserting.
+    samples.push(cg.usage().unwrap());
     let peak = cg.peak();
     cg.leave().unwrap();
     let t = t.unwrap();
@@ -79,7 +82,20 @@ fn buffered_read_stays_under_the_cgroup_limit() {
 
     assert_eq!(t.bytes, size, "the whole file was read");
     assert_eq!(t.cache.source, CacheSource::Cgroup);
-    assert!(max_seen <= limit, "usage {max_seen} over limit {limit}");
+    assert_eq!(
+        samples.len() as u64,
+        size / MIB + 1,
+        "one sample per MiB read"
+    );
+    if let Some((i, u)) = samples.iter().enumerate().find(|(_, &u)| u > limit) {
+        panic!("usage {u} over limit {limit} after {} MiB read", i + 1);
+    }
+    // The reads were charged to the cgroup: its usage reached the limit's neighbourhood during the run.
+    let max_seen = samples.iter().copied().max().unwrap_or(0);
+    assert!(
+        max_seen > limit / 2,
+        "usage peaked at {max_seen} during the run: reads were not charged to the cgroup"
+    );
     if let Some(p) = peak {
         assert!(p <= limit, "peak {p} over limit {limit}");
         // The reads were charged to the cgroup, so the limit was what bounded them.

@@ -17,7 +17,7 @@ fn small(rw: Rw, modes: Vec<Mode>, dir: &Path) -> BenchConfig {
     c.file_size = 8 * MIB + 4096 + 123; // an unaligned tail
     c.block_size = MIB as usize;
     c.modes = modes;
-    c.runs = 1;
+    c.runs = Some(1);
     c.dir = Some(dir.to_path_buf());
     c.remove_files = false;
     c
@@ -80,6 +80,61 @@ fn fincore_bytes(files: &[std::path::PathBuf]) -> Option<u64> {
             .map(|l| l.trim().parse::<u64>().unwrap())
             .sum(),
     )
+}
+
+/// Each mode runs once in each position over a full square, and every trial records its place.
+#[test]
+fn trial_order_rotates_every_round() {
+    let dir = workdir();
+    let mut cfg = small(
+        Rw::Read,
+        vec![Mode::Buffered, Mode::Direct, Mode::Auto],
+        dir.path(),
+    );
+    cfg.runs = None;
+    let mut lines = Vec::new();
+    let r = run(&cfg, &mut |s: &str| lines.push(s.to_string())).unwrap();
+    assert_eq!(r.config.runs, 3, "a full square of 3 modes");
+    assert_eq!(r.config.schedule.len(), 3);
+    assert_eq!(r.config.schedule[0], ["buffered", "direct", "auto"]);
+    for (round, order) in r.config.schedule.iter().enumerate() {
+        for (pos, name) in order.iter().enumerate() {
+            let m = r.modes.iter().find(|m| &m.mode == name).unwrap();
+            let t = &m.runs[round];
+            assert_eq!(
+                (t.run, t.position),
+                (round as u32 + 1, pos as u32 + 1),
+                "{name}"
+            );
+            assert!(
+                lines.iter().any(|l| l.starts_with(&format!(
+                    "run {}/3 #{} {name}:",
+                    round + 1,
+                    pos + 1
+                ))),
+                "{lines:?}"
+            );
+        }
+    }
+    for m in &r.modes {
+        let mut positions: Vec<u32> = m.runs.iter().map(|t| t.position).collect();
+        positions.sort_unstable();
+        assert_eq!(positions, [1, 2, 3], "{}", m.mode);
+        assert_eq!(m.summary.mib_s_by_position.len(), 3);
+        assert!(m.summary.mib_s_by_position.iter().all(|p| p.is_some()));
+        assert!(m
+            .runs
+            .iter()
+            .all(|t| t.files_resident_start_bytes == 0 && t.settle_s >= 0.0));
+    }
+    let csv = r.to_csv();
+    assert_eq!(csv.lines().count(), 10);
+    let text = r.text();
+    assert!(
+        text.contains("was fastest") || text.contains("within noise"),
+        "{text}"
+    );
+    assert!(text.contains("Per GiB moved, buffered used"), "{text}");
 }
 
 /// Our per-file residency figure (cachestat, else mincore) agrees with util-linux fincore.

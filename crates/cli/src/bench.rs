@@ -1,6 +1,7 @@
 //! `cacheless bench`: a fio-style benchmark that also measures page-cache growth, reclaim, kswapd CPU and
-//! per-second stability, for buffered, direct, dontcache, write-behind and auto I/O. With no arguments it runs
-//! the quick built-in comparison (`cacheless demo` runs the same).
+//! per-second stability, for buffered, direct, dontcache, write-behind and auto I/O, in an order that rotates
+//! every round. With no arguments it runs the quick built-in comparison (`cacheless demo` runs the same). The
+//! text output is the table, its warnings, and a few sentences computed from the run.
 //!
 //! Flags shared with other commands come from [`CommonOpts`]: `--queue-depth`, `--backend`, `--memory`
 //! (engine buffer budget), `--block-size` (same as `--bs`) and `--json` (print the JSON report on stdout
@@ -35,10 +36,13 @@ pub struct BenchArgs {
     /// I/O request size (default: the engine's, 4M; same as the global --block-size).
     #[arg(long, value_name = "B", value_parser = parse_size)]
     pub bs: Option<u64>,
-    /// Modes to compare, comma-separated, run interleaved in this order (default: all).
+    /// Modes to compare, comma-separated (default: all). The first round runs them in this order; later
+    /// rounds rotate it (a balanced Latin square, fio's trials included) so that each mode runs in each
+    /// position equally often.
     #[arg(long, value_name = "M,...", value_delimiter = ',')]
     pub modes: Option<Vec<Mode>>,
-    /// Rounds of interleaved trials; medians are reported with min and max (default 3).
+    /// Rounds of interleaved trials; medians are reported with min and max (default: one full rotation,
+    /// as many rounds as modes compared, fio's included, and at least 3).
     #[arg(long, value_name = "R")]
     pub runs: Option<u32>,
     /// normal, or low-memory: each trial runs in a memory cgroup limited to --memory-limit (needs root).
@@ -102,7 +106,7 @@ pub fn config(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<BenchConf
         c.modes = m.clone();
     }
     if let Some(r) = args.runs {
-        c.runs = r;
+        c.runs = Some(r);
     }
     if let Some(s) = args.scenario {
         c.scenario = s;
@@ -136,7 +140,7 @@ pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
     let out = if common.json {
         report.to_json() + "\n"
     } else {
-        report.table()
+        report.text()
     };
     let mut stdout = std::io::stdout().lock();
     match stdout
