@@ -3,8 +3,8 @@
 //! cannot see — page-cache growth, reclaim (kswapd and direct), kswapd CPU and per-second stability — for
 //! buffered, direct, uncached (RWF_DONTCACHE), write-behind and automatic I/O.
 //!
-//! Layout: [`run`] drives a run from a [`config::BenchConfig`]: [`prepare`] makes the files and the cold start
-//! of each trial, [`schedule`] rotates the trial order every round, [`trial`] times one trial, [`fio`] runs
+//! Layout: [`run`] drives a run from a [`config::BenchConfig`]: `prepare` makes the files and the cold start
+//! of each trial, [`schedule`] rotates the trial order every round, `trial` times one trial, [`fio`] runs
 //! fio's equivalent. [`procfs`] parses /proc, [`meter`] samples it during a trial, [`cgroup`] runs the
 //! low-memory scenario. [`stats`] and [`report`] summarize the trials (JSON `cacheless-bench/1`, see
 //! docs/bench-json.md), [`render`] writes the table, sentences and CSV, [`plot`] draws them.

@@ -1,5 +1,5 @@
 //! Parsers for the /proc files the benchmark samples: /proc/vmstat (reclaim), /proc/meminfo (page cache),
-//! /proc/<pid>/stat (CPU time of the workload and of kswapd), key-value files such as a cgroup's
+//! `/proc/<pid>/stat` (CPU time of the workload and of kswapd), key-value files such as a cgroup's
 //! memory.stat, and /proc/self/mountinfo (file system type, cgroup mounts).
 //!
 //! Written by hand: the `procfs` crate would add a large dependency for five trivial formats, and the parsers
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{read_text, Error, Result};
 
-/// Clock ticks per second in /proc/<pid>/stat. The kernel exports times in USER_HZ, which is 100 on every
+/// Clock ticks per second in `/proc/<pid>/stat`. The kernel exports times in USER_HZ, which is 100 on every
 /// architecture Linux supports today.
 pub const USER_HZ: f64 = 100.0;
 
@@ -182,7 +182,7 @@ impl CpuTime {
     }
 }
 
-/// A task's command name and CPU time, from /proc/<pid>/stat.
+/// A task's command name and CPU time, from `/proc/<pid>/stat`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskStat {
     /// The command name (between the parentheses; it may itself contain spaces and parentheses).
@@ -192,7 +192,7 @@ pub struct TaskStat {
     pub cpu: CpuTime,
 }
 
-/// Parses one /proc/<pid>/stat line.
+/// Parses one `/proc/<pid>/stat` line.
 pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
     let open = text.find('(')?;
     let close = text.rfind(')')?;
@@ -210,7 +210,7 @@ pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
     })
 }
 
-/// Reads /proc/<pid>/stat, or /proc/self/stat when `pid` is `None`.
+/// Reads `/proc/<pid>/stat`, or /proc/self/stat when `pid` is `None`.
 pub fn read_task_stat(pid: Option<u32>) -> Result<TaskStat> {
     let path = match pid {
         Some(p) => format!("/proc/{p}/stat"),

@@ -1,7 +1,7 @@
 //! The benchmark itself: prepares the files, runs cold trials of each mode (and of fio with `vs_fio`) in an
 //! order that rotates every round ([`crate::schedule`]), optionally inside a memory cgroup, and summarizes them
-//! into a [`BenchReport`]. The pieces: [`crate::config`] (options), [`crate::prepare`] (files, cold start),
-//! [`crate::trial`] (one trial), [`crate::fio`] (fio's jobs).
+//! into a [`BenchReport`]. The pieces: [`crate::config`] (options), `prepare` (files, cold start),
+//! `trial` (one trial), [`crate::fio`] (fio's jobs).
 
 use std::path::{Path, PathBuf};
 

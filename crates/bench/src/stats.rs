@@ -115,7 +115,7 @@ fn at_position(trials: &[(u32, f64)], p: u32) -> impl Iterator<Item = f64> + '_ 
 }
 
 /// Whether one position of `trials` (`(position from 1, value)`) stands apart from the others beyond the
-/// run-to-run noise, by either of two tests, and by more than [`POSITION_MIN_GAP_PCT`]:
+/// run-to-run noise, by either of two tests, and by more than 5 % of the median:
 /// - with 3 or more positions, Dixon's Q test (95 %) on the per-position medians: the highest or lowest
 ///   median is an outlier among them;
 /// - where positions hold 2 or more trials each, separation: every trial at one position is apart from
