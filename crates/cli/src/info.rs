@@ -48,9 +48,10 @@ fn support<T>(s: &Support<T>, yes: impl Fn(&T) -> String) -> String {
     }
 }
 
-/// A decision that was refused, shown as such with the advice.
+/// A decision that was refused, shown as such with what to ask for instead.
 fn refused(r: policy::Refusal) -> Decision {
-    Decision { mode: r.mode, reason: format!("refused: {}; {}", r.reason, r.hint()) }
+    let hint = ui::hint_text(&r.hint).map(|h| format!("; {h}")).unwrap_or_default();
+    Decision { mode: r.mode, reason: format!("refused: {}{hint}", r.reason) }
 }
 
 fn describe(path: &Path, mode: Mode) -> Result<PathInfo, cacheless::Error> {
