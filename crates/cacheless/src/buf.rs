@@ -92,7 +92,7 @@ impl Budget {
 /// Rounds `n` up to a multiple of `align` (a power of two), saturating at the largest multiple.
 pub fn round_up(n: usize, align: usize) -> usize {
     let mask = align.max(1) - 1;
-    n.checked_add(mask).unwrap_or(usize::MAX) & !mask
+    n.saturating_add(mask) & !mask
 }
 
 /// A share of the budget: up to `count()` buffers of `size()` bytes. Clones share it.

@@ -339,8 +339,10 @@ impl Draft {
                 setup::set_direct(&self.file, false).map_err(|e| self.err("fcntl", e))?;
             }
             self.set_direct_state(DirectState::Cleared);
-            let cached = setup::write_uncached(&self.file, rest, off + bulk as u64, &caps).map_err(|e| self.err("write", e))?;
-            self.cached |= cached;
+            setup::write_uncached(&self.file, rest, off + bulk as u64, &caps).map_err(|e| self.err("write", e))?;
+            // Even uncached, the partial page a tail shares with the direct part can stay
+            // cached (it is read in to be merged): dropped at the end like write-behind pages.
+            self.cached = true;
             self.tail_bytes += rest.len() as u64;
         }
         Ok(())

@@ -86,7 +86,7 @@ pub(super) enum Data {
 /// What a worker does for one entry.
 pub(super) enum Job {
     /// A file below `direct_min`, created by the engine's file creator and written whole.
-    File { rel: RelPath, file: NewFile, meta: Meta, data: Data },
+    File { rel: RelPath, file: Box<NewFile>, meta: Meta, data: Data },
     /// A large file streamed through the engine's `Writer` (its queue of writes in flight, its
     /// mode), fed by chunks from the parser. The Writer owns its file.
     Stream { rel: RelPath, writer: Box<cacheless::Writer>, rx: Receiver<Msg>, meta: Meta },
@@ -213,7 +213,7 @@ impl Work for Shared {
     type Job = Job;
     fn run(&self, job: Job) {
         match job {
-            Job::File { rel, file, meta, data } => self.file_job(&rel, file, &meta, data),
+            Job::File { rel, file, meta, data } => self.file_job(&rel, *file, &meta, data),
             Job::Stream { rel, writer, rx, meta } => self.stream_job(&rel, *writer, rx, &meta),
         }
     }
@@ -451,10 +451,10 @@ impl Ctx<'_> {
             // Dropping `file` on error removes it.
             parser.read_data_exact(&mut buf[..e.size as usize]).map_err(fatal)?;
             self.sh.progress.add_bytes(e.size);
-            self.pool.send(Job::File { rel, file, meta, data: Data::Whole(buf, e.size as usize, lease) });
+            self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Whole(buf, e.size as usize, lease) });
         } else {
             let (tx, rx) = sync_channel::<Msg>(4);
-            self.pool.send(Job::File { rel, file, meta, data: Data::Stream(rx) });
+            self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Stream(rx) });
             self.send_chunks(parser, e, tx, true)?;
         }
         Ok(())

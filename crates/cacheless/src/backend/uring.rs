@@ -81,8 +81,8 @@ impl UringQueue {
         // file, both kept alive in `self.slots[slot]` until the matching CQE is reaped in
         // `reap`, or leaked by Drop if that can no longer happen.
         let pushed = unsafe { self.ring.submission().push(&sqe) };
-        // The ring has an entry per slot and each slot has at most one SQE queued, so it is
-        // never full; should it be, the op is failed before the kernel ever saw it.
+        // SQEs are handed to the kernel as soon as they are queued, so the ring only fills when
+        // submissions keep failing; then the op fails before the kernel ever saw it.
         pushed.map_err(|_| io::Error::other("io_uring submission ring full"))
     }
 
@@ -172,10 +172,12 @@ impl UringQueue {
 // ring, and Drop leaks the slots when their CQEs can no longer be reaped.
 unsafe impl Queue for UringQueue {
     fn push(&mut self, op: Op) {
-        let Some(slot) = self.free.pop() else {
-            self.ready.push_back(Completion::finish(op, Err(io::Error::other("io_uring queue full"))));
-            return;
-        };
+        // More ops than the ring has entries (a read_at beside a stream's read-ahead) is fine:
+        // the SQEs go out at once, and completions beyond the ring wait in the kernel.
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
         self.slots[slot] = Some(Slot { op, error: None });
         self.in_flight += 1;
         self.start(slot);
