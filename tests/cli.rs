@@ -520,3 +520,19 @@ fn residency_of_a_file_we_may_not_write_is_unknown_not_warm() {
     assert!(p["residency"].is_null() && p["residency_unknown"].as_str().unwrap().contains("write permission"), "{p}");
     assert_eq!(p["read"]["mode"], "direct", "{p}");
 }
+
+/// Filesystems are named from their statfs magic, read-only ones (where nothing can be created
+/// to probe them) included.
+#[test]
+fn info_names_filesystems_by_their_magic() {
+    let out = run(&["info", "/proc"]);
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.contains("/proc (directory, proc on device"), "{t}");
+    assert!(t.contains("not probed"), "{t}");
+    let d = scratch();
+    let out = run(&["--json", "info", s(d.path())]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let name = v["paths"][0]["fs"]["fs_type"].as_str().unwrap().to_string();
+    assert!(!name.starts_with("0x") && !name.is_empty(), "the test disk's filesystem is one we know: {name}");
+}

@@ -195,6 +195,12 @@ pub fn for_dir(dir: &Path) -> io::Result<Arc<FsCaps>> {
     for_file(&f)
 }
 
+/// Replaces the cached verdicts for `caps.dev` (tests of verdicts only a write can reveal).
+#[cfg(test)]
+pub(crate) fn set_cached(caps: FsCaps) {
+    cache().lock().unwrap_or_else(|e| e.into_inner()).insert(caps.dev, Arc::new(caps));
+}
+
 /// Forgets cached verdicts (tests use this after changing `CACHELESS_DISABLE`).
 pub fn clear_cache() {
     cache().lock().unwrap_or_else(|e| e.into_inner()).clear();

@@ -432,3 +432,39 @@ impl Draft {
         let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where the probe could not tell (it could not read the file) and a write is the first to
+    /// meet a refusal of RWF_DONTCACHE, auto takes write-behind, says why, and remembers it
+    /// for the filesystem. tmpfs refuses the flag; the cache is made to say it takes it.
+    #[test]
+    fn a_dontcache_refusal_only_a_write_reveals_falls_back_and_is_remembered() {
+        let shm = Path::new("/dev/shm");
+        let real = match caps::for_dir(shm) {
+            Ok(c) if c.fs_type == "tmpfs" && c.dontcache.is_err() => c,
+            _ => {
+                eprintln!("skipping: no tmpfs without RWF_DONTCACHE at /dev/shm");
+                return;
+            }
+        };
+        let d = tempfile::tempdir_in(shm).unwrap();
+        let dir = rustix::fs::open(d.path(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap();
+        let mut blind = (*real).clone();
+        blind.dontcache = Ok(());
+        caps::set_cached(blind);
+        let c = FileCreator::new(CreateOptions::default());
+        let rep = c.write_file(dir.as_fd(), OsStr::new("f"), Path::new("f"), b"some data", &FileAttrs::default()).unwrap();
+        assert_eq!(rep.decision.mode, Mode::WriteBehind, "{}", rep.decision.reason);
+        assert!(rep.decision.reason.contains("refused by a write"), "{}", rep.decision.reason);
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"some data");
+        assert!(caps::for_dir(shm).unwrap().dontcache.is_err(), "the refusal is remembered for the filesystem");
+        // A forced dontcache there is now refused up front, with the modes to try.
+        let forced = FileCreator::new(CreateOptions { mode: Mode::DontCache, ..CreateOptions::default() });
+        let e = forced.write_file(dir.as_fd(), OsStr::new("g"), Path::new("g"), b"x", &FileAttrs::default()).unwrap_err();
+        assert_eq!(e.hint(), Some(&crate::Hint::Modes(vec![Mode::Auto, Mode::WriteBehind])));
+        assert!(!d.path().join("g").exists());
+    }
+}

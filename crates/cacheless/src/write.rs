@@ -382,7 +382,7 @@ impl Writer {
                 return Ok(());
             }
         }
-        self.write_all(&buf[..len]).map_err(|e| Error::io("write", &self.path, e))
+        self.write_bytes(&buf[..len])
     }
 
     /// Writes all of `data` (buffered into whole requests; [`Writer::finish`] writes the
