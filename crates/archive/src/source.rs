@@ -240,7 +240,15 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
     threads.push(
         std::thread::Builder::new()
             .name("cacheless-decompress".into())
-            .spawn(move || decompress_thread(compression, raw, dtx))
+            .spawn(move || {
+                // A decoder fed a hostile stream must not take the run down: its panic is an
+                // error of the stream, reported where it broke.
+                let failed = dtx.clone();
+                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decompress_thread(compression, raw, dtx))) {
+                    let msg = format!("{} decoder failed: {}", compression.name(), crate::error::panic_message(&*p));
+                    let _ = failed.send(Err(io::Error::new(io::ErrorKind::InvalidData, msg)));
+                }
+            })
             .map_err(|e| Error::io("spawn", "decompressor", e))?,
     );
     Ok(TarStream { reader: ChanReader::new(drx), threads, info })
