@@ -1,6 +1,6 @@
 //! Aligned buffers and the one memory budget every in-flight buffer comes out of.
 //!
-//! A [`Budget`] is the job-wide limit (`--memory`). Each reader or writer takes a [`Lease`] of
+//! A [`Budget`] is the job-wide limit on buffer memory. Each reader or writer takes a [`Lease`] of
 //! the buffers it may hold in flight when it opens, and allocates its buffers lazily inside it.
 //! Because a lease is taken whole before any of its buffers exist, a reader or writer never
 //! waits for memory while holding some, so several of them sharing one budget cannot deadlock.

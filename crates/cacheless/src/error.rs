@@ -33,7 +33,7 @@ pub enum ErrorKind {
 }
 
 /// What the caller can do instead, for errors and refusals that have a way out. Structured, so
-/// that each front end words it its own way (the command line as flags, Python as arguments).
+/// that each front end words it its own way (the command line names the flags to pass).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
