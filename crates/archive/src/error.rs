@@ -4,19 +4,21 @@ use std::io;
 use std::path::PathBuf;
 
 /// Everything that can go wrong while reading or extracting an archive.
+///
+/// `Display` says each cause once: the OS error is part of the message, and `source()` does not
+/// return it again.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An OS call failed on a path (open, mkdirat, write, ...).
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}: {error}")]
     Io {
         /// The operation that failed, e.g. `openat`.
         op: &'static str,
         /// The path it was applied to (relative to the destination for entries).
         path: PathBuf,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// The archive ended inside a header or inside an entry's data.
     #[error("archive truncated in {what} of entry {entry:?} at tar offset {offset}: the entry being written was removed")]
@@ -39,34 +41,92 @@ pub enum Error {
         offset: u64,
     },
     /// The decompressor reported an error (corrupt or truncated compressed stream).
-    #[error("compressed stream corrupt or truncated in entry {entry:?} near tar offset {offset}: {source}")]
+    #[error("compressed stream corrupt or truncated in entry {entry:?} near tar offset {offset}: {error}")]
     Decompress {
         /// The entry being read, as far as known.
         entry: String,
         /// Offset in the uncompressed tar stream reached so far.
         offset: u64,
         /// The decoder's error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
-    /// An engine error (it carries its own path, operation and OS error).
+    /// An engine error (it carries its own path, operation, OS error and hint).
     #[error(transparent)]
     Engine(#[from] cacheless::Error),
-    /// A request that cannot be honoured (forced mode unsupported, bad option).
-    #[error("{0}")]
-    Unsupported(String),
+    /// The extraction was cancelled through its progress's cancel flag.
+    #[error("interrupted while extracting {entry:?}: the entry being written was removed")]
+    Interrupted {
+        /// The entry being written, if any.
+        entry: String,
+    },
 }
 
 impl Error {
     /// Builds an [`Error::Io`].
-    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: impl Into<io::Error>) -> Self {
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, error: impl Into<io::Error>) -> Self {
         Error::Io {
             op,
             path: path.into(),
-            source: source.into(),
+            error: error.into(),
         }
+    }
+
+    /// What the caller can do instead, when the engine knows.
+    pub fn hint(&self) -> Option<&cacheless::Hint> {
+        match self {
+            Error::Engine(e) => e.hint(),
+            _ => None,
+        }
+    }
+
+    /// True when a mode, backend or feature the caller forced is unavailable here.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, Error::Engine(e) if e.kind() == cacheless::ErrorKind::Unsupported)
+    }
+
+    /// The engine error an `io::Error` carries (as errors of the archive's reader thread do),
+    /// or the `io::Error` itself.
+    pub(crate) fn from_engine_io(e: io::Error) -> std::result::Result<Error, io::Error> {
+        if e.get_ref().is_some_and(|i| i.is::<cacheless::Error>()) {
+            if let Some(Ok(ce)) = e.into_inner().map(|i| i.downcast::<cacheless::Error>()) {
+                return Ok(Error::Engine(*ce));
+            }
+            return Err(io::Error::other("engine error lost"));
+        }
+        Err(e)
+    }
+}
+
+/// The message a panic carried (a worker's or a decoder's, caught and turned into an error).
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    match (p.downcast_ref::<&str>(), p.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "unknown panic".into(),
     }
 }
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_says_the_os_error_once_and_source_does_not_repeat_it() {
+        let e = Error::io("openat", "a/b", io::Error::from_raw_os_error(libc::EACCES));
+        assert_eq!(e.to_string().matches("os error 13").count(), 1, "{e}");
+        assert!(std::error::Error::source(&e).is_none());
+        let e = Error::Engine(cacheless::Error::io(
+            "read",
+            "x.tar",
+            io::Error::from_raw_os_error(libc::EIO),
+        ));
+        assert_eq!(
+            e.to_string(),
+            "read 'x.tar': Input/output error (os error 5)"
+        );
+        assert!(std::error::Error::source(&e).is_none());
+    }
+}

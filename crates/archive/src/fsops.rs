@@ -90,12 +90,12 @@ pub struct Root {
     /// Why (the errno that made openat2 unusable, if any).
     pub resolve_reason: String,
     cache: HashMap<Vec<Vec<u8>>, Arc<OwnedFd>>,
+    /// Most directories kept open in `cache` (each holds a descriptor).
+    cache_max: usize,
     implicit_dir_mode: u32,
     /// Directories created implicitly (not in the archive).
     pub implicit_dirs: u64,
 }
-
-const CACHE_MAX: usize = 4096;
 
 fn dir_flags() -> OFlags {
     OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC
@@ -110,8 +110,9 @@ fn join(comps: &[Vec<u8>]) -> Vec<u8> {
 }
 
 impl Root {
-    /// Opens (creating if missing) the destination directory.
-    pub fn open(path: &Path, implicit_dir_mode: u32) -> Result<Root> {
+    /// Opens (creating if missing) the destination directory; up to `cache_max` resolved
+    /// directories are kept open.
+    pub fn open(path: &Path, implicit_dir_mode: u32, cache_max: usize) -> Result<Root> {
         if !path.exists() {
             std::fs::create_dir_all(path).map_err(|e| Error::io("mkdir", path, e))?;
         }
@@ -130,6 +131,7 @@ impl Root {
             resolve,
             resolve_reason,
             cache: HashMap::new(),
+            cache_max: cache_max.max(1),
             implicit_dir_mode,
             implicit_dirs: 0,
         })
@@ -171,9 +173,9 @@ impl Root {
     }
 
     fn resolve_dir(&mut self, comps: &[Vec<u8>], create: bool) -> Result<Arc<OwnedFd>> {
-        if comps.is_empty() {
+        let Some((last, parent)) = comps.split_last() else {
             return Ok(self.fd.clone());
-        }
+        };
         if let Some(fd) = self.cache.get(comps) {
             return Ok(fd.clone());
         }
@@ -188,7 +190,6 @@ impl Root {
                 ) {
                     Ok(fd) => Arc::new(fd),
                     Err(Errno::NOENT) if create => {
-                        let (last, parent) = comps.split_last().expect("non-empty");
                         let pfd = self.dir(parent)?;
                         self.mkdir_one(&pfd, comps, last)?;
                         Arc::new(
@@ -206,7 +207,6 @@ impl Root {
                 }
             }
             Resolve::Walk => {
-                let (last, parent) = comps.split_last().expect("non-empty");
                 let pfd = self.resolve_dir(parent, create)?;
                 let open =
                     |pfd: &OwnedFd| rustix::fs::openat(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW, Mode::empty());
@@ -220,7 +220,7 @@ impl Root {
                 }
             }
         };
-        if self.cache.len() >= CACHE_MAX {
+        if self.cache.len() >= self.cache_max {
             self.cache.clear();
         }
         self.cache.insert(comps.to_vec(), fd.clone());
@@ -280,29 +280,30 @@ impl Root {
         }
     }
 
-    /// Runs `op` to create a non-directory at `path`, replacing what is there unless `keep_old`.
+    /// Runs `op` (given the parent directory and the name) to create a non-directory at
+    /// `path`, replacing what is there unless `keep_old`.
     pub fn create_with<T>(
         &mut self,
         path: &RelPath,
         keep_old: bool,
         opname: &'static str,
-        mut op: impl FnMut(BorrowedFd<'_>, &OsStr) -> rustix::io::Result<T>,
+        mut op: impl FnMut(&Arc<OwnedFd>, &OsStr) -> rustix::io::Result<T>,
     ) -> Result<(Arc<OwnedFd>, T)> {
         let Some((parent, name)) = path.split() else {
             return Err(Error::io(opname, &self.path, std::io::Error::from_raw_os_error(libc::EISDIR)));
         };
         let pfd = self.dir(parent)?;
         let n = OsStr::from_bytes(name);
-        match op(pfd.as_fd(), n) {
+        match op(&pfd, n) {
             Ok(t) => Ok((pfd, t)),
             Err(Errno::EXIST) if keep_old => Err(Error::io(
-                "not replacing existing file (--keep-old-files)",
+                "not replacing existing file (keeping old files)",
                 path.to_path(),
                 std::io::Error::from_raw_os_error(libc::EEXIST),
             )),
             Err(Errno::EXIST) => {
                 self.remove_existing(&pfd, path, name)?;
-                op(pfd.as_fd(), n)
+                op(&pfd, n)
                     .map(|t| (pfd, t))
                     .map_err(|e| Error::io(opname, path.to_path(), e))
             }

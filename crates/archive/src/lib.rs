@@ -15,11 +15,9 @@
 pub mod error;
 pub mod extract;
 pub mod fsops;
-pub mod sink;
 pub mod source;
 pub mod tarparse;
 
 pub use error::{Error, Result};
-pub use extract::{extract, ExtractOptions, ExtractReport, ModeCounts, Progress};
-pub use sink::IoMode;
+pub use extract::{extract, ExtractOptions, ExtractReport, IoMode, ModeCounts};
 pub use source::{Compression, Input, SourceInfo};

@@ -8,10 +8,11 @@
 
 use std::io::{self, Read};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
+use cacheless::Progress;
 
 use crate::error::{Error, Result};
 
@@ -152,8 +153,6 @@ impl Read for ChanReader {
 pub struct TarStream {
     reader: ChanReader,
     threads: Vec<JoinHandle<()>>,
-    /// Bytes of the (compressed) archive consumed so far, for progress.
-    pub archive_bytes: Arc<AtomicU64>,
     /// How the archive is read and what compression it has.
     pub info: SourceInfo,
 }
@@ -176,9 +175,9 @@ impl Drop for TarStream {
 }
 
 /// Opens the archive: starts the reader thread, detects the compression and, unless the archive is
-/// plain tar, starts the decompressor thread.
-/// `archive_bytes` is updated with the archive bytes read so far.
-pub fn open(input: Input, archive_bytes: Arc<AtomicU64>, read_options: &cacheless::ReadOptions) -> Result<TarStream> {
+/// plain tar, starts the decompressor thread. The archive bytes read are counted as `progress`'s
+/// input bytes, against the archive's size when it is known.
+pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::ReadOptions) -> Result<TarStream> {
     let (tx, rx) = sync_channel::<io::Result<Vec<u8>>>(4);
     let mut threads = Vec::new();
     let (read_mode, reason, archive_len) = match input {
@@ -187,7 +186,8 @@ pub fn open(input: Input, archive_bytes: Arc<AtomicU64>, read_options: &cacheles
             let d = reader.decision();
             let (mode, reason) = (d.mode.to_string(), d.reason.clone());
             let len = Some(reader.len());
-            let ab = archive_bytes.clone();
+            progress.add_total_input_bytes(reader.len());
+            let ab = progress.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name("cacheless-read".into())
@@ -197,7 +197,7 @@ pub fn open(input: Input, archive_bytes: Arc<AtomicU64>, read_options: &cacheles
             (mode, reason, len)
         }
         Input::Stream(mut r) => {
-            let ab = archive_bytes.clone();
+            let ab = progress.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name("cacheless-read".into())
@@ -214,7 +214,7 @@ pub fn open(input: Input, archive_bytes: Arc<AtomicU64>, read_options: &cacheles
                             return;
                         }
                         buf.truncate(filled);
-                        ab.fetch_add(filled as u64, Ordering::Relaxed);
+                        ab.add_input_bytes(filled as u64);
                         if tx.send(Ok(buf)).is_err() {
                             return;
                         }
@@ -225,7 +225,7 @@ pub fn open(input: Input, archive_bytes: Arc<AtomicU64>, read_options: &cacheles
         }
     };
     let mut raw = ChanReader::new(rx);
-    let head = raw.peek().map_err(|e| Error::io("read", "archive", e))?;
+    let head = raw.peek().map_err(|e| Error::from_engine_io(e).unwrap_or_else(|e| Error::io("read", "archive", e)))?;
     let compression = Compression::detect(head);
     let info = SourceInfo {
         compression,
@@ -234,26 +234,24 @@ pub fn open(input: Input, archive_bytes: Arc<AtomicU64>, read_options: &cacheles
         archive_len,
     };
     if compression == Compression::None {
-        return Ok(TarStream {
-            reader: raw,
-            threads,
-            archive_bytes,
-            info,
-        });
+        return Ok(TarStream { reader: raw, threads, info });
     }
     let (dtx, drx) = sync_channel::<io::Result<Vec<u8>>>(8);
     threads.push(
         std::thread::Builder::new()
             .name("cacheless-decompress".into())
-            .spawn(move || decompress_thread(compression, raw, dtx))
+            .spawn(move || {
+                // A decoder fed a hostile stream must not take the run down: its panic is an
+                // error of the stream, reported where it broke.
+                let failed = dtx.clone();
+                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decompress_thread(compression, raw, dtx))) {
+                    let msg = format!("{} decoder failed: {}", compression.name(), crate::error::panic_message(&*p));
+                    let _ = failed.send(Err(io::Error::new(io::ErrorKind::InvalidData, msg)));
+                }
+            })
             .map_err(|e| Error::io("spawn", "decompressor", e))?,
     );
-    Ok(TarStream {
-        reader: ChanReader::new(drx),
-        threads,
-        archive_bytes,
-        info,
-    })
+    Ok(TarStream { reader: ChanReader::new(drx), threads, info })
 }
 
 fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<Vec<u8>>>) {
@@ -293,21 +291,22 @@ fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<
     }
 }
 
-fn read_engine_thread(mut r: cacheless::Reader, tx: SyncSender<io::Result<Vec<u8>>>, ab: Arc<AtomicU64>) {
+fn read_engine_thread(mut r: cacheless::Reader, tx: SyncSender<io::Result<Vec<u8>>>, progress: Arc<Progress>) {
     loop {
         match r.next_chunk() {
             Ok(Some(c)) => {
                 // Copied out so the engine's buffer goes back to its read-ahead at once.
                 let v = c.to_vec();
                 drop(c);
-                ab.fetch_add(v.len() as u64, Ordering::Relaxed);
+                progress.add_input_bytes(v.len() as u64);
                 if tx.send(Ok(v)).is_err() {
                     return;
                 }
             }
             Ok(None) => return,
             Err(e) => {
-                let _ = tx.send(Err(io::Error::other(e)));
+                // The engine error travels whole (tarparse takes it back out).
+                let _ = tx.send(Err(io::Error::from(e)));
                 return;
             }
         }

@@ -245,12 +245,16 @@ impl<R: Read> Parser<R> {
     }
 
     fn read_error(&self, e: io::Error) -> Error {
+        let e = match Error::from_engine_io(e) {
+            Ok(engine) => return engine,
+            Err(e) => e,
+        };
         match e.kind() {
             io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput | io::ErrorKind::UnexpectedEof | io::ErrorKind::Other => {
                 Error::Decompress {
                     entry: self.cur_name.clone(),
                     offset: self.pos,
-                    source: e,
+                    error: e,
                 }
             }
             _ => Error::io("read", "archive", e),

@@ -1,6 +1,6 @@
 //! Aligned buffers and the one memory budget every in-flight buffer comes out of.
 //!
-//! A [`Budget`] is the job-wide limit (`--memory`). Each reader or writer takes a [`Lease`] of
+//! A [`Budget`] is the job-wide limit on buffer memory. Each reader or writer takes a [`Lease`] of
 //! the buffers it may hold in flight when it opens, and allocates its buffers lazily inside it.
 //! Because a lease is taken whole before any of its buffers exist, a reader or writer never
 //! waits for memory while holding some, so several of them sharing one budget cannot deadlock.
@@ -52,9 +52,16 @@ impl Budget {
     /// Leases up to `count` buffers of `size` bytes aligned to `align`, waiting while other
     /// leases hold the memory. Gets at least `min` buffers (fewer than `count` when the budget
     /// is smaller than asked), and never more than the budget allows.
+    ///
+    /// # Panics
+    /// If `size` rounded up to `align` exceeds `isize::MAX` (callers bound their request sizes
+    /// well below that).
     pub fn lease(&self, size: usize, align: usize, count: usize, min: usize) -> Lease {
-        let align = align.max(1).next_power_of_two();
+        let align = align.max(1).checked_next_power_of_two().unwrap_or(1 << (usize::BITS - 1));
         let size = round_up(size.max(1), align);
+        if layout(size, align).is_none() {
+            panic!("buffer of {size} B aligned to {align} is too large");
+        }
         let fit = (self.inner.limit / size).max(1);
         let min = min.clamp(1, fit);
         let count = count.clamp(min, fit);
@@ -82,9 +89,10 @@ impl Budget {
     }
 }
 
-/// Rounds `n` up to a multiple of `align` (a power of two).
+/// Rounds `n` up to a multiple of `align` (a power of two), saturating at the largest multiple.
 pub fn round_up(n: usize, align: usize) -> usize {
-    (n + align - 1) & !(align - 1)
+    let mask = align.max(1) - 1;
+    n.saturating_add(mask) & !mask
 }
 
 /// A share of the budget: up to `count()` buffers of `size()` bytes. Clones share it.
@@ -173,21 +181,33 @@ impl Drop for LeaseInner {
     }
 }
 
-fn layout(size: usize, align: usize) -> Layout {
-    Layout::from_size_align(size.max(1), align).expect("buffer size and alignment form a valid layout")
+fn layout(size: usize, align: usize) -> Option<Layout> {
+    Layout::from_size_align(size.max(1), align).ok()
 }
 
-fn alloc_zeroed(size: usize, align: usize) -> NonNull<u8> {
-    let l = layout(size, align);
+/// Allocates zeroed memory; `None` if the size and alignment form no valid layout.
+fn try_alloc_zeroed(size: usize, align: usize) -> Option<NonNull<u8>> {
+    let l = layout(size, align)?;
     // SAFETY: the layout has a non-zero size. Zeroed memory: no buffer ever exposes whatever a
     // previous owner of the memory left (a padded write never leaks uninitialised bytes).
     let p = unsafe { alloc::alloc_zeroed(l) };
-    NonNull::new(p).unwrap_or_else(|| alloc::handle_alloc_error(l))
+    Some(NonNull::new(p).unwrap_or_else(|| alloc::handle_alloc_error(l)))
+}
+
+/// Allocates zeroed memory of a size and alignment checked to form a valid layout (a lease's
+/// buffers: `Budget::lease` checks them).
+fn alloc_zeroed(size: usize, align: usize) -> NonNull<u8> {
+    match try_alloc_zeroed(size, align) {
+        Some(p) => p,
+        None => panic!("buffer of {size} B aligned to {align} is too large"),
+    }
 }
 
 fn dealloc(p: NonNull<u8>, size: usize, align: usize) {
-    // SAFETY: `p` came from `alloc_zeroed` with this same size and alignment and is freed once.
-    unsafe { alloc::dealloc(p.as_ptr(), layout(size, align)) }
+    let Some(l) = layout(size, align) else { return };
+    // SAFETY: `p` came from `alloc_zeroed` with this same size and alignment (so `l` is the
+    // layout it was allocated with) and is freed once.
+    unsafe { alloc::dealloc(p.as_ptr(), l) }
 }
 
 /// A heap buffer whose address is aligned for O_DIRECT. Derefs to its whole capacity.
@@ -205,12 +225,26 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
-    /// A zeroed buffer of at least `len` bytes (rounded up to `align`), outside any budget:
-    /// for results the caller keeps, such as a whole file read into memory.
+    /// A zeroed buffer of at least `len` bytes (rounded up to `align`, a power of two or
+    /// rounded up to one), outside any budget: for results the caller keeps, such as a whole
+    /// file read into memory.
+    ///
+    /// # Panics
+    /// Like `Vec::with_capacity`, if the size rounded up exceeds `isize::MAX`; see
+    /// [`AlignedBuf::try_new`].
     pub fn new(len: usize, align: usize) -> AlignedBuf {
-        let align = align.max(1).next_power_of_two();
-        let cap = round_up(len.max(1), align);
-        AlignedBuf { ptr: alloc_zeroed(cap, align), cap, align, home: None }
+        match AlignedBuf::try_new(len, align) {
+            Some(b) => b,
+            None => panic!("buffer of {len} B aligned to {align} is too large"),
+        }
+    }
+
+    /// Like [`AlignedBuf::new`], but `None` where the size or alignment is too large.
+    pub fn try_new(len: usize, align: usize) -> Option<AlignedBuf> {
+        let align = align.max(1).checked_next_power_of_two()?;
+        let cap = len.max(1).checked_add(align - 1)? & !(align - 1);
+        let ptr = try_alloc_zeroed(cap, align)?;
+        Some(AlignedBuf { ptr, cap, align, home: None })
     }
 
     /// Capacity in bytes.

@@ -77,7 +77,7 @@ impl DioAlign {
 pub struct FsCaps {
     /// st_dev of the device.
     pub dev: u64,
-    /// Filesystem type name from statfs (ext4, xfs, tmpfs ...).
+    /// Filesystem type name from the statfs magic ([`fs_name`]: xfs, tmpfs, ext2/ext3/ext4 ...).
     pub fs_type: String,
     /// O_DIRECT and its alignment.
     pub direct: Support<DioAlign>,
@@ -195,6 +195,12 @@ pub fn for_dir(dir: &Path) -> io::Result<Arc<FsCaps>> {
     for_file(&f)
 }
 
+/// Replaces the cached verdicts for `caps.dev` (tests of verdicts only a write can reveal).
+#[cfg(test)]
+pub(crate) fn set_cached(caps: FsCaps) {
+    cache().lock().unwrap_or_else(|e| e.into_inner()).insert(caps.dev, Arc::new(caps));
+}
+
 /// Forgets cached verdicts (tests use this after changing `CACHELESS_DISABLE`).
 pub fn clear_cache() {
     cache().lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -265,21 +271,87 @@ fn probe_dontcache(fd: BorrowedFd<'_>) -> Support {
 }
 
 fn fs_type_name(fd: BorrowedFd<'_>) -> String {
-    let Ok(st) = rustix::fs::fstatfs(fd) else { return "unknown".into() };
-    match st.f_type as u64 {
-        0xEF53 => "ext4".into(),
-        0x5846_5342 => "xfs".into(),
-        0x0102_1994 => "tmpfs".into(),
-        0x9123_683E => "btrfs".into(),
-        0x794C_7630 => "overlay".into(),
-        0x6969 => "nfs".into(),
-        0x6573_5546 => "fuse".into(),
-        0x2FC1_2FC1 => "zfs".into(),
-        0xF2F5_2010 => "f2fs".into(),
-        0x5346_544E => "ntfs".into(),
-        0x4d44 => "vfat".into(),
-        0x858458F6 => "ramfs".into(),
-        other => format!("0x{other:x}"),
+    match rustix::fs::fstatfs(fd) {
+        Ok(st) => fs_name(st.f_type as u64),
+        Err(_) => "unknown".into(),
+    }
+}
+
+/// The filesystem a statfs `f_type` magic number stands for (linux/magic.h and the
+/// filesystems' own sources), or the number in hex when it is not one we know. Several
+/// filesystems share a magic (ext2, ext3 and ext4; the FUSE family), so the name says so.
+pub fn fs_name(magic: u64) -> String {
+    let name = match magic {
+        0xEF53 => "ext2/ext3/ext4",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x0102_1994 => "tmpfs",
+        0x8584_58F6 => "ramfs",
+        0x9584_58F6 => "hugetlbfs",
+        0x794C_7630 => "overlay",
+        0x6573_5546 => "fuse",
+        0x6573_5543 => "fusectl",
+        0xE0F5_E1E2 => "erofs",
+        0x7371_7368 => "squashfs",
+        0x6969 => "nfs",
+        0xFF53_4D42 => "cifs",
+        0xFE53_4D42 => "smb2",
+        0x517B => "smb",
+        0x2FC1_2FC1 => "zfs",
+        0xF2F5_2010 => "f2fs",
+        0x5346_544E => "ntfs",
+        0x7366_746E => "ntfs3",
+        0x4D44 => "vfat",
+        0x2011_BAB0 => "exfat",
+        0xCA45_1A4E => "bcachefs",
+        0x0102_1997 => "9p",
+        0x00C3_6400 => "ceph",
+        0x9660 => "iso9660",
+        0x1501_3346 => "udf",
+        0x3153_464A => "jfs",
+        0x5265_4973 => "reiserfs",
+        0x482B => "hfsplus",
+        0x0116_1970 => "gfs2",
+        0x7461_636F => "ocfs2",
+        0x3434 => "nilfs2",
+        0x2846_3D45 | 0x453D_CD28 => "cramfs",
+        0x7275 => "romfs",
+        0x6B41_4653 => "afs",
+        0xF15F => "ecryptfs",
+        0x9FA0 => "proc",
+        0x6265_6572 => "sysfs",
+        0x1CD1 => "devpts",
+        0x6367_7270 => "cgroup2",
+        0x0027_E0EB => "cgroup",
+        0x6462_6720 => "debugfs",
+        0x7472_6163 => "tracefs",
+        0x7363_6673 => "securityfs",
+        0xCAFE_4A11 => "bpf",
+        0x6E73_6673 => "nsfs",
+        0x5049_5045 => "pipefs",
+        0x534F_434B => "sockfs",
+        0x0904_1934 => "anon_inode",
+        0x6265_6570 => "configfs",
+        0xDE5E_81E4 => "efivarfs",
+        0x6165_676C => "pstore",
+        0x1980_0202 => "mqueue",
+        0xF97C_FF8C => "selinuxfs",
+        0x0187 => "autofs",
+        _ => return format!("0x{magic:x}"),
+    };
+    name.into()
+}
+
+/// Records that a write on device `dev` refused RWF_DONTCACHE where the probe could not tell
+/// (it could not read the file), so later files there take the next mode at once.
+pub(crate) fn refuse_dontcache(dev: u64, e: &io::Error) {
+    let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(old) = c.get(&dev) {
+        if old.dontcache.is_ok() {
+            let mut caps = (**old).clone();
+            caps.dontcache = Err(Unavailable::errno("pwritev2(RWF_DONTCACHE)", e));
+            c.insert(dev, Arc::new(caps));
+        }
     }
 }
 
@@ -296,4 +368,20 @@ pub fn errno_name(e: &io::Error) -> String {
         _ => return e.to_string(),
     };
     format!("{name} ({})", io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0)).kind())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filesystems_are_named_by_their_magic() {
+        for (magic, name) in [(0xEF53, "ext2/ext3/ext4"), (0x5846_5342, "xfs"), (0x0102_1994, "tmpfs"), (0x794C_7630, "overlay"), (0xE0F5_E1E2, "erofs"), (0x7371_7368, "squashfs"), (0x6573_5546, "fuse"), (0x6969, "nfs"), (0xFE53_4D42, "smb2"), (0x2FC1_2FC1, "zfs"), (0x9FA0, "proc")] {
+            assert_eq!(fs_name(magic), name, "{magic:#x}");
+        }
+        assert_eq!(fs_name(0x1234_5678), "0x12345678", "unknown magics print as hex");
+        // And the live call: /proc is procfs wherever the tests run.
+        let f = File::open("/proc/self/status").unwrap();
+        assert_eq!(fs_type_name(f.as_fd()), "proc");
+    }
 }

@@ -1,9 +1,14 @@
-//! The one error type of the engine: what failed, on which path, doing what, and what to do about it.
+//! The one error type of the engine: what failed, on which path, doing what, and what to try.
 
 use std::borrow::Cow;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::backend::BackendKind;
+use crate::policy::Mode;
 
 /// What kind of failure an [`Error`] is, for callers that branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,7 +20,7 @@ pub enum ErrorKind {
     PermissionDenied,
     /// The destination exists and the operation does not replace it.
     AlreadyExists,
-    /// A mode, backend or feature the user forced is not available for this file or kernel.
+    /// A mode, backend or feature the caller forced is not available for this file or kernel.
     Unsupported,
     /// The caller passed something unusable (a bad size, a directory where a file is needed).
     InvalidInput,
@@ -27,14 +32,31 @@ pub enum ErrorKind {
     Io,
 }
 
-/// An engine error: the kind, the path, the operation and the OS error, plus a hint for the user.
+/// What the caller can do instead, for errors and refusals that have a way out. Structured, so
+/// that each front end words it its own way (the command line names the flags to pass).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Hint {
+    /// Ask for one of these modes instead, best first.
+    Modes(Vec<Mode>),
+    /// Use one of these backends instead, best first.
+    Backends(Vec<BackendKind>),
+}
+
+/// An engine error: the kind, the path, the operation and the OS error, plus what to try.
+///
+/// `Display` prints the operation, the path and the OS error (with a note where the engine
+/// knows the cause); `source()` does not repeat the OS error, so printing the chain says each
+/// cause once. The [`Hint`] is not part of `Display`: front ends word it.
 #[derive(Debug)]
 pub struct Error {
     kind: ErrorKind,
     path: PathBuf,
     op: &'static str,
     source: io::Error,
-    hint: Option<Cow<'static, str>>,
+    note: Option<Cow<'static, str>>,
+    hint: Option<Hint>,
 }
 
 /// Result with the engine's [`Error`].
@@ -56,7 +78,7 @@ impl Error {
                 _ => ErrorKind::Io,
             },
         };
-        Error { kind, path: path.as_ref().to_path_buf(), op, source, hint: None }
+        Error { kind, path: path.as_ref().to_path_buf(), op, source, note: None, hint: None }
     }
 
     /// An error of an explicit kind with a message instead of an OS error.
@@ -70,12 +92,18 @@ impl Error {
             ErrorKind::Interrupted => io::ErrorKind::Interrupted,
             ErrorKind::Io => io::ErrorKind::Other,
         };
-        Error { kind, path: path.as_ref().to_path_buf(), op, source: io::Error::new(io_kind, msg.into()), hint: None }
+        Error { kind, path: path.as_ref().to_path_buf(), op, source: io::Error::new(io_kind, msg.into()), note: None, hint: None }
     }
 
-    /// Adds advice for the user ("use --mode auto").
-    pub fn with_hint(mut self, hint: impl Into<Cow<'static, str>>) -> Error {
-        self.hint = Some(hint.into());
+    /// Adds what the caller can do instead.
+    pub fn with_hint(mut self, hint: Hint) -> Error {
+        self.hint = Some(hint);
+        self
+    }
+
+    /// Adds a note on the cause, shown after the OS error ("O_DIRECT refused a request").
+    pub fn with_note(mut self, note: impl Into<Cow<'static, str>>) -> Error {
+        self.note = Some(note.into());
         self
     }
 
@@ -101,9 +129,13 @@ impl Error {
     pub fn errno(&self) -> Option<i32> {
         self.source.raw_os_error()
     }
-    /// The advice attached, if any.
-    pub fn hint(&self) -> Option<&str> {
-        self.hint.as_deref()
+    /// What to try instead, if anything.
+    pub fn hint(&self) -> Option<&Hint> {
+        self.hint.as_ref()
+    }
+    /// The note on the cause, if any.
+    pub fn note(&self) -> Option<&str> {
+        self.note.as_deref()
     }
     /// The underlying I/O error.
     pub fn io_error(&self) -> &io::Error {
@@ -114,26 +146,51 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} '{}': {}", self.op, self.path.display(), self.source)?;
-        if let Some(h) = &self.hint {
-            write!(f, " ({h})")?;
+        if let Some(n) = &self.note {
+            write!(f, " ({n})")?;
         }
         Ok(())
     }
 }
 
 impl std::error::Error for Error {
+    /// What lies beneath the OS error, if anything: `Display` already prints the OS error itself
+    /// (as `io::Error` does with the error it wraps).
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
+        std::error::Error::source(&self.source)
     }
 }
 
 impl From<Error> for io::Error {
+    /// An `io::Error` of the same kind wrapping the engine error (`get_ref` and `downcast`
+    /// give it back, with its path, operation, errno and hint).
     fn from(e: Error) -> io::Error {
-        let msg = e.to_string();
-        match e.source.raw_os_error() {
-            // Keep the errno so callers (and Python's OSError) can branch on it.
-            Some(code) => io::Error::new(io::Error::from_raw_os_error(code).kind(), msg),
-            None => io::Error::new(e.source.kind(), msg),
+        io::Error::new(e.source.kind(), e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_says_the_os_error_once_and_the_chain_does_not_repeat_it() {
+        let e = Error::io("read", "/x", io::Error::from_raw_os_error(libc::EIO)).with_hint(Hint::Modes(vec![Mode::Auto]));
+        let text = e.to_string();
+        assert!(text.starts_with("read '/x': "), "{text}");
+        assert_eq!(text.matches("os error 5").count(), 1, "{text}");
+        assert!(std::error::Error::source(&e).is_none());
+        assert_eq!(e.hint(), Some(&Hint::Modes(vec![Mode::Auto])));
+        // An io::Error wrapping another error: Display prints it, source() goes below it.
+        let inner = io::Error::new(io::ErrorKind::Other, Error::io("open", "/y", io::Error::from_raw_os_error(libc::ENOENT)));
+        let e = Error::io("copy", "/z", inner);
+        assert_eq!(e.to_string().matches("os error 2").count(), 1);
+        let mut chain = String::new();
+        let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(&e);
+        while let Some(c) = cur {
+            chain += &c.to_string();
+            cur = c.source();
         }
+        assert!(!chain.contains("os error 2"), "the chain repeats the OS error: {chain}");
     }
 }

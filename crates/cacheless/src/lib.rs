@@ -4,6 +4,8 @@
 //! RWF_DONTCACHE, write-behind, or buffered for files already cached), says which and why, and
 //! hides alignment: any buffer, any offset, any length. I/O runs on io_uring or, where that is
 //! missing or blocked, a thread pool, with every in-flight buffer taken from one memory budget.
+//! Large files stream through a [`Reader`] or a [`Writer`]; whole small files are written in
+//! one call by a [`FileCreator`].
 //!
 //! ```no_run
 //! use cacheless::{Budget, ReadOptions, Reader, WriteOptions, Writer};
@@ -22,10 +24,11 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod backend;
+mod backend;
 pub mod buf;
 pub mod caps;
 mod copy;
+pub mod create;
 pub mod error;
 pub mod policy;
 mod progress;
@@ -37,7 +40,8 @@ pub mod write;
 pub use backend::{BackendChoice, BackendKind};
 pub use buf::{AlignedBuf, Budget};
 pub use copy::{copy_file, CopyReport};
-pub use error::{Error, ErrorKind, Result};
+pub use create::{CreateOptions, FileAttrs, FileCreator, NewFile};
+pub use error::{Error, ErrorKind, Hint, Result};
 pub use policy::{Decision, Mode};
 pub use progress::Progress;
 pub use read::{Chunk, ReadOptions, Reader};

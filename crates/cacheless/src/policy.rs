@@ -6,6 +6,7 @@ use std::str::FromStr;
 use serde::Serialize;
 
 use crate::caps::FsCaps;
+use crate::error::Hint;
 
 /// How a file is read or written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -98,24 +99,30 @@ fn unsupported(mode: Mode, caps: &FsCaps) -> Option<String> {
     }
 }
 
-/// Why a forced mode cannot be honoured, with the advice to give the user.
+/// Why a forced mode cannot be honoured, and what to ask for instead.
 #[derive(Debug, Clone)]
 pub struct Refusal {
     /// The mode that was asked for.
     pub mode: Mode,
     /// What the probe found.
     pub reason: String,
+    /// The modes that work here instead, best first.
+    pub hint: Hint,
 }
 
-impl Refusal {
-    /// Advice for the user.
-    pub fn hint(&self) -> String {
-        match self.mode {
-            Mode::Direct => "O_DIRECT is unsupported here: use --mode auto or dontcache".into(),
-            Mode::DontCache => "RWF_DONTCACHE is unsupported here (needs Linux 6.14+ and a filesystem that has it): use --mode auto or writebehind".into(),
-            _ => "use --mode auto".into(),
-        }
-    }
+/// The modes to try instead of `mode` on a filesystem with `caps`, best first: auto, then the
+/// nearest mode that works there (uncached buffered for direct, write-behind for uncached).
+pub fn alternatives(mode: Mode, caps: &FsCaps) -> Hint {
+    let next = match mode {
+        Mode::Direct if caps.dontcache.is_ok() => Some(Mode::DontCache),
+        Mode::Direct | Mode::DontCache => Some(Mode::WriteBehind),
+        _ => None,
+    };
+    Hint::Modes(std::iter::once(Mode::Auto).chain(next).collect())
+}
+
+fn refuse(mode: Mode, caps: &FsCaps, reason: String) -> Refusal {
+    Refusal { mode, reason, hint: alternatives(mode, caps) }
 }
 
 /// Chooses how to read a file of `len` bytes with `cached` bytes already resident.
@@ -124,9 +131,9 @@ impl Refusal {
 pub fn decide_read(requested: Mode, caps: &FsCaps, len: u64, cached: Option<u64>) -> Result<Decision, Refusal> {
     if requested != Mode::Auto {
         if let Some(reason) = unsupported(requested, caps) {
-            return Err(Refusal { mode: requested, reason });
+            return Err(refuse(requested, caps, reason));
         }
-        return Ok(Decision { mode: requested, reason: "forced by --mode".into() });
+        return Ok(Decision { mode: requested, reason: "requested".into() });
     }
     if let (Some(c), true) = (cached, len > 0) {
         let frac = c as f64 / len as f64;
@@ -150,9 +157,9 @@ pub fn decide_read(requested: Mode, caps: &FsCaps, len: u64, cached: Option<u64>
 pub fn decide_write(requested: Mode, caps: &FsCaps, size_hint: Option<u64>) -> Result<Decision, Refusal> {
     if requested != Mode::Auto {
         if let Some(reason) = unsupported(requested, caps) {
-            return Err(Refusal { mode: requested, reason });
+            return Err(refuse(requested, caps, reason));
         }
-        return Ok(Decision { mode: requested, reason: "forced by --mode".into() });
+        return Ok(Decision { mode: requested, reason: "requested".into() });
     }
     match size_hint {
         Some(n) if n < SMALL_WRITE => {

@@ -5,12 +5,18 @@ use std::sync::Arc;
 
 /// Counters shared between a running job and whoever reports on it, plus a cancel flag the
 /// job checks between requests. The library never prints: front ends read these.
+///
+/// One type for every job: a copy counts bytes and files done; an extraction also counts the
+/// archive bytes it has read (its input, against the archive's size) and the entries parsed.
 #[derive(Debug, Default)]
 pub struct Progress {
     bytes: AtomicU64,
     total_bytes: AtomicU64,
+    input_bytes: AtomicU64,
+    total_input_bytes: AtomicU64,
     files: AtomicU64,
     total_files: AtomicU64,
+    entries: AtomicU64,
     errors: AtomicU64,
     cancel: Arc<AtomicBool>,
 }
@@ -27,6 +33,19 @@ impl Progress {
     /// Adds to the expected total of bytes.
     pub fn add_total_bytes(&self, n: u64) {
         self.total_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Adds input bytes read (an archive's bytes, before decompression), for jobs whose input
+    /// is not their output.
+    pub fn add_input_bytes(&self, n: u64) {
+        self.input_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Adds to the expected total of input bytes.
+    pub fn add_total_input_bytes(&self, n: u64) {
+        self.total_input_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Counts an entry (of any type) taken from an archive.
+    pub fn entry_done(&self) {
+        self.entries.fetch_add(1, Ordering::Relaxed);
     }
     /// Counts a finished file.
     pub fn file_done(&self) {
@@ -47,6 +66,18 @@ impl Progress {
     /// Expected total bytes (0 if unknown).
     pub fn total_bytes(&self) -> u64 {
         self.total_bytes.load(Ordering::Relaxed)
+    }
+    /// Input bytes read so far (0 for jobs that count no input apart).
+    pub fn input_bytes(&self) -> u64 {
+        self.input_bytes.load(Ordering::Relaxed)
+    }
+    /// Expected total input bytes (0 if unknown).
+    pub fn total_input_bytes(&self) -> u64 {
+        self.total_input_bytes.load(Ordering::Relaxed)
+    }
+    /// Archive entries taken so far.
+    pub fn entries(&self) -> u64 {
+        self.entries.load(Ordering::Relaxed)
     }
     /// Files done so far.
     pub fn files(&self) -> u64 {

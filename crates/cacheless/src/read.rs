@@ -1,28 +1,25 @@
 //! Reading: any buffer, any offset, any length, with read-ahead, in the mode chosen per file.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Read};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::backend::{run_sync, BackendChoice, BackendKind, Completion, Op, OpKind, Queue};
+use crate::backend::{BackendChoice, BackendKind, Completion, Driver, Lane, Op, OpKind};
 use crate::buf::{round_up, AlignedBuf, Budget, Lease};
 use crate::caps::FsCaps;
 use crate::error::{Error, ErrorKind, Result};
 use crate::policy::{self, Decision, Mode};
 use crate::residency;
-use crate::setup::{self, Chosen};
+use crate::setup::{self, check_block_size, Chosen};
 
 /// Default size of one I/O request. Chosen by measurement on the development machine: see
 /// docs/BENCHMARKS.md, "request size and queue depth".
 pub const DEFAULT_BLOCK_SIZE: usize = 4 << 20;
 /// Default number of requests in flight per file (same measurement).
 pub const DEFAULT_QUEUE_DEPTH: usize = 8;
-
-/// Tag bit that marks random-access ops (read_at, read_all) as opposed to the stream's.
-const RANDOM: u64 = 1 << 63;
 
 /// How to open a [`Reader`].
 #[derive(Debug, Clone)]
@@ -31,7 +28,7 @@ pub struct ReadOptions {
     pub mode: Mode,
     /// Requested backend (default auto).
     pub backend: BackendKind,
-    /// Size of each request; rounded up to the O_DIRECT alignment.
+    /// Size of each request; rounded up to the O_DIRECT alignment. At most 1 GiB.
     pub block_size: usize,
     /// Requests in flight (read-ahead depth).
     pub queue_depth: usize,
@@ -113,9 +110,8 @@ pub struct Reader {
     depth: usize,
     backend: BackendKind,
     lease: Lease,
-    queue: Option<Box<dyn Queue>>,
+    lane: Lane,
     choice: Option<BackendChoice>,
-    sync_done: VecDeque<Completion>,
     flags: i32,
     next_submit: u64,
     stream_pos: u64,
@@ -143,6 +139,7 @@ impl Reader {
         if !meta.is_file() {
             return Err(Error::new(ErrorKind::InvalidInput, "open", path, "not a regular file"));
         }
+        check_block_size("open", path, opts.block_size)?;
         let len = meta.len();
         let cached = if opts.mode == Mode::Auto && len > 0 {
             residency::residency(&file, 0, len).ok().map(|r| r.cached_bytes().min(len))
@@ -179,9 +176,8 @@ impl Reader {
             depth,
             backend: opts.backend,
             lease,
-            queue: None,
+            lane: Lane::new(),
             choice: None,
-            sync_done: VecDeque::new(),
             flags,
             next_submit: 0,
             stream_pos: 0,
@@ -236,31 +232,26 @@ impl Reader {
     }
 
     fn err(&self, op: &'static str, e: io::Error) -> Error {
-        setup::io_error(op, &self.path, e, self.decision.mode, self.flags)
+        setup::io_error(op, &self.path, e, self.decision.mode, self.flags, &self.caps)
+    }
+
+    /// Opens the queue unless the whole file is one request with nothing else in flight,
+    /// which is done on the calling thread.
+    fn prepare_lane(&mut self) -> Result<()> {
+        if self.lane.has_queue() || (self.len <= self.block as u64 && self.lane.in_flight() == 0) {
+            return Ok(());
+        }
+        let (q, choice) = setup::open_queue(self.backend, self.depth + 1, Some(&self.lease), &self.path)?;
+        self.lane.open(q);
+        self.choice = Some(choice);
+        Ok(())
     }
 
     /// Starts `op`: through the queue, or synchronously when the whole file is one request.
     fn submit(&mut self, op: Op) -> Result<()> {
-        if self.queue.is_none() && self.len <= self.block as u64 && self.sync_done.is_empty() {
-            self.sync_done.push_back(run_sync(op));
-            return Ok(());
-        }
-        if self.queue.is_none() {
-            let (q, choice) = setup::open_queue(self.backend, self.depth + 1, Some(&self.lease), &self.path)?;
-            self.queue = Some(q);
-            self.choice = Some(choice);
-        }
-        self.queue.as_mut().expect("queue set").push(op).map_err(|e| Error::io("submit", &self.path, e))
-    }
-
-    fn wait(&mut self) -> io::Result<Completion> {
-        if let Some(c) = self.sync_done.pop_front() {
-            return Ok(c);
-        }
-        match self.queue.as_mut() {
-            Some(q) => q.wait(),
-            None => Err(io::Error::other("nothing in flight")),
-        }
+        self.prepare_lane()?;
+        self.lane.push(op);
+        Ok(())
     }
 
     fn note_before(&mut self, off: u64, len: usize) {
@@ -297,7 +288,7 @@ impl Reader {
             let want = (self.block as u64).min(self.len - off) as usize;
             let req = round_up(want, self.align);
             self.note_before(off, want);
-            let op = Op::owned(OpKind::Read, self.file.clone(), off, buf, 0, req, self.flags, off);
+            let op = Op::owned(OpKind::Read, self.file.clone(), off, buf, 0, req, self.flags, off).map_err(|e| self.err("read", e))?;
             self.next_submit += want as u64;
             self.stream_held += 1;
             self.submit(op)?;
@@ -306,7 +297,7 @@ impl Reader {
     }
 
     fn complete_stream(&mut self, c: Completion) -> Result<()> {
-        let base = c.op.tag;
+        let base = c.op.tag();
         let n = match c.result {
             Ok(n) => n,
             Err(e) => return Err(self.err("read", e)),
@@ -324,7 +315,9 @@ impl Reader {
             self.len = base + got as u64;
         }
         self.apply_before(base, got);
-        let buf = op.mem.into_owned().expect("stream reads use owned buffers");
+        let Some(buf) = op.into_buf() else {
+            return Err(Error::new(ErrorKind::Io, "read", &self.path, "a read-ahead request came back without its buffer"));
+        };
         self.ready.insert(base, Chunk { buf, offset: base, len: got });
         Ok(())
     }
@@ -350,7 +343,7 @@ impl Reader {
                 return Err(Error::new(ErrorKind::Io, "read", &self.path, "no buffer available for read-ahead"));
             }
             // Only stream reads are in flight here: read_at drains its own before returning.
-            let c = self.wait().map_err(|e| self.err("read", e))?;
+            let c = self.lane.wait().map_err(|e| self.err("read", e))?;
             self.complete_stream(c)?;
         }
     }
@@ -361,7 +354,7 @@ impl Reader {
     /// and length aligned for direct). Returns bytes read (short at EOF).
     fn read_raw(&mut self, mem: &mut [u8], offset: u64) -> Result<usize> {
         let (file, block, depth, align, flags) = (self.file.clone(), self.block, self.depth, self.align, self.flags);
-        crate::backend::read_into(self, &file, mem, offset, block, depth, align, flags, RANDOM)
+        crate::backend::read_into(self, &file, mem, offset, block, depth, align, flags)
     }
 
     /// Reads into `buf` at file `offset`: any buffer, any offset, any length. Returns the bytes
@@ -428,8 +421,10 @@ impl Reader {
 
     /// Reads the whole file into one aligned buffer (direct into it, no copy).
     pub fn read_all(&mut self) -> Result<Chunk> {
-        let cap = round_up((self.len as usize).max(1), self.align);
-        let mut buf = AlignedBuf::new(cap, self.mem_align.max(rustix::param::page_size()));
+        let cap = usize::try_from(self.len).ok().and_then(|l| l.max(1).checked_add(self.align - 1)).map(|l| l / self.align * self.align);
+        let Some((cap, mut buf)) = cap.and_then(|c| AlignedBuf::try_new(c, self.mem_align.max(rustix::param::page_size())).map(|b| (c, b))) else {
+            return Err(Error::new(ErrorKind::InvalidInput, "read", &self.path, format!("a {} B file does not fit in memory", self.len)));
+        };
         let want = if self.decision.mode == Mode::Direct { cap } else { self.len as usize };
         let n = if self.len == 0 { 0 } else { self.read_raw(&mut buf[..want], 0)? };
         Ok(Chunk { buf, offset: 0, len: n.min(self.len as usize) })
@@ -442,13 +437,13 @@ impl std::fmt::Debug for Reader {
     }
 }
 
-impl crate::backend::Driver for Reader {
+impl Driver for Reader {
     type Error = Error;
-    fn push(&mut self, op: Op) -> Result<()> {
-        self.submit(op)
+    fn prepare(&mut self, _len: usize) -> Result<()> {
+        self.prepare_lane()
     }
-    fn wait(&mut self) -> io::Result<Completion> {
-        Reader::wait(self)
+    fn lane(&mut self) -> &mut Lane {
+        &mut self.lane
     }
     fn other(&mut self, c: Completion) -> Result<()> {
         self.complete_stream(c)
@@ -492,9 +487,9 @@ impl Drop for Reader {
     fn drop(&mut self) {
         // Let read-ahead finish so drop-behind can clean up after it; the queue's own Drop
         // would wait for it anyway.
-        while self.queue.as_ref().map(|q| q.in_flight() > 0).unwrap_or(false) || !self.sync_done.is_empty() {
-            match self.wait() {
-                Ok(Completion { op, result: Ok(n) }) if op.tag & RANDOM == 0 => self.apply_before(op.tag, n),
+        while self.lane.in_flight() > 0 {
+            match self.lane.wait() {
+                Ok(Completion { op, result: Ok(n) }) if op.owner() == 0 => self.apply_before(op.tag(), n),
                 Ok(_) => {}
                 Err(_) => break,
             }

@@ -1,17 +1,23 @@
 //! What a Reader and a Writer share when they open a file: the mode decision and its refusal
-//! error, switching O_DIRECT on, the queue with its registered buffers, and the advice attached
+//! error, switching O_DIRECT on, the queue with its registered buffers, and the hints attached
 //! to I/O errors of the chosen mode.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use crate::backend::{self, BackendChoice, BackendKind, Queue};
 use crate::buf::Lease;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
-use crate::error::{Error, ErrorKind, Result};
-use crate::policy::{Decision, Mode, Refusal};
+use crate::error::{Error, ErrorKind, Hint, Result};
+use crate::policy::{self, Decision, Mode, Refusal};
+
+/// The largest request size accepted (a read or write syscall moves at most 2 GiB at once).
+pub const MAX_BLOCK_SIZE: usize = 1 << 30;
 
 /// The mode chosen for a file and what it implies for requests.
 pub(crate) struct Chosen {
@@ -25,17 +31,28 @@ pub(crate) struct Chosen {
     pub flags: i32,
 }
 
+/// The error for a forced mode that `path`'s filesystem cannot honour.
+pub(crate) fn refused(op: &'static str, path: &Path, r: Refusal) -> Error {
+    Error::new(ErrorKind::Unsupported, op, path, format!("{} unavailable: {}", r.mode, r.reason)).with_hint(r.hint)
+}
+
+/// Checks a requested request size.
+pub(crate) fn check_block_size(op: &'static str, path: &Path, block: usize) -> Result<()> {
+    if block > MAX_BLOCK_SIZE {
+        return Err(Error::new(ErrorKind::InvalidInput, op, path, format!("request size {block} B is over the largest, {MAX_BLOCK_SIZE} B")));
+    }
+    Ok(())
+}
+
 /// Probes `file`'s filesystem, decides with `decide`, and turns O_DIRECT on if chosen. A mode
-/// the user forced that cannot be honoured is an `Unsupported` error for `op` on `path`.
+/// the caller forced that cannot be honoured is an `Unsupported` error for `op` on `path`.
 pub(crate) fn choose(file: &File, path: &Path, op: &'static str, decide: impl FnOnce(&FsCaps) -> Result<Decision, Refusal>) -> Result<Chosen> {
     let caps = caps::for_file(file).map_err(|e| Error::io("probe", path, e))?;
-    let decision = decide(&caps).map_err(|r| {
-        Error::new(ErrorKind::Unsupported, op, path, format!("{} unavailable: {}", r.mode, r.reason)).with_hint(r.hint())
-    })?;
+    let decision = decide(&caps).map_err(|r| refused(op, path, r))?;
     let (align, mem_align) = match (decision.mode, &caps.direct) {
         (Mode::Direct, Ok(a)) => {
             set_direct(file, true).map_err(|e| {
-                Error::io("fcntl(O_DIRECT)", path, e).with_kind(ErrorKind::Unsupported).with_hint("use --mode auto or dontcache")
+                Error::io("fcntl(O_DIRECT)", path, e).with_kind(ErrorKind::Unsupported).with_hint(policy::alternatives(Mode::Direct, &caps))
             })?;
             (a.offset.max(1) as usize, a.mem.max(1) as usize)
         }
@@ -49,7 +66,7 @@ pub(crate) fn choose(file: &File, path: &Path, op: &'static str, decide: impl Fn
 /// choice's reason says which backend and which buffers.
 pub(crate) fn open_queue(kind: BackendKind, depth: usize, lease: Option<&Lease>, path: &Path) -> Result<(Box<dyn Queue>, BackendChoice)> {
     let (mut q, mut choice) = backend::open_queue(kind, depth).map_err(|e| {
-        Error::io("io_uring setup", path, e).with_kind(ErrorKind::Unsupported).with_hint("use --backend auto or threads")
+        Error::io("io_uring setup", path, e).with_kind(ErrorKind::Unsupported).with_hint(Hint::Backends(vec![BackendKind::Auto, BackendKind::Threads]))
     })?;
     if let Some(l) = lease {
         choice.reason += &backend::try_register(q.as_mut(), l);
@@ -57,17 +74,14 @@ pub(crate) fn open_queue(kind: BackendKind, depth: usize, lease: Option<&Lease>,
     Ok((q, choice))
 }
 
-/// An I/O error of a request in `mode` with `flags`, with advice where the mode is the cause.
-pub(crate) fn io_error(op: &'static str, path: &Path, e: io::Error, mode: Mode, flags: i32) -> Error {
-    let hint = match e.raw_os_error() {
-        Some(libc::EINVAL) if mode == Mode::Direct => Some("O_DIRECT refused a request: use --mode auto or dontcache"),
-        Some(libc::EOPNOTSUPP) if flags != 0 => Some("RWF_DONTCACHE unsupported: use --mode auto or writebehind"),
-        _ => None,
-    };
+/// An I/O error of a request in `mode` with `flags`, with a note and a hint where the mode is
+/// the cause.
+pub(crate) fn io_error(op: &'static str, path: &Path, e: io::Error, mode: Mode, flags: i32, caps: &FsCaps) -> Error {
     let e = Error::io(op, path, e);
-    match hint {
-        Some(h) => e.with_hint(h),
-        None => e,
+    match e.errno() {
+        Some(libc::EINVAL) if mode == Mode::Direct => e.with_note("O_DIRECT refused a request").with_hint(policy::alternatives(mode, caps)),
+        Some(libc::EOPNOTSUPP) if flags & RWF_DONTCACHE != 0 => e.with_note("RWF_DONTCACHE unsupported").with_hint(policy::alternatives(Mode::DontCache, caps)),
+        _ => e,
     }
 }
 
@@ -78,4 +92,85 @@ pub(crate) fn set_direct(file: &File, on: bool) -> io::Result<()> {
     let fl = if on { fl | OFlags::DIRECT } else { fl - OFlags::DIRECT };
     rustix::fs::fcntl_setfl(file, fl)?;
     Ok(())
+}
+
+/// Checks that `name` is a single path component that names an entry.
+pub(crate) fn check_name(op: &'static str, path: &Path, name: &OsStr) -> Result<()> {
+    if name.is_empty() || name.as_encoded_bytes().contains(&b'/') || name == ".." || name == "." {
+        return Err(Error::new(ErrorKind::InvalidInput, op, path, "not a single file name"));
+    }
+    Ok(())
+}
+
+/// pwrite/pwritev2 until all of `data` is written at `off`.
+pub(crate) fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: i32) -> io::Result<()> {
+    while !data.is_empty() {
+        let r = if flags == 0 {
+            rustix::io::pwrite(file.as_fd(), data, off)
+        } else {
+            rustix::io::pwritev2(file.as_fd(), &[io::IoSlice::new(data)], off, rustix::io::ReadWriteFlags::from_bits_retain(flags as u32))
+        };
+        match r {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0")),
+            Ok(n) => {
+                data = &data[n..];
+                off += n as u64;
+            }
+            Err(e) if e == rustix::io::Errno::INTR => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Whether a write's error says the filesystem refuses RWF_DONTCACHE (it does so before any
+/// I/O, so nothing was written).
+pub(crate) fn dontcache_refused(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL))
+}
+
+/// Writes `data` at `off` buffered, uncached (RWF_DONTCACHE) where the filesystem takes it,
+/// else plainly. A refusal the probe could not foresee is remembered for the filesystem.
+/// Returns whether the pages stay cached (the caller drops them).
+pub(crate) fn write_uncached(file: &File, data: &[u8], off: u64, caps: &FsCaps) -> io::Result<bool> {
+    if caps.dontcache.is_ok() {
+        match write_full(file, data, off, RWF_DONTCACHE) {
+            Ok(()) => return Ok(false),
+            Err(e) if dontcache_refused(&e) => caps::refuse_dontcache(caps.dev, &e),
+            Err(e) => return Err(e),
+        }
+    }
+    write_full(file, data, off, 0)?;
+    Ok(true)
+}
+
+/// Sets permission bits and times (those given) on an open file; the error names the call.
+pub(crate) fn apply_attrs(file: &File, permissions: Option<u32>, atime: Option<SystemTime>, mtime: Option<SystemTime>) -> Result<(), (&'static str, io::Error)> {
+    if let Some(p) = permissions {
+        rustix::fs::fchmod(file, rustix::fs::Mode::from_raw_mode(p)).map_err(|e| ("chmod", e.into()))?;
+    }
+    if mtime.is_some() || atime.is_some() {
+        let ts = |t: Option<SystemTime>| match t {
+            Some(t) => to_timespec(t),
+            None => rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
+        };
+        let times = rustix::fs::Timestamps { last_access: ts(atime), last_modification: ts(mtime) };
+        rustix::fs::futimens(file, &times).map_err(|e| ("set times", e.into()))?;
+    }
+    Ok(())
+}
+
+fn to_timespec(t: SystemTime) -> rustix::fs::Timespec {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => rustix::fs::Timespec { tv_sec: d.as_secs() as _, tv_nsec: d.subsec_nanos() as _ },
+        Err(e) => {
+            let d = e.duration();
+            let (mut s, mut ns) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
+            if ns < 0 {
+                s -= 1;
+                ns += 1_000_000_000;
+            }
+            rustix::fs::Timespec { tv_sec: s as _, tv_nsec: ns as _ }
+        }
+    }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,9 +14,9 @@ use std::time::SystemTime;
 use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use serde::Serialize;
 
-use crate::backend::{run_sync, BackendChoice, BackendKind, Completion, Op, OpKind, Queue};
+use crate::backend::{BackendChoice, BackendKind, Completion, Lane, Op, OpKind};
 use crate::buf::{round_up, AlignedBuf, Budget, Lease};
-use crate::caps::{FsCaps, RWF_DONTCACHE};
+use crate::caps::FsCaps;
 use crate::error::{Error, ErrorKind, Result};
 use crate::policy::{self, Decision, Mode};
 use crate::read::{Chunk, DEFAULT_BLOCK_SIZE, DEFAULT_QUEUE_DEPTH};
@@ -35,7 +35,7 @@ pub struct WriteOptions {
     pub mode: Mode,
     /// Requested backend (default auto).
     pub backend: BackendKind,
-    /// Size of each write request; rounded up to the O_DIRECT alignment.
+    /// Size of each write request; rounded up to the O_DIRECT alignment. At most 1 GiB.
     pub block_size: usize,
     /// Writes in flight; 0 writes through (each request completes before the call returns).
     pub queue_depth: usize,
@@ -115,7 +115,7 @@ pub struct Writer {
     depth: usize,
     lease: Option<Lease>,
     lease_count: usize,
-    queue: Option<Box<dyn Queue>>,
+    lane: Lane,
     choice: Option<BackendChoice>,
     flags: i32,
     cur: Option<AlignedBuf>,
@@ -155,9 +155,8 @@ impl Writer {
     }
 
     fn create_in_owned(dir: OwnedFd, name: &OsStr, path: &Path, opts: &WriteOptions) -> Result<Writer> {
-        if name.is_empty() || name.as_encoded_bytes().contains(&b'/') || name == ".." || name == "." {
-            return Err(Error::new(ErrorKind::InvalidInput, "create", path, "not a single file name"));
-        }
+        setup::check_name("create", path, name)?;
+        setup::check_block_size("create", path, opts.block_size)?;
         let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let (fd, tmp) = if opts.atomic {
             let mut tries = 0;
@@ -224,7 +223,7 @@ impl Writer {
             depth: opts.queue_depth.max(1),
             lease: None,
             lease_count,
-            queue: None,
+            lane: Lane::new(),
             choice: None,
             flags,
             cur: None,
@@ -261,7 +260,7 @@ impl Writer {
     }
 
     fn err(&self, op: &'static str, e: io::Error) -> Error {
-        setup::io_error(op, &self.path, e, self.decision.mode, self.flags)
+        setup::io_error(op, &self.path, e, self.decision.mode, self.flags, &self.caps)
     }
 
     fn get_buf(&mut self) -> Result<AlignedBuf> {
@@ -284,50 +283,48 @@ impl Writer {
 
     fn submit(&mut self, buf: AlignedBuf, len: usize) -> Result<()> {
         let off = self.pos;
+        let op = Op::owned(OpKind::Write, self.file.clone(), off, buf, 0, len, self.flags, off).map_err(|e| self.err("write", e))?;
+        let one_request = !self.lane.has_queue() && self.opts.size_hint.is_some_and(|h| h <= self.block as u64);
+        if !one_request {
+            while self.lane.in_flight() >= self.depth {
+                self.reap_one()?;
+            }
+            if !self.lane.has_queue() {
+                let (q, choice) = setup::open_queue(self.opts.backend, self.depth, self.lease.as_ref(), &self.path)?;
+                self.lane.open(q);
+                self.choice = Some(choice);
+            }
+        }
         self.pos += len as u64;
         if self.decision.mode == Mode::Direct {
             self.direct_bytes += len as u64;
         }
-        let op = Op::owned(OpKind::Write, self.file.clone(), off, buf, 0, len, self.flags, off);
         self.outstanding.insert(off);
-        if self.queue.is_none() && self.opts.size_hint.map(|h| h <= self.block as u64).unwrap_or(false) {
-            // A one-request file: no queue to set up.
-            let c = run_sync(op);
-            return self.complete(c);
-        }
-        while self.queue.as_ref().map(|q| q.in_flight() >= self.depth).unwrap_or(false) {
-            self.reap_one()?;
-        }
-        if self.queue.is_none() {
-            let (q, choice) = setup::open_queue(self.opts.backend, self.depth, self.lease.as_ref(), &self.path)?;
-            self.queue = Some(q);
-            self.choice = Some(choice);
-        }
-        let r = self.queue.as_mut().expect("queue set").push(op);
-        r.map_err(|e| self.err("submit", e))?;
-        if self.opts.queue_depth == 0 {
+        // A one-request file needs no queue: the lane does it on this thread.
+        self.lane.push(op);
+        if one_request || self.opts.queue_depth == 0 {
             self.drain()?;
         }
         Ok(())
     }
 
     fn reap_one(&mut self) -> Result<()> {
-        let c = match self.queue.as_mut() {
-            Some(q) if q.in_flight() > 0 => q.wait().map_err(|e| Error::io("write", &self.path, e))?,
-            _ => return Err(Error::new(ErrorKind::Io, "write", &self.path, "no write in flight to wait for")),
-        };
+        if self.lane.in_flight() == 0 {
+            return Err(Error::new(ErrorKind::Io, "write", &self.path, "no write in flight to wait for"));
+        }
+        let c = self.lane.wait().map_err(|e| self.err("write", e))?;
         self.complete(c)
     }
 
     fn reap_ready(&mut self) -> Result<()> {
-        while let Some(c) = self.queue.as_mut().and_then(|q| q.poll()) {
+        while let Some(c) = self.lane.poll() {
             self.complete(c)?;
         }
         Ok(())
     }
 
     fn complete(&mut self, c: Completion) -> Result<()> {
-        let off = c.op.tag;
+        let off = c.op.tag();
         self.outstanding.remove(&off);
         if let Err(e) = c.result {
             return Err(self.err("write", e));
@@ -385,35 +382,47 @@ impl Writer {
                 return Ok(());
             }
         }
-        self.write_all(&buf[..len]).map_err(|e| Error::io("write", &self.path, e))
+        self.write_bytes(&buf[..len])
     }
 
-    fn write_bytes(&mut self, mut data: &[u8]) -> Result<()> {
+    /// Writes all of `data` (buffered into whole requests; [`Writer::finish`] writes the
+    /// rest). `std::io::Write` does the same with the error wrapped in an `io::Error`.
+    pub fn write_bytes(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
             if self.cur.is_none() {
                 let b = self.get_buf()?;
                 self.cur = Some(b);
                 self.cur_len = 0;
             }
-            let cap = self.cur.as_ref().map(|b| b.capacity().min(self.block)).unwrap_or(0);
+            let Some(cur) = self.cur.as_mut() else { continue };
+            let cap = cur.capacity().min(self.block);
             let n = data.len().min(cap - self.cur_len);
-            let cur = self.cur.as_mut().expect("current buffer");
             cur[self.cur_len..self.cur_len + n].copy_from_slice(&data[..n]);
             self.cur_len += n;
             data = &data[n..];
             if self.cur_len == cap {
-                let b = self.cur.take().expect("current buffer");
-                let len = std::mem::take(&mut self.cur_len);
-                self.submit(b, len)?;
+                if let Some(b) = self.cur.take() {
+                    let len = std::mem::take(&mut self.cur_len);
+                    self.submit(b, len)?;
+                }
             }
         }
         Ok(())
     }
 
+    /// Waits for every write in flight; the first error wins. Stops early only if the queue
+    /// can no longer be waited on (its writes are then leaked by the queue, never freed).
     fn drain(&mut self) -> Result<()> {
         let mut first = None;
-        while self.queue.as_ref().map(|q| q.in_flight() > 0).unwrap_or(false) {
-            if let Err(e) = self.reap_one() {
+        while self.lane.in_flight() > 0 {
+            let c = match self.lane.wait() {
+                Ok(c) => c,
+                Err(e) => {
+                    first.get_or_insert(self.err("write", e));
+                    break;
+                }
+            };
+            if let Err(e) = self.complete(c) {
                 first.get_or_insert(e);
             }
         }
@@ -437,8 +446,7 @@ impl Writer {
                 self.drain()?;
                 // The unaligned tail: O_DIRECT off, then an ordinary (uncached if possible) write.
                 set_direct(&self.file, false).map_err(|e| self.err("fcntl", e))?;
-                let flags = if self.caps.dontcache.is_ok() { RWF_DONTCACHE } else { 0 };
-                write_full(&self.file, &tail, self.pos, flags).map_err(|e| self.err("write", e))?;
+                setup::write_uncached(&self.file, &tail, self.pos, &self.caps).map_err(|e| self.err("write", e))?;
                 self.pos += tail.len() as u64;
                 tail_bytes = tail.len() as u64;
             } else if len > 0 {
@@ -465,17 +473,7 @@ impl Writer {
             }
             _ => {}
         }
-        if let Some(p) = self.opts.permissions {
-            rustix::fs::fchmod(&*self.file, FMode::from_raw_mode(p)).map_err(|e| self.err("chmod", e.into()))?;
-        }
-        if self.opts.mtime.is_some() || self.opts.atime.is_some() {
-            let ts = |t: Option<SystemTime>| match t {
-                Some(t) => to_timespec(t),
-                None => rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
-            };
-            let times = rustix::fs::Timestamps { last_access: ts(self.opts.atime), last_modification: ts(self.opts.mtime) };
-            rustix::fs::futimens(&*self.file, &times).map_err(|e| self.err("set times", e.into()))?;
-        }
+        setup::apply_attrs(&self.file, self.opts.permissions, self.opts.atime, self.opts.mtime).map_err(|(op, e)| self.err(op, e))?;
         if let Some(tmp) = self.tmp.clone() {
             rustix::fs::renameat(&self.dir, tmp.as_os_str(), &self.dir, self.name.as_os_str()).map_err(|e| self.err("rename", e.into()))?;
             self.tmp = None;
@@ -524,40 +522,4 @@ impl Drop for Writer {
         // What we wrote through the cache is garbage now.
         let _ = residency::drop_range(&self.file, 0, 0);
     }
-}
-
-fn to_timespec(t: SystemTime) -> rustix::fs::Timespec {
-    match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => rustix::fs::Timespec { tv_sec: d.as_secs() as _, tv_nsec: d.subsec_nanos() as _ },
-        Err(e) => {
-            let d = e.duration();
-            let (mut s, mut ns) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
-            if ns < 0 {
-                s -= 1;
-                ns += 1_000_000_000;
-            }
-            rustix::fs::Timespec { tv_sec: s as _, tv_nsec: ns as _ }
-        }
-    }
-}
-
-/// pwrite/pwritev2 until all of `data` is written at `off`.
-fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: i32) -> io::Result<()> {
-    while !data.is_empty() {
-        let r = if flags == 0 {
-            rustix::io::pwrite(file.as_fd(), data, off)
-        } else {
-            rustix::io::pwritev2(file.as_fd(), &[io::IoSlice::new(data)], off, rustix::io::ReadWriteFlags::from_bits_retain(flags as u32))
-        };
-        match r {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0")),
-            Ok(n) => {
-                data = &data[n..];
-                off += n as u64;
-            }
-            Err(e) if e == rustix::io::Errno::INTR => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }

@@ -173,16 +173,7 @@ fn small_budget_still_completes() {
 /// tmpfs has no RWF_DONTCACHE: a real filesystem where auto must take the next mode and say so.
 #[test]
 fn tmpfs_without_dontcache_gets_the_next_mode() {
-    let shm = std::path::Path::new("/dev/shm");
-    let Ok(caps) = cacheless::caps::for_dir(shm) else {
-        eprintln!("skipping: no /dev/shm");
-        return;
-    };
-    if caps.fs_type != "tmpfs" || caps.dontcache.is_ok() {
-        eprintln!("skipping: /dev/shm is {} with dontcache {:?}", caps.fs_type, caps.dontcache.is_ok());
-        return;
-    }
-    let d = tempfile::tempdir_in(shm).unwrap();
+    let Some(d) = tmpfs_without_dontcache() else { return };
     let p = d.path().join("small");
     let mut o = wo(Mode::Auto, BackendKind::Auto, 1 << 20);
     o.size_hint = Some(1000);
@@ -301,5 +292,32 @@ fn chunks_then_writes_with_mismatched_block_sizes() {
             let got = std::fs::read(&dst).unwrap();
             assert!(got.len() == data.len() + tail.len() && got[..data.len()] == data[..] && &got[data.len()..] == tail, "{mode} {backend} {rb}/{wb}");
         }
+    }
+}
+
+/// Random reads while the stream's read-ahead is in flight share one queue: both are
+/// byte-exact, whatever the backend, even with more requests in flight than the queue's depth.
+#[test]
+fn read_at_between_stream_chunks() {
+    let d = scratch();
+    let (p, data) = random_file(d.path(), "f", (6 << 20) + 99, 61);
+    for (mode, backend) in matrix(d.path()) {
+        let mut o = ro(mode, backend, 64 << 10);
+        o.queue_depth = 2;
+        let mut r = Reader::open(&p, &o).unwrap();
+        let mut streamed = Vec::new();
+        let mut k = 0;
+        while let Some(c) = r.next_chunk().unwrap() {
+            streamed.extend_from_slice(&c);
+            drop(c);
+            if k % 20 == 0 {
+                let off = (k * 77_777) % (5 << 20);
+                let mut buf = vec![0u8; 1 << 20];
+                let n = r.read_at(&mut buf, off as u64).unwrap();
+                assert!(n == buf.len() && buf[..] == data[off..off + n], "read_at({off}) ({mode}, {backend})");
+            }
+            k += 1;
+        }
+        assert!(streamed == data, "stream ({mode}, {backend})");
     }
 }

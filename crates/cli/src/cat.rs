@@ -49,7 +49,7 @@ pub fn run(args: &CatArgs, common: &CommonOpts) -> Result<ExitCode> {
             match ui::each_stdin_chunk(write_stdout) {
                 Ok(()) => {}
                 Err(e) if is_epipe(&e) => return Ok(ExitCode::SUCCESS),
-                Err(e) => ui::item_error(&progress, &format!("'-': {e}")),
+                Err(e) => ui::item_error(&progress, &cacheless::Error::io("read", "-", e)),
             }
             continue;
         }

@@ -186,7 +186,7 @@ pub fn run(args: &CpArgs, common: &CommonOpts) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     let progress = Arc::new(Progress::new());
-    ui::cancel_on_signals(&progress);
+    let signals = ui::Signals::register(&progress);
     if ui::Bar::wanted(common.json) {
         // Totals only feed the bar's ETA: no tree walk when nothing is drawn.
         for s in srcs {
@@ -197,7 +197,7 @@ pub fn run(args: &CpArgs, common: &CommonOpts) -> Result<ExitCode> {
     }
     let mut job = Job { common, recursive: args.recursive, budget: common.budget(), no_sync: args.no_sync, progress: progress.clone(), reports: Vec::new() };
     {
-        let _bar = ui::Bar::start(&progress, common.json);
+        let _bar = ui::Bar::start(&progress, common.json, ui::Measure::Output);
         for s in srcs {
             let target = if dst_is_dir {
                 match s.file_name() {
@@ -210,9 +210,9 @@ pub fn run(args: &CpArgs, common: &CommonOpts) -> Result<ExitCode> {
             job.any(s, &target);
         }
     }
-    if progress.is_cancelled() {
+    if let Some(code) = signals.exit_code() {
         eprintln!("cacheless: interrupted; files not yet finished were removed");
-        return Ok(ExitCode::from(130));
+        return Ok(code);
     }
     if common.json {
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "files": job.reports, "errors": progress.errors() }))?);

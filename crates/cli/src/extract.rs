@@ -4,15 +4,15 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
-use cacheless_archive::{extract, ExtractOptions, Input, Progress};
+use cacheless::Progress;
+use cacheless_archive::{extract, ExtractOptions, Input};
 use clap::Args;
 
 use crate::common::CommonOpts;
+use crate::ui;
 
 /// Arguments of `cacheless extract`.
 #[derive(Args, Debug)]
@@ -42,9 +42,10 @@ pub struct ExtractArgs {
     pub threads: Option<usize>,
 }
 
-/// Runs `cacheless extract`: exit 0 when every member was extracted, 1 otherwise.
+/// Runs `cacheless extract`: exit 0 when every member was extracted, 1 otherwise, 130 or 143
+/// when interrupted by SIGINT or SIGTERM.
 pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
-    let progress = Arc::new(Progress::default());
+    let progress = Arc::new(Progress::new());
     let mut opts = ExtractOptions::new(&args.directory);
     opts.strip_components = args.strip_components;
     opts.mode = common.mode;
@@ -68,29 +69,13 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
         );
     }
 
-    // Ctrl-C / SIGTERM stop between entries; the entry being written is removed.
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, progress.cancel.clone());
-    }
-    let done = Arc::new(AtomicBool::new(false));
-
-    let (input, total) = if args.archive.as_os_str() == "-" {
-        (Input::Stream(Box::new(std::io::stdin())), None)
-    } else {
-        let len = std::fs::metadata(&args.archive)
-            .with_context(|| format!("{}", args.archive.display()))?
-            .len();
-        (Input::Path(args.archive.clone()), Some(len))
+    // Ctrl-C / SIGTERM stop between entries and chunks; the entry being written is removed.
+    let signals = ui::Signals::register(&progress);
+    let input = if args.archive.as_os_str() == "-" { Input::Stream(Box::new(std::io::stdin())) } else { Input::Path(args.archive.clone()) };
+    let res = {
+        let _bar = ui::Bar::start(&progress, common.json, ui::Measure::Input);
+        extract(input, &opts)
     };
-    let bar = crate::ui::Bar::wanted(common.json).then(|| {
-        let (p, done) = (progress.clone(), done.clone());
-        std::thread::spawn(move || draw(&p, total, &done))
-    });
-    let res = extract(input, &opts);
-    done.store(true, Ordering::Relaxed);
-    if let Some(b) = bar {
-        let _ = b.join();
-    }
     let report = res.with_context(|| format!("extract {}", args.archive.display()))?;
 
     for w in &report.warnings {
@@ -105,8 +90,15 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
             report.failure_count - report.failures.len() as u64
         );
     }
+    if let Some(code) = signals.exit_code().filter(|_| report.interrupted) {
+        eprintln!("cacheless: interrupted; the member being written was removed");
+        return Ok(code);
+    }
     if let Some(f) = &report.fatal {
         eprintln!("cacheless: {f}");
+        if let Some(h) = report.fatal_error.as_ref().and_then(|e| e.hint()).and_then(ui::hint_text) {
+            eprintln!("cacheless: hint: {h}");
+        }
     }
     if common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -133,28 +125,4 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
         );
     }
     Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
-}
-
-fn draw(p: &Progress, total: Option<u64>, done: &AtomicBool) {
-    use indicatif::{ProgressBar, ProgressStyle};
-    let pb = match total {
-        Some(t) => ProgressBar::new(t.max(1)),
-        None => ProgressBar::new_spinner(),
-    };
-    let tmpl = if total.is_some() {
-        "{bar:30} {bytes}/{total_bytes} archive {bytes_per_sec} ETA {eta} {msg}"
-    } else {
-        "{spinner} {bytes} archive {bytes_per_sec} {msg}"
-    };
-    pb.set_style(ProgressStyle::with_template(tmpl).unwrap_or_else(|_| ProgressStyle::default_bar()));
-    while !done.load(Ordering::Relaxed) {
-        pb.set_position(p.archive_bytes.load(Ordering::Relaxed));
-        pb.set_message(format!(
-            "{} files, {} written",
-            p.files.load(Ordering::Relaxed),
-            crate::ui::size(p.bytes.load(Ordering::Relaxed))
-        ));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    pb.finish_and_clear();
 }

@@ -32,7 +32,8 @@ struct PathInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     residency_unknown: Option<String>,
     read: Option<Decision>,
-    write: Decision,
+    /// How a file written here would be written; `None` where no file can be created.
+    write: Option<Decision>,
 }
 
 #[derive(Serialize)]
@@ -48,17 +49,30 @@ fn support<T>(s: &Support<T>, yes: impl Fn(&T) -> String) -> String {
     }
 }
 
-/// A decision that was refused, shown as such with the advice.
+/// A decision that was refused, shown as such with what to ask for instead.
 fn refused(r: policy::Refusal) -> Decision {
-    Decision { mode: r.mode, reason: format!("refused: {}; {}", r.reason, r.hint()) }
+    let hint = ui::hint_text(&r.hint).map(|h| format!("; {h}")).unwrap_or_default();
+    Decision { mode: r.mode, reason: format!("refused: {}{hint}", r.reason) }
+}
+
+/// A directory where no probe file can be created (a read-only filesystem such as erofs,
+/// squashfs or proc, or no permission): its filesystem named from statfs, the features
+/// reported as not probed, with why.
+fn unprobed(path: &Path, meta: &std::fs::Metadata, why: &std::io::Error) -> Result<FsCaps, cacheless::Error> {
+    use std::os::unix::fs::MetadataExt;
+    let st = rustix::fs::statfs(path).map_err(|e| cacheless::Error::io("statfs", path, e.into()))?;
+    let not = caps::Unavailable { reason: format!("not probed: no file can be created here ({})", caps::errno_name(why)), errno: why.raw_os_error() };
+    Ok(FsCaps { dev: meta.dev(), fs_type: caps::fs_name(st.f_type as u64), direct: Err(not.clone()), dontcache: Err(not) })
 }
 
 fn describe(path: &Path, mode: Mode) -> Result<PathInfo, cacheless::Error> {
     let meta = std::fs::metadata(path).map_err(|e| cacheless::Error::io("stat", path, e))?;
     if meta.is_dir() {
-        let fs = caps::for_dir(path).map_err(|e| cacheless::Error::io("probe", path, e))?;
-        let write = policy::decide_write(mode, &fs, None).unwrap_or_else(refused);
-        return Ok(PathInfo { path: path.into(), kind: "directory", size: None, fs: (*fs).clone(), residency: None, residency_unknown: None, read: None, write });
+        let (fs, write) = match caps::for_dir(path) {
+            Ok(fs) => ((*fs).clone(), Some(policy::decide_write(mode, &fs, None).unwrap_or_else(refused))),
+            Err(e) => (unprobed(path, &meta, &e)?, None),
+        };
+        return Ok(PathInfo { path: path.into(), kind: "directory", size: None, fs, residency: None, residency_unknown: None, read: None, write });
     }
     let f = std::fs::File::open(path).map_err(|e| cacheless::Error::io("open", path, e))?;
     let fs = caps::for_file(&f).map_err(|e| cacheless::Error::io("probe", path, e))?;
@@ -70,7 +84,7 @@ fn describe(path: &Path, mode: Mode) -> Result<PathInfo, cacheless::Error> {
     };
     let read = policy::decide_read(mode, &fs, len, res.map(|r| r.cached_bytes().min(len))).unwrap_or_else(refused);
     let write = policy::decide_write(mode, &fs, Some(len)).unwrap_or_else(refused);
-    Ok(PathInfo { path: path.into(), kind: "file", size: Some(len), fs: (*fs).clone(), residency: res, residency_unknown, read: Some(read), write })
+    Ok(PathInfo { path: path.into(), kind: "file", size: Some(len), fs: (*fs).clone(), residency: res, residency_unknown, read: Some(read), write: Some(write) })
 }
 
 pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
@@ -120,7 +134,10 @@ pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
             if let Some(d) = &i.read {
                 println!("  read with      {}: {}", d.mode, d.reason);
             }
-            println!("  write with     {}: {}", i.write.mode, i.write.reason);
+            match &i.write {
+                Some(w) => println!("  write with     {}: {}", w.mode, w.reason),
+                None => println!("  write with     nothing: no file can be created here"),
+            }
         }
     }
     Ok(if progress.errors() > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })

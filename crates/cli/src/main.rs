@@ -49,8 +49,19 @@ enum Cmd {
     Demo,
 }
 
+/// Many files in flight need descriptors: the soft RLIMIT_NOFILE is raised to the hard limit
+/// for this process (the library sizes what it holds open to whatever the limit is).
+fn raise_nofile() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: l.maximum, maximum: l.maximum });
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    raise_nofile();
     let r = match &cli.cmd {
         Cmd::Info(a) => info::run(a, &cli.common),
         Cmd::Cat(a) => cat::run(a, &cli.common),
@@ -71,7 +82,7 @@ fn main() -> ExitCode {
                 eprintln!("error: {msg}\n\nFor more information, try '--help'.");
                 return ExitCode::from(2);
             }
-            eprintln!("cacheless: {e:#}");
+            ui::print_error(&e);
             ExitCode::from(1)
         }
     }

@@ -1,11 +1,14 @@
-//! Terminal output shared by the commands: progress bars, errors, sizes, CPU time.
+//! Terminal output shared by the commands: errors with their hints, progress bars, signals,
+//! sizes.
 
+use std::error::Error as StdError;
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cacheless::Progress;
+use cacheless::{Hint, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// True when an error chain ends in EPIPE: the reader of our output went away, which is
@@ -30,10 +33,54 @@ pub fn each_stdin_chunk(mut f: impl FnMut(&[u8]) -> std::io::Result<()>) -> std:
     }
 }
 
+/// `a`, `a or b`, `a, b or c`.
+fn or_list(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => (*one).to_string(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// A hint in the words of the command line: the flags to pass instead.
+pub fn hint_text(h: &Hint) -> Option<String> {
+    let (flag, names): (&str, Vec<&str>) = match h {
+        Hint::Modes(m) => ("--mode", m.iter().map(|m| m.name()).collect()),
+        Hint::Backends(b) => ("--backend", b.iter().map(|b| b.name()).collect()),
+        _ => return None,
+    };
+    Some(format!("use {flag} {}", or_list(&names)))
+}
+
+/// The first hint an error chain carries.
+fn hint_in<'a>(mut chain: impl Iterator<Item = &'a (dyn StdError + 'static)>) -> Option<&'a Hint> {
+    chain.find_map(|c| {
+        c.downcast_ref::<cacheless::Error>()
+            .and_then(|e| e.hint())
+            .or_else(|| c.downcast_ref::<cacheless_archive::Error>().and_then(|e| e.hint()))
+            .or_else(|| c.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|i| i.downcast_ref::<cacheless::Error>()).and_then(|e| e.hint()))
+    })
+}
+
+/// Prints an error chain the way every command does: one line, each cause once (the library
+/// errors never repeat their source), then the hint in flag terms, if there is one.
+fn print_chain<'a>(chain: impl Iterator<Item = &'a (dyn StdError + 'static)> + Clone) {
+    let line: Vec<String> = chain.clone().map(|c| c.to_string()).collect();
+    eprintln!("cacheless: {}", line.join(": "));
+    if let Some(h) = hint_in(chain).and_then(hint_text) {
+        eprintln!("cacheless: hint: {h}");
+    }
+}
+
+/// Prints a command's error (what `main` got back).
+pub fn print_error(e: &anyhow::Error) {
+    print_chain(e.chain());
+}
+
 /// Prints a per-item error the way every command does, and counts it.
-pub fn item_error(progress: &Progress, e: &dyn std::fmt::Display) {
+pub fn item_error(progress: &Progress, e: &(dyn StdError + 'static)) {
     progress.error();
-    eprintln!("cacheless: {e}");
+    print_chain(std::iter::successors(Some(e), |&c| c.source()));
 }
 
 /// Human-readable size (binary units).
@@ -52,15 +99,45 @@ pub fn size(n: u64) -> String {
     }
 }
 
-/// Ctrl-C and SIGTERM set the progress's cancel flag, so jobs stop between requests and remove
-/// their temporary files.
-pub fn cancel_on_signals(progress: &Progress) {
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, progress.cancel_flag());
+/// Ctrl-C and SIGTERM, registered once for any job: each sets the progress's cancel flag (the
+/// job stops between requests and removes its unfinished files) and is remembered, for the
+/// exit status.
+pub struct Signals {
+    last: Arc<AtomicUsize>,
+}
+
+impl Signals {
+    /// Registers SIGINT and SIGTERM for `progress`.
+    pub fn register(progress: &Progress) -> Signals {
+        let last = Arc::new(AtomicUsize::new(0));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let _ = signal_hook::flag::register_usize(sig, last.clone(), sig as usize);
+            let _ = signal_hook::flag::register(sig, progress.cancel_flag());
+        }
+        Signals { last }
+    }
+
+    /// The exit status for the signal that came, if one did: 128 plus its number, as a shell
+    /// reports a process the signal ended (130 for Ctrl-C, 143 for SIGTERM).
+    pub fn exit_code(&self) -> Option<ExitCode> {
+        match self.last.load(Ordering::Relaxed) {
+            0 => None,
+            sig => Some(ExitCode::from(128u8.saturating_add(sig as u8))),
+        }
     }
 }
 
-/// A progress bar drawn from the counters, on a terminal only.
+/// What a bar measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// Bytes done against the total bytes (copies).
+    Output,
+    /// Input bytes read against the input's size, with files and bytes written beside
+    /// (extraction: the archive read, the tree written).
+    Input,
+}
+
+/// A progress bar drawn from a job's [`Progress`], on a terminal only.
 pub struct Bar {
     stop: Arc<AtomicBool>,
     handle: Option<std::thread::JoinHandle<()>>,
@@ -73,31 +150,45 @@ impl Bar {
     }
 
     /// Starts drawing if [`Bar::wanted`].
-    pub fn start(progress: &Arc<Progress>, json: bool) -> Bar {
+    pub fn start(progress: &Arc<Progress>, json: bool, measure: Measure) -> Bar {
         let stop = Arc::new(AtomicBool::new(false));
         if !Bar::wanted(json) {
             return Bar { stop, handle: None };
         }
-        let p = progress.clone();
-        let s = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let pb = ProgressBar::new(p.total_bytes().max(1));
-            pb.set_style(
-                ProgressStyle::with_template("{bar:30} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            while !s.load(Ordering::Relaxed) {
-                pb.set_length(p.total_bytes().max(1));
-                pb.set_position(p.bytes());
-                if p.total_files() > 1 {
-                    pb.set_message(format!("{}/{} files", p.files(), p.total_files()));
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            pb.finish_and_clear();
-        });
+        let (p, s) = (progress.clone(), stop.clone());
+        let handle = std::thread::spawn(move || draw(&p, &s, measure));
         Bar { stop, handle: Some(handle) }
     }
+}
+
+fn draw(p: &Progress, stop: &AtomicBool, measure: Measure) {
+    let pb = ProgressBar::new_spinner();
+    let mut styled = None;
+    while !stop.load(Ordering::Relaxed) {
+        let (pos, total) = match measure {
+            Measure::Output => (p.bytes(), p.total_bytes()),
+            Measure::Input => (p.input_bytes(), p.total_input_bytes()),
+        };
+        // The total may become known once the job has started (an archive's size).
+        if styled != Some(total > 0) {
+            let tmpl = match (measure, total > 0) {
+                (Measure::Output, _) => "{bar:30} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}",
+                (Measure::Input, true) => "{bar:30} {bytes}/{total_bytes} archive {bytes_per_sec} ETA {eta} {msg}",
+                (Measure::Input, false) => "{spinner} {bytes} archive {bytes_per_sec} {msg}",
+            };
+            pb.set_style(ProgressStyle::with_template(tmpl).unwrap_or_else(|_| ProgressStyle::default_bar()));
+            styled = Some(total > 0);
+        }
+        pb.set_length(total.max(1));
+        pb.set_position(pos);
+        match measure {
+            Measure::Output if p.total_files() > 1 => pb.set_message(format!("{}/{} files", p.files(), p.total_files())),
+            Measure::Output => {}
+            Measure::Input => pb.set_message(format!("{} files, {} written", p.files(), size(p.bytes()))),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    pb.finish_and_clear();
 }
 
 impl Drop for Bar {
@@ -106,5 +197,21 @@ impl Drop for Bar {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cacheless::{BackendKind, Mode};
+
+    #[test]
+    fn hints_become_flags() {
+        assert_eq!(hint_text(&Hint::Modes(vec![Mode::Auto])).as_deref(), Some("use --mode auto"));
+        assert_eq!(hint_text(&Hint::Modes(vec![Mode::Auto, Mode::DontCache])).as_deref(), Some("use --mode auto or dontcache"));
+        assert_eq!(
+            hint_text(&Hint::Backends(vec![BackendKind::Auto, BackendKind::Threads, BackendKind::Uring])).as_deref(),
+            Some("use --backend auto, threads or uring")
+        );
     }
 }

@@ -201,10 +201,15 @@ pub fn ours(archive: &Path, dest: &Path, mode: IoMode, walk: bool) -> Option<Ext
     o.threads = 4;
     let r = match extract(Input::Path(archive.to_path_buf()), &o) {
         Ok(r) => r,
-        Err(cacheless_archive::Error::Unsupported(why)) => {
+        Err(why) if why.is_unsupported() => {
             let feature = if mode == IoMode::Direct { "direct" } else { "dontcache" };
             let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
             assert!(!required.split(',').any(|f| f == feature), "CACHELESS_REQUIRE={required}: {why}");
+            assert!(
+                matches!(why.hint(), Some(cacheless::Hint::Modes(m)) if m.first() == Some(&IoMode::Auto)),
+                "a refused mode says which to ask for instead: {why} {:?}",
+                why.hint()
+            );
             println!("skipping mode {mode:?}: {why}");
             return None;
         }

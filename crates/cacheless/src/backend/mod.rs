@@ -1,30 +1,35 @@
 //! I/O backends: io_uring and a thread pool, behind one queue interface with identical results.
 //!
+//! Crate-private: the public API names only [`BackendKind`] and [`BackendChoice`].
+//!
 //! A [`Queue`] takes [`Op`]s (a read or write of one range of one file) and hands back
 //! [`Completion`]s, in any order, with up to `depth()` in flight. Each op owns its buffer (or,
-//! for the unsafe borrowed form, the caller guarantees the memory outlives the op), so the
-//! kernel or a worker thread has the memory until the completion comes back. Writes complete
-//! only when the whole range is written (short writes are resubmitted); reads may be short at
-//! end of file.
+//! for the unsafe borrowed form, the caller guarantees the memory outlives the op), and the
+//! queue keeps the op until its I/O has finished: a buffer handed to the kernel stays owned by
+//! its slot until its completion is reaped, on every path, errors and drop included. Every op
+//! pushed comes back exactly once, carrying its result or the error that stopped it. Writes
+//! complete only when the whole range is written (short writes are resubmitted); reads may be
+//! short at end of file.
 #![allow(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::fs::File;
 use std::io;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::buf::AlignedBuf;
-pub use crate::buf::Lease;
+use crate::buf::{AlignedBuf, Lease};
 use crate::caps;
 
 mod threads;
 mod uring;
 
-pub use threads::ThreadQueue;
-pub use uring::UringQueue;
+use threads::ThreadQueue;
+use uring::UringQueue;
 
 /// Which backend to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -38,13 +43,20 @@ pub enum BackendKind {
     Threads,
 }
 
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl BackendKind {
+    /// The lowercase name used in reports and accepted by `FromStr`.
+    pub fn name(self) -> &'static str {
+        match self {
             BackendKind::Auto => "auto",
             BackendKind::Uring => "uring",
             BackendKind::Threads => "threads",
-        })
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -62,7 +74,7 @@ impl FromStr for BackendKind {
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpKind {
+pub(crate) enum OpKind {
     /// Read into the op's memory.
     Read,
     /// Write from the op's memory.
@@ -70,77 +82,83 @@ pub enum OpKind {
 }
 
 /// The memory an op reads into or writes from.
-pub enum IoMem {
+enum IoMem {
     /// A buffer the op owns until its completion.
     Owned(AlignedBuf),
     /// Memory owned by the caller, who keeps it alive and untouched until the completion.
     Borrowed(RawMem),
 }
 
-/// A raw pointer and length, for [`IoMem::Borrowed`].
-pub struct RawMem {
+/// A raw pointer to caller memory, for [`IoMem::Borrowed`] (the op's range says how much).
+struct RawMem {
     ptr: *mut u8,
-    len: usize,
 }
 
 // SAFETY: RawMem is only created by the unsafe `Op::borrowed`, whose caller guarantees the
 // memory is valid and exclusively lent to the op until completion, wherever it is processed.
 unsafe impl Send for RawMem {}
 
-impl IoMem {
-    fn base(&mut self) -> (*mut u8, usize) {
-        match self {
-            IoMem::Owned(b) => (b.as_mut_ptr(), b.capacity()),
-            IoMem::Borrowed(r) => (r.ptr, r.len),
-        }
-    }
-
-    /// The owned buffer, if this memory is one.
-    pub fn into_owned(self) -> Option<AlignedBuf> {
-        match self {
-            IoMem::Owned(b) => Some(b),
-            IoMem::Borrowed(_) => None,
-        }
-    }
-}
-
 /// One read or write of `len` bytes at file `offset`, to or from `mem[start..start+len]`.
-pub struct Op {
-    /// Read or write.
-    pub kind: OpKind,
+///
+/// The fields are private and the constructors check them: every safe way to build or change
+/// an op keeps `start + len` within the memory, which is what lets [`run_sync`] and the
+/// io_uring backend hand the range to the kernel.
+pub(crate) struct Op {
+    kind: OpKind,
     /// The file; kept open by the op until completion.
-    pub file: Arc<File>,
-    /// File offset of the first byte.
-    pub offset: u64,
-    /// The memory.
-    pub mem: IoMem,
-    /// Position in `mem` of the first byte.
-    pub start: usize,
-    /// Bytes to transfer.
-    pub len: usize,
+    file: Arc<File>,
+    offset: u64,
+    mem: IoMem,
+    start: usize,
+    len: usize,
     /// preadv2/pwritev2 flags (RWF_DONTCACHE).
-    pub rw_flags: i32,
+    rw_flags: i32,
     /// Caller's tag, returned in the completion.
-    pub tag: u64,
+    tag: u64,
+    /// Who started the op: 0 for ops on owned buffers, a [`read_into`] call's own id for the
+    /// ops on the memory it borrows.
+    owner: u64,
     /// Bytes already transferred by earlier submissions of this op (short transfers).
     done: usize,
 }
 
 impl Op {
-    /// An op on an owned buffer. Panics if `start + len` exceeds the buffer.
+    /// An op on `buf[start..start+len]`. Errors (InvalidInput) if the range exceeds the buffer
+    /// or the file range overflows.
     #[allow(clippy::too_many_arguments)]
-    pub fn owned(kind: OpKind, file: Arc<File>, offset: u64, buf: AlignedBuf, start: usize, len: usize, rw_flags: i32, tag: u64) -> Op {
-        assert!(start + len <= buf.capacity(), "op range exceeds its buffer");
-        Op { kind, file, offset, mem: IoMem::Owned(buf), start, len, rw_flags, tag, done: 0 }
+    pub(crate) fn owned(kind: OpKind, file: Arc<File>, offset: u64, buf: AlignedBuf, start: usize, len: usize, rw_flags: i32, tag: u64) -> io::Result<Op> {
+        let fits = start.checked_add(len).is_some_and(|end| end <= buf.capacity());
+        if !fits || offset.checked_add(len as u64).map_or(true, |end| end > i64::MAX as u64) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("request of {len} B at {start} exceeds its {} B buffer or the file range", buf.capacity())));
+        }
+        Ok(Op { kind, file, offset, mem: IoMem::Owned(buf), start, len, rw_flags, tag, owner: 0, done: 0 })
     }
 
     /// An op on caller memory.
     ///
     /// # Safety
     /// `ptr..ptr+len` must be valid for reads and writes, and neither read, written, moved nor
-    /// freed by anyone else until this op's completion has been returned by the queue.
-    pub unsafe fn borrowed(kind: OpKind, file: Arc<File>, offset: u64, ptr: *mut u8, len: usize, rw_flags: i32, tag: u64) -> Op {
-        Op { kind, file, offset, mem: IoMem::Borrowed(RawMem { ptr, len }), start: 0, len, rw_flags, tag, done: 0 }
+    /// freed by anyone else until this op's completion has been returned by the queue (or the
+    /// op is dropped without ever having been pushed).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn borrowed(kind: OpKind, file: Arc<File>, offset: u64, ptr: *mut u8, len: usize, rw_flags: i32, tag: u64, owner: u64) -> Op {
+        Op { kind, file, offset, mem: IoMem::Borrowed(RawMem { ptr }), start: 0, len, rw_flags, tag, owner, done: 0 }
+    }
+
+    /// The caller's tag.
+    pub(crate) fn tag(&self) -> u64 {
+        self.tag
+    }
+    /// Who started the op (0: an op on an owned buffer).
+    pub(crate) fn owner(&self) -> u64 {
+        self.owner
+    }
+    /// The owned buffer, if the op has one.
+    pub(crate) fn into_buf(self) -> Option<AlignedBuf> {
+        match self.mem {
+            IoMem::Owned(b) => Some(b),
+            IoMem::Borrowed(_) => None,
+        }
     }
 
     /// Start address of the owned buffer, if the op has one.
@@ -151,16 +169,19 @@ impl Op {
         }
     }
 
-    /// Pointer to the first byte of the op's range.
+    /// Pointer to the first byte of the op's range; `start + len` is within the memory.
     fn ptr(&mut self) -> *mut u8 {
-        let (base, cap) = self.mem.base();
-        debug_assert!(self.start + self.len <= cap);
-        // SAFETY: start + len <= cap, checked at construction and kept by `advance`.
+        let base = match &mut self.mem {
+            IoMem::Owned(b) => b.as_mut_ptr(),
+            IoMem::Borrowed(r) => r.ptr,
+        };
+        // SAFETY: start + len <= the memory's length: checked by `owned`, promised by the
+        // caller of `borrowed` (start 0), and kept by `advance` and `restore`.
         unsafe { base.add(self.start) }
     }
 
     /// Moves past `n` transferred bytes, for resubmitting the rest of a short transfer.
-    pub fn advance(&mut self, n: usize) {
+    pub(crate) fn advance(&mut self, n: usize) {
         let n = n.min(self.len);
         self.start += n;
         self.offset += n as u64;
@@ -181,31 +202,51 @@ impl Op {
 }
 
 /// A finished op and its result (bytes transferred, or the OS error).
-pub struct Completion {
+pub(crate) struct Completion {
     /// The op, with its memory.
     pub op: Op,
-    /// Bytes transferred by this completion.
+    /// Bytes transferred in all, or the error that stopped the op.
     pub result: io::Result<usize>,
 }
 
+impl Completion {
+    /// The op as it was pushed, with the bytes of earlier partial transfers added to `result`.
+    fn finish(mut op: Op, result: io::Result<usize>) -> Completion {
+        let done = op.restore();
+        Completion { op, result: result.map(|n| n + done) }
+    }
+}
+
 /// A submission/completion queue for one reader, writer or job.
-pub trait Queue: Send {
-    /// Starts `op`. The caller keeps `in_flight() < depth()`.
-    fn push(&mut self, op: Op) -> io::Result<()>;
-    /// Waits for one completion. Errors if nothing is in flight.
+///
+/// # Safety
+/// The kernel and worker threads use an op's memory after `push` returns, so an
+/// implementation must:
+/// - keep every pushed op, with its memory and file, alive and untouched by anything but the
+///   I/O it describes until that I/O has finished, whatever error happens in between; where it
+///   can no longer learn that (the ring cannot be waited on), leak the op rather than drop it;
+/// - return each pushed op exactly once from `wait` or `poll`, and only after its I/O has
+///   finished (an op that never reached the kernel comes back with the error that stopped it);
+/// - touch no memory outside each op's `start..start+len` range.
+///
+/// [`read_into`] lends borrowed memory on the strength of this.
+pub(crate) unsafe trait Queue: Send {
+    /// Starts `op`. Never fails: an op that cannot be started comes back from `wait` with the
+    /// error. The caller keeps `in_flight() < depth()`.
+    fn push(&mut self, op: Op);
+    /// Waits for one completion. Errors only when nothing is in flight, or when the queue can
+    /// no longer be waited on (its ops are then leaked, never freed).
     fn wait(&mut self) -> io::Result<Completion>;
     /// A completion that is already available, without waiting.
     fn poll(&mut self) -> Option<Completion>;
     /// Ops pushed and not yet returned.
     fn in_flight(&self) -> usize;
-    /// The most ops this queue keeps in flight.
-    fn depth(&self) -> usize;
     /// "io_uring" or "threads".
     fn name(&self) -> &'static str;
     /// Registers every buffer of `lease` with the kernel so ops on them skip per-request page
     /// pinning (io_uring fixed buffers). Errors where unsupported or over the memlock limit;
     /// ops then use plain buffers, with the same results.
-    fn register(&mut self, _lease: &crate::buf::Lease) -> io::Result<()> {
+    fn register(&mut self, _lease: &Lease) -> io::Result<()> {
         Err(io::Error::from(io::ErrorKind::Unsupported))
     }
 }
@@ -221,10 +262,10 @@ pub struct BackendChoice {
 
 /// Opens a queue of `depth` with the requested backend. A forced io_uring that the kernel
 /// refuses is an error; auto falls back to threads on EPERM, ENOSYS, ENOMEM or EOPNOTSUPP.
-pub fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn Queue>, BackendChoice)> {
+pub(crate) fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn Queue>, BackendChoice)> {
     let depth = depth.max(1);
     match kind {
-        BackendKind::Threads => Ok((Box::new(ThreadQueue::new(depth)), BackendChoice { name: "threads", reason: "forced by --backend".into() })),
+        BackendKind::Threads => Ok((Box::new(ThreadQueue::new(depth)), BackendChoice { name: "threads", reason: "requested".into() })),
         BackendKind::Uring | BackendKind::Auto => {
             let forced = kind == BackendKind::Uring;
             if let Err(u) = &caps::system().uring {
@@ -234,7 +275,7 @@ pub fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn Queue>
                 return Ok((Box::new(ThreadQueue::new(depth)), BackendChoice { name: "threads", reason: format!("io_uring unavailable: {}", u.reason) }));
             }
             match UringQueue::new(depth) {
-                Ok(q) => Ok((Box::new(q), BackendChoice { name: "io_uring", reason: if forced { "forced by --backend".into() } else { "available".into() } })),
+                Ok(q) => Ok((Box::new(q), BackendChoice { name: "io_uring", reason: if forced { "requested".into() } else { "available".into() } })),
                 Err(e) if !forced && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSYS | libc::ENOMEM | libc::EOPNOTSUPP)) => Ok((
                     Box::new(ThreadQueue::new(depth)),
                     BackendChoice { name: "threads", reason: format!("io_uring setup failed: {}", caps::errno_name(&e)) },
@@ -247,7 +288,7 @@ pub fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn Queue>
 
 /// Registers `lease`'s buffers with `q` when the memlock limit allows it (root, holding
 /// CAP_IPC_LOCK, is not limited), and says what happened, for the backend report.
-pub fn try_register(q: &mut dyn Queue, lease: &crate::buf::Lease) -> String {
+pub(crate) fn try_register(q: &mut dyn Queue, lease: &Lease) -> String {
     if q.name() != "io_uring" {
         return String::new();
     }
@@ -266,7 +307,7 @@ pub fn try_register(q: &mut dyn Queue, lease: &crate::buf::Lease) -> String {
 
 /// Does one op synchronously on the calling thread (the thread backend's worker body, and the
 /// shortcut for single-request files that need no queue).
-pub fn run_sync(mut op: Op) -> Completion {
+pub(crate) fn run_sync(mut op: Op) -> Completion {
     let result = loop {
         if op.len == 0 {
             break Ok(0);
@@ -276,7 +317,8 @@ pub fn run_sync(mut op: Op) -> Completion {
         let (ptr, len, off) = (op.ptr(), op.len, op.offset);
         let r = match op.kind {
             OpKind::Read => {
-                // SAFETY: the op's memory range is valid and exclusively ours until completion.
+                // SAFETY: ptr..ptr+len lies within the op's memory (the Op invariant), which the
+                // op owns or has been lent exclusively until its completion.
                 let s = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
                 if op.rw_flags == 0 {
                     rustix::io::pread(&*fd, s, off)
@@ -304,20 +346,75 @@ pub fn run_sync(mut op: Op) -> Completion {
         }
     };
     // Hand back the op as it was pushed, with the whole length written as the result.
-    let done = op.restore();
-    Completion { op, result: result.map(|n| n + done) }
+    Completion::finish(op, result)
 }
 
-/// What [`read_into`] needs from its caller: a way to start and wait for ops on a queue that
-/// may also carry the caller's other ops, and hooks around each piece.
-pub trait Driver {
+/// The requests of one reader or writer: its queue, opened on first need, and the requests
+/// done on the calling thread instead (a file that is one request needs no queue).
+#[derive(Default)]
+pub(crate) struct Lane {
+    queue: Option<Box<dyn Queue>>,
+    here: VecDeque<Completion>,
+}
+
+impl Lane {
+    /// A lane with no queue yet.
+    pub(crate) fn new() -> Lane {
+        Lane::default()
+    }
+    /// Whether a queue is open.
+    pub(crate) fn has_queue(&self) -> bool {
+        self.queue.is_some()
+    }
+    /// Installs the queue later requests go to; only while none is open, so a queue with
+    /// requests in flight is never replaced.
+    pub(crate) fn open(&mut self, q: Box<dyn Queue>) {
+        if self.queue.is_none() {
+            self.queue = Some(q);
+        }
+    }
+    /// Starts `op` on the queue, or on this thread when no queue is open.
+    pub(crate) fn push(&mut self, op: Op) {
+        match &mut self.queue {
+            Some(q) => q.push(op),
+            None => self.here.push_back(run_sync(op)),
+        }
+    }
+    /// The next completion, waiting for one if need be. Errors when nothing is in flight or the
+    /// queue can no longer be waited on.
+    pub(crate) fn wait(&mut self) -> io::Result<Completion> {
+        if let Some(c) = self.here.pop_front() {
+            return Ok(c);
+        }
+        match &mut self.queue {
+            Some(q) => q.wait(),
+            None => Err(io::Error::other("wait with nothing in flight")),
+        }
+    }
+    /// A completion that is already available.
+    pub(crate) fn poll(&mut self) -> Option<Completion> {
+        self.here.pop_front().or_else(|| self.queue.as_mut().and_then(|q| q.poll()))
+    }
+    /// Requests started and not yet returned.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.here.len() + self.queue.as_ref().map_or(0, |q| q.in_flight())
+    }
+}
+
+/// What [`read_into`] needs from its caller: the lane its requests go to (which may also carry
+/// the caller's other requests), and hooks around each piece.
+///
+/// A safe trait: `read_into` only ever hands its requests to a [`Lane`], and counts the ones
+/// that come back by an id no other request carries, so nothing an implementation does can make
+/// it return while one of its requests may still touch the memory it borrows.
+pub(crate) trait Driver {
     /// The caller's error type.
     type Error;
-    /// Starts an op.
-    fn push(&mut self, op: Op) -> Result<(), Self::Error>;
-    /// Waits for any completion.
-    fn wait(&mut self) -> io::Result<Completion>;
-    /// Handles a completion that is not this batch's (tag without `tag_bit`).
+    /// Gets the lane ready for a request of `len` bytes (opens its queue if need be).
+    fn prepare(&mut self, len: usize) -> Result<(), Self::Error>;
+    /// The lane.
+    fn lane(&mut self) -> &mut Lane;
+    /// Handles a completion that is not this call's.
     fn other(&mut self, c: Completion) -> Result<(), Self::Error>;
     /// Converts an I/O error of a piece.
     fn error(&mut self, e: io::Error) -> Self::Error;
@@ -327,15 +424,19 @@ pub trait Driver {
     fn after(&mut self, _off: u64, _n: usize) {}
 }
 
+/// Ids of [`read_into`] calls, so each recognises its own completions (0 is "no call").
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
 /// Reads `mem.len()` bytes at file `offset` straight into `mem`, in pieces of `block` with up
 /// to `depth` in flight, resubmitting short reads that stop on an `align` boundary before the
 /// end. Returns the bytes read (short only at end of file).
 ///
 /// Every piece in flight borrows `mem`; this function does not return, on success or error,
-/// until each of them has completed. If the queue can no longer be waited on, the process
-/// aborts rather than let the kernel write into memory that has been given back.
+/// until each of them has come back. If the lane can no longer be waited on, the process aborts
+/// rather than let the kernel write into memory that has been given back.
 #[allow(clippy::too_many_arguments)]
-pub fn read_into<D: Driver>(d: &mut D, file: &Arc<File>, mem: &mut [u8], offset: u64, block: usize, depth: usize, align: usize, rw_flags: i32, tag_bit: u64) -> Result<usize, D::Error> {
+pub(crate) fn read_into<D: Driver>(d: &mut D, file: &Arc<File>, mem: &mut [u8], offset: u64, block: usize, depth: usize, align: usize, rw_flags: i32) -> Result<usize, D::Error> {
+    let owner = NEXT_OWNER.fetch_add(1, Ordering::Relaxed);
     let len = mem.len();
     let ptr = mem.as_mut_ptr();
     let block = block.max(1);
@@ -346,40 +447,40 @@ pub fn read_into<D: Driver>(d: &mut D, file: &Arc<File>, mem: &mut [u8], offset:
     loop {
         while first_err.is_none() && next < len && mine < depth.max(1) {
             let piece = block.min(len - next);
-            d.before(offset + next as u64, piece);
-            // SAFETY: `mem` is exclusively borrowed for this call, and the loop below does not
-            // return until every op pushed here has completed (or the process aborts).
-            let op = unsafe { Op::borrowed(OpKind::Read, file.clone(), offset + next as u64, ptr.add(next), piece, rw_flags, tag_bit | next as u64) };
-            if let Err(e) = d.push(op) {
+            if let Err(e) = d.prepare(piece) {
                 first_err = Some(e);
                 break;
             }
+            d.before(offset + next as u64, piece);
+            // SAFETY: `mem` is exclusively borrowed for this call and `next + piece <= len`.
+            // Each op pushed here carries this call's unique `owner`, and the loop below does
+            // not return until every one of them has come back from the lane, which returns an
+            // op only once its I/O has finished (or the process aborts).
+            let op = unsafe { Op::borrowed(OpKind::Read, file.clone(), offset + next as u64, ptr.add(next), piece, rw_flags, next as u64, owner) };
+            d.lane().push(op);
             mine += 1;
             next += piece;
         }
         if mine == 0 {
             break;
         }
-        let c = match d.wait() {
+        let c = match d.lane().wait() {
             Ok(c) => c,
             Err(_) => std::process::abort(),
         };
-        if c.op.tag & tag_bit == 0 {
+        if c.op.owner != owner {
             if let Err(e) = d.other(c) {
                 first_err.get_or_insert(e);
             }
             continue;
         }
-        let rel = (c.op.tag & !tag_bit) as usize;
+        let rel = c.op.tag as usize;
         let piece = block.min(len - rel);
         match c.result {
             Ok(n) if n < piece && n > 0 && n % align.max(1) == 0 && first_err.is_none() => {
                 let mut op = c.op;
                 op.advance(n);
-                if let Err(e) = d.push(op) {
-                    first_err = Some(e);
-                    mine -= 1;
-                }
+                d.lane().push(op);
             }
             Ok(n) => {
                 mine -= 1;

@@ -1,9 +1,10 @@
 //! The thread-pool backend: workers doing pread/pwrite/preadv2/pwritev2.
 //!
 //! Used where io_uring is missing or blocked (Docker's default seccomp profile, Android,
-//! kernel.io_uring_disabled), and forced with `--backend threads`. Each worker is one request
-//! in flight, so a queue of depth N starts up to N workers, on demand.
+//! kernel.io_uring_disabled), and when asked for. Each worker is one request in flight, so a
+//! queue of depth N starts up to N workers, on demand.
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -15,11 +16,13 @@ use super::{run_sync, Completion, Op, Queue};
 const MAX_WORKERS: usize = 64;
 
 /// A queue served by a pool of worker threads.
-pub struct ThreadQueue {
+pub(crate) struct ThreadQueue {
     jobs: Option<Sender<Op>>,
     jobs_rx: Arc<Mutex<Receiver<Op>>>,
     done_tx: Sender<Completion>,
     done: Receiver<Completion>,
+    /// Ops done on the calling thread because no worker could be started.
+    here: VecDeque<Completion>,
     workers: Vec<JoinHandle<()>>,
     in_flight: usize,
     depth: usize,
@@ -27,10 +30,19 @@ pub struct ThreadQueue {
 
 impl ThreadQueue {
     /// A queue of `depth`; workers start as requests arrive.
-    pub fn new(depth: usize) -> ThreadQueue {
+    pub(crate) fn new(depth: usize) -> ThreadQueue {
         let (jobs, jobs_rx) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
-        ThreadQueue { jobs: Some(jobs), jobs_rx: Arc::new(Mutex::new(jobs_rx)), done_tx, done, workers: Vec::new(), in_flight: 0, depth: depth.max(1) }
+        ThreadQueue {
+            jobs: Some(jobs),
+            jobs_rx: Arc::new(Mutex::new(jobs_rx)),
+            done_tx,
+            done,
+            here: VecDeque::new(),
+            workers: Vec::new(),
+            in_flight: 0,
+            depth: depth.max(1),
+        }
     }
 
     fn spawn_worker(&mut self) -> io::Result<()> {
@@ -52,17 +64,34 @@ impl ThreadQueue {
     }
 }
 
-impl Queue for ThreadQueue {
-    fn push(&mut self, op: Op) -> io::Result<()> {
-        if self.workers.len() < (self.in_flight + 1).min(self.depth).min(MAX_WORKERS) {
-            self.spawn_worker()?;
-        }
-        self.jobs.as_ref().expect("queue open").send(op).map_err(|_| io::Error::other("I/O worker threads exited"))?;
+// SAFETY: an op moves whole into the job channel, then into one worker, which does its I/O with
+// `run_sync` and only then sends it back as a completion; nothing else touches it meanwhile.
+// Drop closes the job channel and joins the workers, so every op sent to them has finished
+// before the queue is gone. An op that cannot reach a worker is done on the calling thread.
+unsafe impl Queue for ThreadQueue {
+    fn push(&mut self, op: Op) {
         self.in_flight += 1;
-        Ok(())
+        let want = self.in_flight.min(self.depth).min(MAX_WORKERS);
+        if self.workers.len() < want && self.spawn_worker().is_err() && self.workers.is_empty() {
+            // No thread to run it: run it here, with the same result.
+            self.here.push_back(run_sync(op));
+            return;
+        }
+        match self.jobs.as_ref() {
+            Some(tx) => {
+                if let Err(mpsc::SendError(op)) = tx.send(op) {
+                    self.here.push_back(Completion::finish(op, Err(io::Error::other("I/O worker threads exited"))));
+                }
+            }
+            None => self.here.push_back(Completion::finish(op, Err(io::Error::other("I/O queue closed")))),
+        }
     }
 
     fn wait(&mut self) -> io::Result<Completion> {
+        if let Some(c) = self.here.pop_front() {
+            self.in_flight -= 1;
+            return Ok(c);
+        }
         if self.in_flight == 0 {
             return Err(io::Error::other("wait on an empty queue"));
         }
@@ -72,16 +101,16 @@ impl Queue for ThreadQueue {
     }
 
     fn poll(&mut self) -> Option<Completion> {
-        let c = self.done.try_recv().ok()?;
+        let c = match self.here.pop_front() {
+            Some(c) => c,
+            None => self.done.try_recv().ok()?,
+        };
         self.in_flight -= 1;
         Some(c)
     }
 
     fn in_flight(&self) -> usize {
         self.in_flight
-    }
-    fn depth(&self) -> usize {
-        self.depth
     }
     fn name(&self) -> &'static str {
         "threads"

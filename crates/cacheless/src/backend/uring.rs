@@ -1,4 +1,9 @@
 //! The io_uring backend (the `io-uring` crate): one ring per queue, one SQE per op.
+//!
+//! Once an op's SQE is in the submission ring, the op stays in its slot until the matching CQE
+//! is reaped, whatever fails in between: a failed `io_uring_enter` leaves the SQE in the ring
+//! for the next one, and the error travels with the op's completion; a ring that can no longer
+//! be waited on leaks its ops rather than free memory the kernel may still write.
 
 use std::collections::VecDeque;
 use std::io;
@@ -8,25 +13,37 @@ use io_uring::{opcode, types, IoUring};
 
 use super::{Completion, Op, OpKind, Queue};
 
+/// An op in flight and the submission error to report with its completion, if any.
+struct Slot {
+    op: Op,
+    error: Option<io::Error>,
+}
+
 /// A queue backed by an io_uring instance.
-pub struct UringQueue {
+pub(crate) struct UringQueue {
     ring: IoUring,
     /// Ops in flight, indexed by the SQE's user_data. The ring owns each op's memory until its
     /// completion arrives; the op (and so its buffer and file) lives here until then.
-    slots: Vec<Option<Op>>,
+    slots: Vec<Option<Slot>>,
     free: Vec<usize>,
     in_flight: usize,
     ready: VecDeque<Completion>,
-    depth: usize,
+    /// A fault found while reaping (a completion for no op in flight), reported with the next
+    /// completion handed out.
+    fault: Option<io::Error>,
     /// Start addresses of registered buffers, sorted: index = io_uring buffer index.
     fixed: Vec<usize>,
     /// Keeps registered memory alive as long as the ring may use it.
     _fixed_lease: Option<crate::buf::Lease>,
 }
 
+fn transient(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY))
+}
+
 impl UringQueue {
     /// Sets up a ring with room for `depth` requests.
-    pub fn new(depth: usize) -> io::Result<UringQueue> {
+    pub(crate) fn new(depth: usize) -> io::Result<UringQueue> {
         let depth = depth.max(1);
         let ring = IoUring::new(depth.next_power_of_two() as u32)?;
         Ok(UringQueue {
@@ -35,17 +52,23 @@ impl UringQueue {
             free: (0..depth).rev().collect(),
             in_flight: 0,
             ready: VecDeque::new(),
-            depth,
+            fault: None,
             fixed: Vec::new(),
             _fixed_lease: None,
         })
     }
 
-    fn submit_slot(&mut self, slot: usize) -> io::Result<()> {
-        let op = self.slots[slot].as_mut().expect("slot holds an op");
+    /// Puts the SQE of the op in `slot` into the submission ring. On error nothing was queued.
+    fn enqueue(&mut self, slot: usize) -> io::Result<()> {
+        let fixed_bufs = &self.fixed;
+        let Some(Some(s)) = self.slots.get_mut(slot) else {
+            return Err(io::Error::other("io_uring slot is empty"));
+        };
+        let op = &mut s.op;
         let fd = types::Fd(op.file.as_raw_fd());
         let len = u32::try_from(op.len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "request over 4 GiB"))?;
-        let fixed = op.owned_base().and_then(|b| self.fixed.binary_search(&b).ok());
+        // The kernel checks the range against the registered buffer it names.
+        let fixed = op.owned_base().and_then(|b| fixed_bufs.binary_search(&b).ok());
         let ptr = op.ptr();
         let sqe = match (op.kind, fixed) {
             (OpKind::Read, Some(i)) => opcode::ReadFixed::new(fd, ptr, len, i as u16).offset(op.offset).rw_flags(op.rw_flags).build(),
@@ -54,70 +77,115 @@ impl UringQueue {
             (OpKind::Write, None) => opcode::Write::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
         }
         .user_data(slot as u64);
-        loop {
-            // SAFETY: the SQE points at the op's memory and file, both kept alive in
-            // `self.slots[slot]` until the matching CQE is reaped in `reap`.
-            let pushed = unsafe { self.ring.submission().push(&sqe) };
-            if pushed.is_ok() {
-                break;
-            }
-            self.ring.submit()?;
+        // SAFETY: the SQE points at the op's memory range (within it by the Op invariant) and
+        // file, both kept alive in `self.slots[slot]` until the matching CQE is reaped in
+        // `reap`, or leaked by Drop if that can no longer happen.
+        let pushed = unsafe { self.ring.submission().push(&sqe) };
+        // SQEs are handed to the kernel as soon as they are queued, so the ring only fills when
+        // submissions keep failing; then the op fails before the kernel ever saw it.
+        pushed.map_err(|_| io::Error::other("io_uring submission ring full"))
+    }
+
+    /// Hands queued SQEs to the kernel. EAGAIN and EBUSY leave them queued for the next
+    /// `io_uring_enter` (the wait), which is not an error.
+    fn submit(&mut self) -> io::Result<()> {
+        #[cfg(test)]
+        if let Some(e) = fault::take_submit_error() {
+            return Err(e);
         }
         loop {
             match self.ring.submit() {
                 Ok(_) => return Ok(()),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if transient(&e) => return Ok(()),
                 Err(e) => return Err(e),
             }
         }
     }
 
-    /// Moves every available CQE into `ready`, resubmitting short writes and EAGAIN/EINTR.
-    fn reap(&mut self) -> io::Result<()> {
+    /// Starts (or restarts) the op in `slot`. If its SQE cannot be queued, the op completes at
+    /// once with the error; if it was queued but the submission failed, the op stays in flight
+    /// (the SQE goes with the next submission) and its completion carries the error.
+    fn start(&mut self, slot: usize) {
+        if let Err(e) = self.enqueue(slot) {
+            self.complete(slot, Err(e));
+            return;
+        }
+        if let Err(e) = self.submit() {
+            if let Some(Some(s)) = self.slots.get_mut(slot) {
+                s.error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Takes the op out of `slot` and queues its completion with `result` (or the submission
+    /// error it carries).
+    fn complete(&mut self, slot: usize, result: io::Result<usize>) {
+        let Some(Some(s)) = self.slots.get_mut(slot).map(Option::take) else { return };
+        self.free.push(slot);
+        self.in_flight -= 1;
+        let result = match s.error {
+            Some(e) => Err(e),
+            None => result,
+        };
+        self.ready.push_back(Completion::finish(s.op, result));
+    }
+
+    /// Moves every available CQE into `ready`, restarting short writes and EAGAIN/EINTR.
+    fn reap(&mut self) {
         let cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
         for (ud, res) in cqes {
             let slot = ud as usize;
-            let mut op = self.slots[slot].take().expect("completion for a live slot");
-            if res == -libc::EAGAIN || res == -libc::EINTR {
-                self.slots[slot] = Some(op);
-                self.submit_slot(slot)?;
+            let Some(Some(s)) = self.slots.get_mut(slot) else {
+                self.fault.get_or_insert_with(|| io::Error::other(format!("io_uring completed request {ud}, which is not in flight")));
                 continue;
+            };
+            if s.error.is_none() {
+                if res == -libc::EAGAIN || res == -libc::EINTR {
+                    self.start(slot);
+                    continue;
+                }
+                if s.op.kind == OpKind::Write && res > 0 && (res as usize) < s.op.len {
+                    // Short write: carry on from where it stopped; the op counts what is done.
+                    s.op.advance(res as usize);
+                    self.start(slot);
+                    continue;
+                }
             }
-            if op.kind == OpKind::Write && res > 0 && (res as usize) < op.len {
-                // Short write: carry on from where it stopped; the op counts what is done.
-                op.advance(res as usize);
-                self.slots[slot] = Some(op);
-                self.submit_slot(slot)?;
-                continue;
-            }
-            self.free.push(slot);
-            self.in_flight -= 1;
             let result = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(res as usize) };
-            let done = op.restore();
-            let result = result.map(|n| n + done);
-            self.ready.push_back(Completion { op, result });
+            self.complete(slot, result);
         }
-        Ok(())
+    }
+
+    /// The next ready completion; a fault found while reaping fails it.
+    fn pop_ready(&mut self) -> Option<Completion> {
+        let mut c = self.ready.pop_front()?;
+        if let Some(f) = self.fault.take() {
+            c.result = Err(f);
+        }
+        Some(c)
     }
 }
 
-impl Queue for UringQueue {
-    fn push(&mut self, op: Op) -> io::Result<()> {
-        let slot = self.free.pop().ok_or_else(|| io::Error::other("io_uring queue full"))?;
-        self.slots[slot] = Some(op);
+// SAFETY: each op lives in its slot from `push` until its CQE is reaped (`complete`), and is
+// handed out exactly once, from `ready`. Submission errors never free a slot whose SQE is in the
+// ring, and Drop leaks the slots when their CQEs can no longer be reaped.
+unsafe impl Queue for UringQueue {
+    fn push(&mut self, op: Op) {
+        // More ops than the ring has entries (a read_at beside a stream's read-ahead) is fine:
+        // the SQEs go out at once, and completions beyond the ring wait in the kernel.
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        self.slots[slot] = Some(Slot { op, error: None });
         self.in_flight += 1;
-        if let Err(e) = self.submit_slot(slot) {
-            self.slots[slot] = None;
-            self.free.push(slot);
-            self.in_flight -= 1;
-            return Err(e);
-        }
-        Ok(())
+        self.start(slot);
     }
 
     fn wait(&mut self) -> io::Result<Completion> {
         loop {
-            if let Some(c) = self.ready.pop_front() {
+            if let Some(c) = self.pop_ready() {
                 return Ok(c);
             }
             if self.in_flight == 0 {
@@ -126,24 +194,34 @@ impl Queue for UringQueue {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(e),
+                // Completion ring full or no memory for now: reap what is there, then retry.
+                Err(e) if transient(&e) => {
+                    self.reap();
+                    if self.ready.is_empty() {
+                        std::thread::yield_now();
+                    }
+                }
+                Err(e) => {
+                    self.reap();
+                    if let Some(c) = self.pop_ready() {
+                        return Ok(c);
+                    }
+                    return Err(e);
+                }
             }
-            self.reap()?;
+            self.reap();
         }
     }
 
     fn poll(&mut self) -> Option<Completion> {
         if self.ready.is_empty() && self.in_flight > 0 {
-            let _ = self.reap();
+            self.reap();
         }
-        self.ready.pop_front()
+        self.pop_ready()
     }
 
     fn in_flight(&self) -> usize {
         self.in_flight + self.ready.len()
-    }
-    fn depth(&self) -> usize {
-        self.depth
     }
     fn name(&self) -> &'static str {
         "io_uring"
@@ -175,16 +253,203 @@ impl Drop for UringQueue {
         while self.in_flight > 0 {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if transient(&e) => std::thread::yield_now(),
                 Err(_) => {
-                    // Cannot wait: leaking the ops is the only memory-safe choice.
+                    // Cannot wait: leaking the ops (their buffers, their lease and files) is
+                    // the only memory-safe choice.
+                    self.reap();
                     for s in self.slots.drain(..) {
                         std::mem::forget(s);
+                    }
+                    if let Some(l) = self._fixed_lease.take() {
+                        std::mem::forget(l);
                     }
                     return;
                 }
             }
-            let _ = self.reap();
+            self.reap();
+        }
+    }
+}
+
+/// Test-only fault injection: makes a chosen `io_uring_enter` submission on this thread fail.
+#[cfg(test)]
+pub(crate) mod fault {
+    use std::cell::Cell;
+    use std::io;
+
+    thread_local! {
+        static FAIL: Cell<Option<(u32, i32)>> = const { Cell::new(None) };
+    }
+
+    /// Lets `after` submissions on this thread through, then fails the next one with `errno`.
+    pub(crate) fn fail_submit(after: u32, errno: i32) {
+        FAIL.with(|f| f.set(Some((after, errno))));
+    }
+
+    /// Called by each submission: the error to fail it with, if one is armed and due.
+    pub(super) fn take_submit_error() -> Option<io::Error> {
+        FAIL.with(|f| match f.get() {
+            Some((0, errno)) => {
+                f.set(None);
+                Some(io::Error::from_raw_os_error(errno))
+            }
+            Some((n, errno)) => {
+                f.set(Some((n - 1, errno)));
+                None
+            }
+            None => None,
+        })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::super::*;
+        use super::fail_submit;
+        use crate::buf::{AlignedBuf, Budget};
+        use crate::{BackendKind, Mode, ReadOptions, Reader, WriteOptions, Writer};
+        use std::io::Write;
+        use std::sync::Arc;
+
+        /// True (after saying why) when io_uring is missing and the test cannot run; a failure
+        /// instead when `CACHELESS_REQUIRE` names it.
+        fn no_uring() -> bool {
+            let Err(u) = &crate::caps::system().uring else { return false };
+            let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
+            assert!(!required.split(',').any(|f| f.trim() == "uring"), "io_uring required but unavailable: {}", u.reason);
+            eprintln!("skipping: io_uring unavailable: {}", u.reason);
+            true
+        }
+
+        fn data(len: usize) -> Vec<u8> {
+            let mut x = 0x9E37_79B9_7F4A_7C15u64;
+            (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        }
+
+        const BLOCK: usize = 256 << 10;
+
+        /// An 8 MiB scratch file (its directory, path and bytes) and a reader on it through
+        /// io_uring, with the budget its buffers come from.
+        fn uring_reader() -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>, Budget, Reader) {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("src");
+            let bytes = data(8 << 20);
+            std::fs::write(&p, &bytes).unwrap();
+            let budget = Budget::new(8 << 20);
+            let mut o = ReadOptions::new(budget.clone());
+            o.mode = Mode::Buffered;
+            o.backend = BackendKind::Uring;
+            o.block_size = BLOCK;
+            o.queue_depth = 4;
+            let r = Reader::open(&p, &o).unwrap();
+            (dir, p, bytes, budget, r)
+        }
+
+        /// A submission that fails mid-stream: the chunks before it are right, the error names
+        /// the file and the operation, and every buffer comes back to the budget (none was freed
+        /// while the kernel still had it: its SQE went out with a later submission).
+        #[test]
+        fn failed_submit_mid_stream_read() {
+            if no_uring() {
+                return;
+            }
+            let (_dir, p, bytes, budget, mut r) = uring_reader();
+            fail_submit(6, libc::ENXIO);
+            let mut good = 0;
+            let err = loop {
+                match r.next_chunk() {
+                    Ok(Some(c)) => {
+                        let off = c.offset() as usize;
+                        assert!(c[..] == bytes[off..off + c.len()], "chunk at {off} differs");
+                        good += 1;
+                    }
+                    Ok(None) => panic!("the injected failure was not reported"),
+                    Err(e) => break e,
+                }
+            };
+            assert!(good > 0, "chunks before the failure arrive");
+            assert_eq!((err.op(), err.path(), err.errno()), ("read", p.as_path(), Some(libc::ENXIO)), "{err}");
+            drop(r);
+            assert_eq!(budget.used(), 0, "every buffer is back in the budget");
+        }
+
+        /// The same for reads into borrowed memory: the call returns only once every piece is
+        /// back, so the next call on the same queue is byte-exact.
+        #[test]
+        fn failed_submit_read_at() {
+            if no_uring() {
+                return;
+            }
+            let (_dir, p, bytes, budget, mut r) = uring_reader();
+            let mut buf = vec![0u8; 6 << 20];
+            fail_submit(3, libc::ENXIO);
+            let err = r.read_at(&mut buf, 1000).unwrap_err();
+            assert_eq!((err.op(), err.path(), err.errno()), ("read", p.as_path(), Some(libc::ENXIO)), "{err}");
+            buf.fill(0);
+            assert_eq!(r.read_at(&mut buf, 1000).unwrap(), buf.len());
+            assert!(buf[..] == bytes[1000..1000 + buf.len()]);
+            drop(r);
+            assert_eq!(budget.used(), 0);
+        }
+
+        /// A failed submission while writing: an error naming the file and the operation, and
+        /// the unfinished file removed once the writes in flight are back.
+        #[test]
+        fn failed_submit_mid_stream_write() {
+            if no_uring() {
+                return;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("dst");
+            let bytes = data(8 << 20);
+            let budget = Budget::new(8 << 20);
+            let mut o = WriteOptions::new(budget.clone());
+            o.mode = Mode::Buffered;
+            o.backend = BackendKind::Uring;
+            o.block_size = BLOCK;
+            o.queue_depth = 4;
+            o.sync = false;
+            let mut w = Writer::create(&p, &o).unwrap();
+            fail_submit(5, libc::ENXIO);
+            let err = match bytes.chunks(100_000).try_for_each(|c| w.write_all(c)) {
+                Err(e) => {
+                    drop(w);
+                    e.into_inner().and_then(|e| e.downcast::<crate::Error>().ok()).map(|e| *e).expect("an engine error")
+                }
+                Ok(()) => w.finish().map(|_| ()).unwrap_err(),
+            };
+            assert_eq!((err.op(), err.path(), err.errno()), ("write", p.as_path(), Some(libc::ENXIO)), "{err}");
+            assert_eq!(budget.used(), 0, "every buffer is back in the budget");
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the unfinished file is removed");
+        }
+
+        /// A completion the queue does not know is an error on the next completion, not a panic.
+        #[test]
+        fn a_stray_completion_is_an_error() {
+            if crate::caps::system().uring.is_err() {
+                eprintln!("skipping: io_uring unavailable");
+                return;
+            }
+            let mut q = UringQueue::new(4).unwrap();
+            let nop = opcode::Nop::new().build().user_data(999);
+            // SAFETY: a NOP touches no memory.
+            unsafe { q.ring.submission().push(&nop).unwrap() };
+            q.ring.submit_and_wait(1).unwrap();
+            let f = Arc::new(tempfile::tempfile().unwrap());
+            let op = Op::owned(OpKind::Read, f, 0, AlignedBuf::new(4096, 4096), 0, 4096, 0, 7).unwrap();
+            q.push(op);
+            let c = q.wait().unwrap();
+            assert_eq!(c.op.tag(), 7);
+            let e = c.result.unwrap_err();
+            assert!(e.to_string().contains("request 999"), "{e}");
+            assert_eq!(q.in_flight(), 0);
         }
     }
 }

@@ -87,3 +87,18 @@ pub fn sizes(align: usize, seed: u64) -> Vec<usize> {
     v.push(r.random_range((8 << 20)..(64 << 20)));
     v
 }
+
+/// A scratch directory on tmpfs, which has no RWF_DONTCACHE: a real filesystem lacking a
+/// feature. `None` (after saying why) where /dev/shm is not such a tmpfs.
+pub fn tmpfs_without_dontcache() -> Option<tempfile::TempDir> {
+    let shm = Path::new("/dev/shm");
+    let Ok(caps) = cacheless::caps::for_dir(shm) else {
+        eprintln!("skipping: no /dev/shm");
+        return None;
+    };
+    if caps.fs_type != "tmpfs" || caps.dontcache.is_ok() {
+        eprintln!("skipping: /dev/shm is {} with dontcache {:?}", caps.fs_type, caps.dontcache.is_ok());
+        return None;
+    }
+    Some(tempfile::tempdir_in(shm).unwrap())
+}

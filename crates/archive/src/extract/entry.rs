@@ -1,0 +1,473 @@
+//! The parser's side of each entry: its name made safe, and every namespace operation (mkdir,
+//! the engine's create, symlink, link, mknod) in archive order, handing file data to the workers
+//! (`jobs`); sparse files are written here, segment by segment, through the engine.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::Arc;
+
+use cacheless::AlignedBuf;
+use rustix::fs::AtFlags;
+use rustix::io::Errno;
+
+use super::jobs::{attrs, chown, system_time, times, Data, Job, Meta, Msg, Shared, CHUNK};
+use super::options::{ExtractOptions, ExtractReport, IoMode};
+use super::pool::Pool;
+use crate::error::Error;
+use crate::fsops::{sanitize, RelPath, Root, Sanitized};
+use crate::source;
+use crate::tarparse::{Entry, Kind, Parser};
+
+/// Entry-level outcome: the archive goes on after `Entry`, stops after `Fatal` (an error of
+/// the archive itself: truncated, corrupt, unreadable, or the extraction interrupted).
+pub(super) enum Fail {
+    Entry(Error),
+    Fatal(Error),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Truncated { .. }
+            | Error::Corrupt { .. }
+            | Error::Decompress { .. }
+            | Error::Interrupted { .. } => Fail::Fatal(e),
+            e => Fail::Entry(e),
+        }
+    }
+}
+
+/// An error of the archive read by the parser: always stops the run.
+fn fatal(e: Error) -> Fail {
+    Fail::Fatal(e)
+}
+
+/// The parser's side of the extraction.
+pub(super) struct Ctx<'a> {
+    pub opts: &'a ExtractOptions,
+    pub root: Root,
+    pub sh: Arc<Shared>,
+    pub pool: Pool<Shared>,
+    pub budget: cacheless::Budget,
+    pub is_root: bool,
+    pub umask: u32,
+    pub dirs: Vec<(RelPath, Meta)>,
+    pub report: ExtractReport,
+    pub warned_abs: bool,
+}
+
+/// Leases `n` bytes, at most a quarter of the budget: the archive's read-ahead and a large
+/// file's Writer are each held to a quarter too (see `extract`), so a lease always fits once the
+/// small files in flight are written, whatever the budget is.
+fn acquire(b: &cacheless::Budget, n: u64) -> cacheless::buf::Lease {
+    b.lease((n as usize).clamp(1, (b.limit() / 4).max(1)), 1, 1, 1)
+}
+
+/// Caps a queue depth so that `depth` (+ `extra`) buffers of `block` bytes stay within a quarter
+/// of the budget.
+pub(super) fn quarter_depth(limit: usize, block: usize, depth: usize, extra: usize) -> usize {
+    if depth == 0 {
+        return 0; // write-through stays write-through
+    }
+    let fit = (limit / 4 / block.max(1)).max(1 + extra);
+    depth.min(fit - extra).max(1)
+}
+
+impl Ctx<'_> {
+    pub(super) fn warn(&mut self, w: String) {
+        if self.report.warnings.len() < 1000 {
+            self.report.warnings.push(w);
+        }
+    }
+
+    fn meta(&self, e: &Entry) -> Meta {
+        let chown = self.opts.same_owner && self.is_root;
+        let mut mode = e.mode & 0o7777;
+        if !chown {
+            mode &= !0o6000;
+        }
+        if !self.is_root {
+            mode &= !self.umask;
+        }
+        Meta {
+            mode,
+            uid: e.uid,
+            gid: e.gid,
+            mtime: e.mtime,
+            chown,
+        }
+    }
+
+    /// Sanitises and strips a member name; `None` if the entry is to be skipped (already warned).
+    fn rel(&mut self, raw: &[u8], what: &str) -> std::result::Result<Option<RelPath>, Fail> {
+        let display = String::from_utf8_lossy(raw).into_owned();
+        match sanitize(raw) {
+            Sanitized::DotDot => Err(Fail::Entry(Error::io(
+                if what == "member" {
+                    "refusing member"
+                } else {
+                    "refusing hard link target"
+                },
+                PathBuf::from(display),
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "member name contains '..'",
+                ),
+            ))),
+            Sanitized::Ok { path, stripped } => {
+                if stripped && !self.warned_abs {
+                    self.warned_abs = true;
+                    self.warn("removing leading '/' from member names".into());
+                }
+                // GNU counts "." as a component when stripping ("./a/b" -N1-> "a/b").
+                let raw_comps: Vec<&[u8]> = raw
+                    .split(|&b| b == b'/')
+                    .filter(|c| !c.is_empty())
+                    .collect();
+                let n = self.opts.strip_components;
+                if n == 0 {
+                    return Ok(Some(path));
+                }
+                if raw_comps.len() <= n {
+                    return Ok(None);
+                }
+                let rest: Vec<Vec<u8>> = raw_comps[n..]
+                    .iter()
+                    .filter(|c| **c != b".")
+                    .map(|c| c.to_vec())
+                    .collect();
+                Ok(Some(RelPath(rest)))
+            }
+        }
+    }
+
+    /// Does one entry.
+    pub(super) fn entry(
+        &mut self,
+        parser: &mut Parser<source::TarStream>,
+        e: Entry,
+    ) -> std::result::Result<(), Fail> {
+        let Some(rel) = self.rel(&e.path, "member")? else {
+            self.report.skipped += 1;
+            return Ok(());
+        };
+        let meta = self.meta(&e);
+        match e.kind {
+            Kind::Dir => {
+                self.root.mkdir(&rel)?;
+                self.report.dirs += 1;
+                self.dirs.push((rel, meta));
+            }
+            Kind::File => {
+                match e.sparse.as_deref() {
+                    Some(map) => self.sparse_file(parser, &e, map, rel, meta)?,
+                    None => self.file(parser, &e, rel, meta)?,
+                }
+                self.report.files += 1;
+                self.report.bytes += e.size;
+            }
+            Kind::Symlink => {
+                let target = e.link.clone().unwrap_or_default();
+                let (pfd, ()) = self.root.create_with(
+                    &rel,
+                    self.opts.keep_old_files,
+                    "symlinkat",
+                    |d, n| rustix::fs::symlinkat(OsStr::from_bytes(&target), d, n),
+                )?;
+                let name = last_name(&rel);
+                if meta.chown {
+                    let _ = rustix::fs::chownat(
+                        &pfd,
+                        name,
+                        Some(rustix::fs::Uid::from_raw(meta.uid as u32)),
+                        Some(rustix::fs::Gid::from_raw(meta.gid as u32)),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    );
+                }
+                let _ = rustix::fs::utimensat(
+                    &pfd,
+                    name,
+                    &times(meta.mtime),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                );
+                self.report.symlinks += 1;
+            }
+            Kind::HardLink => {
+                let target = e.link.clone().unwrap_or_default();
+                let Some(trel) = self.rel(&target, "hard link target")? else {
+                    return Err(Fail::Entry(Error::io(
+                        "refused hard link",
+                        rel.to_path(),
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            "target stripped away",
+                        ),
+                    )));
+                };
+                let Some((tparent, tname)) = trel.split() else {
+                    return Err(Fail::Entry(Error::io(
+                        "refused hard link to the destination itself",
+                        rel.to_path(),
+                        std::io::Error::from_raw_os_error(libc::EPERM),
+                    )));
+                };
+                if trel == rel {
+                    // GNU tar: a link to itself is a no-op.
+                    return Ok(());
+                }
+                let tfd = self.root.existing_dir(tparent)?;
+                let tname = tname.to_vec();
+                self.root
+                    .create_with(&rel, self.opts.keep_old_files, "linkat", |d, n| {
+                        rustix::fs::linkat(&tfd, OsStr::from_bytes(&tname), d, n, AtFlags::empty())
+                    })?;
+                self.report.hardlinks += 1;
+            }
+            Kind::Fifo | Kind::CharDev | Kind::BlockDev => {
+                let dev = e.kind != Kind::Fifo;
+                if !self.opts.special_files || (dev && !self.is_root) {
+                    self.report.skipped += 1;
+                    self.warn(format!(
+                        "{}: skipping {} ({})",
+                        e.display(),
+                        if dev { "device node" } else { "fifo" },
+                        if dev {
+                            "device nodes need special files enabled and root"
+                        } else {
+                            "special files not enabled"
+                        }
+                    ));
+                    return Ok(());
+                }
+                let ft = match e.kind {
+                    Kind::Fifo => rustix::fs::FileType::Fifo,
+                    Kind::CharDev => rustix::fs::FileType::CharacterDevice,
+                    _ => rustix::fs::FileType::BlockDevice,
+                };
+                let devn = rustix::fs::makedev(e.dev.0, e.dev.1);
+                let (pfd, ()) =
+                    self.root
+                        .create_with(&rel, self.opts.keep_old_files, "mknodat", |d, n| {
+                            rustix::fs::mknodat(
+                                d,
+                                n,
+                                ft,
+                                rustix::fs::Mode::from_raw_mode(meta.mode),
+                                devn,
+                            )
+                        })?;
+                let _ = rustix::fs::utimensat(
+                    &pfd,
+                    last_name(&rel),
+                    &times(meta.mtime),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a file entry with an engine call, in archive order, replacing what is there as
+    /// for other entries. The resolver speaks errnos (EEXIST makes it replace the entry); the
+    /// engine's error, with its hint, is what gets reported.
+    fn create_entry<T>(
+        &mut self,
+        rel: &RelPath,
+        mut make: impl FnMut(&Arc<OwnedFd>, &OsStr) -> cacheless::Result<T>,
+    ) -> std::result::Result<T, Fail> {
+        let mut engine_err = None;
+        let r = self
+            .root
+            .create_with(rel, self.opts.keep_old_files, "create", |d, n| {
+                match make(d, n) {
+                    Ok(t) => Ok(t),
+                    Err(err) => {
+                        let errno = err
+                            .errno()
+                            .map(Errno::from_raw_os_error)
+                            .unwrap_or(Errno::IO);
+                        engine_err = Some(err);
+                        Err(errno)
+                    }
+                }
+            });
+        match r {
+            Ok((_, t)) => Ok(t),
+            Err(err) => Err(match engine_err {
+                Some(ee) if ee.errno() != Some(libc::EEXIST) => Fail::Entry(Error::Engine(ee)),
+                _ => err.into(),
+            }),
+        }
+    }
+
+    fn file(
+        &mut self,
+        parser: &mut Parser<source::TarStream>,
+        e: &Entry,
+        rel: RelPath,
+        meta: Meta,
+    ) -> std::result::Result<(), Fail> {
+        if rel.split().is_none() {
+            return Err(Fail::Entry(Error::io(
+                "refused",
+                "member",
+                std::io::Error::from_raw_os_error(libc::EISDIR),
+            )));
+        }
+        if e.size >= self.opts.direct_min.max(1) {
+            return self.stream_file(parser, e, rel, meta);
+        }
+        let display = rel.to_path();
+        let creator = self.sh.creator.clone();
+        let file = self.create_entry(&rel, |d, n| {
+            creator.create(d.clone(), n, &display, e.size, attrs(&meta))
+        })?;
+        if e.size <= CHUNK as u64 {
+            // O_DIRECT (forced, or chosen for a large file) writes from aligned memory.
+            let align =
+                if self.opts.mode == IoMode::Direct || e.size >= cacheless::policy::SMALL_WRITE {
+                    4096
+                } else {
+                    1
+                };
+            let lease = acquire(&self.budget, e.size);
+            let mut buf = AlignedBuf::new(e.size as usize, align);
+            // Dropping `file` on error removes it.
+            parser
+                .read_data_exact(&mut buf[..e.size as usize])
+                .map_err(fatal)?;
+            self.sh.progress.add_bytes(e.size);
+            self.pool.send(Job::File {
+                rel,
+                file: Box::new(file),
+                meta,
+                data: Data::Whole(buf, e.size as usize, lease),
+            });
+        } else {
+            let (tx, rx) = sync_channel::<Msg>(4);
+            self.pool.send(Job::File {
+                rel,
+                file: Box::new(file),
+                meta,
+                data: Data::Stream(rx),
+            });
+            self.send_chunks(parser, e, tx, true)?;
+        }
+        Ok(())
+    }
+
+    /// Streams the entry's data to a worker in `CHUNK`s, in buffers the workers give back.
+    /// `lease`: hold each chunk against the budget (not for the engine's `Writer`, see
+    /// `stream_file`). Returning early drops `tx`, which makes the worker remove the partial file.
+    fn send_chunks(
+        &self,
+        parser: &mut Parser<source::TarStream>,
+        e: &Entry,
+        tx: SyncSender<Msg>,
+        lease: bool,
+    ) -> std::result::Result<(), Fail> {
+        let mut left = e.size;
+        while left > 0 {
+            if self.sh.progress.is_cancelled() {
+                return Err(Fail::Fatal(Error::Interrupted { entry: e.display() }));
+            }
+            let n = (left as usize).min(CHUNK);
+            let lease = lease.then(|| acquire(&self.budget, CHUNK as u64));
+            let pooled = self.sh.bufs.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let mut buf = pooled.unwrap_or_else(|| AlignedBuf::new(CHUNK, 4096));
+            parser.read_data_exact(&mut buf[..n]).map_err(fatal)?;
+            left -= n as u64;
+            let _ = tx.send(Msg::Chunk(buf, n, lease));
+        }
+        let _ = tx.send(Msg::End);
+        Ok(())
+    }
+
+    /// Large files go through the engine's `Writer`: its policy (O_DIRECT bulk and a tail after
+    /// clearing O_DIRECT in auto mode), its queue of writes in flight, its removal of a file
+    /// dropped unfinished. Created with `create_in` (O_CREAT|O_EXCL|O_NOFOLLOW under the final
+    /// name, `atomic = false`), so namespace order and replacement stay as for other entries.
+    /// Chunk buffers handed to it are not leased (the channel bounds them to 5 x 4 MiB): the
+    /// Writer leases its own buffers from the same budget, and a worker waiting for that lease
+    /// must not wait on chunks that only it can release.
+    fn stream_file(
+        &mut self,
+        parser: &mut Parser<source::TarStream>,
+        e: &Entry,
+        rel: RelPath,
+        meta: Meta,
+    ) -> std::result::Result<(), Fail> {
+        let mut wo = self
+            .opts
+            .write_options
+            .clone()
+            .unwrap_or_else(|| cacheless::WriteOptions::new(self.budget.clone()));
+        wo.budget = self.budget.clone();
+        wo.mode = self.opts.mode;
+        wo.queue_depth = quarter_depth(self.budget.limit(), wo.block_size, wo.queue_depth, 1);
+        wo.size_hint = Some(e.size);
+        wo.atomic = false;
+        wo.sync = false; // syncfs at the end makes the whole tree durable at once
+        wo.permissions = Some(meta.mode);
+        wo.mtime = Some(system_time(meta.mtime));
+        let display = self.root.path.join(rel.to_path());
+        let w = self.create_entry(&rel, |d, n| {
+            cacheless::Writer::create_in(d.as_fd(), n, &display, &wo)
+        })?;
+        let (tx, rx) = sync_channel::<Msg>(4);
+        self.pool.send(Job::Stream {
+            rel,
+            writer: Box::new(w),
+            rx,
+            meta,
+        });
+        // Returning early drops `tx`: the worker drops the Writer, which removes the file.
+        self.send_chunks(parser, e, tx, false)
+    }
+
+    /// A sparse entry, written here: each data segment at its offset through the engine, the
+    /// holes left as holes, the length set at the end.
+    fn sparse_file(
+        &mut self,
+        parser: &mut Parser<source::TarStream>,
+        e: &Entry,
+        map: &[(u64, u64)],
+        rel: RelPath,
+        meta: Meta,
+    ) -> std::result::Result<(), Fail> {
+        let data_len: u64 = map.iter().map(|&(_, len)| len).sum();
+        let display = rel.to_path();
+        let creator = self.sh.creator.clone();
+        // Dropping `file` on error removes it.
+        let mut file = self.create_entry(&rel, |d, n| {
+            creator.create(d.clone(), n, &display, data_len, attrs(&meta))
+        })?;
+        let mut buf = AlignedBuf::new(1 << 20, 4096);
+        for &(off, len) in map {
+            let mut done = 0u64;
+            while done < len {
+                let n = ((len - done) as usize).min(buf.len());
+                parser.read_data_exact(&mut buf[..n]).map_err(fatal)?;
+                file.write_at(&buf[..n], off + done)
+                    .map_err(|er| Fail::Entry(Error::Engine(er)))?;
+                done += n as u64;
+                self.sh.progress.add_bytes(n as u64);
+            }
+        }
+        file.set_len(e.size)
+            .map_err(|er| Fail::Entry(Error::Engine(er)))?;
+        chown(file.file(), &meta).map_err(|er| Fail::Entry(Error::io("fchown", display, er)))?;
+        let rep = file.finish().map_err(|er| Fail::Entry(Error::Engine(er)))?;
+        self.sh.file_done(rep.decision.mode);
+        Ok(())
+    }
+}
+
+/// The last component of a non-root entry (the root itself never reaches here: entries that
+/// name it are refused or skipped first).
+fn last_name(rel: &RelPath) -> &OsStr {
+    OsStr::from_bytes(rel.split().map_or(&b"."[..], |(_, n)| n))
+}

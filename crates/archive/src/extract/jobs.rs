@@ -1,0 +1,287 @@
+//! The workers' side of each file entry: its data written through the engine (the file
+//! creator for small files, the streaming `Writer` for large ones), its owner, mode and times,
+//! and what the workers share with the parser's thread.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+
+use cacheless::{AlignedBuf, FileAttrs, FileCreator, Mode, NewFile, Progress};
+use rustix::fs::{Timespec, Timestamps};
+
+use super::options::ModeCounts;
+use super::pool::Work;
+use crate::fsops::RelPath;
+
+/// Size of the chunks a streamed entry's data is handed to a worker in.
+pub(super) const CHUNK: usize = 4 << 20;
+
+/// An entry's metadata, as it is to be applied.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Meta {
+    pub mode: u32,
+    pub uid: u64,
+    pub gid: u64,
+    pub mtime: (i64, u32),
+    pub chown: bool,
+}
+
+pub(super) fn times(mtime: (i64, u32)) -> Timestamps {
+    Timestamps {
+        last_access: Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        last_modification: Timespec {
+            tv_sec: mtime.0,
+            tv_nsec: mtime.1 as _,
+        },
+    }
+}
+
+pub(super) fn system_time(t: (i64, u32)) -> std::time::SystemTime {
+    use std::time::{Duration, UNIX_EPOCH};
+    if t.0 >= 0 {
+        UNIX_EPOCH + Duration::new(t.0 as u64, t.1)
+    } else {
+        UNIX_EPOCH - Duration::new(t.0.unsigned_abs(), 0) + Duration::from_nanos(t.1 as u64)
+    }
+}
+
+/// The attributes the engine applies when it finishes a file (after the fchown done here,
+/// which clears setuid/setgid).
+pub(super) fn attrs(m: &Meta) -> FileAttrs {
+    FileAttrs {
+        permissions: Some(m.mode),
+        mtime: Some(system_time(m.mtime)),
+        atime: None,
+    }
+}
+
+/// fchown to the entry's owner when ownership is restored.
+pub(super) fn chown(fd: impl AsFd, m: &Meta) -> rustix::io::Result<()> {
+    if !m.chown {
+        return Ok(());
+    }
+    rustix::fs::fchown(
+        fd,
+        Some(rustix::fs::Uid::from_raw(m.uid as u32)),
+        Some(rustix::fs::Gid::from_raw(m.gid as u32)),
+    )
+}
+
+/// Owner, mode and mtime of a directory (or any open entry), in that order.
+pub(super) fn apply_meta(fd: &OwnedFd, m: &Meta) -> rustix::io::Result<()> {
+    chown(fd, m)?;
+    // After fchown, which clears setuid/setgid.
+    rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(m.mode))?;
+    rustix::fs::futimens(fd, &times(m.mtime))
+}
+
+/// A chunk of a streamed entry's data: the buffer, its length, and its share of the budget.
+pub(super) enum Msg {
+    Chunk(AlignedBuf, usize, Option<cacheless::buf::Lease>),
+    End,
+}
+
+/// A small file's data: whole, or streamed in chunks.
+pub(super) enum Data {
+    Whole(AlignedBuf, usize, cacheless::buf::Lease),
+    Stream(Receiver<Msg>),
+}
+
+/// What a worker does for one entry.
+pub(super) enum Job {
+    /// A file below `direct_min`, created by the engine's file creator and written whole.
+    File {
+        rel: RelPath,
+        file: Box<NewFile>,
+        meta: Meta,
+        data: Data,
+    },
+    /// A large file streamed through the engine's `Writer` (its queue of writes in flight, its
+    /// mode), fed by chunks from the parser. The Writer owns its file.
+    Stream {
+        rel: RelPath,
+        writer: Box<cacheless::Writer>,
+        rx: Receiver<Msg>,
+        meta: Meta,
+    },
+}
+
+/// What the parser's thread and the workers share.
+pub(super) struct Shared {
+    pub creator: FileCreator,
+    pub progress: Arc<Progress>,
+    failures: Mutex<(Vec<String>, u64)>,
+    modes: [AtomicU64; 4],
+    /// Chunk buffers given back by the workers, for the next streamed entry.
+    pub bufs: Mutex<Vec<AlignedBuf>>,
+}
+
+impl Shared {
+    pub(super) fn new(creator: FileCreator, progress: Arc<Progress>) -> Shared {
+        Shared {
+            creator,
+            progress,
+            failures: Mutex::new((Vec::new(), 0)),
+            modes: Default::default(),
+            bufs: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Counts and records a failed entry (the first 1000 messages are kept).
+    pub(super) fn fail(&self, msg: String) {
+        self.progress.error();
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        f.1 += 1;
+        if f.0.len() < 1000 {
+            f.0.push(msg);
+        }
+    }
+
+    /// The failures so far, and how many there were.
+    pub(super) fn take_failures(&self) -> (Vec<String>, u64) {
+        std::mem::take(&mut *self.failures.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Counts a completed file and the mode it got.
+    pub(super) fn file_done(&self, m: Mode) {
+        let i = match m {
+            Mode::Direct => 0,
+            Mode::DontCache => 1,
+            Mode::WriteBehind => 2,
+            Mode::Buffered | Mode::Auto => 3,
+        };
+        self.modes[i].fetch_add(1, Ordering::Relaxed);
+        self.progress.file_done();
+    }
+
+    pub(super) fn mode_counts(&self) -> ModeCounts {
+        let m = |i: usize| self.modes[i].load(Ordering::Relaxed);
+        ModeCounts {
+            direct: m(0),
+            dontcache: m(1),
+            writebehind: m(2),
+            buffered: m(3),
+        }
+    }
+
+    /// Hands each chunk of a streamed entry to `write`, counts it and keeps its buffer for the
+    /// next chunk. `Err(None)`: the parser stopped inside this entry (truncated or corrupt
+    /// archive, or interrupted); it reports why, and dropping the unfinished file removes it.
+    fn take_chunks<E>(
+        &self,
+        rx: &Receiver<Msg>,
+        mut write: impl FnMut(&[u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), Option<E>> {
+        loop {
+            match rx.recv() {
+                Ok(Msg::Chunk(buf, len, lease)) => {
+                    write(&buf[..len]).map_err(Some)?;
+                    self.progress.add_bytes(len as u64);
+                    let mut pool = self.bufs.lock().unwrap_or_else(|e| e.into_inner());
+                    if pool.len() < 64 {
+                        pool.push(buf);
+                    }
+                    drop(lease);
+                }
+                Ok(Msg::End) => return Ok(()),
+                Err(_) => return Err(None),
+            }
+        }
+    }
+
+    fn file_job(&self, rel: &RelPath, mut file: NewFile, meta: &Meta, data: Data) {
+        let res = match data {
+            Data::Whole(buf, len, _lease) => file.write_at(&buf[..len], 0).map_err(Some),
+            Data::Stream(rx) => {
+                let mut off = 0u64;
+                self.take_chunks(&rx, |s| {
+                    file.write_at(s, off)?;
+                    off += s.len() as u64;
+                    Ok(())
+                })
+            }
+        };
+        let res = res
+            .and_then(|()| {
+                chown(file.file(), meta)
+                    .map_err(|e| Some(cacheless::Error::io("fchown", file.path(), e.into())))
+            })
+            .and_then(|()| file.finish().map_err(Some));
+        self.done(rel, res);
+    }
+
+    fn stream_job(&self, rel: &RelPath, mut w: cacheless::Writer, rx: Receiver<Msg>, meta: &Meta) {
+        let res = self
+            .take_chunks(&rx, |s| w.write_bytes(s))
+            .and_then(|()| {
+                chown(w.file(), meta)
+                    .map_err(|e| Some(cacheless::Error::io("fchown", w.path(), e.into())))
+            })
+            // Permissions and mtime are applied by finish (after the fchown above).
+            .and_then(|()| w.finish().map_err(Some));
+        self.done(rel, res);
+    }
+
+    /// Counts a file's outcome. A failed file was removed (dropped unfinished); `Err(None)`:
+    /// the parser stopped inside it and reports why.
+    fn done(
+        &self,
+        rel: &RelPath,
+        res: std::result::Result<cacheless::WriteReport, Option<cacheless::Error>>,
+    ) {
+        match res {
+            Ok(rep) => self.file_done(rep.decision.mode),
+            Err(Some(e)) => self.fail(named(rel, &e.to_string(), true)),
+            Err(None) => {}
+        }
+    }
+}
+
+/// A failure message that names the entry once (most engine errors already carry its path).
+fn named(rel: &RelPath, msg: &str, removed: bool) -> String {
+    let name = rel.to_path().display().to_string();
+    let msg = if msg.contains(&name) {
+        msg.to_string()
+    } else {
+        format!("{name}: {msg}")
+    };
+    if removed {
+        msg + " (removed)"
+    } else {
+        msg
+    }
+}
+
+impl Work for Shared {
+    type Job = Job;
+    fn run(&self, job: Job) {
+        match job {
+            Job::File {
+                rel,
+                file,
+                meta,
+                data,
+            } => self.file_job(&rel, *file, &meta, data),
+            Job::Stream {
+                rel,
+                writer,
+                rx,
+                meta,
+            } => self.stream_job(&rel, *writer, rx, &meta),
+        }
+    }
+    fn name(job: &Job) -> String {
+        match job {
+            Job::File { rel, .. } | Job::Stream { rel, .. } => rel.to_path().display().to_string(),
+        }
+    }
+    fn panicked(&self, name: String, message: String) {
+        self.fail(format!(
+            "{name}: internal error while writing it ({message}) (removed)"
+        ));
+    }
+}

@@ -1,0 +1,257 @@
+//! The many-file creator behind `cacheless extract`.
+//!
+//! One thread parses the tar stream and performs every namespace operation (mkdirat, the
+//! engine's O_CREAT|O_EXCL|O_NOFOLLOW create, symlinkat, linkat, unlinkat) in archive order,
+//! so replacement and symlink checks see exactly the state GNU tar would. File data,
+//! permissions, ownership, mtime and close run on a pool of worker threads, so many files are
+//! in flight at once. Every byte goes through the engine: small files are read whole and
+//! written by its `FileCreator` (its mode per file, its deferred page drops), large ones are
+//! streamed in 4 MiB chunks to its `Writer` (O_DIRECT with its queue of writes in flight, on
+//! io_uring or threads). All buffers are leased from the engine's memory budget. Directories
+//! get their mode and mtime after their contents, deepest first; then `syncfs` makes the tree
+//! durable before success is reported.
+//!
+//! Nothing process-wide is changed: the umask is read, not set, and the number of files held
+//! open is sized to the current RLIMIT_NOFILE (raising it is the caller's business).
+//!
+//! Layout: `options` (what is asked and reported), `pool` (the worker threads and the share of
+//! descriptors), `entry` (each entry on the parser's thread), `jobs` (each file on a worker),
+//! and here the run itself.
+
+mod entry;
+mod jobs;
+mod options;
+mod pool;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cacheless::{CreateOptions, FileCreator};
+
+use crate::error::{Error, Result};
+use crate::fsops::Root;
+use crate::source::{self, Input};
+use crate::tarparse::Parser;
+use entry::{quarter_depth, Ctx, Fail};
+use jobs::{apply_meta, Shared};
+pub use options::{ExtractOptions, ExtractReport, IoMode, ModeCounts};
+use pool::{fd_plan, open_fds, Pool};
+
+/// The umask in a /proc/self/status text (its `Umask:` line, Linux 4.7+).
+fn parse_umask(status: &str) -> Option<u32> {
+    let v = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+    u32::from_str_radix(v.trim(), 8).ok()
+}
+
+/// The process's umask, read without setting it; `None` where /proc does not say.
+fn process_umask() -> Option<u32> {
+    parse_umask(&std::fs::read_to_string("/proc/self/status").ok()?)
+}
+
+/// Extracts an archive (any supported compression, detected) into `opts.dest`.
+///
+/// Returns `Err` only when nothing could start (archive or destination unopenable, a forced
+/// mode the destination cannot honour). Entry failures, a truncated or corrupt archive and an
+/// interruption are in the report (`is_ok()` is false); entries completed before them stay,
+/// the entry being written is removed.
+pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
+    let t0 = Instant::now();
+    let progress = opts.progress.clone().unwrap_or_default();
+    let mut ro = opts.read_options.clone();
+    ro.budget = opts.budget.clone();
+    ro.queue_depth = quarter_depth(
+        opts.budget.limit(),
+        ro.block_size,
+        ro.queue_depth,
+        ro.extra_buffers,
+    );
+    let mut warnings = Vec::new();
+    let umask = match opts.umask.or_else(process_umask) {
+        Some(u) => u,
+        None => {
+            warnings.push("umask unknown (no /proc/self/status): 022 assumed".to_string());
+            0o022
+        }
+    };
+    let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let plan = fd_plan(nofile, open_fds(), opts.threads);
+    let mut root = Root::open(&opts.dest, 0o777 & !umask, plan.dirs)?;
+    if opts.force_walk {
+        root.force_walk();
+    }
+    // A forced mode the destination's filesystem cannot honour is refused before anything is
+    // written, never silently downgraded.
+    let fs = cacheless::caps::for_dir(&root.path)
+        .map_err(|e| cacheless::Error::io("probe", &root.path, e))?;
+    if let Err(r) = cacheless::policy::decide_write(opts.mode, &fs, None) {
+        let e = cacheless::Error::new(
+            cacheless::ErrorKind::Unsupported,
+            "extract",
+            &root.path,
+            format!("{} unavailable: {}", r.mode, r.reason),
+        );
+        return Err(Error::Engine(e.with_hint(r.hint)));
+    }
+    let stream = source::open(input, progress.clone(), &ro)?;
+    let info = stream.info.clone();
+    let is_root = rustix::process::geteuid().is_root();
+    let creator = FileCreator::new(CreateOptions {
+        mode: opts.mode,
+        sync: false,
+        deferred_drops: plan.deferred,
+    });
+    let sh = Arc::new(Shared::new(creator, progress.clone()));
+    let pool = Pool::new(plan.threads, plan.queue, &sh)?;
+    let report = ExtractReport {
+        source: info,
+        entries: 0,
+        files: 0,
+        dirs: 0,
+        symlinks: 0,
+        hardlinks: 0,
+        skipped: 0,
+        bytes: 0,
+        tar_bytes: 0,
+        modes: ModeCounts::default(),
+        direct_ok: None,
+        dontcache_ok: None,
+        resolve: format!("{:?}: {}", root.resolve, root.resolve_reason).to_lowercase(),
+        open_files_limit: nofile,
+        synced: false,
+        interrupted: false,
+        warnings,
+        failures: Vec::new(),
+        failure_count: 0,
+        fatal: None,
+        elapsed_s: 0.0,
+        sync_s: 0.0,
+        fatal_error: None,
+    };
+    let mut ctx = Ctx {
+        opts,
+        root,
+        sh: sh.clone(),
+        pool,
+        budget: opts.budget.clone(),
+        is_root,
+        umask,
+        dirs: Vec::new(),
+        report,
+        warned_abs: false,
+    };
+    let mut parser = Parser::new(stream);
+    loop {
+        if progress.is_cancelled() {
+            ctx.report.fatal_error = Some(Error::Interrupted {
+                entry: String::new(),
+            });
+            break;
+        }
+        let e = match parser.next_entry() {
+            Ok(Some(e)) => e,
+            Ok(None) => {
+                if let Err(err) = parser.drain() {
+                    ctx.report.fatal_error = Some(err);
+                }
+                break;
+            }
+            Err(err) => {
+                ctx.report.fatal_error = Some(err);
+                break;
+            }
+        };
+        ctx.report.entries += 1;
+        progress.entry_done();
+        let name = e.display();
+        match ctx.entry(&mut parser, e) {
+            Ok(()) => {}
+            Err(Fail::Entry(err)) => {
+                // Most errors already name the entry (their path); say it once.
+                let msg = err.to_string();
+                sh.fail(if msg.contains(&name) {
+                    msg
+                } else {
+                    format!("{name}: {msg}")
+                })
+            }
+            Err(Fail::Fatal(err)) => {
+                ctx.report.fatal_error = Some(err);
+                break;
+            }
+        }
+    }
+    ctx.report.tar_bytes = parser.position();
+    drop(parser);
+    let Ctx {
+        pool,
+        mut root,
+        mut dirs,
+        mut report,
+        ..
+    } = ctx;
+    pool.finish();
+    report.interrupted = matches!(report.fatal_error, Some(Error::Interrupted { .. }));
+    report.fatal = report.fatal_error.as_ref().map(|e| match e {
+        Error::Interrupted { entry } if entry.is_empty() => "interrupted".to_string(),
+        e => e.to_string(),
+    });
+    // Directories last, deepest first, so their contents do not disturb their mtime.
+    dirs.sort_by_key(|(r, _)| std::cmp::Reverse(r.0.len()));
+    for (rel, meta) in &dirs {
+        match root.open_dir_for_meta(rel) {
+            Ok(fd) => {
+                if let Err(e) = apply_meta(&fd, meta) {
+                    sh.fail(format!("{}: fchmod/futimens: {e}", rel.to_path().display()));
+                }
+            }
+            Err(e) => sh.fail(format!("{}: {e}", rel.to_path().display())),
+        }
+    }
+    let t_sync = Instant::now();
+    // An interrupted run stops at once: what it completed stays, not made durable.
+    if opts.sync && !report.interrupted {
+        match rustix::fs::syncfs(root.fd()) {
+            Ok(()) => report.synced = true,
+            Err(e) => sh.fail(format!("{}: syncfs: {e}", root.path.display())),
+        }
+    }
+    report.sync_s = t_sync.elapsed().as_secs_f64();
+    // Written back now (or soon, without sync): the second drop of write-behind files' pages.
+    sh.creator.drop_deferred();
+    report.modes = sh.mode_counts();
+    if let Ok(fs) = cacheless::caps::for_dir(&root.path) {
+        report.direct_ok = Some(fs.direct.is_ok());
+        report.dontcache_ok = Some(fs.dontcache.is_ok());
+    }
+    let (failures, count) = sh.take_failures();
+    report.failures = failures;
+    report.failure_count = count;
+    report.elapsed_s = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_umask_is_read_from_proc_without_setting_it() {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("umask 0027; cat /proc/self/status")
+            .output()
+            .unwrap();
+        assert_eq!(
+            parse_umask(&String::from_utf8_lossy(&out.stdout)),
+            Some(0o027)
+        );
+        assert_eq!(parse_umask("Name:\tx\nUmask:\t0002\n"), Some(0o002));
+        assert_eq!(parse_umask("Name:\tx\n"), None);
+        assert!(
+            process_umask().is_some(),
+            "this process's umask is readable"
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! What an extraction is asked to do, and what it reports.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::source::SourceInfo;
+
+/// How file data is written: the engine's mode (`Auto` picks per file).
+pub use cacheless::Mode as IoMode;
+
+/// What `extract` does and how.
+#[derive(Clone, Debug)]
+pub struct ExtractOptions {
+    /// Destination directory (created if missing).
+    pub dest: PathBuf,
+    /// Leading path components to drop (GNU `--strip-components`).
+    pub strip_components: usize,
+    /// How file data is written.
+    pub mode: IoMode,
+    /// syncfs before reporting success (false: not crash-safe, faster).
+    pub sync: bool,
+    /// Keep existing files instead of replacing them (an existing file is an entry failure).
+    pub keep_old_files: bool,
+    /// Restore owner, group and setuid/setgid bits (only honoured when running as root).
+    pub same_owner: bool,
+    /// Create FIFOs, and device nodes when root (otherwise they are skipped with a warning).
+    pub special_files: bool,
+    /// Worker threads for file data and metadata (fewer when the open-file limit is low).
+    pub threads: usize,
+    /// The engine's memory budget: every in-flight buffer (archive read-ahead, decompressed
+    /// chunks handed to workers, small files' data) is leased from it.
+    pub budget: cacheless::Budget,
+    /// How the archive file is read (mode, backend, block size, read-ahead depth); its budget
+    /// should be `budget`.
+    pub read_options: cacheless::ReadOptions,
+    /// Files at least this large are streamed through the engine's `Writer`, with its queue of
+    /// writes in flight; smaller ones are written whole by the engine's `FileCreator`. Either
+    /// way the engine's policy picks the mode (O_DIRECT for large files in auto mode).
+    pub direct_min: u64,
+    /// Use the O_NOFOLLOW walk even where openat2 works (tests of the fallback).
+    pub force_walk: bool,
+    /// Engine write options for large files (mode is taken from `mode`, budget from `budget`;
+    /// block size, queue depth and backend from here).
+    pub write_options: Option<cacheless::WriteOptions>,
+    /// The umask applied to members' modes when not running as root, as GNU tar does. `None`:
+    /// the process's, read from /proc/self/status (the umask is never set, which would race
+    /// every other thread creating files).
+    pub umask: Option<u32>,
+    /// Counters to poll while it runs, and the cancel flag it checks between entries and
+    /// chunks.
+    pub progress: Option<Arc<cacheless::Progress>>,
+}
+
+impl ExtractOptions {
+    /// Defaults: auto mode, sync, replace existing files, no ownership, 256 MiB budget.
+    pub fn new(dest: impl Into<PathBuf>) -> Self {
+        let budget = cacheless::Budget::new(256 << 20);
+        let cpus = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        ExtractOptions {
+            dest: dest.into(),
+            strip_components: 0,
+            mode: IoMode::Auto,
+            sync: true,
+            keep_old_files: false,
+            same_owner: false,
+            special_files: false,
+            threads: (cpus * 2).clamp(4, 16),
+            read_options: cacheless::ReadOptions::new(budget.clone()),
+            budget,
+            direct_min: 1 << 20,
+            force_walk: false,
+            write_options: None,
+            umask: None,
+            progress: None,
+        }
+    }
+}
+
+/// Per-mode file counts.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ModeCounts {
+    /// Files written with O_DIRECT.
+    pub direct: u64,
+    /// Files written with RWF_DONTCACHE.
+    pub dontcache: u64,
+    /// Files written with write-behind.
+    pub writebehind: u64,
+    /// Files written plain buffered.
+    pub buffered: u64,
+}
+
+/// The outcome of one extraction.
+#[derive(Debug, serde::Serialize)]
+pub struct ExtractReport {
+    /// How the archive was read and its compression.
+    pub source: SourceInfo,
+    /// Entries seen.
+    pub entries: u64,
+    /// Regular files written.
+    pub files: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Symbolic links.
+    pub symlinks: u64,
+    /// Hard links.
+    pub hardlinks: u64,
+    /// Entries skipped (refused names, special files).
+    pub skipped: u64,
+    /// File data bytes written.
+    pub bytes: u64,
+    /// Uncompressed tar bytes parsed.
+    pub tar_bytes: u64,
+    /// How files were written.
+    pub modes: ModeCounts,
+    /// Whether the destination's filesystem takes O_DIRECT (the engine's probe).
+    pub direct_ok: Option<bool>,
+    /// Whether the destination's filesystem takes RWF_DONTCACHE (the engine's probe, or a write
+    /// that refused it).
+    pub dontcache_ok: Option<bool>,
+    /// How parents were resolved (`openat2` or `walk`) and why.
+    pub resolve: String,
+    /// The soft limit on open files (RLIMIT_NOFILE) the extraction sized its threads, queue and
+    /// open directories to.
+    pub open_files_limit: u64,
+    /// Whether syncfs ran.
+    pub synced: bool,
+    /// Whether the extraction was cancelled (the entry being written was removed).
+    pub interrupted: bool,
+    /// Warnings (refused names, skipped special files), first 1000.
+    pub warnings: Vec<String>,
+    /// Entries that failed, first 1000 (the run went on past them).
+    pub failures: Vec<String>,
+    /// Number of failed entries.
+    pub failure_count: u64,
+    /// The archive-level error that stopped the run (truncated, corrupt, interrupted), if any.
+    pub fatal: Option<String>,
+    /// Wall time in seconds (including the final syncfs).
+    pub elapsed_s: f64,
+    /// Seconds spent in the final syncfs.
+    pub sync_s: f64,
+    /// The fatal error itself.
+    #[serde(skip)]
+    pub fatal_error: Option<Error>,
+}
+
+impl ExtractReport {
+    /// True when every entry was extracted and the archive was read to its end.
+    pub fn is_ok(&self) -> bool {
+        self.failure_count == 0 && self.fatal.is_none()
+    }
+}

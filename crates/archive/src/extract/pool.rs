@@ -1,0 +1,208 @@
+//! The worker pool that writes file data and metadata, and how many descriptors it may hold.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::error::{panic_message, Error, Result};
+
+/// What the pool's threads do with each job.
+pub(super) trait Work: Send + Sync + 'static {
+    /// A unit of work.
+    type Job: Send + 'static;
+    /// Does one job.
+    fn run(&self, job: Self::Job);
+    /// Names the job (the entry it writes), for the failure reported if it panics.
+    fn name(job: &Self::Job) -> String;
+    /// Reports a job that panicked: its name and the panic's message. Whatever the job held
+    /// (an unfinished file) was dropped while unwinding, which removes it.
+    fn panicked(&self, name: String, message: String);
+}
+
+/// Threads taking jobs from a bounded queue. A job that panics becomes a failure naming it; the
+/// thread goes on with the next job, and the extraction with it.
+pub(super) struct Pool<W: Work> {
+    tx: Option<SyncSender<W::Job>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl<W: Work> Pool<W> {
+    /// Starts `n` threads (at least one) taking jobs from a queue of `queue` places.
+    pub(super) fn new(n: usize, queue: usize, work: &Arc<W>) -> Result<Pool<W>> {
+        let (tx, rx) = sync_channel::<W::Job>(queue);
+        let rx = Arc::new(Mutex::new(rx));
+        let mut threads = Vec::new();
+        for i in 0..n.max(1) {
+            let (rx, work) = (rx.clone(), work.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("cacheless-create-{i}"))
+                .spawn(move || worker(&rx, &*work));
+            match spawned {
+                Ok(h) => threads.push(h),
+                // Fewer threads are slower, not wrong; none at all is an error.
+                Err(e) if threads.is_empty() => return Err(Error::io("spawn", "worker thread", e)),
+                Err(_) => break,
+            }
+        }
+        Ok(Pool {
+            tx: Some(tx),
+            threads,
+        })
+    }
+
+    /// Queues a job, waiting for a place. A job no thread can take any more (they all exited)
+    /// is dropped, which removes what it created.
+    pub(super) fn send(&self, job: W::Job) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(job);
+        }
+    }
+
+    /// Waits for every queued job to be done.
+    pub(super) fn finish(mut self) {
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn worker<W: Work>(rx: &Mutex<Receiver<W::Job>>, work: &W) {
+    loop {
+        // The lock is held only to take a job, never while one runs, so a panicking job cannot
+        // poison it; should it be poisoned anyway, the queue inside is still sound.
+        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+        let Ok(job) = job else { return };
+        let name = W::name(&job);
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| work.run(job))) {
+            work.panicked(name, panic_message(&*p));
+        }
+    }
+}
+
+/// How the descriptors the extraction may hold are shared out: threads, queued jobs (each
+/// holds an open file and its directory, a large file's writer a few more), files kept open for
+/// a second page drop, and resolved directories kept open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FdPlan {
+    /// Worker threads.
+    pub threads: usize,
+    /// Places in the job queue.
+    pub queue: usize,
+    /// Files kept open for their second page drop.
+    pub deferred: usize,
+    /// Directories kept open by the resolver.
+    pub dirs: usize,
+}
+
+/// Descriptors a job may hold at most: a large file's writer holds its file, its directory (a
+/// duplicate), an io_uring instance, and the job its parent directory.
+const PER_JOB: usize = 4;
+/// Descriptors left for everything else (the archive and its ring, probes, the resolver's root).
+const RESERVE: usize = 32;
+
+/// Shares out `limit - open_now` descriptors (the soft RLIMIT_NOFILE less those already open)
+/// for an extraction asking for `threads` workers.
+pub(super) fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
+    let avail = usize::try_from(limit.saturating_sub(open_now))
+        .unwrap_or(usize::MAX)
+        .saturating_sub(RESERVE);
+    // Jobs (running, queued and the one being built) get at most half.
+    let jobs_max = (avail / 2 / PER_JOB).max(3);
+    let threads = threads.clamp(1, jobs_max - 2);
+    let queue = (threads * 8).min(jobs_max - threads - 1).max(1);
+    let rest = avail.saturating_sub((threads + queue + 1) * PER_JOB);
+    let deferred = (rest / 2).min(512);
+    let dirs = (rest - deferred).clamp(1, 4096);
+    FdPlan {
+        threads,
+        queue,
+        deferred,
+        dirs,
+    }
+}
+
+/// Descriptors open in this process now (from /proc/self/fd; a guess where it is missing).
+pub(super) fn open_fds() -> u64 {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count() as u64)
+        .unwrap_or(16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    struct Recorder {
+        done: AtomicU64,
+        panics: Mutex<Vec<(String, String)>>,
+    }
+
+    impl Work for Recorder {
+        type Job = u64;
+        fn run(&self, job: u64) {
+            if job == 3 {
+                panic!("job three fails");
+            }
+            self.done.fetch_add(1 << job, Ordering::Relaxed);
+        }
+        fn name(job: &u64) -> String {
+            format!("entry-{job}")
+        }
+        fn panicked(&self, name: String, message: String) {
+            self.panics.lock().unwrap().push((name, message));
+        }
+    }
+
+    #[test]
+    fn a_panicking_job_is_a_failure_naming_it_and_the_rest_runs() {
+        let w = Arc::new(Recorder {
+            done: AtomicU64::new(0),
+            panics: Mutex::new(Vec::new()),
+        });
+        let pool = Pool::new(2, 2, &w).unwrap();
+        for j in 0..8 {
+            pool.send(j);
+        }
+        pool.finish();
+        assert_eq!(
+            w.done.load(Ordering::Relaxed),
+            0xff & !(1 << 3),
+            "every other job ran"
+        );
+        assert_eq!(
+            *w.panics.lock().unwrap(),
+            vec![("entry-3".to_string(), "job three fails".to_string())]
+        );
+    }
+
+    #[test]
+    fn the_descriptor_plan_fits_the_limit() {
+        for (limit, threads) in [
+            (1024u64, 16usize),
+            (1024, 4),
+            (256, 16),
+            (64, 16),
+            (40, 4),
+            (1 << 20, 16),
+        ] {
+            let p = fd_plan(limit, 10, threads);
+            assert!(
+                p.threads >= 1 && p.threads <= threads && p.queue >= 1,
+                "{limit}: {p:?}"
+            );
+            let used = (p.threads + p.queue + 1) * PER_JOB + p.deferred + p.dirs + RESERVE + 10;
+            if limit >= 128 {
+                assert!(used as u64 <= limit, "{limit}: {p:?} uses {used}");
+            }
+        }
+        // A generous limit keeps the full figures.
+        let p = fd_plan(1 << 20, 10, 16);
+        assert_eq!(
+            (p.threads, p.queue, p.deferred, p.dirs),
+            (16, 128, 512, 4096)
+        );
+    }
+}

@@ -1,0 +1,470 @@
+//! Whole files in one call: create a file in a directory, write a buffer in the best mode,
+//! set its attributes, make it durable if asked, close it. The small-file half of the write
+//! path (the streaming [`Writer`](crate::Writer) is the other), shared by many threads.
+
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use rustix::fs::{AtFlags, Mode as FMode, OFlags};
+
+use crate::buf::AlignedBuf;
+use crate::caps::{self, FsCaps, RWF_DONTCACHE};
+use crate::error::{Error, ErrorKind, Result};
+use crate::policy::{self, Decision, Mode};
+use crate::residency;
+use crate::setup;
+use crate::write::WriteReport;
+
+/// Direct writes from memory that is not aligned for O_DIRECT go through an aligned bounce
+/// buffer of at most this size.
+const BOUNCE: usize = 1 << 20;
+
+/// How a [`FileCreator`] writes its files.
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    /// Requested mode (default auto: the engine's policy for the file's size and filesystem).
+    pub mode: Mode,
+    /// fdatasync each file before closing it (default true).
+    pub sync: bool,
+    /// How many files written through the cache (write-behind) stay open for a second page
+    /// drop once their writeback is done; the first drop, right after the write, starts the
+    /// writeback. 0 drops once only (pages still under writeback then stay cached). Default 64.
+    pub deferred_drops: usize,
+}
+
+impl Default for CreateOptions {
+    fn default() -> CreateOptions {
+        CreateOptions { mode: Mode::Auto, sync: true, deferred_drops: 64 }
+    }
+}
+
+/// Attributes a file gets when it is finished.
+#[derive(Debug, Clone, Default)]
+pub struct FileAttrs {
+    /// Permission bits. Default: 0666 less the umask, as open(2) makes them. When given, the
+    /// file is created 0600 and gets them at the end, so nobody else reads it half-written.
+    pub permissions: Option<u32>,
+    /// Modification time.
+    pub mtime: Option<SystemTime>,
+    /// Access time.
+    pub atime: Option<SystemTime>,
+}
+
+/// Creates and writes whole files, from many threads at once.
+///
+/// Each file is created relative to a directory descriptor, with
+/// `O_CREAT | O_EXCL | O_NOFOLLOW` (it must not exist, and a symlink in its place is not
+/// followed), under its final name; a failed write removes it. Its mode follows the engine's
+/// policy for its size on its filesystem ([`policy::decide_write`]): RWF_DONTCACHE for small
+/// files where the filesystem has it, else write-behind (each write dropped from the cache, and
+/// dropped again once written back); O_DIRECT when forced or large, with the unaligned tail
+/// written after clearing O_DIRECT. What each filesystem supports is probed once and cached
+/// ([`caps`]), including a refusal of RWF_DONTCACHE only a write could reveal.
+///
+/// Cheap to clone: clones share the files waiting for their second drop, which
+/// [`FileCreator::drop_deferred`] (or dropping the last clone) drops at once.
+#[derive(Clone, Debug)]
+pub struct FileCreator {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    opts: CreateOptions,
+    deferred: Mutex<VecDeque<Arc<File>>>,
+}
+
+impl Shared {
+    /// Keeps `file` open for a later drop of its pages, dropping the oldest one kept over the limit.
+    fn defer(&self, file: Arc<File>) {
+        let old = {
+            let mut q = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+            q.push_back(file);
+            if q.len() > self.opts.deferred_drops {
+                q.pop_front()
+            } else {
+                None
+            }
+        };
+        if let Some(f) = old {
+            // Best effort: a failed drop loses no data.
+            let _ = residency::drop_range(&f, 0, 0);
+        }
+    }
+
+    fn drop_deferred(&self) {
+        let files: Vec<Arc<File>> = self.deferred.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+        for f in files {
+            let _ = residency::drop_range(&f, 0, 0);
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.drop_deferred();
+    }
+}
+
+impl FileCreator {
+    /// A creator writing with `opts`.
+    pub fn new(opts: CreateOptions) -> FileCreator {
+        FileCreator { shared: Arc::new(Shared { opts, deferred: Mutex::new(VecDeque::new()) }) }
+    }
+
+    /// The options it writes with.
+    pub fn options(&self) -> &CreateOptions {
+        &self.shared.opts
+    }
+
+    /// Creates `name` (one path component) in `dir`, writes all of `data`, sets `attrs`,
+    /// fdatasyncs it if the options say so, and closes it. `display_path` names it in errors and
+    /// the report. On error nothing is left under `name`.
+    pub fn write_file(&self, dir: BorrowedFd<'_>, name: &OsStr, display_path: &Path, data: &[u8], attrs: &FileAttrs) -> Result<WriteReport> {
+        let mut draft = self.open(dir, name, display_path, data.len() as u64, attrs)?;
+        match draft.write_at(data, 0).and_then(|()| draft.finish(attrs)) {
+            Ok(report) => {
+                draft.close();
+                Ok(report)
+            }
+            Err(e) => {
+                draft.discard(dir, name);
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates `name` in `dir` now and returns it open, to be written and finished later,
+    /// on any thread: for callers that must create entries in order but write them in
+    /// parallel. `size_hint` is the number of bytes that will be written (it picks the mode).
+    /// Dropped without [`NewFile::finish`], the file is removed.
+    pub fn create(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<NewFile> {
+        let draft = self.open(dir.as_fd(), name, display_path, size_hint, &attrs)?;
+        Ok(NewFile { draft, dir, name: name.to_os_string(), attrs, finished: false })
+    }
+
+    /// Drops now the pages of every file kept for a later drop (call it once their writeback
+    /// is done, after a syncfs for instance).
+    pub fn drop_deferred(&self) {
+        self.shared.drop_deferred();
+    }
+
+    fn open(&self, dir: BorrowedFd<'_>, name: &OsStr, path: &Path, size_hint: u64, attrs: &FileAttrs) -> Result<Draft> {
+        setup::check_name("create", path, name)?;
+        let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
+        let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(dir, name, flags, FMode::from_raw_mode(perm)).map_err(|e| Error::io("create", path, e.into()))?;
+        Ok(Draft {
+            file: Arc::new(File::from(fd)),
+            path: path.to_path_buf(),
+            shared: self.shared.clone(),
+            size_hint,
+            plan: None,
+            direct_bytes: 0,
+            tail_bytes: 0,
+            end: 0,
+            cached: false,
+        })
+    }
+}
+
+/// A file made by [`FileCreator::create`]: open, under its final name, not yet finished.
+///
+/// Write it with [`NewFile::write_at`] (any offsets: what is not written stays a hole), set
+/// its length with [`NewFile::set_len`] if it ends in a hole, then [`NewFile::finish`] it.
+/// Dropped unfinished, or when `finish` fails, it is removed.
+#[derive(Debug)]
+pub struct NewFile {
+    draft: Draft,
+    dir: Arc<OwnedFd>,
+    name: OsString,
+    attrs: FileAttrs,
+    finished: bool,
+}
+
+impl NewFile {
+    /// Writes all of `data` at `offset`, in the file's mode.
+    pub fn write_at(&mut self, data: &[u8], offset: u64) -> Result<()> {
+        self.draft.write_at(data, offset)
+    }
+
+    /// Sets the file's length (ftruncate): a file ending in a hole.
+    pub fn set_len(&mut self, len: u64) -> Result<()> {
+        self.draft.file.set_len(len).map_err(|e| Error::io("truncate", &self.draft.path, e))?;
+        self.draft.end = len;
+        Ok(())
+    }
+
+    /// The open file (for calls the engine does not make, such as fchown).
+    pub fn file(&self) -> &File {
+        &self.draft.file
+    }
+
+    /// The path given at creation.
+    pub fn path(&self) -> &Path {
+        &self.draft.path
+    }
+
+    /// Sets the attributes, fdatasyncs if the options say so, and closes the file.
+    pub fn finish(mut self) -> Result<WriteReport> {
+        let report = self.draft.finish(&self.attrs)?;
+        self.finished = true;
+        self.draft.close();
+        Ok(report)
+    }
+}
+
+impl Drop for NewFile {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.draft.discard(self.dir.as_fd(), &self.name);
+        }
+    }
+}
+
+/// How a file is being written, decided at its first write (or at finish for an empty file).
+#[derive(Debug)]
+struct Plan {
+    caps: Arc<FsCaps>,
+    decision: Decision,
+    direct: DirectState,
+}
+
+/// O_DIRECT on the descriptor, for a file in direct mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DirectState {
+    /// Not switched on yet.
+    Off,
+    /// On: aligned writes go straight to the device.
+    On,
+    /// Cleared for an unaligned write; the rest of the file is written buffered.
+    Cleared,
+}
+
+/// An open file and how it is being written.
+#[derive(Debug)]
+struct Draft {
+    /// Shared with the list of files waiting for their second page drop.
+    file: Arc<File>,
+    path: PathBuf,
+    shared: Arc<Shared>,
+    size_hint: u64,
+    plan: Option<Plan>,
+    direct_bytes: u64,
+    tail_bytes: u64,
+    /// End of the data written so far (or the length set).
+    end: u64,
+    /// Some bytes went through the page cache: their pages are dropped at the end.
+    cached: bool,
+}
+
+impl Draft {
+    fn err(&self, op: &'static str, e: io::Error) -> Error {
+        match &self.plan {
+            Some(p) => setup::io_error(op, &self.path, e, p.decision.mode, if p.decision.mode == Mode::DontCache { RWF_DONTCACHE } else { 0 }, &p.caps),
+            None => Error::io(op, &self.path, e),
+        }
+    }
+
+    /// Decides the mode on first use.
+    fn plan(&mut self) -> Result<&mut Plan> {
+        if self.plan.is_none() {
+            let caps = caps::for_file(&self.file).map_err(|e| Error::io("probe", &self.path, e))?;
+            let decision = policy::decide_write(self.shared.opts.mode, &caps, Some(self.size_hint)).map_err(|r| setup::refused("create", &self.path, r))?;
+            self.plan = Some(Plan { caps, decision, direct: DirectState::Off });
+        }
+        match self.plan.as_mut() {
+            Some(p) => Ok(p),
+            None => Err(Error::new(ErrorKind::Io, "create", &self.path, "no write plan")),
+        }
+    }
+
+    fn write_at(&mut self, data: &[u8], off: u64) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mode = self.plan()?.decision.mode;
+        match mode {
+            Mode::Direct => self.write_direct(data, off)?,
+            Mode::DontCache => self.write_dontcache(data, off)?,
+            Mode::WriteBehind => self.write_behind(data, off)?,
+            Mode::Buffered | Mode::Auto => setup::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?,
+        }
+        self.end = self.end.max(off + data.len() as u64);
+        Ok(())
+    }
+
+    /// Aligned whole blocks with O_DIRECT (through a bounce buffer if `data` is not aligned),
+    /// the rest after clearing O_DIRECT, uncached where the filesystem allows.
+    fn write_direct(&mut self, data: &[u8], off: u64) -> Result<()> {
+        let (caps, state) = match &self.plan {
+            Some(p) => (p.caps.clone(), p.direct),
+            None => return Err(Error::new(ErrorKind::Io, "write", &self.path, "no write plan")),
+        };
+        let Ok(a) = caps.direct.as_ref() else {
+            return Err(Error::new(ErrorKind::Unsupported, "write", &self.path, "O_DIRECT unavailable").with_hint(policy::alternatives(Mode::Direct, &caps)));
+        };
+        let (align, mem_align) = (a.offset.max(1) as usize, a.mem.max(1) as usize);
+        let mut bulk = 0;
+        if state != DirectState::Cleared && off % align as u64 == 0 {
+            bulk = data.len() / align * align;
+        }
+        let mut on = state == DirectState::On;
+        if bulk > 0 {
+            if !on {
+                setup::set_direct(&self.file, true).map_err(|e| {
+                    Error::io("fcntl(O_DIRECT)", &self.path, e).with_kind(ErrorKind::Unsupported).with_hint(policy::alternatives(Mode::Direct, &caps))
+                })?;
+                self.set_direct_state(DirectState::On);
+                on = true;
+            }
+            let bulk_data = &data[..bulk];
+            let r = if bulk_data.as_ptr() as usize % mem_align == 0 {
+                setup::write_full(&self.file, bulk_data, off, 0)
+            } else {
+                self.bounce(bulk_data, off, align.max(mem_align))
+            };
+            r.map_err(|e| self.err("write", e))?;
+            self.direct_bytes += bulk as u64;
+        }
+        let rest = &data[bulk..];
+        if !rest.is_empty() {
+            if on {
+                setup::set_direct(&self.file, false).map_err(|e| self.err("fcntl", e))?;
+            }
+            self.set_direct_state(DirectState::Cleared);
+            setup::write_uncached(&self.file, rest, off + bulk as u64, &caps).map_err(|e| self.err("write", e))?;
+            // Even uncached, the partial page a tail shares with the direct part can stay
+            // cached (it is read in to be merged): dropped at the end like write-behind pages.
+            self.cached = true;
+            self.tail_bytes += rest.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn set_direct_state(&mut self, s: DirectState) {
+        if let Some(p) = self.plan.as_mut() {
+            p.direct = s;
+        }
+    }
+
+    /// Direct writes of `data` (a whole number of blocks) copied through an aligned buffer.
+    fn bounce(&self, data: &[u8], off: u64, align: usize) -> io::Result<()> {
+        let size = BOUNCE.min(data.len()).div_ceil(align) * align;
+        let mut b = AlignedBuf::try_new(size, align).ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+        let mut done = 0;
+        while done < data.len() {
+            let n = size.min(data.len() - done);
+            b[..n].copy_from_slice(&data[done..done + n]);
+            setup::write_full(&self.file, &b[..n], off + done as u64, 0)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn write_dontcache(&mut self, data: &[u8], off: u64) -> Result<()> {
+        match setup::write_full(&self.file, data, off, RWF_DONTCACHE) {
+            Ok(()) => Ok(()),
+            // The probe could not tell (it could not read the file): the first write does.
+            // Under auto, remember it for the filesystem and take the next mode.
+            Err(e) if setup::dontcache_refused(&e) && self.shared.opts.mode == Mode::Auto => {
+                if let Some(p) = self.plan.as_mut() {
+                    caps::refuse_dontcache(p.caps.dev, &e);
+                    p.decision = Decision { mode: Mode::WriteBehind, reason: format!("RWF_DONTCACHE refused by a write ({}): write-behind", caps::errno_name(&e)) };
+                }
+                self.write_behind(data, off)
+            }
+            Err(e) => Err(self.err("write", e)),
+        }
+    }
+
+    /// A plain write, dropped from the cache at once (which starts its writeback) and again
+    /// later (see [`CreateOptions::deferred_drops`]).
+    fn write_behind(&mut self, data: &[u8], off: u64) -> Result<()> {
+        setup::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?;
+        let _ = residency::drop_range(&self.file, off, data.len() as u64);
+        self.cached = true;
+        Ok(())
+    }
+
+    fn finish(&mut self, attrs: &FileAttrs) -> Result<WriteReport> {
+        let decision = self.plan()?.decision.clone();
+        let sync = self.shared.opts.sync;
+        if sync {
+            rustix::fs::fdatasync(&self.file).map_err(|e| self.err("fdatasync", e.into()))?;
+        }
+        setup::apply_attrs(&self.file, attrs.permissions, attrs.atime, attrs.mtime).map_err(|(op, e)| self.err(op, e))?;
+        Ok(WriteReport {
+            path: self.path.clone(),
+            bytes: self.end,
+            decision,
+            direct_bytes: self.direct_bytes,
+            tail_bytes: self.tail_bytes,
+            synced: sync,
+            backend: None,
+        })
+    }
+
+    /// Closes a finished file; pages it left in the cache are dropped now when they are written
+    /// back already (synced), else kept for a later drop.
+    fn close(&mut self) {
+        if !self.cached {
+            return;
+        }
+        if self.shared.opts.sync {
+            let _ = residency::drop_range(&self.file, 0, 0);
+        } else {
+            self.shared.defer(self.file.clone());
+        }
+    }
+
+    /// Removes the unfinished file `name` from `dir`, dropping what it put in the cache.
+    fn discard(&self, dir: BorrowedFd<'_>, name: &OsStr) {
+        if self.cached {
+            let _ = residency::drop_range(&self.file, 0, 0);
+        }
+        let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where the probe could not tell (it could not read the file) and a write is the first to
+    /// meet a refusal of RWF_DONTCACHE, auto takes write-behind, says why, and remembers it
+    /// for the filesystem. tmpfs refuses the flag; the cache is made to say it takes it.
+    #[test]
+    fn a_dontcache_refusal_only_a_write_reveals_falls_back_and_is_remembered() {
+        let shm = Path::new("/dev/shm");
+        let real = match caps::for_dir(shm) {
+            Ok(c) if c.fs_type == "tmpfs" && c.dontcache.is_err() => c,
+            _ => {
+                eprintln!("skipping: no tmpfs without RWF_DONTCACHE at /dev/shm");
+                return;
+            }
+        };
+        let d = tempfile::tempdir_in(shm).unwrap();
+        let dir = rustix::fs::open(d.path(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap();
+        let mut blind = (*real).clone();
+        blind.dontcache = Ok(());
+        caps::set_cached(blind);
+        let c = FileCreator::new(CreateOptions::default());
+        let rep = c.write_file(dir.as_fd(), OsStr::new("f"), Path::new("f"), b"some data", &FileAttrs::default()).unwrap();
+        assert_eq!(rep.decision.mode, Mode::WriteBehind, "{}", rep.decision.reason);
+        assert!(rep.decision.reason.contains("refused by a write"), "{}", rep.decision.reason);
+        assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"some data");
+        assert!(caps::for_dir(shm).unwrap().dontcache.is_err(), "the refusal is remembered for the filesystem");
+        // A forced dontcache there is now refused up front, with the modes to try.
+        let forced = FileCreator::new(CreateOptions { mode: Mode::DontCache, ..CreateOptions::default() });
+        let e = forced.write_file(dir.as_fd(), OsStr::new("g"), Path::new("g"), b"x", &FileAttrs::default()).unwrap_err();
+        assert_eq!(e.hint(), Some(&crate::Hint::Modes(vec![Mode::Auto, Mode::WriteBehind])));
+        assert!(!d.path().join("g").exists());
+    }
+}

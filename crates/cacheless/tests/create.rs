@@ -1,0 +1,182 @@
+//! The small-file API: whole files in one call, and files created now and written later, in
+//! every mode, byte-exact against std::fs, with their page-cache footprint asserted.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use cacheless::residency::residency_of;
+use cacheless::{CreateOptions, ErrorKind, FileAttrs, FileCreator, Hint, Mode};
+use common::*;
+use rand::RngCore;
+
+fn open_dir(p: &Path) -> OwnedFd {
+    rustix::fs::open(p, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()).unwrap()
+}
+
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    rng(seed).fill_bytes(&mut v);
+    v
+}
+
+fn modes(dir: &Path) -> Vec<Mode> {
+    let mut m: Vec<Mode> = matrix(dir).into_iter().map(|(m, _)| m).collect();
+    m.dedup();
+    m
+}
+
+fn attrs() -> FileAttrs {
+    FileAttrs { permissions: Some(0o640), mtime: Some(UNIX_EPOCH + Duration::new(1_600_000_000, 5)), atime: None }
+}
+
+/// The mode auto must pick for `len` bytes on `dir`'s filesystem.
+fn auto_mode(dir: &Path, len: u64) -> Mode {
+    cacheless::policy::decide_write(Mode::Auto, &cacheless::caps::for_dir(dir).unwrap(), Some(len)).unwrap().mode
+}
+
+/// Every mode and size around the alignment, from unaligned memory: the file is byte-exact,
+/// gets its attributes, and (but for buffered) leaves nothing in the page cache once written
+/// back: synced files at once, the others after a syncfs and the deferred second drop.
+#[test]
+fn write_file_every_mode_is_byte_exact_and_leaves_no_cache() {
+    let d = scratch();
+    let dir = open_dir(d.path());
+    let align = cacheless::caps::for_dir(d.path()).unwrap().direct.as_ref().map(|a| a.both()).unwrap_or(4096);
+    let sizes = [0, 1, align - 1, align, align + 1, 3 * align + 5, 100_000, (1 << 20) + 3, 3 << 20];
+    for mode in modes(d.path()) {
+        for sync in [true, false] {
+            let creator = FileCreator::new(CreateOptions { mode, sync, ..CreateOptions::default() });
+            let mut written = Vec::new();
+            for (i, &len) in sizes.iter().enumerate() {
+                // One byte into the vector: memory O_DIRECT cannot take as it is.
+                let backing = bytes(len + 1, i as u64);
+                let data = &backing[1..];
+                let name = format!("{mode}-{sync}-{i}");
+                let rep = creator.write_file(dir.as_fd(), OsStr::new(&name), Path::new(&name), data, &attrs()).unwrap();
+                let want = if mode == Mode::Auto { auto_mode(d.path(), len as u64) } else { mode };
+                assert_eq!((rep.bytes, rep.decision.mode, rep.synced), (len as u64, want, sync), "{name}: {}", rep.decision.reason);
+                if want == Mode::Direct {
+                    assert_eq!(rep.direct_bytes + rep.tail_bytes, len as u64, "{name}");
+                    assert_eq!(rep.tail_bytes, (len % align) as u64, "{name}: only the unaligned tail goes buffered");
+                }
+                let p = d.path().join(&name);
+                let m = std::fs::metadata(&p).unwrap();
+                assert_eq!((m.mode() & 0o7777, m.mtime(), m.mtime_nsec()), (0o640, 1_600_000_000, 5), "{name}: attributes");
+                written.push((p, want, data.to_vec()));
+            }
+            if !sync {
+                rustix::fs::syncfs(&dir).unwrap();
+            }
+            creator.drop_deferred();
+            // The footprint first: reading the files back caches them.
+            for (p, want, data) in written {
+                let r = residency_of(&p).unwrap();
+                if want == Mode::Buffered {
+                    assert_eq!(r.cached_pages, r.total_pages, "{}: buffered writes stay cached", p.display());
+                } else {
+                    assert_eq!(r.cached_pages, 0, "{} ({want}, sync {sync}) left {} pages cached", p.display(), r.cached_pages);
+                }
+                assert!(std::fs::read(&p).unwrap() == data, "{}: content differs", p.display());
+            }
+        }
+    }
+}
+
+/// Files created now and written later, at offsets, with holes between and at the end: the
+/// holes read as zeros and stay unallocated, in every mode.
+#[test]
+fn create_and_write_at_offsets_leaves_holes() {
+    let d = scratch();
+    let dir = Arc::new(open_dir(d.path()));
+    for mode in modes(d.path()) {
+        let creator = FileCreator::new(CreateOptions { mode, sync: true, ..CreateOptions::default() });
+        let name = format!("sparse-{mode}");
+        let segments = [(0u64, 10_000usize), (1 << 20, 4096), (8 << 20, 5000)];
+        let total: usize = segments.iter().map(|s| s.1).sum();
+        let mut f = creator.create(dir.clone(), OsStr::new(&name), Path::new(&name), total as u64, attrs()).unwrap();
+        assert!(d.path().join(&name).exists(), "created now, under its name");
+        let mut expect = vec![0u8; 64 << 20];
+        for (i, &(off, len)) in segments.iter().enumerate() {
+            let data = bytes(len, 50 + i as u64);
+            f.write_at(&data, off).unwrap();
+            expect[off as usize..off as usize + len].copy_from_slice(&data);
+        }
+        f.set_len(expect.len() as u64).unwrap();
+        let rep = f.finish().unwrap();
+        assert_eq!(rep.bytes, expect.len() as u64);
+        let p = d.path().join(&name);
+        assert!(std::fs::read(&p).unwrap() == expect, "{name}: content differs");
+        assert!(std::fs::metadata(&p).unwrap().blocks() * 512 < 4 << 20, "{name}: the holes were filled");
+    }
+}
+
+/// Many threads sharing one creator: every file byte-exact.
+#[test]
+fn many_threads_share_one_creator() {
+    let d = scratch();
+    let dir = Arc::new(open_dir(d.path()));
+    let creator = FileCreator::new(CreateOptions { sync: false, deferred_drops: 8, ..CreateOptions::default() });
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (creator, dir, root) = (creator.clone(), dir.clone(), d.path());
+            s.spawn(move || {
+                for i in 0..100u64 {
+                    let data = bytes(((t * 7919 + i * 104_729) % 70_000) as usize, t * 1000 + i);
+                    let name = format!("t{t}-{i}");
+                    creator.write_file(dir.as_fd(), OsStr::new(&name), Path::new(&name), &data, &FileAttrs::default()).unwrap();
+                    assert!(std::fs::read(root.join(&name)).unwrap() == data, "{name}");
+                }
+            });
+        }
+    });
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 800);
+}
+
+/// An existing file or a symlink at the name is never written through; a name with a slash
+/// is refused; a file dropped unfinished is removed.
+#[test]
+fn existing_names_symlinks_and_unfinished_files() {
+    let d = scratch();
+    let dir = Arc::new(open_dir(d.path()));
+    let creator = FileCreator::new(CreateOptions::default());
+    std::fs::write(d.path().join("old"), b"old").unwrap();
+    std::fs::write(d.path().join("target"), b"target").unwrap();
+    std::os::unix::fs::symlink("target", d.path().join("link")).unwrap();
+    for name in ["old", "link"] {
+        let e = creator.write_file(dir.as_fd(), OsStr::new(name), Path::new(name), b"new", &FileAttrs::default()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{name}: {e}");
+        assert_eq!((e.op(), e.path()), ("create", Path::new(name)));
+    }
+    assert_eq!(std::fs::read(d.path().join("old")).unwrap(), b"old");
+    assert_eq!(std::fs::read(d.path().join("target")).unwrap(), b"target");
+    let e = creator.write_file(dir.as_fd(), OsStr::new("a/b"), Path::new("a/b"), b"x", &FileAttrs::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    let mut f = creator.create(dir.clone(), OsStr::new("unfinished"), Path::new("unfinished"), 5, FileAttrs::default()).unwrap();
+    f.write_at(b"12345", 0).unwrap();
+    drop(f);
+    assert!(!d.path().join("unfinished").exists());
+    // 0666 less the umask, as open(2) makes it, when no permissions are given.
+    creator.write_file(dir.as_fd(), OsStr::new("plain"), Path::new("plain"), b"x", &FileAttrs::default()).unwrap();
+    let umask = std::fs::read_to_string("/proc/self/status").unwrap().lines().find_map(|l| l.strip_prefix("Umask:").map(|u| u32::from_str_radix(u.trim(), 8).unwrap())).unwrap();
+    assert_eq!(std::fs::metadata(d.path().join("plain")).unwrap().permissions().mode() & 0o777, 0o666 & !umask);
+}
+
+/// A forced mode the filesystem lacks is an error with the modes to ask for instead, and
+/// leaves nothing behind (tmpfs has no RWF_DONTCACHE).
+#[test]
+fn a_forced_mode_the_filesystem_lacks_is_refused_with_a_hint() {
+    let Some(d) = tmpfs_without_dontcache() else { return };
+    let dir = open_dir(d.path());
+    let creator = FileCreator::new(CreateOptions { mode: Mode::DontCache, ..CreateOptions::default() });
+    let e = creator.write_file(dir.as_fd(), OsStr::new("f"), Path::new("f"), b"data", &FileAttrs::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    assert_eq!(e.hint(), Some(&Hint::Modes(vec![Mode::Auto, Mode::WriteBehind])));
+    assert!(e.to_string().contains("dontcache unavailable"), "{e}");
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0, "nothing left behind");
+}
