@@ -1,16 +1,14 @@
 //! `cacheless info`: what the kernel and each path's filesystem support, how much of a file is
 //! cached, and which mode auto would choose for it, with the reason.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use cacheless::caps::{self, FsCaps, Support, SystemCaps};
-use cacheless::policy::{self, Decision};
-use cacheless::residency::{self, Residency};
-use cacheless::{Mode, Progress};
+use cacheless::caps::{self, Support};
+use cacheless::info::{describe, Report};
+use cacheless::Progress;
 use clap::Args;
-use serde::Serialize;
 
 use crate::common::CommonOpts;
 use crate::ui;
@@ -22,55 +20,11 @@ pub struct InfoArgs {
     pub paths: Vec<PathBuf>,
 }
 
-#[derive(Serialize)]
-struct PathInfo {
-    path: PathBuf,
-    kind: &'static str,
-    size: Option<u64>,
-    fs: FsCaps,
-    residency: Option<Residency>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    residency_unknown: Option<String>,
-    read: Option<Decision>,
-    write: Decision,
-}
-
-#[derive(Serialize)]
-struct Report<'a> {
-    system: &'a SystemCaps,
-    paths: Vec<PathInfo>,
-}
-
 fn support<T>(s: &Support<T>, yes: impl Fn(&T) -> String) -> String {
     match s {
         Ok(v) => format!("yes{}", yes(v)),
         Err(u) => format!("no ({})", u.reason),
     }
-}
-
-/// A decision that was refused, shown as such with the advice.
-fn refused(r: policy::Refusal) -> Decision {
-    Decision { mode: r.mode, reason: format!("refused: {}; {}", r.reason, r.hint()) }
-}
-
-fn describe(path: &Path, mode: Mode) -> Result<PathInfo, cacheless::Error> {
-    let meta = std::fs::metadata(path).map_err(|e| cacheless::Error::io("stat", path, e))?;
-    if meta.is_dir() {
-        let fs = caps::for_dir(path).map_err(|e| cacheless::Error::io("probe", path, e))?;
-        let write = policy::decide_write(mode, &fs, None).unwrap_or_else(refused);
-        return Ok(PathInfo { path: path.into(), kind: "directory", size: None, fs: (*fs).clone(), residency: None, residency_unknown: None, read: None, write });
-    }
-    let f = std::fs::File::open(path).map_err(|e| cacheless::Error::io("open", path, e))?;
-    let fs = caps::for_file(&f).map_err(|e| cacheless::Error::io("probe", path, e))?;
-    let len = meta.len();
-    // Unknown residency (no permission to ask) is reported, and auto decides without it.
-    let (res, residency_unknown) = match residency::residency(&f, 0, len) {
-        Ok(r) => (Some(r), None),
-        Err(e) => (None, Some(e.to_string())),
-    };
-    let read = policy::decide_read(mode, &fs, len, res.map(|r| r.cached_bytes().min(len))).unwrap_or_else(refused);
-    let write = policy::decide_write(mode, &fs, Some(len)).unwrap_or_else(refused);
-    Ok(PathInfo { path: path.into(), kind: "file", size: Some(len), fs: (*fs).clone(), residency: res, residency_unknown, read: Some(read), write })
 }
 
 pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
