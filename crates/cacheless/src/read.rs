@@ -493,8 +493,10 @@ impl crate::backend::Driver for Reader {
     }
 }
 
-impl Read for Reader {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+impl Reader {
+    /// Copies the next bytes of the stream into `out` (what `std::io::Read::read` does, with
+    /// the engine's error): at most to the end of the current chunk; 0 at end of file.
+    pub fn read_stream(&mut self, out: &mut [u8]) -> Result<usize> {
         loop {
             if let Some(c) = &self.cur {
                 if self.cur_pos < c.len {
@@ -514,6 +516,12 @@ impl Read for Reader {
                 None => return Ok(0),
             }
         }
+    }
+}
+
+impl Read for Reader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        Ok(self.read_stream(out)?)
     }
 }
 

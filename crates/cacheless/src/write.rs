@@ -388,7 +388,9 @@ impl Writer {
         self.write_all(&buf[..len]).map_err(|e| Error::io("write", &self.path, e))
     }
 
-    fn write_bytes(&mut self, mut data: &[u8]) -> Result<()> {
+    /// Copies all of `data` into the writer's buffers, sending full requests as they fill
+    /// (what `std::io::Write::write_all` does, with the engine's error).
+    pub fn write_bytes(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
             if self.cur.is_none() {
                 let b = self.get_buf()?;

@@ -2,7 +2,6 @@
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::path::Path;
 
 use cacheless::{ErrorKind, Progress, WriteOptions, WriteReport, Writer};
@@ -104,15 +103,14 @@ pub fn save(path: &Path, tensors: &[TensorData<'_>], metadata: Option<&HashMap<S
     wo.atomic = true;
     wo.sync = true;
     let mut w = Writer::create(path, &wo)?;
-    let io = |e: std::io::Error| Error::from(cacheless::Error::io("write", path, e));
-    w.write_all(&head).map_err(io)?;
+    w.write_bytes(&head)?;
     progress.add_bytes(head.len() as u64);
     for t in order {
         for piece in t.data.chunks(PIECE) {
             if progress.is_cancelled() {
                 return Err(cacheless::Error::new(ErrorKind::Interrupted, "save", path, "interrupted").into());
             }
-            w.write_all(piece).map_err(io)?;
+            w.write_bytes(piece)?;
             progress.add_bytes(piece.len() as u64);
         }
     }
