@@ -169,6 +169,27 @@ def hdr(tensors):
     return struct.pack("<Q", len(h)) + h
 
 
+def test_arrays_keep_their_buffer_alive(disk):
+    import gc
+
+    p = disk / "alive.safetensors"
+    t = {"a": sample("float32", (1 << 20,), 1), "b": sample("int16", (33,), 2)}
+    stn.save_file(t, p)
+    b = cst.load_file(p)["b"]  # the dict and every other array are gone at once
+    with cst.safe_open(p, "np") as f:
+        a = f.get_tensor("a")
+    gc.collect()
+    junk = [np.full(1 << 18, 0xAB, np.uint8) for _ in range(64)]  # reuse freed memory, if any was
+    assert same(b, t["b"]) and same(a, t["a"])
+    base = b
+    while getattr(base, "base", None) is not None:
+        base = base.base
+    assert type(base).__name__ == "Arena", "the chain of bases ends at the buffer that owns the bytes"
+    b[0] = 7  # writable, like any array
+    assert b[0] == 7
+    del junk
+
+
 def test_missing_keys_and_dtypes_without_ml_dtypes_are_clear_errors(disk, monkeypatch):
     p = disk / "m.safetensors"
     stn.save_file({"w": sample("bfloat16", (4,), 1), "x": np.ones(3, np.float32)}, p)

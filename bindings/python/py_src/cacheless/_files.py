@@ -176,8 +176,8 @@ def open(
     ``queue_depth=`` tune the engine. Binary only: wrap in
     ``io.TextIOWrapper(io.BufferedReader(f))`` for text.
     """
-    if access in ("rb", "br", "r"):
+    if access in ("rb", "br"):
         return CachelessReader(path, mode=mode, memory=memory, **options)
-    if access in ("wb", "bw", "w"):
+    if access in ("wb", "bw"):
         return CachelessWriter(path, mode=mode, memory=memory, size_hint=size_hint, sync=sync, **options)
-    raise ValueError(f"access must be 'rb' or 'wb', not {access!r} (cacheless files are binary; mode= is the I/O mode)")
+    raise ValueError(f"access must be 'rb' or 'wb', not {access!r} (cacheless files are binary: wrap one in io.TextIOWrapper for text; mode= is the I/O mode)")
