@@ -415,6 +415,28 @@ fn without_direct_and_dontcache_auto_takes_the_next_mode_and_says_so() {
     assert!(std::fs::read(&f).unwrap() == std::fs::read(&dst).unwrap());
 }
 
+/// A forced mode the filesystem lacks: the JSON carries the refusal's structured hint (the modes
+/// to ask for instead), the text words it as flags.
+#[test]
+fn info_of_a_refused_mode_gives_the_hint_as_data_and_as_flags() {
+    let d = scratch();
+    let f = d.path().join("f");
+    std::fs::write(&f, random_bytes(8192, 16)).unwrap();
+    let out = bin().env("CACHELESS_DISABLE", "direct").args(["--mode", "direct", "--json", "info", s(&f)]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for side in ["read", "write"] {
+        let p = &v["paths"][0][side];
+        assert_eq!(p["mode"], "direct", "{p}");
+        assert!(p["reason"].as_str().unwrap().starts_with("refused: ") && !p["reason"].as_str().unwrap().contains("--mode"), "{p}");
+        let modes = p["hint"]["modes"].as_array().unwrap();
+        assert!(modes.len() == 2 && modes[0] == "auto" && (modes[1] == "dontcache" || modes[1] == "writebehind"), "{p}");
+    }
+    let out = bin().env("CACHELESS_DISABLE", "direct").args(["--mode", "direct", "info", s(&f)]).output().unwrap();
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("read with      direct: refused: ") && t.contains("; use --mode auto or "), "{t}");
+}
+
 #[test]
 fn without_io_uring_the_thread_backend_is_used_and_reported() {
     let d = scratch();

@@ -165,7 +165,7 @@ impl Lease {
         } else {
             return None;
         };
-        Some(AlignedBuf { ptr, cap: self.inner.size, align: self.inner.align, home: Some(self.inner.clone()) })
+        Some(AlignedBuf { ptr, cap: self.inner.size, align: self.inner.align, home: Some(self.inner.clone()), mapped: 0 })
     }
 }
 
@@ -210,12 +210,21 @@ fn dealloc(p: NonNull<u8>, size: usize, align: usize) {
     unsafe { alloc::dealloc(p.as_ptr(), l) }
 }
 
+/// Buffers made by [`AlignedBuf::new`] at least this large are mapped straight from the
+/// kernel: anonymous pages are zero when first touched, so the allocator's zeroing pass (a
+/// second write of every page) is skipped, and the range is offered for transparent huge pages.
+/// Measured on the development VM: touching 1 GiB of 4 KiB pages costs 0.45-0.6 s of CPU, of
+/// 2 MiB pages 0.19 s, which matters for a whole file read into one buffer.
+pub const MAP_MIN: usize = 2 << 20;
+
 /// A heap buffer whose address is aligned for O_DIRECT. Derefs to its whole capacity.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     cap: usize,
     align: usize,
     home: Option<Arc<LeaseInner>>,
+    /// Length of the anonymous mapping this buffer owns (0: it came from the allocator).
+    mapped: usize,
 }
 
 // SAFETY: AlignedBuf uniquely owns its allocation (like Vec<u8>); the lease it returns to is
@@ -227,7 +236,9 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     /// A zeroed buffer of at least `len` bytes (rounded up to `align`, a power of two or
     /// rounded up to one), outside any budget: for results the caller keeps, such as a whole
-    /// file read into memory.
+    /// file read into memory. Large buffers (see [`MAP_MIN`]) are anonymous mappings whose
+    /// pages are zeroed by the kernel when first touched, so memory is only committed as it is
+    /// filled.
     ///
     /// # Panics
     /// Like `Vec::with_capacity`, if the size rounded up exceeds `isize::MAX`; see
@@ -243,8 +254,17 @@ impl AlignedBuf {
     pub fn try_new(len: usize, align: usize) -> Option<AlignedBuf> {
         let align = align.max(1).checked_next_power_of_two()?;
         let cap = len.max(1).checked_add(align - 1)? & !(align - 1);
+        // A slice over the buffer must fit isize (what a valid layout checks), mapped or not.
+        layout(cap, align)?;
+        let page = rustix::param::page_size();
+        if cap >= MAP_MIN && align <= page {
+            let mapped = cap.checked_add(page - 1)? & !(page - 1);
+            if let Some(ptr) = map_anonymous(mapped) {
+                return Some(AlignedBuf { ptr, cap, align, home: None, mapped });
+            }
+        }
         let ptr = try_alloc_zeroed(cap, align)?;
-        Some(AlignedBuf { ptr, cap, align, home: None })
+        Some(AlignedBuf { ptr, cap, align, home: None, mapped: 0 })
     }
 
     /// Capacity in bytes.
@@ -285,9 +305,26 @@ impl Drop for AlignedBuf {
                 let mut st = home.state.lock().unwrap_or_else(|e| e.into_inner());
                 st.free.push(Raw(self.ptr));
             }
+            None if self.mapped > 0 => {
+                // SAFETY: exactly the mapping made by `map_anonymous` for this buffer, which
+                // nothing else references once the buffer is dropped.
+                let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.mapped) };
+            }
             None => dealloc(self.ptr, self.cap, self.align),
         }
     }
+}
+
+/// A private anonymous read-write mapping of `len` bytes (a multiple of the page size), offered
+/// for transparent huge pages; `None` if the kernel refuses (the allocator is used instead).
+fn map_anonymous(len: usize) -> Option<NonNull<u8>> {
+    use rustix::mm::{MapFlags, ProtFlags};
+    // SAFETY: a fresh mapping at an address the kernel chooses; it overlaps nothing we own.
+    let p = unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE) }.ok()?;
+    // Best effort: without transparent huge pages the mapping works the same, page by page.
+    // SAFETY: advice on the mapping just made; it changes no memory contents.
+    let _ = unsafe { rustix::mm::madvise(p, len, rustix::mm::Advice::LinuxHugepage) };
+    NonNull::new(p.cast())
 }
 
 impl fmt::Debug for AlignedBuf {
@@ -329,6 +366,20 @@ mod tests {
         assert!(!t.is_finished(), "second lease must wait while the first holds the budget");
         drop(l1);
         assert_eq!(t.join().unwrap(), 2);
+    }
+
+    #[test]
+    fn large_buffers_are_mapped_zeroed_and_aligned() {
+        let len = MAP_MIN * 2 + 5;
+        let mut b = AlignedBuf::new(len, 4096);
+        assert!(b.mapped > 0, "a buffer of {len} B should come from mmap");
+        assert!(b.capacity() >= len && b.as_ptr() as usize % 4096 == 0);
+        assert!(b.iter().all(|&x| x == 0), "fresh buffers read as zeros");
+        b[len - 1] = 9;
+        b[0] = 7;
+        assert_eq!((b[0], b[len - 1]), (7, 9));
+        let small = AlignedBuf::new(4096, 4096);
+        assert_eq!(small.mapped, 0, "small buffers come from the allocator");
     }
 
     #[test]

@@ -195,6 +195,17 @@ pub fn for_dir(dir: &Path) -> io::Result<Arc<FsCaps>> {
     for_file(&f)
 }
 
+/// What is known of the filesystem holding directory `dir` where no file can be created to
+/// probe it (a read-only filesystem such as erofs, squashfs or proc, or no permission; `why` is
+/// the error [`for_dir`] got): its name from statfs, O_DIRECT and RWF_DONTCACHE reported as not
+/// probed, with why. Not cached: a later probe that can create a file is the better verdict.
+pub fn unprobed(dir: &Path, why: &io::Error) -> io::Result<FsCaps> {
+    let dev = std::fs::metadata(dir)?.dev();
+    let st = rustix::fs::statfs(dir)?;
+    let not = Unavailable { reason: format!("not probed: no file can be created here ({})", errno_name(why)), errno: why.raw_os_error() };
+    Ok(FsCaps { dev, fs_type: fs_name(st.f_type as u64), direct: Err(not.clone()), dontcache: Err(not) })
+}
+
 /// Replaces the cached verdicts for `caps.dev` (tests of verdicts only a write can reveal).
 #[cfg(test)]
 pub(crate) fn set_cached(caps: FsCaps) {

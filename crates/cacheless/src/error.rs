@@ -44,6 +44,36 @@ pub enum Hint {
     Backends(Vec<BackendKind>),
 }
 
+impl Hint {
+    /// The setting the hint is about, as front ends name their option: `mode` or `backend`.
+    pub fn setting(&self) -> &'static str {
+        match self {
+            Hint::Modes(_) => "mode",
+            Hint::Backends(_) => "backend",
+        }
+    }
+
+    /// The values to try, by name, best first.
+    pub fn values(&self) -> Vec<&'static str> {
+        match self {
+            Hint::Modes(m) => m.iter().map(|m| m.name()).collect(),
+            Hint::Backends(b) => b.iter().map(|b| b.name()).collect(),
+        }
+    }
+
+    /// The hint as a sentence, `use A`, `use A or B`, `use A, B or C`, each choice worded by
+    /// `word(setting, value, place)` (place 0 first): a command line names its flag once
+    /// (`use --mode auto or dontcache`), an API each keyword (`use mode="auto" or mode="dontcache"`).
+    pub fn sentence(&self, word: impl Fn(&str, &str, usize) -> String) -> String {
+        let words: Vec<String> = self.values().into_iter().enumerate().map(|(i, v)| word(self.setting(), v, i)).collect();
+        match words.as_slice() {
+            [] => String::new(),
+            [one] => format!("use {one}"),
+            [rest @ .., last] => format!("use {} or {last}", rest.join(", ")),
+        }
+    }
+}
+
 /// An engine error: the kind, the path, the operation and the OS error, plus what to try.
 ///
 /// `Display` prints the operation, the path and the OS error (with a note where the engine
@@ -181,8 +211,12 @@ mod tests {
         assert_eq!(text.matches("os error 5").count(), 1, "{text}");
         assert!(std::error::Error::source(&e).is_none());
         assert_eq!(e.hint(), Some(&Hint::Modes(vec![Mode::Auto])));
+        let flag = |s: &str, v: &str, i: usize| if i == 0 { format!("--{s} {v}") } else { v.to_string() };
+        assert_eq!(Hint::Modes(vec![Mode::Auto]).sentence(flag), "use --mode auto");
+        let h = Hint::Backends(vec![BackendKind::Auto, BackendKind::Threads, BackendKind::Uring]);
+        assert_eq!(h.sentence(|s, v, _| format!("{s}={v}")), "use backend=auto, backend=threads or backend=uring");
         // An io::Error wrapping another error: Display prints it, source() goes below it.
-        let inner = io::Error::new(io::ErrorKind::Other, Error::io("open", "/y", io::Error::from_raw_os_error(libc::ENOENT)));
+        let inner = io::Error::other(Error::io("open", "/y", io::Error::from_raw_os_error(libc::ENOENT)));
         let e = Error::io("copy", "/z", inner);
         assert_eq!(e.to_string().matches("os error 2").count(), 1);
         let mut chain = String::new();

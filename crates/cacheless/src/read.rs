@@ -119,6 +119,8 @@ pub struct Reader {
     ready: BTreeMap<u64, Chunk>,
     cur: Option<Chunk>,
     cur_pos: usize,
+    /// Bytes of the next chunk that `Read` skips (a seek to an unaligned offset).
+    skip: usize,
     before: HashMap<u64, Before>,
 }
 
@@ -185,6 +187,7 @@ impl Reader {
             ready: BTreeMap::new(),
             cur: None,
             cur_pos: 0,
+            skip: 0,
             before: HashMap::new(),
         })
     }
@@ -348,6 +351,32 @@ impl Reader {
         }
     }
 
+    /// Restarts the stream at `pos` (at most the length). Read-ahead in flight is waited for
+    /// and dropped; the next [`Reader::next_chunk`] starts at `pos` rounded down to the
+    /// alignment ([`Chunk::offset`] says where), and `std::io::Read` continues at `pos` exactly.
+    /// Errors of the dropped read-ahead are not reported: its data is not used.
+    pub fn seek_stream(&mut self, pos: u64) -> Result<()> {
+        let pos = pos.min(self.len);
+        self.cur = None;
+        self.cur_pos = 0;
+        // Only stream reads are in flight here (read_at drains its own before returning).
+        while self.stream_held > self.ready.len() {
+            let c = self.lane.wait().map_err(|e| self.err("read", e))?;
+            if self.complete_stream(c).is_err() {
+                // The failed request and its buffer are gone.
+                self.stream_held -= 1;
+            }
+        }
+        self.ready.clear();
+        self.before.clear();
+        self.stream_held = 0;
+        let start = pos / self.align as u64 * self.align as u64;
+        self.stream_pos = start;
+        self.next_submit = start;
+        self.skip = (pos - start) as usize;
+        Ok(())
+    }
+
     // ---- random access ----
 
     /// Reads into `mem` at `offset`; `mem` satisfies the mode's alignment (address, offset
@@ -459,8 +488,10 @@ impl Driver for Reader {
     }
 }
 
-impl Read for Reader {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+impl Reader {
+    /// Copies the next bytes of the stream into `out` (what `std::io::Read::read` does, with
+    /// the engine's error): at most to the end of the current chunk; 0 at end of file.
+    pub fn read_stream(&mut self, out: &mut [u8]) -> Result<usize> {
         loop {
             if let Some(c) = &self.cur {
                 if self.cur_pos < c.len {
@@ -475,11 +506,17 @@ impl Read for Reader {
             match self.next_chunk()? {
                 Some(c) => {
                     self.cur = Some(c);
-                    self.cur_pos = 0;
+                    self.cur_pos = std::mem::take(&mut self.skip);
                 }
                 None => return Ok(0),
             }
         }
+    }
+}
+
+impl Read for Reader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        Ok(self.read_stream(out)?)
     }
 }
 

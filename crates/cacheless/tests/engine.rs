@@ -77,6 +77,40 @@ fn read_at_misaligned_buffers_and_offsets() {
 }
 
 #[test]
+fn seek_stream_then_read_matches_the_file() {
+    let d = scratch();
+    let align = align_of(d.path());
+    let size = 3 * (1 << 20) + 333;
+    let (p, data) = random_file(d.path(), "seek", size, 17);
+    let mut rng = rng(5);
+    for (mode, backend) in matrix(d.path()) {
+        let mut r = Reader::open(&p, &ro(mode, backend, 256 << 10)).unwrap();
+        // Start streaming, so the seeks below drop read-ahead in flight.
+        let mut first = vec![0u8; 1000];
+        r.read_exact(&mut first).unwrap();
+        assert!(first[..] == data[..1000]);
+        let mut targets = vec![0, 1, align as u64 - 1, align as u64, size as u64 - 1, size as u64];
+        targets.extend((0..10).map(|_| rng.random_range(0..size as u64)));
+        for pos in targets {
+            r.seek_stream(pos).unwrap();
+            let want = (size as u64 - pos).min(700_000) as usize;
+            let mut got = vec![0u8; want];
+            r.read_exact(&mut got).unwrap();
+            assert!(got[..] == data[pos as usize..pos as usize + want], "read after seek_stream({pos}) ({mode}, {backend})");
+            if pos == size as u64 {
+                assert_eq!(r.read(&mut [0u8; 4]).unwrap(), 0, "a seek to the end reads EOF");
+            }
+        }
+        // next_chunk after a seek starts at the aligned offset at or below the target.
+        r.seek_stream(align as u64 + 5).unwrap();
+        let c = r.next_chunk().unwrap().unwrap();
+        let a = if r.decision().mode == Mode::Direct { align as u64 } else { 1 };
+        assert_eq!(c.offset(), (align as u64 + 5) / a * a);
+        assert!(c[..] == data[c.offset() as usize..c.offset() as usize + c.len()]);
+    }
+}
+
+#[test]
 fn read_all_is_the_whole_file() {
     let d = scratch();
     let align = align_of(d.path());

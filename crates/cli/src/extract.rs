@@ -96,7 +96,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     }
     if let Some(f) = &report.fatal {
         eprintln!("cacheless: {f}");
-        if let Some(h) = report.fatal_error.as_ref().and_then(|e| e.hint()).and_then(ui::hint_text) {
+        if let Some(h) = report.fatal_error.as_ref().and_then(|e| e.hint()).map(ui::hint_text) {
             eprintln!("cacheless: hint: {h}");
         }
     }

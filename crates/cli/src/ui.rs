@@ -33,23 +33,9 @@ pub fn each_stdin_chunk(mut f: impl FnMut(&[u8]) -> std::io::Result<()>) -> std:
     }
 }
 
-/// `a`, `a or b`, `a, b or c`.
-fn or_list(names: &[&str]) -> String {
-    match names {
-        [] => String::new(),
-        [one] => (*one).to_string(),
-        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
-    }
-}
-
-/// A hint in the words of the command line: the flags to pass instead.
-pub fn hint_text(h: &Hint) -> Option<String> {
-    let (flag, names): (&str, Vec<&str>) = match h {
-        Hint::Modes(m) => ("--mode", m.iter().map(|m| m.name()).collect()),
-        Hint::Backends(b) => ("--backend", b.iter().map(|b| b.name()).collect()),
-        _ => return None,
-    };
-    Some(format!("use {flag} {}", or_list(&names)))
+/// A hint in the words of the command line: the flag to pass, then the values to try.
+pub fn hint_text(h: &Hint) -> String {
+    h.sentence(|setting, value, place| if place == 0 { format!("--{setting} {value}") } else { value.to_string() })
 }
 
 /// The first hint an error chain carries.
@@ -67,7 +53,7 @@ fn hint_in<'a>(mut chain: impl Iterator<Item = &'a (dyn StdError + 'static)>) ->
 fn print_chain<'a>(chain: impl Iterator<Item = &'a (dyn StdError + 'static)> + Clone) {
     let line: Vec<String> = chain.clone().map(|c| c.to_string()).collect();
     eprintln!("cacheless: {}", line.join(": "));
-    if let Some(h) = hint_in(chain).and_then(hint_text) {
+    if let Some(h) = hint_in(chain).map(hint_text) {
         eprintln!("cacheless: hint: {h}");
     }
 }
@@ -207,11 +193,11 @@ mod tests {
 
     #[test]
     fn hints_become_flags() {
-        assert_eq!(hint_text(&Hint::Modes(vec![Mode::Auto])).as_deref(), Some("use --mode auto"));
-        assert_eq!(hint_text(&Hint::Modes(vec![Mode::Auto, Mode::DontCache])).as_deref(), Some("use --mode auto or dontcache"));
+        assert_eq!(hint_text(&Hint::Modes(vec![Mode::Auto])), "use --mode auto");
+        assert_eq!(hint_text(&Hint::Modes(vec![Mode::Auto, Mode::DontCache])), "use --mode auto or dontcache");
         assert_eq!(
-            hint_text(&Hint::Backends(vec![BackendKind::Auto, BackendKind::Threads, BackendKind::Uring])).as_deref(),
-            Some("use --backend auto, threads or uring")
+            hint_text(&Hint::Backends(vec![BackendKind::Auto, BackendKind::Threads, BackendKind::Uring])),
+            "use --backend auto, threads or uring"
         );
     }
 }

@@ -1,0 +1,183 @@
+"""File objects: ``cacheless.open(path, "rb")`` and ``cacheless.open(path, "wb")``."""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from typing import Any, Dict, Optional, Union
+
+from . import _native
+
+__all__ = ["CachelessReader", "CachelessWriter", "open"]
+
+
+class _File(io.RawIOBase):
+    """What the reader and the writer share: the path, the access, the mode decision."""
+
+    _access = ""
+
+    def __init__(self, native: Any, path: str) -> None:
+        super().__init__()
+        self._path = path
+        self._n = native
+
+    @property
+    def name(self) -> str:
+        """The path given to ``open``."""
+        return self._path
+
+    @property
+    def mode(self) -> str:
+        """The access, as for built-in files: ``"rb"`` or ``"wb"``."""
+        return self._access
+
+    @property
+    def decision(self) -> Dict[str, str]:
+        """The I/O mode in use and why: ``{"mode": ..., "reason": ...}``."""
+        m, r = self._n.decision()
+        return {"mode": m, "reason": r}
+
+    def fileno(self) -> int:
+        self._checkClosed()
+        return self._n.fileno()
+
+    def __repr__(self) -> str:
+        return f"<cacheless.{type(self).__name__} name={self._path!r} mode={self._access!r} closed={self.closed}>"
+
+
+class CachelessReader(_File):
+    """A file open for reading: ``readinto`` fills any writable buffer, straight from the device
+    (zero-copy) when the buffer is large and its address and the position are aligned, else
+    from the read-ahead. Seekable; ``io.BufferedReader(f)`` works too."""
+
+    _access = "rb"
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], **options: Any) -> None:
+        p = os.fspath(path)
+        super().__init__(_native.Reader(p, **options), p)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:  # type: ignore[override]
+        self._checkClosed()
+        return self._n.readinto(buffer)
+
+    def readall(self) -> bytes:
+        self._checkClosed()
+        return self._n.readall()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._checkClosed()
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._n.tell() + offset
+        elif whence == io.SEEK_END:
+            pos = self._n.size() + offset
+        else:
+            raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
+        if pos < 0:
+            raise OSError(22, "Invalid argument: negative seek position", self._path)
+        return self._n.seek(pos)
+
+    def tell(self) -> int:
+        self._checkClosed()
+        return self._n.tell()
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._n.close()
+            finally:
+                super().close()
+
+
+class CachelessWriter(_File):
+    """A file being written: under a temporary name beside the destination until ``close()``,
+    which writes the rest, fdatasyncs (unless ``sync=False``) and renames it into place. An
+    exception inside a ``with`` block, ``discard()``, or dropping the object unclosed removes
+    the temporary and leaves the destination as it was. Sequential: ``seek`` only to the
+    current position."""
+
+    _access = "wb"
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], **options: Any) -> None:
+        p = os.fspath(path)
+        super().__init__(_native.Writer(p, **options), p)
+        self.report: Optional[Dict[str, Any]] = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, buffer: Any) -> int:  # type: ignore[override]
+        self._checkClosed()
+        return self._n.write(buffer)
+
+    def tell(self) -> int:
+        self._checkClosed()
+        return self._n.tell()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._checkClosed()
+        here = self._n.tell()
+        if (whence == io.SEEK_CUR and offset == 0) or (whence == io.SEEK_SET and offset == here):
+            return here
+        raise io.UnsupportedOperation("cacheless writers are sequential: seek only to the current position")
+
+    def close(self) -> None:
+        """Commits the file: writes the rest, makes it durable and renames it into place."""
+        if not self.closed:
+            try:
+                self.report = self._n.commit()
+            finally:
+                super().close()
+
+    def discard(self) -> None:
+        """Abandons the file: the temporary is removed, the destination left as it was."""
+        if not self.closed:
+            try:
+                self._n.discard()
+            finally:
+                super().close()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.discard()
+        else:
+            self.close()
+
+    def __del__(self) -> None:
+        # Never commit a file nobody closed: it may be incomplete.
+        if not getattr(self, "closed", True) and hasattr(self, "_n"):
+            warnings.warn(f"unclosed cacheless writer for {self._path!r}: discarded, nothing was written under that name", ResourceWarning, stacklevel=2)
+            self.discard()
+
+
+def open(
+    path: Union[str, "os.PathLike[str]"],
+    access: str = "rb",
+    mode: str = "auto",
+    *,
+    memory: Union[int, str, None] = None,
+    size_hint: Optional[int] = None,
+    sync: bool = True,
+    **options: Any,
+) -> Union[CachelessReader, CachelessWriter]:
+    """Opens a file for reading (``"rb"``) or writing (``"wb"``) as an ``io.RawIOBase``.
+
+    ``mode`` is the I/O mode ("auto", "direct", "dontcache", "writebehind", "buffered"). For
+    writing, ``size_hint`` (the final size, if known) picks the mode and preallocates, and
+    ``sync=False`` skips the fdatasync before the rename. ``backend=``, ``block_size=`` and
+    ``queue_depth=`` tune the engine. Binary only: wrap in
+    ``io.TextIOWrapper(io.BufferedReader(f))`` for text.
+    """
+    if access in ("rb", "br"):
+        return CachelessReader(path, mode=mode, memory=memory, **options)
+    if access in ("wb", "bw"):
+        return CachelessWriter(path, mode=mode, memory=memory, size_hint=size_hint, sync=sync, **options)
+    raise ValueError(f"access must be 'rb' or 'wb', not {access!r} (cacheless files are binary: wrap one in io.TextIOWrapper for text; mode= is the I/O mode)")

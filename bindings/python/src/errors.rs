@@ -1,0 +1,99 @@
+//! The one place where engine, archive and safetensors errors become Python exceptions.
+//!
+//! OS errors become `OSError` with `errno`, `strerror` and `filename` (Python picks the
+//! subclass from the errno: `FileNotFoundError`, `PermissionError`, ...); a mode the caller
+//! forced that the filesystem cannot honour is `cacheless.UnsupportedError` (an `OSError`);
+//! malformed input is `ValueError` naming the file and what is wrong. The engine's structured
+//! hint (the modes or backends to try instead) is worded here in the Python API's own terms,
+//! its keyword arguments (`use mode="auto" or mode="dontcache"`).
+
+use std::path::Path;
+
+use cacheless::{ErrorKind, Hint};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyKeyError, PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+create_exception!(
+    cacheless,
+    UnsupportedError,
+    PyOSError,
+    "A mode the caller forced (mode=\"direct\", backend=\"uring\", ...) that this file's filesystem or kernel cannot honour."
+);
+
+/// A hint in the words of the Python API: the keyword arguments to pass instead
+/// (`use mode="auto" or mode="dontcache"`), never command-line flags.
+pub fn hint_text(h: &Hint) -> String {
+    h.sentence(|setting, value, _| format!("{setting}=\"{value}\""))
+}
+
+/// The OS error's text without Rust's " (os error N)" suffix (Python shows the errno itself).
+fn reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" (os error ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+fn os_error(errno: Option<i32>, text: String, path: &Path) -> PyErr {
+    PyOSError::new_err((errno, text, path.to_string_lossy().into_owned()))
+}
+
+/// An engine error as the Python exception a caller expects: `strerror` is the operation, the
+/// OS error (or the engine's message), the engine's note on the cause and the hint.
+pub fn engine(e: &cacheless::Error) -> PyErr {
+    let mut text = format!("{}: {}", e.op(), reason(e.io_error()));
+    if let Some(n) = e.note() {
+        text += &format!(" ({n})");
+    }
+    if let Some(h) = e.hint().map(hint_text) {
+        text += &format!("; {h}");
+    }
+    let path = e.path();
+    match e.kind() {
+        ErrorKind::Unsupported => UnsupportedError::new_err((e.errno().unwrap_or(libc::EOPNOTSUPP), text, path.to_string_lossy().into_owned())),
+        ErrorKind::Interrupted => PyKeyboardInterrupt::new_err(text),
+        ErrorKind::SameFile => Python::attach(|py| {
+            let msg = format!("{}: {text}", path.display());
+            match py.import("shutil").and_then(|m| m.getattr("SameFileError")).and_then(|t| t.call1((msg,))) {
+                Ok(v) => PyErr::from_value(v),
+                Err(err) => err,
+            }
+        }),
+        ErrorKind::InvalidInput if e.errno().is_none() && path.is_dir() => os_error(Some(libc::EISDIR), text, path),
+        ErrorKind::InvalidInput if e.errno().is_none() => PyValueError::new_err(format!("{}: {text}", path.display())),
+        ErrorKind::NotFound if e.errno().is_none() => os_error(Some(libc::ENOENT), text, path),
+        ErrorKind::PermissionDenied if e.errno().is_none() => os_error(Some(libc::EACCES), text, path),
+        ErrorKind::AlreadyExists if e.errno().is_none() => os_error(Some(libc::EEXIST), text, path),
+        _ => os_error(e.errno(), text, path),
+    }
+}
+
+/// A safetensors error: malformed files and inconsistent tensors are `ValueError`, a missing
+/// tensor `KeyError`, the rest as [`engine`].
+pub fn safetensors(e: cacheless_safetensors::Error) -> PyErr {
+    match e {
+        cacheless_safetensors::Error::Engine(e) => engine(&e),
+        cacheless_safetensors::Error::NoTensor { .. } => PyKeyError::new_err(e.to_string()),
+        other => PyValueError::new_err(other.to_string()),
+    }
+}
+
+/// An archive error: an OS error is `OSError` naming the path it was applied to, an
+/// interruption `KeyboardInterrupt`, a corrupt or truncated archive `ValueError` naming it.
+pub fn archive(e: cacheless_archive::Error, archive: &Path) -> PyErr {
+    use cacheless_archive::Error as A;
+    match e {
+        A::Engine(e) => engine(&e),
+        A::Io { op, path, error } => os_error(error.raw_os_error(), format!("{op}: {}", reason(&error)), &path),
+        A::Interrupted { entry } if entry.is_empty() => PyKeyboardInterrupt::new_err(format!("extract {}: interrupted", archive.display())),
+        A::Interrupted { .. } => PyKeyboardInterrupt::new_err(format!("extract {}: {e}", archive.display())),
+        other => PyValueError::new_err(format!("{}: {other}", archive.display())),
+    }
+}
+
+/// A worker thread panicked: a bug, reported as such.
+pub fn panicked(what: &str) -> PyErr {
+    PyRuntimeError::new_err(format!("internal error: {what} panicked (please report it)"))
+}

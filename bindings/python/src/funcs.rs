@@ -1,0 +1,149 @@
+//! Module-level calls: info, residency, evict, read_file, copy, extract, hash.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cacheless::{copy_file, Mode, Progress};
+use cacheless_safetensors::arena::read_whole;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use serde::Serialize;
+
+use crate::arena::PyArena;
+use crate::errors;
+use crate::job::{self, Measure};
+use crate::opts::{to_py, Options, ARENA, READ};
+
+fn mode(m: &str) -> PyResult<Mode> {
+    m.parse().map_err(|e: String| PyValueError::new_err(format!("mode=: {e}")))
+}
+
+/// What `cacheless info PATH --json` reports for one path, plus the kernel-wide `system`.
+#[pyfunction]
+#[pyo3(signature = (path, mode = "auto"))]
+pub fn info<'py>(py: Python<'py>, path: PathBuf, mode: &str) -> PyResult<Bound<'py, PyAny>> {
+    let m = self::mode(mode)?;
+    let i = py.detach(|| cacheless::info::describe(&path, m)).map_err(|e| errors::engine(&e))?;
+    let d = to_py(py, &i)?;
+    d.set_item("system", to_py(py, cacheless::caps::system())?)?;
+    Ok(d)
+}
+
+#[derive(Serialize)]
+struct Res {
+    path: PathBuf,
+    size: u64,
+    #[serde(flatten)]
+    r: cacheless::residency::Residency,
+    cached_bytes: u64,
+    fraction: f64,
+}
+
+/// How much of a file is in the page cache (cachestat, else mincore).
+#[pyfunction]
+pub fn residency<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyAny>> {
+    let (r, size) = py
+        .detach(|| -> cacheless::Result<_> {
+            let r = cacheless::residency::residency_of(&path)?;
+            let size = std::fs::metadata(&path).map_err(|e| cacheless::Error::io("stat", &path, e))?.len();
+            Ok((r, size))
+        })
+        .map_err(|e| errors::engine(&e))?;
+    to_py(py, &Res { path, size, r, cached_bytes: r.cached_bytes().min(size), fraction: r.fraction() })
+}
+
+#[derive(Serialize)]
+struct Evicted {
+    path: PathBuf,
+    before: cacheless::residency::Residency,
+    after: cacheless::residency::Residency,
+}
+
+/// Writes back and drops a file's pages from the page cache; residency before and after.
+#[pyfunction]
+pub fn evict<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyAny>> {
+    let (before, after) = py.detach(|| cacheless::residency::evict_path(&path)).map_err(|e| errors::engine(&e))?;
+    to_py(py, &Evicted { path, before, after })
+}
+
+/// Reads a whole file into one aligned buffer; returns (arena, (mode, reason)).
+#[pyfunction]
+#[pyo3(signature = (path, **options))]
+pub fn read_file(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<(PyArena, (String, String))> {
+    let o = Options::parse("read_file", options, ARENA)?;
+    let ao = o.arena();
+    let p = Progress::new();
+    let (arena, sr) = job::run(py, &p, o.callback(), || read_whole(&path, &ao, &p))?.map_err(errors::safetensors)?;
+    let len = arena.len();
+    let d = sr.decision();
+    Ok((PyArena::new(Arc::new(arena), len), (d.mode.to_string(), d.reason.clone())))
+}
+
+/// Copies one file (durable and atomic); returns the report.
+#[pyfunction]
+#[pyo3(signature = (src, dst, **options))]
+pub fn copy<'py>(py: Python<'py>, src: PathBuf, dst: PathBuf, options: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
+    let o = Options::parse("copy", options, &["mode", "backend", "memory", "block_size", "queue_depth", "progress", "sync"])?;
+    let (ro, wo) = (o.read(), o.write());
+    let p = Progress::new();
+    if let Ok(m) = std::fs::metadata(&src) {
+        p.add_total_bytes(m.len());
+    }
+    let rep = job::run(py, &p, o.callback(), || copy_file(&src, &dst, &ro, &wo, &p))?.map_err(|e| errors::engine(&e))?;
+    to_py(py, &rep)
+}
+
+/// Checksum of a file, read without leaving it cached: (hex digest, mode).
+#[pyfunction]
+#[pyo3(signature = (path, algo = "sha256", **options))]
+pub fn hash(py: Python<'_>, path: PathBuf, algo: &str, options: Option<&Bound<'_, PyDict>>) -> PyResult<(String, String)> {
+    let algo: cacheless::digest::Algo = algo.parse().map_err(|e: String| PyValueError::new_err(format!("algo=: {e}")))?;
+    let o = Options::parse("hash", options, READ)?;
+    let ro = o.read();
+    let p = Progress::new();
+    let work = || -> cacheless::Result<(String, String)> {
+        let mut r = cacheless::Reader::open(&path, &ro)?;
+        p.add_total_bytes(r.len());
+        let digest = cacheless::digest::hash_reader(&mut r, algo, &p)?;
+        Ok((digest, r.decision().mode.to_string()))
+    };
+    job::run(py, &p, o.callback(), work)?.map_err(|e| errors::engine(&e))
+}
+
+/// Unpacks a tar archive (any supported compression); returns the report. A corrupt or
+/// truncated archive is a `ValueError`; members that could not be written an `OSError` whose
+/// report is in its `report` attribute.
+#[pyfunction]
+#[pyo3(signature = (archive, dest, strip_components = 0, keep_old_files = false, **options))]
+pub fn extract<'py>(py: Python<'py>, archive: PathBuf, dest: PathBuf, strip_components: usize, keep_old_files: bool, options: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
+    let o = Options::parse("extract", options, &["mode", "memory", "threads", "progress", "sync"])?;
+    let mut eo = cacheless_archive::ExtractOptions::new(&dest);
+    eo.mode = o.mode;
+    eo.sync = o.sync;
+    eo.strip_components = strip_components;
+    eo.keep_old_files = keep_old_files;
+    eo.read_options = o.read();
+    eo.write_options = Some(o.write());
+    eo.budget = o.budget.clone();
+    if let Some(t) = o.threads {
+        eo.threads = t;
+    }
+    // One progress for the whole extraction: the archive's bytes read (its size is the total,
+    // set by the extraction once it has opened it) are what the callback is given.
+    let progress = Arc::new(Progress::new());
+    eo.progress = Some(progress.clone());
+    let input = cacheless_archive::Input::Path(archive.clone());
+    let mut rep = job::run_measured(py, &progress, Measure::Input, o.callback(), || cacheless_archive::extract(input, &eo))?.map_err(|e| errors::archive(e, &archive))?;
+    if let Some(e) = rep.fatal_error.take() {
+        return Err(errors::archive(e, &archive));
+    }
+    let report = to_py(py, &rep)?;
+    if rep.failure_count > 0 {
+        let msg = format!("{} of {} members could not be extracted; first: {}", rep.failure_count, rep.entries, rep.failures.first().map(String::as_str).unwrap_or("?"));
+        let err = pyo3::exceptions::PyOSError::new_err((Option::<i32>::None, msg, archive.to_string_lossy().into_owned()));
+        err.value(py).setattr("report", report)?;
+        return Err(err);
+    }
+    Ok(report)
+}

@@ -1,0 +1,39 @@
+//! The native module of the `cacheless` Python package (`cacheless._native`): the engine's
+//! file I/O, copy, extract and hash, and the safetensors loader and saver, with the GIL
+//! released for all I/O. The Python package (py_src/cacheless) is the public API; the names
+//! here are private to it.
+#![deny(unsafe_code)]
+
+mod arena;
+mod errors;
+mod files;
+mod funcs;
+mod job;
+mod opts;
+mod pybuf;
+mod st;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("UnsupportedError", m.py().get_type::<errors::UnsupportedError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<arena::PyArena>()?;
+    m.add_class::<files::PyReader>()?;
+    m.add_class::<files::PyWriter>()?;
+    m.add_class::<st::PySafeFile>()?;
+    m.add_function(wrap_pyfunction!(funcs::info, m)?)?;
+    m.add_function(wrap_pyfunction!(funcs::residency, m)?)?;
+    m.add_function(wrap_pyfunction!(funcs::evict, m)?)?;
+    m.add_function(wrap_pyfunction!(funcs::read_file, m)?)?;
+    m.add_function(wrap_pyfunction!(funcs::copy, m)?)?;
+    m.add_function(wrap_pyfunction!(funcs::hash, m)?)?;
+    m.add_function(wrap_pyfunction!(funcs::extract, m)?)?;
+    m.add_function(wrap_pyfunction!(st::st_load, m)?)?;
+    m.add_function(wrap_pyfunction!(st::st_load_model, m)?)?;
+    m.add_function(wrap_pyfunction!(st::st_parse, m)?)?;
+    m.add_function(wrap_pyfunction!(st::st_save, m)?)?;
+    m.add_function(wrap_pyfunction!(st::st_serialize, m)?)?;
+    Ok(())
+}

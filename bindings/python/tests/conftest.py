@@ -1,0 +1,64 @@
+"""Shared fixtures: scratch folders on a real disk, feature requirements, page-cache helpers."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import cacheless
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def disk():
+    """A scratch folder on a disk filesystem (under target/, as the Rust tests use), not tmpfs."""
+    base = Path(os.environ.get("CACHELESS_TEST_DIR", REPO / "target" / "pytest-tmp"))
+    base.mkdir(parents=True, exist_ok=True)
+    d = Path(tempfile.mkdtemp(dir=base))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def required(feature):
+    return feature in [f.strip() for f in os.environ.get("CACHELESS_REQUIRE", "").split(",")]
+
+
+def require(feature, available, reason):
+    """Skips the test (with the reason shown by pytest -rs) when a kernel feature is missing,
+    or fails it when CACHELESS_REQUIRE names the feature."""
+    if available:
+        return
+    if required(feature):
+        pytest.fail(f"{feature} is required by CACHELESS_REQUIRE but unavailable: {reason}")
+    pytest.skip(f"{feature} unavailable: {reason}")
+
+
+def require_direct(folder):
+    fs = cacheless.info(folder)["fs"]
+    direct = fs["direct"]
+    require("direct", "Ok" in direct, str(direct.get("Err", direct)))
+
+
+def fraction_cached(path):
+    r = cacheless.residency(path)
+    return r["cached_pages"] / max(r["total_pages"], 1)
+
+
+def fincore_fraction(path):
+    """The same figure from util-linux fincore (mincore-based), when it is installed."""
+    if shutil.which("fincore") is None:
+        return None
+    out = subprocess.run(["fincore", "-b", "-n", "-o", "RES,SIZE", str(path)], capture_output=True, text=True, check=True).stdout.split()
+    return int(out[0]) / max(int(out[1]), 1)
+
+
+def run_python(code, env=None, timeout=120):
+    """Runs code in a fresh interpreter (fresh capability probes), returning the completed process."""
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=timeout)

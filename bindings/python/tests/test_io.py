@@ -1,0 +1,343 @@
+"""cacheless.open, read_file, copy, extract, hash, info, residency, evict: byte-exact against
+the built-in open and the standard library; errors; the GIL; interrupts."""
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import cacheless
+from conftest import REPO, fraction_cached, require_direct, run_python
+
+SIZES = [0, 1, 511, 4095, 4096, 4097, 1 << 20, (3 << 20) + 17]
+
+
+def random_file(path, size, seed=0):
+    data = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_reads_match_the_builtin_open_at_odd_sizes_and_offsets(disk, size):
+    p = disk / "f.bin"
+    data = random_file(p, size, size)
+    rng = np.random.default_rng(size)
+    with cacheless.open(p, "rb") as f, open(p, "rb") as ref:
+        assert f.readable() and f.seekable() and not f.writable()
+        assert f.read() == ref.read() == data
+        for _ in range(40):
+            pos = int(rng.integers(0, size + 2))
+            n = int(rng.integers(0, 3 << 20))
+            assert f.seek(pos) == ref.seek(pos)
+            kind = rng.integers(0, 4)
+            if kind == 0:
+                assert f.read(n) == ref.read(n)
+            elif kind == 1:
+                buf = bytearray(n + 7)
+                view = memoryview(buf)[3 : 3 + n]  # deliberately misaligned
+                k = f.readinto(view)
+                assert bytes(view[:k]) == ref.read(n)
+            elif kind == 2:
+                arr = np.zeros(n // 4 + 1, dtype=np.float32)  # a numpy array, any dtype
+                k = f.readinto(arr)
+                assert arr.view(np.uint8)[:k].tobytes() == ref.read(arr.nbytes)
+            else:
+                assert f.seek(-min(pos, 10), io.SEEK_CUR) == ref.seek(-min(pos, 10), io.SEEK_CUR)
+                assert f.read(100) == ref.read(100)
+            assert f.tell() == ref.tell()
+        assert f.seek(0, io.SEEK_END) == size
+        with pytest.raises(OSError):
+            f.seek(-1)
+
+
+def test_large_aligned_reads_go_straight_into_the_buffer(disk):
+    p = disk / "big.bin"
+    data = random_file(p, (8 << 20) + 3, 1)
+    cacheless.evict(p)
+    buf = memoryview(cacheless.read_file(disk / "big.bin"))  # page-aligned, writable
+    buf[:] = b"\0" * len(buf)
+    with cacheless.open(p, "rb") as f:
+        assert f.readinto(buf[: 4 << 20]) == 4 << 20
+        assert f.readinto(buf[4 << 20 :]) == len(data) - (4 << 20)
+        assert f.readinto(buf) == 0
+    assert bytes(buf) == data
+
+
+def test_buffered_reader_hashlib_and_copyfileobj_work(disk):
+    p = disk / "s.bin"
+    data = random_file(p, (5 << 20) + 123, 2)
+    with io.BufferedReader(cacheless.open(p, "rb")) as f:
+        assert f.readline() == data[: data.index(b"\n") + 1]
+        f.seek(1000)
+        assert f.read(10) == data[1000:1010]
+    with cacheless.open(p, "rb") as f:
+        assert hashlib.file_digest(f, "sha256").hexdigest() == hashlib.sha256(data).hexdigest()
+    out = disk / "copy.bin"
+    with cacheless.open(p, "rb") as src, cacheless.open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    assert out.read_bytes() == data
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_writes_match_and_appear_only_on_close(disk, size):
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    p = disk / "w.bin"
+    rng = np.random.default_rng(size + 1)
+    with cacheless.open(p, "wb", size_hint=size if size % 2 else None) as f:
+        assert f.writable() and not f.readable() and not f.seekable()
+        k = 0
+        while k < size:
+            n = int(rng.integers(1, 700_000))
+            chunk = data[k : k + n]
+            assert f.write(chunk if n % 3 else np.frombuffer(chunk, np.uint8)) == len(chunk)
+            k += n
+        assert f.tell() == size and f.seek(0, io.SEEK_CUR) == size
+        with pytest.raises(io.UnsupportedOperation):
+            f.seek(size + 1)
+        assert not p.exists(), "the final name must not exist before close"
+    assert p.read_bytes() == data
+    assert f.report["bytes"] == size and f.report["synced"] is True
+    assert os.listdir(disk) == ["w.bin"]
+
+
+def test_an_exception_or_an_unclosed_writer_leaves_nothing(disk):
+    p = disk / "x.bin"
+    p.write_bytes(b"old")
+    with pytest.raises(RuntimeError):
+        with cacheless.open(p, "wb") as f:
+            f.write(b"new data")
+            raise RuntimeError("boom")
+    assert p.read_bytes() == b"old" and os.listdir(disk) == ["x.bin"]
+    f = cacheless.open(p, "wb")
+    f.write(b"never closed")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        del f
+    assert any(issubclass(x.category, ResourceWarning) for x in w)
+    assert p.read_bytes() == b"old" and os.listdir(disk) == ["x.bin"]
+    f = cacheless.open(p, "wb")
+    f.discard()
+    assert f.closed and p.read_bytes() == b"old" and os.listdir(disk) == ["x.bin"]
+
+
+def test_the_gil_is_released_while_reading(disk):
+    p = disk / "gil.bin"
+    random_file(p, 64 << 20, 3)
+    ticks = []
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        for call in (lambda: cacheless.read_file(p), lambda: cacheless.open(p).readinto(bytearray(64 << 20)), lambda: cacheless.hash(p)):
+            cacheless.evict(p)
+            start = time.perf_counter()
+            call()
+            end = time.perf_counter()
+            assert any(start < x < end for x in ticks), "another Python thread never ran during the call: the GIL was held"
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_keyboard_interrupt_leaves_no_temporary_file(disk):
+    src = disk / "src.bin"
+    random_file(src, 96 << 20, 4)
+    out = disk / "out"
+    out.mkdir()
+    dst = out / "dst.bin"
+    with pytest.raises(KeyboardInterrupt):
+        cacheless.copy(src, dst, progress=lambda done, total: os.kill(os.getpid(), signal.SIGINT))
+    assert os.listdir(out) in ([], ["dst.bin"]), "a temporary file was left behind"
+    if dst.exists():
+        assert dst.read_bytes() == src.read_bytes(), "a copy that finished before the signal is whole"
+
+
+def test_a_signal_while_the_gil_is_released_cancels_the_call(disk):
+    src = disk / "src.bin"
+    random_file(src, 256 << 20, 10)
+    out = disk / "out"
+    out.mkdir()
+    code = f"""
+import os, signal, threading, time, cacheless
+out = {str(out)!r}
+def watch():
+    # Ctrl-C as soon as the copy's temporary file exists, i.e. while the copy runs.
+    while not os.listdir(out):
+        time.sleep(0.0005)
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=watch, daemon=True).start()
+try:
+    cacheless.copy({str(src)!r}, os.path.join(out, "dst.bin"))
+    print("finished")
+except KeyboardInterrupt:
+    print("interrupted", sorted(os.listdir(out)))
+"""
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] in ("interrupted", "finished"), done.stdout
+    leftovers = os.listdir(out)
+    assert leftovers in ([], ["dst.bin"]), f"a temporary file was left behind: {leftovers}"
+    if leftovers:
+        assert (out / "dst.bin").read_bytes() == src.read_bytes(), "a copy that finished before the signal is whole"
+
+
+def test_read_file_copy_and_hash(disk):
+    p = disk / "r.bin"
+    data = random_file(p, (2 << 20) + 5, 5)
+    mv = cacheless.read_file(p)
+    assert isinstance(mv, memoryview) and bytes(mv) == data and not mv.readonly
+    assert np.asarray(mv).__array_interface__["data"][0] % 4096 == 0
+    assert bytes(cacheless.read_file(disk / "r.bin", mode="buffered")) == data
+    seen = []
+    rep = cacheless.copy(p, disk / "c.bin", progress=lambda d, t: seen.append((d, t)))
+    assert (disk / "c.bin").read_bytes() == data and rep["write"]["bytes"] == len(data)
+    assert seen[-1] == (len(data), len(data))
+    sub = disk / "sub"
+    sub.mkdir()
+    cacheless.copy(p, sub)
+    assert (sub / "r.bin").read_bytes() == data
+    with pytest.raises(shutil.SameFileError):
+        cacheless.copy(p, p)
+    assert cacheless.hash(p) == hashlib.sha256(data).hexdigest()
+    empty = disk / "empty"
+    empty.write_bytes(b"")
+    # Reference digests of the empty input (BLAKE3 and XXH3-64 specifications).
+    assert cacheless.hash(empty, "blake3") == "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+    assert cacheless.hash(empty, "xxh3") == "2d06800538d394c2"
+    with pytest.raises(ValueError, match="unknown hash algorithm"):
+        cacheless.hash(p, "md4")
+
+
+def test_extract_matches_the_archive(disk):
+    tree = disk / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    files = {"a/one.bin": random_file(tree / "a" / "one.bin", 3 << 20, 6), "a/b/two.txt": random_file(tree / "a" / "b" / "two.txt", 1234, 7)}
+    arc = disk / "t.tar.gz"
+    with tarfile.open(arc, "w:gz") as t:
+        t.add(tree, arcname="tree")
+    seen = []
+    rep = cacheless.extract(arc, disk / "out", progress=lambda d, t: seen.append((d, t)))
+    assert rep["files"] == 2 and rep["failure_count"] == 0
+    for name, data in files.items():
+        assert (disk / "out" / "tree" / name).read_bytes() == data
+    assert seen[-1][1] == arc.stat().st_size
+    bad = disk / "bad.tar.gz"
+    bad.write_bytes(arc.read_bytes()[: arc.stat().st_size // 2])
+    with pytest.raises(ValueError, match="bad.tar.gz"):
+        cacheless.extract(bad, disk / "out2")
+
+
+def test_os_errors_carry_errno_and_filename(disk):
+    missing = disk / "missing.bin"
+    for call in (lambda: cacheless.open(missing), lambda: cacheless.read_file(missing), lambda: cacheless.hash(missing), lambda: cacheless.residency(missing)):
+        with pytest.raises(FileNotFoundError) as e:
+            call()
+        assert e.value.errno == 2 and e.value.filename == str(missing)
+    with pytest.raises(IsADirectoryError):
+        cacheless.open(disk)
+    with pytest.raises(FileNotFoundError):
+        cacheless.open(disk / "no" / "such" / "dir.bin", "wb")
+    with pytest.raises(ValueError, match="mode=.*second argument"):
+        cacheless.open(disk / "x", mode="rb")
+    with pytest.raises(ValueError, match="access must be"):
+        cacheless.open(disk / "x", "r+")
+    with pytest.raises(ValueError, match="unknown mode"):
+        cacheless.read_file(disk, mode="fast")
+
+
+def test_a_forced_mode_the_filesystem_cannot_honour_is_unsupported_error(disk):
+    p = disk / "u.bin"
+    random_file(p, 8192, 8)
+    code = f"""
+import cacheless
+try:
+    cacheless.read_file({str(p)!r}, mode="direct")
+except cacheless.UnsupportedError as e:
+    assert isinstance(e, OSError) and e.filename == {str(p)!r}, e
+    print("unsupported", e.errno, e)
+"""
+    done = run_python(code, env={"CACHELESS_DISABLE": "direct"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("unsupported 95 "), done.stdout
+    # The hint is worded in the Python API's keywords, never as command-line flags.
+    assert 'use mode="auto" or mode=' in done.stdout and "--mode" not in done.stdout, done.stdout
+
+
+def test_info_residency_and_evict_have_the_cli_fields(disk):
+    require_direct(disk)
+    p = disk / "i.bin"
+    random_file(p, 1 << 20, 9)
+    i = cacheless.info(p)
+    assert i["kind"] == "file" and i["size"] == 1 << 20 and i["read"]["mode"] == "buffered"
+    cli = REPO / "target" / "release" / "cacheless"
+    if cli.exists():
+        report = json.loads(subprocess.run([str(cli), "--json", "info", str(p)], capture_output=True, text=True, check=True).stdout)
+        assert set(report["paths"][0]) == set(i) - {"system"}
+        assert set(report["system"]) == set(i["system"])
+    ev = cacheless.evict(p)
+    assert ev["before"]["cached_pages"] == ev["before"]["total_pages"] and ev["after"]["cached_pages"] == 0
+    r = cacheless.residency(p)
+    assert r["cached_pages"] == 0 and r["size"] == 1 << 20 and r["source"] in ("cachestat", "mincore")
+    cacheless.read_file(p)
+    assert fraction_cached(p) < 0.02, "read_file of a cold file left it cached"
+    assert cacheless.info(disk)["kind"] == "directory"
+
+
+def test_info_of_a_refused_mode_carries_the_structured_hint_as_the_cli_json_does(disk):
+    p = disk / "r.bin"
+    random_file(p, 8192, 10)
+    code = f"""
+import json, cacheless
+print(json.dumps(cacheless.info({str(p)!r}, mode="direct")))
+"""
+    done = run_python(code, env={"CACHELESS_DISABLE": "direct"})
+    assert done.returncode == 0, done.stderr
+    i = json.loads(done.stdout)
+    for side in ("read", "write"):
+        plan = i[side]
+        assert plan["mode"] == "direct" and plan["reason"].startswith("refused: "), plan
+        modes = plan["hint"]["modes"]
+        assert modes[0] == "auto" and len(modes) == 2 and modes[1] in ("dontcache", "writebehind"), plan
+        assert "--mode" not in plan["reason"], plan
+    cli = REPO / "target" / "release" / "cacheless"
+    if cli.exists():
+        env = dict(os.environ, CACHELESS_DISABLE="direct")
+        report = json.loads(subprocess.run([str(cli), "--mode", "direct", "--json", "info", str(p)], capture_output=True, text=True, check=True, env=env).stdout)
+        assert report["paths"][0]["read"] == i["read"] and report["paths"][0]["write"] == i["write"]
+
+
+def test_extract_in_a_forced_mode_the_filesystem_cannot_honour_is_unsupported_error(disk):
+    tree = disk / "tree"
+    tree.mkdir()
+    random_file(tree / "f.bin", 5000, 11)
+    arc = disk / "t.tar"
+    with tarfile.open(arc, "w") as t:
+        t.add(tree, arcname="tree")
+    code = f"""
+import cacheless
+try:
+    cacheless.extract({str(arc)!r}, {str(disk / "out")!r}, mode="direct")
+except cacheless.UnsupportedError as e:
+    print("unsupported", e.errno, e)
+"""
+    done = run_python(code, env={"CACHELESS_DISABLE": "direct"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("unsupported 95 ") and 'use mode="auto"' in done.stdout, done.stdout
+    assert not (disk / "out" / "tree").exists(), "nothing is extracted in a refused mode"

@@ -1,0 +1,69 @@
+"""The .pyi stubs of the native module say what the module has: the same names, and the
+same parameters for every function, class constructor and method."""
+
+import ast
+import inspect
+from pathlib import Path
+
+import cacheless
+from cacheless import _native
+
+STUB = Path(cacheless.__file__).with_name("_native.pyi")
+
+
+def stub_tree():
+    return ast.parse(STUB.read_text())
+
+
+def params(node):
+    """(name, kind) of each parameter a stub declares."""
+    a = node.args
+    out = [(x.arg, "positional") for x in a.posonlyargs + a.args] + [(x.arg, "keyword") for x in a.kwonlyargs]
+    if a.vararg:
+        out.append((a.vararg.arg, "*"))
+    if a.kwarg:
+        out.append((a.kwarg.arg, "**"))
+    return [p for p in out if p[0] != "self"]
+
+
+KINDS = {
+    inspect.Parameter.POSITIONAL_ONLY: "positional",
+    inspect.Parameter.POSITIONAL_OR_KEYWORD: "positional",
+    inspect.Parameter.KEYWORD_ONLY: "keyword",
+    inspect.Parameter.VAR_POSITIONAL: "*",
+    inspect.Parameter.VAR_KEYWORD: "**",
+}
+
+
+def runtime_params(obj):
+    """(name, kind) of each parameter of the compiled function, from its text signature."""
+    sig = inspect.signature(obj)
+    return [(n, KINDS[p.kind]) for n, p in sig.parameters.items() if n not in ("self", "$self")]
+
+
+def test_every_native_name_is_stubbed_and_every_stub_exists():
+    tree = stub_tree()
+    stubbed = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    stubbed |= {t.target.id for t in tree.body if isinstance(t, ast.AnnAssign) and isinstance(t.target, ast.Name)}
+    public = {n for n in dir(_native) if not n.startswith("_") or n == "__version__"}
+    assert public == {n for n in stubbed if not n.startswith("_") or n == "__version__"}
+
+
+def test_stub_signatures_match_the_module():
+    for node in stub_tree().body:
+        if isinstance(node, ast.FunctionDef):
+            assert params(node) == runtime_params(getattr(_native, node.name)), node.name
+        elif isinstance(node, ast.ClassDef) and node.name != "UnsupportedError":
+            cls = getattr(_native, node.name)
+            methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
+            runtime = {n for n, v in vars(cls).items() if not n.startswith("_") or n in ("__len__", "__array_interface__")}
+            assert runtime == {n for n in methods if n != "__init__"}, node.name
+            for name, m in methods.items():
+                if name == "__init__":
+                    assert params(m) == runtime_params(cls), f"{node.name}()"
+                elif not any(isinstance(d, ast.Name) and d.id == "property" for d in m.decorator_list):
+                    assert params(m) == runtime_params(getattr(cls, name)), f"{node.name}.{name}"
+
+
+def test_unsupported_error_is_an_os_error():
+    assert issubclass(cacheless.UnsupportedError, OSError)

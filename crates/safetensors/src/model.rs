@@ -1,0 +1,160 @@
+//! Sharded checkpoints: `model.safetensors.index.json` maps each tensor to the shard holding
+//! it; shards are read concurrently under one memory budget.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+use cacheless::Progress;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::load::{load_counted, LoadOptions, Loaded};
+
+/// The index of a sharded checkpoint (or a stand-in for a single file or a folder of them).
+#[derive(Debug, Clone)]
+pub struct ModelIndex {
+    /// The index file, if there is one.
+    pub index: Option<PathBuf>,
+    /// The shards, in name order.
+    pub shards: Vec<PathBuf>,
+    /// Tensor name to shard file name, from the index (empty without one).
+    pub weight_map: BTreeMap<String, String>,
+    /// The index's `metadata` object, if any.
+    pub metadata: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct IndexJson {
+    #[serde(default)]
+    metadata: Option<serde_json::Value>,
+    weight_map: BTreeMap<String, String>,
+}
+
+fn io(op: &'static str, p: &Path, e: std::io::Error) -> Error {
+    cacheless::Error::io(op, p, e).into()
+}
+
+impl ModelIndex {
+    /// Finds the checkpoint at `path`: an index file (`*.safetensors.index.json`), a single
+    /// `.safetensors` file, or a folder holding either (an index is preferred; without one,
+    /// every `.safetensors` file in it is a shard).
+    pub fn open(path: &Path) -> Result<ModelIndex> {
+        let meta = std::fs::metadata(path).map_err(|e| io("stat", path, e))?;
+        if !meta.is_dir() {
+            if path.to_string_lossy().ends_with(".json") {
+                return ModelIndex::from_index(path);
+            }
+            return Ok(ModelIndex { index: None, shards: vec![path.to_path_buf()], weight_map: BTreeMap::new(), metadata: None });
+        }
+        let mut indexes = Vec::new();
+        let mut files = Vec::new();
+        for e in std::fs::read_dir(path).map_err(|e| io("read directory", path, e))? {
+            let e = e.map_err(|e| io("read directory", path, e))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".safetensors.index.json") {
+                indexes.push(e.path());
+            } else if name.ends_with(".safetensors") && e.path().is_file() {
+                files.push(e.path());
+            }
+        }
+        indexes.sort();
+        files.sort();
+        let preferred = path.join("model.safetensors.index.json");
+        match indexes.len() {
+            0 if files.is_empty() => Err(Error::invalid(path, "no *.safetensors.index.json and no *.safetensors file in this folder")),
+            0 => Ok(ModelIndex { index: None, shards: files, weight_map: BTreeMap::new(), metadata: None }),
+            1 => ModelIndex::from_index(&indexes[0]),
+            _ if indexes.contains(&preferred) => ModelIndex::from_index(&preferred),
+            _ => Err(Error::invalid(path, format!("several index files ({}): name the one to load", indexes.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")))),
+        }
+    }
+
+    /// Reads an index file; its shard names must stay inside its folder.
+    pub fn from_index(index: &Path) -> Result<ModelIndex> {
+        let text = std::fs::read(index).map_err(|e| io("read", index, e))?;
+        let j: IndexJson = serde_json::from_slice(&text).map_err(|e| Error::invalid(index, format!("not a safetensors index (expected {{\"weight_map\": {{tensor: shard}}}}): {e}")))?;
+        let dir = index.parent().unwrap_or(Path::new("."));
+        let mut names: Vec<&String> = j.weight_map.values().collect();
+        names.sort();
+        names.dedup();
+        let mut shards = Vec::with_capacity(names.len());
+        for n in names {
+            let p = Path::new(n);
+            if n.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+                return Err(Error::invalid(index, format!("shard name '{n}' is not a plain file name in the index's folder")));
+            }
+            shards.push(dir.join(p));
+        }
+        Ok(ModelIndex { index: Some(index.to_path_buf()), shards, weight_map: j.weight_map, metadata: j.metadata })
+    }
+
+    /// Checks the index against the shards' headers: every tensor it names is in its shard,
+    /// and no tensor is in two shards.
+    fn check(&self, loaded: &[Loaded]) -> Result<()> {
+        let here = self.index.clone().unwrap_or_else(|| self.shards.first().cloned().unwrap_or_default());
+        let mut owner: HashMap<&str, &Path> = HashMap::new();
+        for l in loaded {
+            for t in l.header.tensors() {
+                if let Some(other) = owner.insert(&t.name, l.header.path()) {
+                    return Err(Error::invalid(&here, format!("tensor '{}' is in both {} and {}", t.name, other.display(), l.header.path().display())));
+                }
+            }
+        }
+        for (name, shard) in &self.weight_map {
+            let ok = owner.get(name.as_str()).is_some_and(|p| p.file_name().is_some_and(|f| Path::new(shard).file_name() == Some(f)));
+            if !ok {
+                return Err(Error::invalid(&here, format!("the index puts tensor '{name}' in {shard}, which does not hold it")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Loads every shard of the checkpoint at `path` (see [`ModelIndex::open`]), `parallel` at a
+/// time, all under `opts`' one memory budget, and checks them against the index. Returns the
+/// shards in [`ModelIndex::shards`] order. The first failure stops the others (it cancels
+/// `progress`) and is returned.
+pub fn load_model(path: &Path, opts: &LoadOptions, parallel: usize, progress: &Progress) -> Result<(ModelIndex, Vec<Loaded>)> {
+    let index = ModelIndex::open(path)?;
+    for s in &index.shards {
+        let len = std::fs::metadata(s).map_err(|e| io("stat", s, e))?.len();
+        progress.add_total_bytes(len);
+    }
+    let queue = Mutex::new(index.shards.iter().enumerate());
+    let results: Mutex<Vec<Option<Loaded>>> = Mutex::new((0..index.shards.len()).map(|_| None).collect());
+    let first: Mutex<Option<Error>> = Mutex::new(None);
+    let workers = parallel.clamp(1, index.shards.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                let Some((i, shard)) = next else { return };
+                if progress.is_cancelled() {
+                    return;
+                }
+                match load_counted(shard, None, opts, progress, false) {
+                    Ok(l) => results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(l),
+                    Err(e) => {
+                        let mut f = first.lock().unwrap_or_else(|e| e.into_inner());
+                        if f.is_none() {
+                            *f = Some(e);
+                            progress.cancel();
+                        }
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = first.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    let loaded: Vec<Loaded> = results.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().flatten().collect();
+    if loaded.len() != index.shards.len() {
+        let p = index.index.clone().unwrap_or_else(|| path.to_path_buf());
+        return Err(cacheless::Error::new(cacheless::ErrorKind::Interrupted, "load", p, "interrupted").into());
+    }
+    index.check(&loaded)?;
+    Ok((index, loaded))
+}
