@@ -62,8 +62,8 @@ impl Hint {
     }
 
     /// The hint as a sentence, `use A`, `use A or B`, `use A, B or C`, each choice worded by
-    /// `word(setting, value, place)` (place 0 first): a command line names its flag once
-    /// (`use --mode auto or dontcache`), an API each keyword (`use mode="auto" or mode="dontcache"`).
+    /// `word(setting, value, place)` (place 0 first): a front end may name its option once,
+    /// before the first value, or with each value (`use mode="auto" or mode="dontcache"`).
     pub fn sentence(&self, word: impl Fn(&str, &str, usize) -> String) -> String {
         let words: Vec<String> = self.values().into_iter().enumerate().map(|(i, v)| word(self.setting(), v, i)).collect();
         match words.as_slice() {
