@@ -13,8 +13,10 @@ What it measures, each in a fresh process so that memory and caches start clean:
                safetensors.numpy.load_file of each shard in turn
 For each: wall seconds, GiB/s, CPU seconds per GiB (user + system of the process, all its
 threads), the file's own pages left in the page cache afterwards (cachestat), and the growth of
-Cached in /proc/meminfo. Methods run in rotated order (a Latin square: every method in every
-position equally often over len(methods) runs), RUNS rounds; tables show medians.
+Cached in /proc/meminfo. Methods run in rotated order (bench/lib.sh's balanced Latin square:
+every method in every position, and right after every other method, equally often), RUNS
+rounds, the position recorded in raw.csv; cold trials start once writeback and kswapd are quiet.
+Tables show medians.
 
     bench/safetensors.sh                      # 4 GiB, 5 runs, scratch in /var/tmp
     bench/safetensors.sh --size 256M --runs 2 # a quick check that everything runs
@@ -200,9 +202,22 @@ def fastsafetensors_status() -> str | None:
     return None
 
 
+def lib_sh(command: str, *args: str, capture: bool = False) -> str:
+    """Runs a helper of bench/lib.sh, where every benchmark script takes its trial order and its
+    wait before a cold trial from."""
+    done = subprocess.run(["bash", "-c", f'source "$0"; {command} "$@"', str(ROOT / "bench" / "lib.sh"), *args], stdout=subprocess.PIPE if capture else None, text=True, check=True)
+    return done.stdout or ""
+
+
 def rotated(methods: list, run: int) -> list:
-    k = run % len(methods)
-    return methods[k:] + methods[:k]
+    """The methods in the order of round `run` (from 0) of bench/lib.sh's balanced Latin square."""
+    return lib_sh("rotate", str(run + 1), *methods, capture=True).split()
+
+
+def settle() -> None:
+    """Waits for writeback and kswapd to go quiet (bench/lib.sh), so a cold trial does not pay
+    for the one before it."""
+    lib_sh("settle")
 
 
 def med(rows: list, method: str, key: str) -> float:
@@ -293,6 +308,7 @@ def main() -> None:
         for run in range(a.runs):
             for pos, m in enumerate(rotated(methods, run)):
                 evict([str(path)])
+                settle()
                 before = cached_kib()
                 r = run_fio(str(path), *fio_best) if m == "fio" else run_child(m, str(path), env)
                 record("cold", m, run, pos, r, [str(path)], before)
@@ -310,6 +326,7 @@ def main() -> None:
         for run in range(a.runs):
             for pos, m in enumerate(rotated(methods, run)):
                 target = str(path) + ".out"
+                settle()
                 before = cached_kib()
                 r = run_child(m, str(path), env)
                 record("save", m, run, pos, r, [target], before)
@@ -335,6 +352,7 @@ def main() -> None:
         for run in range(a.runs):
             for pos, m in enumerate(rotated(methods, run)):
                 evict(shards)
+                settle()
                 before = cached_kib()
                 record("sharded", m, run, pos, run_child(m, str(index), env), shards, before)
 
