@@ -341,3 +341,19 @@ except cacheless.UnsupportedError as e:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("unsupported 95 ") and 'use mode="auto"' in done.stdout, done.stdout
     assert not (disk / "out" / "tree").exists(), "nothing is extracted in a refused mode"
+
+
+def test_a_forced_backend_that_is_unavailable_says_which_to_use_in_keywords(disk):
+    p = disk / "b.bin"
+    random_file(p, 9 << 20, 12)
+    code = f"""
+import cacheless
+try:
+    cacheless.read_file({str(p)!r}, backend="uring", block_size=1 << 20)
+except cacheless.UnsupportedError as e:
+    print("unsupported", e.errno, e)
+"""
+    done = run_python(code, env={"CACHELESS_DISABLE": "uring"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("unsupported "), done.stdout
+    assert 'use backend="auto" or backend="threads"' in done.stdout and "--backend" not in done.stdout, done.stdout
