@@ -15,11 +15,13 @@
 pub mod error;
 pub mod extract;
 pub mod fsops;
+pub mod pack;
 pub mod sink;
 pub mod source;
 pub mod tarparse;
 
 pub use error::{Error, Result};
 pub use extract::{extract, ExtractOptions, ExtractReport, ModeCounts, Progress};
+pub use pack::{pack, Output, PackOptions, PackReport};
 pub use sink::IoMode;
 pub use source::{Compression, Input, SourceInfo};
