@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use cacheless::Progress;
-use cacheless_archive::pack::{compression_for_name, parse_compression, parse_time, Owner, SortOrder, DEFAULT_FRAME_SIZE};
+use cacheless_archive::pack::{check_level, compression_for_name, parse_compression, parse_time, Owner, SortOrder, DEFAULT_FRAME_SIZE, MIN_FRAME_SIZE};
 use cacheless_archive::{pack, Compression, Output, PackOptions};
 use clap::{Args, ValueEnum};
 
@@ -102,11 +102,17 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
     let mut o = PackOptions::new(output, args.paths.clone());
     o.members.directory = args.directory.clone();
     o.compression = compression;
+    if let Some(l) = args.level {
+        check_level(compression, l).map_err(usage)?;
+    }
     o.level = args.level;
     if let Some(t) = args.threads {
         o.threads = t.max(1);
     }
     o.frame_size = args.frame_size.map(|f| f as usize).unwrap_or(DEFAULT_FRAME_SIZE);
+    if o.frame_size < MIN_FRAME_SIZE {
+        return Err(usage(format!("--frame-size {} is below the minimum of 64k", o.frame_size)));
+    }
     o.members.sort = match args.sort {
         SortArg::None => SortOrder::None,
         SortArg::Name => SortOrder::Name,

@@ -190,7 +190,8 @@ pub fn default_level(c: Compression) -> i32 {
     }
 }
 
-fn check_level(c: Compression, level: i32) -> std::result::Result<(), String> {
+/// Checks that `level` exists for `c`; the error says the range.
+pub fn check_level(c: Compression, level: i32) -> std::result::Result<(), String> {
     let (lo, hi) = match c {
         Compression::Zstd => {
             let r = zstd::compression_level_range();
