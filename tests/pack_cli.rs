@@ -1,0 +1,113 @@
+//! `cacheless pack` end to end: exit codes, unreadable inputs, pipes, usage errors, JSON.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn cacheless(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cacheless")).args(args).output().expect("run cacheless")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A world-readable scratch directory under /tmp (so the user nobody can use it too).
+fn scratch() -> tempfile::TempDir {
+    let d = tempfile::Builder::new().prefix("cacheless-pack").tempdir_in("/tmp").unwrap();
+    fs::set_permissions(d.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    d
+}
+
+fn tar_list(archive: &Path) -> Vec<String> {
+    // GNU tar 1.34 detects zstd by the frame magic, which a leading skippable frame hides.
+    let out = Command::new("tar").args(["-I", "zstd", "-tf"]).arg(archive).output().unwrap();
+    assert!(out.status.success(), "tar -t {}: {}", archive.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn unreadable_file_and_directory_are_reported_skipped_and_exit_1() {
+    let d = scratch();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("closed")).unwrap();
+    fs::write(src.join("closed/hidden"), "h").unwrap();
+    fs::write(src.join("secret"), "s").unwrap();
+    fs::write(src.join("open"), "o").unwrap();
+    for (p, m) in [("", 0o755), ("closed", 0o000), ("secret", 0o000), ("open", 0o644)] {
+        fs::set_permissions(src.join(p), fs::Permissions::from_mode(m)).unwrap();
+    }
+    let a = d.path().join("u.tar.zst");
+    let args = ["pack", "-o", s(&a), "-C", s(&src), "."];
+    // Root reads everything: run as nobody where we are root.
+    let out = if rustix::process::geteuid().is_root() {
+        Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_cacheless")]).args(&args[..]).output().unwrap()
+    } else {
+        cacheless(&args)
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("./secret: cannot open: Permission denied"), "{err}");
+    assert!(err.contains("./closed/: cannot open directory: Permission denied"), "{err}");
+    let names = tar_list(&a);
+    assert!(names.contains(&"./open".to_string()) && names.contains(&"./closed/".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("secret") || n.contains("hidden")), "{names:?}");
+}
+
+#[test]
+fn stdout_streams_a_valid_archive_into_a_pipe() {
+    let d = scratch();
+    let src = d.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("x"), vec![5u8; 3 << 20]).unwrap();
+    let pack = Command::new(env!("CARGO_BIN_EXE_cacheless")).args(["pack", "-o", "-", "-C", s(&src), "x"]).stdout(Stdio::piped()).spawn().unwrap();
+    let out = Command::new("tar").args(["-I", "zstd", "-xOf", "-"]).stdin(pack.stdout.unwrap()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout == vec![5u8; 3 << 20]);
+}
+
+#[test]
+fn compression_follows_the_extension_and_json_reports_it() {
+    let d = scratch();
+    let src = d.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), "data").unwrap();
+    for (ext, name, magic) in [("tar.gz", "gzip", &b"\x1f\x8b"[..]), ("tar.xz", "xz", b"\xfd7zXZ"), ("tar.lz4", "lz4", b"\x04\x22\x4d\x18"), ("tar", "none", b"")] {
+        let a = d.path().join(format!("a.{ext}"));
+        let out = cacheless(&["pack", "--json", "-o", s(&a), "-C", s(&src), "."]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["compression"], name);
+        assert_eq!(v["files"], 1);
+        assert_eq!(v["output_bytes"].as_u64(), Some(fs::metadata(&a).unwrap().len()));
+        let data = fs::read(&a).unwrap();
+        assert!(data.starts_with(magic), "{ext}");
+        if name == "none" {
+            assert_eq!(&data[257..263], b"ustar\0", "a plain ustar header first");
+        }
+    }
+}
+
+#[test]
+fn bad_pack_flags_exit_2_and_create_nothing() {
+    let d = scratch();
+    let a = d.path().join("a.tar.zst");
+    for args in [
+        &["pack", "-o", s(&a), "--compress", "rar", "."][..],
+        &["pack", "-o", s(&a), "--mtime", "yesterday", "."],
+        &["pack", "-o", s(&a), "--level", "99", "."],
+        &["pack", "-o", s(&a), "--compress", "lz4", "--level", "3", "."],
+        &["pack", "-o", s(&a), "--frame-size", "1k", "."],
+        &["pack", "-o", s(&a)],
+    ] {
+        let out = cacheless(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(!a.exists());
+    }
+    // A destination directory that does not exist: exit 1, the path named.
+    let missing = d.path().join("no/such/dir/a.tar");
+    let out = cacheless(&["pack", "-o", s(&missing), "."]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/dir"));
+}
