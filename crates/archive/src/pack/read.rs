@@ -21,6 +21,8 @@ use super::header::SparseMap;
 
 /// Chunks a file's reader may have handed on that the writer has not consumed yet.
 pub(crate) const CHANNEL: usize = 2;
+/// Most requests in flight per file.
+const MAX_DEPTH: usize = 4;
 
 /// A run of file data: an engine chunk (the first `len` bytes of it) or a buffer read into.
 pub(crate) enum Piece {
@@ -84,7 +86,9 @@ pub(crate) fn plan(base: &ReadOptions, size: u64, sparse: bool) -> (ReadOptions,
         ro.extra_buffers = 1;
         2
     } else {
-        ro.queue_depth = ro.queue_depth.clamp(1, blocks);
+        // The writer takes chunks in order and at most CHANNEL wait for it, so a deeper queue
+        // than a few requests only holds memory (and pages to register) without reading sooner.
+        ro.queue_depth = ro.queue_depth.clamp(1, blocks.min(MAX_DEPTH));
         ro.extra_buffers = CHANNEL + 2;
         ro.queue_depth + ro.extra_buffers
     };
