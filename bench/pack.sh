@@ -17,26 +17,11 @@
 # pack). A tiny smoke run: RUNS=1 LARGE=1 MEDIUM=20 SMALL=200 bench/pack.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=$(realpath "${CACHELESS:-target/release/cacheless}")
 WORK=${WORK:-/var/tmp/cacheless-bench-pack}
-RUNS=${RUNS:-5}
-LARGE=${LARGE:-16}
-MEDIUM=${MEDIUM:-4000}
-SMALL=${SMALL:-20000}
-SMALL_MAX_KIB=${SMALL_MAX_KIB:-40}
-NAME=${NAME:-snap-${LARGE}-${MEDIUM}-${SMALL}}
-EXTRA=${EXTRA:-}
-[ "$(id -u)" = 0 ] || { echo "needs root for drop_caches" >&2; exit 2; }
+. bench/snapshot-tree.sh
 for t in tar zstd fincore python3 /usr/bin/time; do
     command -v "$t" >/dev/null || { echo "needs $t" >&2; exit 2; }
 done
-mkdir -p "$WORK"
-TREE=$WORK/tree-$NAME
-if [ ! -f "$TREE.done" ]; then
-    rm -rf "$TREE"
-    python3 bench/extract_tree.py "$TREE" "$LARGE" "$MEDIUM" "$SMALL" "$SMALL_MAX_KIB"
-    touch "$TREE.done"
-fi
 TREE_BYTES=$(du -sb --apparent-size "$TREE" | cut -f1)
 FILES=$(find "$TREE" -type f | wc -l)
 OUT=$WORK/out
