@@ -510,3 +510,73 @@ fn stdout_output_is_the_same_archive() {
     assert_eq!(streamed.len() as u64, r.output_bytes);
     assert!(streamed == fs::read(&a).unwrap(), "streamed and file archives differ");
 }
+
+#[test]
+fn xattrs_are_stored_for_gnu_tar_when_asked() {
+    let work = tmp("cl-pkx-");
+    let src = work.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let f = src.join("tagged");
+    fs::write(&f, "data").unwrap();
+    match rustix::fs::setxattr(&f, "user.cacheless.test", b"value \x01\xff", rustix::fs::XattrFlags::empty()) {
+        Ok(()) => {}
+        Err(e) if e == rustix::io::Errno::OPNOTSUPP => {
+            println!("skipping: user xattrs unsupported on {}", f.display());
+            return;
+        }
+        Err(e) => panic!("setxattr: {e}"),
+    }
+    for with in [false, true] {
+        let a = work.path().join(format!("x{with}.tar"));
+        let mut o = opts(&src, &a, Compression::None);
+        o.members.xattrs = with;
+        packed(o);
+        let out = work.path().join(format!("out{with}"));
+        fs::create_dir_all(&out).unwrap();
+        run(Command::new("tar").args(["--xattrs", "--xattrs-include=user.*", "-xf"]).arg(&a).arg("-C").arg(&out));
+        let mut buf = [0u8; 64];
+        let got = rustix::fs::getxattr(out.join("tagged"), "user.cacheless.test", &mut buf).ok().map(|n| buf[..n].to_vec());
+        assert_eq!(got, with.then(|| b"value \x01\xff".to_vec()), "--xattrs {with}");
+    }
+}
+
+#[test]
+fn every_forced_mode_reads_and_writes_in_that_mode_or_is_refused_clearly() {
+    let work = tmp("cl-pkmode-");
+    let src = work.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("big"), vec![9u8; 5 << 20]).unwrap();
+    fs::write(src.join("small"), "small").unwrap();
+    let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
+    for (mode, feature) in [(IoMode::Direct, "direct"), (IoMode::DontCache, "dontcache"), (IoMode::WriteBehind, ""), (IoMode::Buffered, "")] {
+        let a = work.path().join(format!("{mode:?}.tar.zst"));
+        let mut o = opts(&src, &a, Compression::Zstd);
+        o.read_options.mode = mode;
+        o.write_options.mode = mode;
+        let r = match pack(o) {
+            Ok(r) => r,
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(!feature.is_empty() && msg.contains("unavailable"), "{mode:?}: {msg}");
+                assert!(!required.split(',').any(|f| f == feature), "CACHELESS_REQUIRE={required}: {msg}");
+                println!("skipping mode {mode:?}: {msg}");
+                assert!(!a.exists());
+                continue;
+            }
+        };
+        assert!(r.is_ok(), "{mode:?}: {:?}", r.failures);
+        let m = &r.read_modes;
+        let n = match mode {
+            IoMode::Direct => m.direct,
+            IoMode::DontCache => m.dontcache,
+            IoMode::WriteBehind => m.writebehind,
+            _ => m.buffered,
+        };
+        assert_eq!(n, 2, "{mode:?}: {m:?}");
+        assert_eq!(r.write.as_ref().unwrap().decision.mode, mode);
+        let out = work.path().join(format!("out-{mode:?}"));
+        fs::create_dir_all(&out).unwrap();
+        run(Command::new("tar").args(["-I", "zstd", "-xf"]).arg(&a).arg("-C").arg(&out));
+        assert!(fs::read(out.join("big")).unwrap() == vec![9u8; 5 << 20]);
+    }
+}

@@ -777,3 +777,49 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
     report.elapsed_s = t0.elapsed().as_secs_f64();
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_as_utc() {
+        assert_eq!(parse_time("@1700000000"), Ok((1_700_000_000, 0)));
+        assert_eq!(parse_time("0"), Ok((0, 0)));
+        assert_eq!(parse_time("1970-01-01"), Ok((0, 0)));
+        assert_eq!(parse_time("2000-03-01T00:00:00Z"), Ok((951_868_800, 0)));
+        assert_eq!(parse_time("2024-02-29 12:34:56.5"), Ok((1_709_210_096, 500_000_000)));
+        assert_eq!(parse_time("1969-12-31T23:59:59"), Ok((-1, 0)));
+        for bad in ["yesterday", "2024-13-01", "2024-01-01T25:00", "2024-01", ""] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn owners_parse_as_gnu_tar_takes_them() {
+        assert_eq!(Owner::parse("root", false), Ok(Owner { id: 0, name: "root".into() }));
+        assert_eq!(Owner::parse("+0", true), Ok(Owner { id: 0, name: "root".into() }));
+        assert_eq!(Owner::parse("builder:1234", false), Ok(Owner { id: 1234, name: "builder".into() }));
+        assert!(Owner::parse("no-such-user-here", false).unwrap_err().contains("NAME:ID"));
+        assert!(Owner::parse("x:y", true).is_err());
+    }
+
+    #[test]
+    fn compression_follows_the_name() {
+        for (n, c) in [
+            ("a.tar.zst", Compression::Zstd),
+            ("a.TZST", Compression::Zstd),
+            ("a.tgz", Compression::Gzip),
+            ("a.tar.xz", Compression::Xz),
+            ("a.tar.lz4", Compression::Lz4),
+            ("a.tar.bz2", Compression::Bzip2),
+            ("a.tar", Compression::None),
+        ] {
+            assert_eq!(compression_for_name(Path::new(n)), Some(c), "{n}");
+        }
+        assert_eq!(compression_for_name(Path::new("backup.img")), None);
+        assert_eq!(parse_compression("gz"), Ok(Compression::Gzip));
+        assert!(parse_compression("rar").is_err());
+        assert!(check_level(Compression::Gzip, 10).is_err() && check_level(Compression::Zstd, 19).is_ok());
+    }
+}
