@@ -61,8 +61,9 @@ fn stdout_streams_a_valid_archive_into_a_pipe() {
     let src = d.path().join("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("x"), vec![5u8; 3 << 20]).unwrap();
-    let pack = Command::new(env!("CARGO_BIN_EXE_cacheless")).args(["pack", "-o", "-", "-C", s(&src), "x"]).stdout(Stdio::piped()).spawn().unwrap();
-    let out = Command::new("tar").args(["-I", "zstd", "-xOf", "-"]).stdin(pack.stdout.unwrap()).output().unwrap();
+    let mut pack = Command::new(env!("CARGO_BIN_EXE_cacheless")).args(["pack", "-o", "-", "-C", s(&src), "x"]).stdout(Stdio::piped()).spawn().unwrap();
+    let out = Command::new("tar").args(["-I", "zstd", "-xOf", "-"]).stdin(pack.stdout.take().unwrap()).output().unwrap();
+    assert!(pack.wait().unwrap().success());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stdout == vec![5u8; 3 << 20]);
 }

@@ -302,7 +302,7 @@ mod tests {
         long.extend_from_slice(b"/file");
         let (p, n) = split_ustar(&long).unwrap();
         assert_eq!((p.len(), n), (120, &b"file"[..]));
-        assert!(split_ustar(&vec![b'x'; 101]).is_none(), "no slash: cannot split");
+        assert!(split_ustar(&[b'x'; 101]).is_none(), "no slash: cannot split");
         let mut out = Vec::new();
         append(&mut out, &vec![b'x'; 300], &fields(Kind::File), None);
         assert_eq!(out.len(), 3 * 512, "pax header, its records, ustar header");
