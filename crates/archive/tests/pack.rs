@@ -254,6 +254,11 @@ fn odd_inputs_are_stored_or_reported_and_the_archive_stays_valid() {
     fs::write(src.join("new\nline"), "x").unwrap();
     fs::write(src.join("tab\tname"), "y").unwrap();
     let sock = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
+    // A device node (root only), stored as GNU tar stores it.
+    if rustix::process::geteuid().is_root() {
+        use rustix::fs::{makedev, mknodat, FileType, Mode, CWD};
+        mknodat(CWD, &src.join("null"), FileType::CharacterDevice, Mode::from_raw_mode(0o640), makedev(1, 3)).unwrap();
+    }
     let a = work.path().join("odd.tar");
     let r = packed(opts(&src, &a, Compression::None));
     drop(sock);
@@ -267,6 +272,11 @@ fn odd_inputs_are_stored_or_reported_and_the_archive_stays_valid() {
     assert_same_tree(&out, &src, "odd names");
     let names = tar_names("tar", &a, Compression::None);
     assert!(names.iter().any(|n| n == "./new\\nline"), "GNU tar quotes the newline: {names:?}");
+    if rustix::process::geteuid().is_root() {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let m = fs::symlink_metadata(out.join("null")).unwrap();
+        assert!(m.file_type().is_char_device() && m.rdev() == rustix::fs::makedev(1, 3), "{m:?}");
+    }
 }
 
 /// Output that is slow to take data, so that the reading is still going on when a test

@@ -662,6 +662,9 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
         Output::Stream(s) => (Sink::Stream(s), PathBuf::from("-")),
     };
     let members = opts.members.clone();
+    let codecs = (0..sh.workers)
+        .map(|_| frames::Codec::new(c, level).map_err(|e| Error::Unsupported(format!("{} level {level}: {e}", c.name()))))
+        .collect::<Result<Vec<_>>>()?;
 
     // Read-ahead threads.
     let (job_tx, job_rx) = sync_channel::<Job>(opts.read_threads.max(1) * 2);
@@ -701,8 +704,7 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
             }
         })?);
     }
-    for i in 0..sh.workers {
-        let codec = frames::Codec::new(c, level).map_err(|e| Error::Unsupported(format!("{} level {level}: {e}", c.name())))?;
+    for (i, codec) in codecs.into_iter().enumerate() {
         let (rx, tx, pool) = (frame_rx.clone(), out_tx.clone(), pool.clone());
         workers.push(spawn(&format!("cacheless-pack-{}-{i}", c.name()), move || frames::worker(codec, rx, tx, pool, keep))?);
     }
@@ -743,7 +745,8 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
     let res = write_members(&slot_rx, &mut tar, &mut counts, &progress);
     // Stop the walk and the readers (their sends fail once the receivers are gone).
     drop(slot_rx);
-    let _ = dispatcher.join();
+    // A walk that panicked would have ended the archive early: never keep such an archive.
+    let walked = dispatcher.join().is_ok();
     for r in readers {
         let _ = r.join();
     }
@@ -762,11 +765,14 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
     if let Some(e) = outcome.error {
         return Err(Error::io("write", &out_name, e));
     }
+    let lost = |what: &str| Err(Error::io("write", &out_name, std::io::Error::other(format!("{what}; the archive was removed"))));
     match res {
         Err(Stop::Cancelled) => return Err(interrupted(&out_name)),
-        Err(Stop::Closed) => return Err(Error::io("write", &out_name, std::io::Error::other("the output stage stopped"))),
+        Err(Stop::Closed) => return lost("the output stage stopped"),
         Ok(_) if progress.is_cancelled() => return Err(interrupted(&out_name)),
-        Ok(frames) => counts.report.frames = frames.max(outcome.frames),
+        Ok(_) if !walked => return lost("the walk of the inputs failed"),
+        Ok(frames) if frames != outcome.frames => return lost("a compression worker failed"),
+        Ok(frames) => counts.report.frames = frames,
     }
     match outcome.sink {
         Sink::File(w) => counts.report.write = Some(w.finish()?),
