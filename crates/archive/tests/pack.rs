@@ -257,7 +257,7 @@ fn odd_inputs_are_stored_or_reported_and_the_archive_stays_valid() {
     // A device node (root only), stored as GNU tar stores it.
     if rustix::process::geteuid().is_root() {
         use rustix::fs::{makedev, mknodat, FileType, Mode, CWD};
-        mknodat(CWD, &src.join("null"), FileType::CharacterDevice, Mode::from_raw_mode(0o640), makedev(1, 3)).unwrap();
+        mknodat(CWD, src.join("null"), FileType::CharacterDevice, Mode::from_raw_mode(0o640), makedev(1, 3)).unwrap();
     }
     let a = work.path().join("odd.tar");
     let r = packed(opts(&src, &a, Compression::None));
