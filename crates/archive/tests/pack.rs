@@ -590,3 +590,43 @@ fn every_forced_mode_reads_and_writes_in_that_mode_or_is_refused_clearly() {
         assert!(fs::read(out.join("big")).unwrap() == vec![9u8; 5 << 20]);
     }
 }
+
+#[test]
+fn the_archive_is_not_stored_in_itself() {
+    let work = tmp("cl-pkself-");
+    let src = work.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a"), "a").unwrap();
+    // An older archive under the final name and the new one being written are both in the tree.
+    let a = src.join("self.tar");
+    fs::write(&a, "old archive").unwrap();
+    let r = packed(opts(&src, &a, Compression::None));
+    assert_eq!(r.warnings.iter().filter(|w| w.contains("file is the archive; not dumped")).count(), 2, "{:?}", r.warnings);
+    assert_eq!(tar_names("tar", &a, Compression::None), vec![".", "./a"]);
+}
+
+#[test]
+fn one_file_system_stores_a_mount_point_but_not_what_is_under_it() {
+    let work = tmp("cl-pkofs-");
+    let src = work.path().join("src");
+    let mnt = src.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    fs::write(src.join("here"), "here").unwrap();
+    if !Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&mnt).status().is_ok_and(|s| s.success()) {
+        println!("skipping: cannot mount a tmpfs (needs root)");
+        return;
+    }
+    fs::write(mnt.join("there"), "there").unwrap();
+    let mut names = Vec::new();
+    for one in [false, true] {
+        let a = work.path().join(format!("o{one}.tar"));
+        let mut o = opts(&src, &a, Compression::None);
+        o.members.one_file_system = one;
+        let r = pack(o);
+        names.push(r.map(|_| tar_names("tar", &a, Compression::None)));
+    }
+    let _ = Command::new("umount").arg(&mnt).status();
+    let names: Vec<Vec<String>> = names.into_iter().map(|n| n.unwrap()).collect();
+    assert_eq!(names[0], vec![".", "./here", "./mnt", "./mnt/there"]);
+    assert_eq!(names[1], vec![".", "./here", "./mnt"]);
+}
