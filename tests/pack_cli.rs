@@ -112,3 +112,19 @@ fn bad_pack_flags_exit_2_and_create_nothing() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/dir"));
 }
+
+#[test]
+fn a_budget_smaller_than_a_frame_is_exceeded_with_a_warning_not_waited_on() {
+    let d = scratch();
+    let src = d.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    for i in 0..20 {
+        fs::write(src.join(format!("f{i}")), vec![i as u8; 300_000]).unwrap();
+    }
+    let a = d.path().join("m.tar.zst");
+    let out = cacheless(&["pack", "--memory", "1M", "--frame-size", "1M", "-o", s(&a), "-C", s(&src), "."]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("warning: --memory 1 MiB is less than pack needs"), "{err}");
+    assert_eq!(tar_list(&a).len(), 21);
+}

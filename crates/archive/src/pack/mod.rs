@@ -391,12 +391,14 @@ enum Slot {
 
 /// Shares of the budget for the output, the compression and the read-ahead.
 struct Shares {
-    _carved: Vec<cacheless::buf::Lease>,
+    _carved: cacheless::buf::Lease,
     write: Budget,
     comp: Budget,
     read: Budget,
     workers: usize,
     slots: usize,
+    /// Bytes the shares need beyond the budget (one frame and one request each at least).
+    over: usize,
 }
 
 fn shares(o: &PackOptions, frame: usize) -> Shares {
@@ -411,10 +413,12 @@ fn shares(o: &PackOptions, frame: usize) -> Shares {
     // One frame filling, one per worker compressing, one being written, one spare.
     let slots = fit.saturating_sub(workers).clamp(1, workers + 3);
     // The workers' scratch (output produced while the input still exists) is reserved with
-    // the frames: a worker never waits for it.
-    let carved: Vec<_> = [wbytes, workers * frame, slots * frame, rbytes].iter().map(|&n| o.budget.lease(n.max(1), 1, 1, 1)).collect();
+    // the frames: a worker never waits for it. One lease for all the shares, so that a budget
+    // smaller than they need is exceeded (and reported) rather than waited on forever.
+    let want = wbytes + workers * frame + slots * frame + rbytes;
+    let carved = o.budget.lease(want.min(total).max(1), 1, 1, 1);
     let (write, comp, read) = (Budget::new(wbytes.max(1)), Budget::new((slots * frame).max(1)), Budget::new(rbytes.max(1)));
-    Shares { _carved: carved, write, comp, read, workers, slots }
+    Shares { _carved: carved, write, comp, read, workers, slots, over: want.saturating_sub(total) }
 }
 
 struct Counts {
@@ -741,6 +745,14 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
             elapsed_s: 0.0,
         },
     };
+    if sh.over > 0 {
+        counts.warn(format!(
+            "--memory {} MiB is less than pack needs with {} MiB frames (one per compression stage, plus the writer's and the read-ahead's buffers): using {} MiB more",
+            opts.budget.limit() >> 20,
+            frame >> 20,
+            sh.over.div_ceil(1 << 20)
+        ));
+    }
     let mut tar = TarOut::new(frame, frame_tx, sh.comp.clone(), pool);
     let res = write_members(&slot_rx, &mut tar, &mut counts, &progress);
     // Stop the walk and the readers (their sends fail once the receivers are gone).
