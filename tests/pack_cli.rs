@@ -111,6 +111,11 @@ fn bad_pack_flags_exit_2_and_create_nothing() {
     let out = cacheless(&["pack", "-o", s(&missing), "."]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/dir"));
+    // A directory under the archive's name: refused before any work, the directory untouched.
+    let out = cacheless(&["pack", "-o", s(d.path()), "."]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Is a directory"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(d.path().is_dir());
 }
 
 #[test]

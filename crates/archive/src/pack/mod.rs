@@ -652,6 +652,9 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
     let (sink, out_name) = match output {
         Output::Path(p) => {
             if let Ok(m) = std::fs::metadata(&p) {
+                if m.is_dir() {
+                    return Err(Error::io("create", &p, std::io::Error::from_raw_os_error(libc::EISDIR)));
+                }
                 skip.push((m.dev(), m.ino()));
             }
             let mut wo = opts.write_options.clone();
