@@ -35,7 +35,7 @@ pub struct PackArgs {
     /// Files and directories to archive (directories recursively), relative to -C.
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
-    /// Change to this directory first: paths and member names are relative to it.
+    /// Paths and member names are relative to this directory (like tar -C).
     #[arg(short = 'C', long = "directory")]
     pub directory: Option<PathBuf>,
     /// Compression: zstd, gzip, xz, lz4, bzip2 or none (default: from the output's extension, else zstd).
