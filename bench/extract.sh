@@ -15,25 +15,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-BIN=$(realpath "${CACHELESS:-target/release/cacheless}")
 WORK=${WORK:-/var/tmp/cacheless-bench-extract}
-RUNS=${RUNS:-5}
-LARGE=${LARGE:-16}
-MEDIUM=${MEDIUM:-4000}
-SMALL=${SMALL:-20000}
-SMALL_MAX_KIB=${SMALL_MAX_KIB:-40}
-NAME=${NAME:-snap-${LARGE}-${MEDIUM}-${SMALL}}
-EXTRA=${EXTRA:-}
-[ "$(id -u)" = 0 ] || { echo "needs root for drop_caches" >&2; exit 2; }
-mkdir -p "$WORK"
-TREE=$WORK/tree-$NAME
+. bench/snapshot-tree.sh
 ARCH=$WORK/$NAME.tar.zst
-if [ ! -f "$TREE.done" ]; then
-    rm -rf "$TREE"
-    python3 bench/extract_tree.py "$TREE" "$LARGE" "$MEDIUM" "$SMALL" "$SMALL_MAX_KIB"
-    touch "$TREE.done"
-    rm -f "$ARCH"
-fi
+[ "$TREE_BUILT" = 0 ] || rm -f "$ARCH"
 [ -f "$ARCH" ] || tar -I zstd -cf "$ARCH" -C "$TREE" .
 TREE_BYTES=$(du -sb --apparent-size "$TREE" | cut -f1)
 FILES=$(find "$TREE" -type f | wc -l)

@@ -1,4 +1,9 @@
-//! Tar + compression reader and the many-file creator behind `cacheless extract`.
+//! Tar + compression: the reader and many-file creator behind `cacheless extract`, and the
+//! walker and writer behind `cacheless pack`.
+//!
+//! [`pack()`] creates a tar archive (zstd in independent frames compressed in parallel, gzip,
+//! xz, lz4, bzip2 or plain) from files and trees, reading them and writing the archive through
+//! the engine so that neither is left in the page cache.
 //!
 //! [`extract()`] unpacks a tar archive (zstd, gzip, xz, lz4 frame, bzip2 or plain, detected by
 //! magic bytes) into a directory without leaving the archive or the extracted tree in the page
@@ -15,9 +20,11 @@
 pub mod error;
 pub mod extract;
 pub mod fsops;
+pub mod pack;
 pub mod source;
 pub mod tarparse;
 
 pub use error::{Error, Result};
 pub use extract::{extract, ExtractOptions, ExtractReport, IoMode, ModeCounts};
+pub use pack::{pack, Output, PackOptions, PackReport};
 pub use source::{Compression, Input, SourceInfo};

@@ -37,7 +37,10 @@ pub enum Compression {
 impl Compression {
     /// Detects the compression from the first bytes of the archive.
     pub fn detect(head: &[u8]) -> Compression {
-        if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        // A zstd stream may start with a skippable frame (magic 0x184D2A50..5F), as pzstd's and
+        // `cacheless pack`'s do.
+        let skippable = head.len() >= 4 && head[0] & 0xf0 == 0x50 && head[1..4] == [0x2a, 0x4d, 0x18];
+        if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) || skippable {
             Compression::Zstd
         } else if head.starts_with(&[0x1f, 0x8b]) {
             Compression::Gzip
@@ -265,7 +268,7 @@ fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<
         },
         Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
         Compression::Xz => Box::new(xz2::read::XzDecoder::new_multi_decoder(raw)),
-        Compression::Lz4 => Box::new(lz4_flex::frame::FrameDecoder::new(raw)),
+        Compression::Lz4 => Box::new(Lz4Frames(lz4_flex::frame::FrameDecoder::new(raw))),
         Compression::Bzip2 => Box::new(bzip2::read::MultiBzDecoder::new(raw)),
         Compression::None => Box::new(raw),
     };
@@ -287,6 +290,21 @@ fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<
         buf.truncate(filled);
         if tx.send(Ok(buf)).is_err() {
             return;
+        }
+    }
+}
+
+/// Concatenated LZ4 frames (as `lz4` and `cacheless pack` write them): lz4_flex's decoder
+/// returns end of stream at the end of each frame, so go on while input remains.
+struct Lz4Frames(lz4_flex::frame::FrameDecoder<ChanReader>);
+
+impl Read for Lz4Frames {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let n = self.0.read(buf)?;
+            if n > 0 || buf.is_empty() || self.0.get_mut().peek()?.is_empty() {
+                return Ok(n);
+            }
         }
     }
 }

@@ -7,13 +7,16 @@ use std::sync::Arc;
 /// job checks between requests. The library never prints: front ends read these.
 ///
 /// One type for every job: a copy counts bytes and files done; an extraction also counts the
-/// archive bytes it has read (its input, against the archive's size) and the entries parsed.
+/// archive bytes it has read (its input, against the archive's size) and the entries parsed; a
+/// pack counts the file bytes it has read as bytes done and the archive bytes it has written
+/// as output bytes.
 #[derive(Debug, Default)]
 pub struct Progress {
     bytes: AtomicU64,
     total_bytes: AtomicU64,
     input_bytes: AtomicU64,
     total_input_bytes: AtomicU64,
+    output_bytes: AtomicU64,
     files: AtomicU64,
     total_files: AtomicU64,
     entries: AtomicU64,
@@ -42,6 +45,11 @@ impl Progress {
     /// Adds to the expected total of input bytes.
     pub fn add_total_input_bytes(&self, n: u64) {
         self.total_input_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Adds output bytes written (an archive's compressed bytes), for jobs whose output is not
+    /// what they count as bytes done.
+    pub fn add_output_bytes(&self, n: u64) {
+        self.output_bytes.fetch_add(n, Ordering::Relaxed);
     }
     /// Counts an entry (of any type) taken from an archive.
     pub fn entry_done(&self) {
@@ -74,6 +82,10 @@ impl Progress {
     /// Expected total input bytes (0 if unknown).
     pub fn total_input_bytes(&self) -> u64 {
         self.total_input_bytes.load(Ordering::Relaxed)
+    }
+    /// Output bytes written so far (0 for jobs that count no output apart).
+    pub fn output_bytes(&self) -> u64 {
+        self.output_bytes.load(Ordering::Relaxed)
     }
     /// Archive entries taken so far.
     pub fn entries(&self) -> u64 {

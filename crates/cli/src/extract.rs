@@ -78,18 +78,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     };
     let report = res.with_context(|| format!("extract {}", args.archive.display()))?;
 
-    for w in &report.warnings {
-        eprintln!("cacheless: warning: {w}");
-    }
-    for f in &report.failures {
-        eprintln!("cacheless: {f}");
-    }
-    if report.failure_count > report.failures.len() as u64 {
-        eprintln!(
-            "cacheless: ... {} more failed members",
-            report.failure_count - report.failures.len() as u64
-        );
-    }
+    ui::print_members(&report.warnings, &report.failures, report.failure_count);
     if let Some(code) = signals.exit_code().filter(|_| report.interrupted) {
         eprintln!("cacheless: interrupted; the member being written was removed");
         return Ok(code);

@@ -9,6 +9,7 @@ mod evict;
 mod extract;
 mod hash;
 mod info;
+mod pack;
 mod ui;
 
 use std::process::ExitCode;
@@ -43,6 +44,8 @@ enum Cmd {
     Evict(evict::EvictArgs),
     /// Unpack a tar archive (zstd, gzip, xz, lz4, bzip2 or plain) safely, without filling the cache.
     Extract(extract::ExtractArgs),
+    /// Create a tar archive (zstd in parallel frames, gzip, xz, lz4, bzip2 or plain) without filling the cache.
+    Pack(pack::PackArgs),
     /// Measure throughput, CPU, reclaim and page-cache growth of each mode, fio-style.
     Bench(bench::BenchArgs),
     /// The quick built-in comparison of every mode (what `cacheless bench` does with no arguments).
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Cmd::Hash(a) => hash::run(a, &cli.common),
         Cmd::Evict(a) => evict::run(a, &cli.common),
         Cmd::Extract(a) => extract::run(a, &cli.common),
+        Cmd::Pack(a) => pack::run(a, &cli.common),
         Cmd::Bench(a) => bench::run(a, &cli.common),
         Cmd::Demo => bench::run_default(&cli.common),
     };

@@ -69,6 +69,21 @@ pub fn item_error(progress: &Progress, e: &(dyn StdError + 'static)) {
     print_chain(std::iter::successors(Some(e), |&c| c.source()));
 }
 
+/// Prints an archive job's warnings and failed members (the first ones it kept, then how many
+/// more there were).
+pub fn print_members(warnings: &[String], failures: &[String], failure_count: u64) {
+    for w in warnings {
+        eprintln!("cacheless: warning: {w}");
+    }
+    for f in failures {
+        eprintln!("cacheless: {f}");
+    }
+    let more = failure_count.saturating_sub(failures.len() as u64);
+    if more > 0 {
+        eprintln!("cacheless: ... {more} more failed members");
+    }
+}
+
 /// Human-readable size (binary units).
 pub fn size(n: u64) -> String {
     const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -121,6 +136,9 @@ pub enum Measure {
     /// Input bytes read against the input's size, with files and bytes written beside
     /// (extraction: the archive read, the tree written).
     Input,
+    /// Bytes read against the total walked so far, with files, archive bytes written and the
+    /// ratio beside (pack).
+    Pack,
 }
 
 /// A progress bar drawn from a job's [`Progress`], on a terminal only.
@@ -152,13 +170,13 @@ fn draw(p: &Progress, stop: &AtomicBool, measure: Measure) {
     let mut styled = None;
     while !stop.load(Ordering::Relaxed) {
         let (pos, total) = match measure {
-            Measure::Output => (p.bytes(), p.total_bytes()),
+            Measure::Output | Measure::Pack => (p.bytes(), p.total_bytes()),
             Measure::Input => (p.input_bytes(), p.total_input_bytes()),
         };
         // The total may become known once the job has started (an archive's size).
         if styled != Some(total > 0) {
             let tmpl = match (measure, total > 0) {
-                (Measure::Output, _) => "{bar:30} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}",
+                (Measure::Output | Measure::Pack, _) => "{bar:30} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}",
                 (Measure::Input, true) => "{bar:30} {bytes}/{total_bytes} archive {bytes_per_sec} ETA {eta} {msg}",
                 (Measure::Input, false) => "{spinner} {bytes} archive {bytes_per_sec} {msg}",
             };
@@ -171,6 +189,11 @@ fn draw(p: &Progress, stop: &AtomicBool, measure: Measure) {
             Measure::Output if p.total_files() > 1 => pb.set_message(format!("{}/{} files", p.files(), p.total_files())),
             Measure::Output => {}
             Measure::Input => pb.set_message(format!("{} files, {} written", p.files(), size(p.bytes()))),
+            Measure::Pack => {
+                let out = p.output_bytes();
+                let ratio = 100.0 * out as f64 / p.bytes().max(1) as f64;
+                pb.set_message(format!("{}/{} files, archive {} ({ratio:.0} %)", p.files(), p.total_files(), size(out)));
+            }
         }
         std::thread::sleep(Duration::from_millis(100));
     }
