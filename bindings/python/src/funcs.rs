@@ -1,4 +1,4 @@
-//! Module-level calls: info, residency, evict, read_file, copy, extract, hash.
+//! Module-level calls: info, residency, evict, read_file, copy, extract, pack, hash.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::arena::PyArena;
 use crate::errors;
 use crate::job::{self, Measure};
-use crate::opts::{to_py, Options, ARENA, READ};
+use crate::opts::{size_bytes, to_py, Options, ARENA, READ};
 
 fn mode(m: &str) -> PyResult<Mode> {
     m.parse().map_err(|e: String| PyValueError::new_err(format!("mode=: {e}")))
@@ -141,6 +141,117 @@ pub fn extract<'py>(py: Python<'py>, archive: PathBuf, dest: PathBuf, strip_comp
     let report = to_py(py, &rep)?;
     if rep.failure_count > 0 {
         let msg = format!("{} of {} members could not be extracted; first: {}", rep.failure_count, rep.entries, rep.failures.first().map(String::as_str).unwrap_or("?"));
+        let err = pyo3::exceptions::PyOSError::new_err((Option::<i32>::None, msg, archive.to_string_lossy().into_owned()));
+        err.value(py).setattr("report", report)?;
+        return Err(err);
+    }
+    Ok(report)
+}
+
+/// `mtime=` as (seconds, nanoseconds): an int or float of seconds since the epoch, or a time
+/// as the CLI's `--mtime` takes it (`@SECONDS`, `YYYY-MM-DD[THH:MM:SS]`, UTC).
+fn pack_time(v: &Bound<'_, PyAny>) -> PyResult<(i64, u32)> {
+    if let Ok(s) = v.extract::<i64>() {
+        return Ok((s, 0));
+    }
+    if let Ok(f) = v.extract::<f64>() {
+        if !f.is_finite() || f.abs() > 1e15 {
+            return Err(PyValueError::new_err(format!("mtime=: {f} is not a time")));
+        }
+        let secs = f.floor();
+        // Both casts are in range: |secs| <= 1e15 and the fraction is in [0, 1).
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        return Ok((secs as i64, (((f - secs) * 1e9).round() as u32).min(999_999_999)));
+    }
+    let s: String = v.extract().map_err(|_| PyValueError::new_err("mtime= must be seconds since the epoch (int or float), a datetime, or a string such as '2024-01-31T12:00:00'"))?;
+    cacheless_archive::pack::parse_time(&s).map_err(|e| PyValueError::new_err(format!("mtime=: {e}")))
+}
+
+/// `owner=` / `group=`: an id, or a name as the CLI takes it (`NAME`, `NAME:ID`, `+ID`).
+fn pack_owner(v: &Bound<'_, PyAny>, group: bool) -> PyResult<cacheless_archive::pack::Owner> {
+    let key = if group { "group" } else { "owner" };
+    let s = match v.extract::<u32>() {
+        Ok(id) => format!("+{id}"),
+        Err(_) => v.extract::<String>().map_err(|_| PyValueError::new_err(format!("{key}= must be a name or a numeric id")))?,
+    };
+    cacheless_archive::pack::Owner::parse(&s, group).map_err(|e| PyValueError::new_err(format!("{key}=: {e}")))
+}
+
+/// Creates a tar archive of `paths` (relative to `directory`); returns the report. Members
+/// that could not be read, or changed while read, raise an `OSError` whose report is in its
+/// `report` attribute (the archive is complete without them).
+#[pyfunction]
+#[pyo3(signature = (archive, paths, directory = None, compression = None, level = None, frame_size = None, sort = "none", mtime = None, owner = None, group = None, numeric_owner = false, exclude = Vec::new(), one_file_system = false, xattrs = false, read_threads = None, **options))]
+#[allow(clippy::too_many_arguments)] // One keyword argument of the Python call each.
+pub fn pack<'py>(
+    py: Python<'py>,
+    archive: PathBuf,
+    paths: Vec<PathBuf>,
+    directory: Option<PathBuf>,
+    compression: Option<&str>,
+    level: Option<i32>,
+    frame_size: Option<Bound<'py, PyAny>>,
+    sort: &str,
+    mtime: Option<Bound<'py, PyAny>>,
+    owner: Option<Bound<'py, PyAny>>,
+    group: Option<Bound<'py, PyAny>>,
+    numeric_owner: bool,
+    exclude: Vec<String>,
+    one_file_system: bool,
+    xattrs: bool,
+    read_threads: Option<usize>,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use cacheless_archive::pack::{compression_for_name, parse_compression, SortOrder};
+    let o = Options::parse("pack", options, &["mode", "backend", "memory", "block_size", "queue_depth", "threads", "progress", "sync"])?;
+    let mut po = cacheless_archive::PackOptions::new(cacheless_archive::Output::Path(archive.clone()), paths);
+    po.compression = match compression {
+        Some(c) => parse_compression(c).map_err(|e| PyValueError::new_err(format!("compression=: {e}")))?,
+        None => compression_for_name(&archive).unwrap_or(cacheless_archive::Compression::Zstd),
+    };
+    po.level = level;
+    if let Some(f) = frame_size {
+        po.frame_size = size_bytes("frame_size", &f)?;
+    }
+    let m = &mut po.members;
+    m.directory = directory;
+    m.sort = match sort {
+        "none" => SortOrder::None,
+        "name" => SortOrder::Name,
+        o => return Err(PyValueError::new_err(format!("sort=: unknown order '{o}': expected \"none\" or \"name\""))),
+    };
+    m.mtime = mtime.as_ref().map(pack_time).transpose()?;
+    m.owner = owner.as_ref().map(|v| pack_owner(v, false)).transpose()?;
+    m.group = group.as_ref().map(|v| pack_owner(v, true)).transpose()?;
+    m.numeric_owner = numeric_owner;
+    m.exclude = exclude
+        .iter()
+        .map(|g| glob::Pattern::new(g).map_err(|e| PyValueError::new_err(format!("exclude=: invalid pattern '{g}': {e}"))))
+        .collect::<PyResult<_>>()?;
+    m.one_file_system = one_file_system;
+    m.xattrs = xattrs;
+    if let Some(t) = o.threads {
+        po.threads = t;
+    }
+    if let Some(t) = read_threads {
+        po.read_threads = t.max(1);
+    }
+    po.sync = o.sync;
+    po.read_options = o.read();
+    po.write_options = o.write();
+    po.budget = o.budget.clone();
+    // File bytes read against the bytes of the files walked so far (the total grows as the
+    // walk goes) are what the callback is given.
+    let progress = Arc::new(Progress::new());
+    po.progress = Some(progress.clone());
+    let rep = job::run(py, &progress, o.callback(), || cacheless_archive::pack(po))?.map_err(|e| errors::archive(e, &archive))?;
+    let report = to_py(py, &rep)?;
+    if rep.failure_count > 0 {
+        let msg = format!(
+            "{} members could not be stored (the archive was written without them); first: {}",
+            rep.failure_count,
+            rep.failures.first().map(String::as_str).unwrap_or("?")
+        );
         let err = pyo3::exceptions::PyOSError::new_err((Option::<i32>::None, msg, archive.to_string_lossy().into_owned()));
         err.value(py).setattr("report", report)?;
         return Err(err);

@@ -1,5 +1,5 @@
 //! The native module of the `cacheless` Python package (`cacheless._native`): the engine's
-//! file I/O, copy, extract and hash, and the safetensors loader and saver, with the GIL
+//! file I/O, copy, extract, pack and hash, and the safetensors loader and saver, with the GIL
 //! released for all I/O. The Python package (py_src/cacheless) is the public API; the names
 //! here are private to it.
 #![deny(unsafe_code)]
@@ -30,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(funcs::copy, m)?)?;
     m.add_function(wrap_pyfunction!(funcs::hash, m)?)?;
     m.add_function(wrap_pyfunction!(funcs::extract, m)?)?;
+    m.add_function(wrap_pyfunction!(funcs::pack, m)?)?;
     m.add_function(wrap_pyfunction!(st::st_load, m)?)?;
     m.add_function(wrap_pyfunction!(st::st_load_model, m)?)?;
     m.add_function(wrap_pyfunction!(st::st_parse, m)?)?;

@@ -26,13 +26,14 @@ pub struct Options<'py> {
     pub parallel: usize,
 }
 
-/// `memory=` as bytes: an int, or a size such as "512M" or "1GiB".
-fn memory_bytes(m: &Bound<'_, PyAny>) -> PyResult<usize> {
-    if let Ok(n) = m.extract::<u64>() {
-        return Ok(n as usize);
+/// A size keyword (`memory=`, `frame_size=`) as bytes: an int, or a size such as "512M" or "1GiB".
+pub fn size_bytes(name: &str, m: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if let Ok(n) = m.extract::<usize>() {
+        return Ok(n);
     }
-    let s: String = m.extract().map_err(|_| PyValueError::new_err("memory= must be a number of bytes or a size such as '512M'"))?;
-    cacheless::parse_size(&s).map(|n| n as usize).map_err(|e| PyValueError::new_err(format!("memory=: {e}")))
+    let s: String = m.extract().map_err(|_| PyValueError::new_err(format!("{name}= must be a number of bytes or a size such as '512M'")))?;
+    let n = cacheless::parse_size(&s).map_err(|e| PyValueError::new_err(format!("{name}=: {e}")))?;
+    usize::try_from(n).map_err(|_| PyValueError::new_err(format!("{name}=: {s} is too large")))
 }
 
 fn positive(name: &str, v: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -77,7 +78,7 @@ impl<'py> Options<'py> {
                     })?;
                 }
                 "backend" => o.backend = v.extract::<String>()?.parse().map_err(|e: String| PyValueError::new_err(format!("backend=: {e}")))?,
-                "memory" => o.budget = Budget::new(memory_bytes(&v)?),
+                "memory" => o.budget = Budget::new(size_bytes("memory", &v)?),
                 "block_size" => o.block_size = Some(positive("block_size", &v)?),
                 "queue_depth" => o.queue_depth = Some(positive("queue_depth", &v)?),
                 "threads" => o.threads = Some(positive("threads", &v)?),

@@ -1,4 +1,4 @@
-"""Read, write, copy, extract and load big data at direct-I/O speed without filling the page cache.
+"""Read, write, copy, pack, extract and load big data at direct-I/O speed without filling the page cache.
 
 Every call picks, per file, the best mechanism the kernel and filesystem offer (O_DIRECT,
 RWF_DONTCACHE, write-behind, or plain buffered reads for a file that is already cached) and
@@ -19,7 +19,7 @@ The safetensors loader and saver are in :mod:`cacheless.safetensors`.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Union
 
 import numpy as np
 
@@ -38,6 +38,7 @@ __all__ = [
     "hash",
     "info",
     "open",
+    "pack",
     "read_file",
     "residency",
 ]
@@ -123,6 +124,82 @@ def extract(
     ``progress`` counts compressed bytes read out of the archive's size.
     """
     return _native.extract(os.fspath(archive), os.fspath(dest), strip_components, keep_old_files, mode=mode, memory=memory, progress=progress, sync=sync, threads=threads)
+
+
+def pack(
+    archive: PathLike,
+    paths: Union[PathLike, Iterable[PathLike]],
+    *,
+    directory: Optional[PathLike] = None,
+    compression: Optional[str] = None,
+    level: Optional[int] = None,
+    threads: Optional[int] = None,
+    frame_size: Union[int, str, None] = None,
+    sort: str = "none",
+    mtime: Union[int, float, str, Any, None] = None,
+    owner: Union[str, int, None] = None,
+    group: Union[str, int, None] = None,
+    numeric_owner: bool = False,
+    exclude: Union[str, Iterable[str]] = (),
+    one_file_system: bool = False,
+    xattrs: bool = False,
+    sync: bool = True,
+    mode: str = "auto",
+    memory: Memory = None,
+    progress: Progress = None,
+    read_threads: Optional[int] = None,
+    **options: Any,
+) -> Dict[str, Any]:
+    """Creates the tar archive ``archive`` from ``paths`` (files and directories, recursively), as ``cacheless pack``.
+
+    ``paths`` (one path or several) are relative to ``directory`` (like ``tar -C``; default the
+    working directory) and become the member names. ``compression`` is "zstd", "gzip", "xz",
+    "lz4", "bzip2" or "none" (default: from the archive's extension, else zstd); ``level`` its
+    level (default the format's own); ``threads`` the compression workers (default one per
+    CPU); ``frame_size`` the bytes of tar per independent compressed frame (default "32M"), so
+    that extraction decompresses them in parallel. ``sort="name"`` with ``mtime`` (seconds since
+    the epoch, a ``datetime``, or "YYYY-MM-DD[THH:MM:SS]" in UTC) gives byte-identical archives
+    of the same tree. ``owner`` and ``group`` (a name, "NAME:ID" or an id) are stored for every
+    member; ``numeric_owner`` stores ids without names. ``exclude`` globs leave out members
+    whose name or any tail of it matches; ``one_file_system`` stays on each path's filesystem;
+    ``xattrs`` stores extended attributes (as GNU tar ``--xattrs``).
+
+    Inputs are read without leaving them cached; the archive is written under a temporary name
+    beside it, fdatasync'ed (unless ``sync=False``) and renamed into place, so a failed or
+    interrupted pack leaves no archive and no temporary. Returns the report (as
+    ``cacheless pack --json``). Members that could not be read, or changed while read, raise
+    ``OSError`` with the report in its ``report`` attribute (the archive is complete without
+    them). ``progress`` counts file bytes read out of the bytes walked so far.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    if mtime is not None and hasattr(mtime, "timestamp"):
+        mtime = mtime.timestamp()
+    return _native.pack(
+        os.fspath(archive),
+        [os.fspath(p) for p in paths],
+        None if directory is None else os.fspath(directory),
+        compression,
+        level,
+        frame_size,
+        sort,
+        mtime,
+        owner,
+        group,
+        numeric_owner,
+        list(exclude),
+        one_file_system,
+        xattrs,
+        read_threads,
+        mode=mode,
+        memory=memory,
+        progress=progress,
+        sync=sync,
+        threads=threads,
+        **options,
+    )
 
 
 def hash(path: PathLike, algo: str = "sha256", *, mode: str = "auto", memory: Memory = None, progress: Progress = None, **options: Any) -> str:

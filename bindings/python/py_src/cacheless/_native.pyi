@@ -1,7 +1,7 @@
 # Type stubs of the native module (Rust, PyO3). tests/test_stubs.py checks them against it.
 # `**options` are the keyword options of the public API: mode, backend, memory, block_size,
 # queue_depth, threads, progress, sync, size_hint, parallel (each call accepts its own subset).
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 _Entry = Tuple[str, str, List[int], int, int]
 _Loaded = Tuple["Arena", List[_Entry], Optional[Dict[str, str]], Dict[str, Any]]
@@ -59,6 +59,24 @@ def read_file(path: str, **options: Any) -> Tuple[Arena, Tuple[str, str]]: ...
 def copy(src: str, dst: str, **options: Any) -> Dict[str, Any]: ...
 def hash(path: str, algo: str = "sha256", **options: Any) -> Tuple[str, str]: ...
 def extract(archive: str, dest: str, strip_components: int = 0, keep_old_files: bool = False, **options: Any) -> Dict[str, Any]: ...
+def pack(
+    archive: str,
+    paths: List[str],
+    directory: Optional[str] = None,
+    compression: Optional[str] = None,
+    level: Optional[int] = None,
+    frame_size: Union[int, str, None] = None,
+    sort: str = "none",
+    mtime: Union[int, float, str, None] = None,
+    owner: Union[str, int, None] = None,
+    group: Union[str, int, None] = None,
+    numeric_owner: bool = False,
+    exclude: List[str] = ...,
+    one_file_system: bool = False,
+    xattrs: bool = False,
+    read_threads: Optional[int] = None,
+    **options: Any,
+) -> Dict[str, Any]: ...
 def st_load(path: str, keys: Optional[Sequence[str]] = None, **options: Any) -> _Loaded: ...
 def st_load_model(path: str, **options: Any) -> Tuple[List[_Loaded], Dict[str, Any]]: ...
 def st_parse(data: Any) -> Tuple[List[_Entry], Optional[Dict[str, str]]]: ...
