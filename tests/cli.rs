@@ -248,11 +248,7 @@ fn read_only_destination_gives_eacces_with_the_path() {
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
     let dst = ro.join("dst");
     // Root ignores directory permissions: run the copy as nobody.
-    let out = if rustix::process::geteuid().is_root() {
-        run_as_nobody(&["cp", s(&src), s(&dst)])
-    } else {
-        run(&["cp", s(&src), s(&dst)])
-    };
+    let out = if rustix::process::geteuid().is_root() { run_as_nobody(&["cp", s(&src), s(&dst)]) } else { run(&["cp", s(&src), s(&dst)]) };
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Permission denied") && err.contains(s(&dst)), "EACCES with the path: {err}");
@@ -262,7 +258,9 @@ fn read_only_destination_gives_eacces_with_the_path() {
 
 #[test]
 fn bad_flags_exit_2_with_usage() {
-    for args in [&["cp", "--no-such-flag", "a", "b"][..], &["frobnicate"], &["cat", "--mode", "sideways", "x"], &["cp", "onlyone"], &["bench", "--threads", "0"]] {
+    for args in
+        [&["cp", "--no-such-flag", "a", "b"][..], &["frobnicate"], &["cat", "--mode", "sideways", "x"], &["cp", "onlyone"], &["bench", "--threads", "0"]]
+    {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -519,7 +517,6 @@ fn info_reports_alignment_source_and_residency() {
         assert!(t.contains(&format!("memory alignment {} B", a.mem)), "{t}");
     }
 }
-
 
 /// cachestat refuses (EPERM) and mincore lies (all resident) for files the caller may not
 /// write: residency is then reported unknown, and auto must not mistake the file for cached.

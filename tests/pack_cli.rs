@@ -74,7 +74,9 @@ fn compression_follows_the_extension_and_json_reports_it() {
     let src = d.path().join("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("f"), "data").unwrap();
-    for (ext, name, magic) in [("tar.gz", "gzip", &b"\x1f\x8b"[..]), ("tar.xz", "xz", b"\xfd7zXZ"), ("tar.lz4", "lz4", b"\x04\x22\x4d\x18"), ("tar", "none", b"")] {
+    for (ext, name, magic) in
+        [("tar.gz", "gzip", &b"\x1f\x8b"[..]), ("tar.xz", "xz", b"\xfd7zXZ"), ("tar.lz4", "lz4", b"\x04\x22\x4d\x18"), ("tar", "none", b"")]
+    {
         let a = d.path().join(format!("a.{ext}"));
         let out = cacheless(&["pack", "--json", "-o", s(&a), "-C", s(&src), "."]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

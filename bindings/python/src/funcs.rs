@@ -116,7 +116,14 @@ pub fn hash(py: Python<'_>, path: PathBuf, algo: &str, options: Option<&Bound<'_
 /// report is in its `report` attribute.
 #[pyfunction]
 #[pyo3(signature = (archive, dest, strip_components = 0, keep_old_files = false, **options))]
-pub fn extract<'py>(py: Python<'py>, archive: PathBuf, dest: PathBuf, strip_components: usize, keep_old_files: bool, options: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
+pub fn extract<'py>(
+    py: Python<'py>,
+    archive: PathBuf,
+    dest: PathBuf,
+    strip_components: usize,
+    keep_old_files: bool,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
     let o = Options::parse("extract", options, &["mode", "memory", "threads", "progress", "sync"])?;
     let mut eo = cacheless_archive::ExtractOptions::new(&dest);
     eo.mode = o.mode;
@@ -134,13 +141,19 @@ pub fn extract<'py>(py: Python<'py>, archive: PathBuf, dest: PathBuf, strip_comp
     let progress = Arc::new(Progress::new());
     eo.progress = Some(progress.clone());
     let input = cacheless_archive::Input::Path(archive.clone());
-    let mut rep = job::run_measured(py, &progress, Measure::Input, o.callback(), || cacheless_archive::extract(input, &eo))?.map_err(|e| errors::archive(e, &archive))?;
+    let mut rep =
+        job::run_measured(py, &progress, Measure::Input, o.callback(), || cacheless_archive::extract(input, &eo))?.map_err(|e| errors::archive(e, &archive))?;
     if let Some(e) = rep.fatal_error.take() {
         return Err(errors::archive(e, &archive));
     }
     let report = to_py(py, &rep)?;
     if rep.failure_count > 0 {
-        let msg = format!("{} of {} members could not be extracted; first: {}", rep.failure_count, rep.entries, rep.failures.first().map(String::as_str).unwrap_or("?"));
+        let msg = format!(
+            "{} of {} members could not be extracted; first: {}",
+            rep.failure_count,
+            rep.entries,
+            rep.failures.first().map(String::as_str).unwrap_or("?")
+        );
         let err = pyo3::exceptions::PyOSError::new_err((Option::<i32>::None, msg, archive.to_string_lossy().into_owned()));
         err.value(py).setattr("report", report)?;
         return Err(err);
@@ -163,7 +176,9 @@ fn pack_time(v: &Bound<'_, PyAny>) -> PyResult<(i64, u32)> {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         return Ok((secs as i64, (((f - secs) * 1e9).round() as u32).min(999_999_999)));
     }
-    let s: String = v.extract().map_err(|_| PyValueError::new_err("mtime= must be seconds since the epoch (int or float), a datetime, or a string such as '2024-01-31T12:00:00'"))?;
+    let s: String = v
+        .extract()
+        .map_err(|_| PyValueError::new_err("mtime= must be seconds since the epoch (int or float), a datetime, or a string such as '2024-01-31T12:00:00'"))?;
     cacheless_archive::pack::parse_time(&s).map_err(|e| PyValueError::new_err(format!("mtime=: {e}")))
 }
 

@@ -73,7 +73,11 @@ impl<'py> Options<'py> {
                 "mode" => {
                     let s: String = v.extract()?;
                     o.mode = s.parse().map_err(|e: String| {
-                        let extra = if matches!(s.as_str(), "rb" | "wb" | "r" | "w" | "br" | "bw") { " (the access, \"rb\" or \"wb\", is open()'s second argument)" } else { "" };
+                        let extra = if matches!(s.as_str(), "rb" | "wb" | "r" | "w" | "br" | "bw") {
+                            " (the access, \"rb\" or \"wb\", is open()'s second argument)"
+                        } else {
+                            ""
+                        };
                         PyValueError::new_err(format!("mode=: {e}{extra}"))
                     })?;
                 }

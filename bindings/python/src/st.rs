@@ -198,7 +198,13 @@ fn views(g: &[Given]) -> Vec<TensorData<'_>> {
 /// Saves tensors given as [(name, dtype, shape, buffer)]: durable, atomic, direct I/O.
 #[pyfunction]
 #[pyo3(signature = (path, tensors, metadata = None, **options))]
-pub fn st_save<'py>(py: Python<'py>, path: PathBuf, tensors: &Bound<'py, PyList>, metadata: Option<HashMap<String, String>>, options: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
+pub fn st_save<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    tensors: &Bound<'py, PyList>,
+    metadata: Option<HashMap<String, String>>,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
     let o = Options::parse("save_file", options, READ)?;
     let wo = o.write();
     let g = given(tensors)?;

@@ -64,11 +64,7 @@ pub enum Error {
 impl Error {
     /// Builds an [`Error::Io`].
     pub fn io(op: &'static str, path: impl Into<PathBuf>, error: impl Into<io::Error>) -> Self {
-        Error::Io {
-            op,
-            path: path.into(),
-            error: error.into(),
-        }
+        Error::Io { op, path: path.into(), error: error.into() }
     }
 
     /// What the caller can do instead, when the engine knows.
@@ -118,15 +114,8 @@ mod tests {
         let e = Error::io("openat", "a/b", io::Error::from_raw_os_error(libc::EACCES));
         assert_eq!(e.to_string().matches("os error 13").count(), 1, "{e}");
         assert!(std::error::Error::source(&e).is_none());
-        let e = Error::Engine(cacheless::Error::io(
-            "read",
-            "x.tar",
-            io::Error::from_raw_os_error(libc::EIO),
-        ));
-        assert_eq!(
-            e.to_string(),
-            "read 'x.tar': Input/output error (os error 5)"
-        );
+        let e = Error::Engine(cacheless::Error::io("read", "x.tar", io::Error::from_raw_os_error(libc::EIO)));
+        assert_eq!(e.to_string(), "read 'x.tar': Input/output error (os error 5)");
         assert!(std::error::Error::source(&e).is_none());
     }
 }

@@ -64,10 +64,7 @@ pub fn sanitize(raw: &[u8]) -> Sanitized {
             c => comps.push(c.to_vec()),
         }
     }
-    Sanitized::Ok {
-        path: RelPath(comps),
-        stripped,
-    }
+    Sanitized::Ok { path: RelPath(comps), stripped }
 }
 
 /// How parents are resolved (reported).
@@ -116,8 +113,7 @@ impl Root {
         if !path.exists() {
             std::fs::create_dir_all(path).map_err(|e| Error::io("mkdir", path, e))?;
         }
-        let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| Error::io("open", path, e))?;
+        let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| Error::io("open", path, e))?;
         let (resolve, resolve_reason) = match rustix::fs::openat2(&fd, ".", dir_flags(), Mode::empty(), beneath()) {
             Ok(_) => (Resolve::Openat2, "openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS".to_string()),
             Err(e) if e == Errno::NOSYS || e == Errno::PERM || e == Errno::INVAL || e == Errno::OPNOTSUPP => {
@@ -152,11 +148,7 @@ impl Root {
     fn refuse(&self, comps: &[Vec<u8>], e: Errno) -> Error {
         let p = RelPath(comps.to_vec()).to_path();
         if e == Errno::LOOP || e == Errno::NOTDIR || e == Errno::XDEV {
-            Error::io(
-                "refusing to go through a symlink or non-directory",
-                p,
-                std::io::Error::from_raw_os_error(e.raw_os_error()),
-            )
+            Error::io("refusing to go through a symlink or non-directory", p, std::io::Error::from_raw_os_error(e.raw_os_error()))
         } else {
             Error::io("resolve parent", p, e)
         }
@@ -180,36 +172,21 @@ impl Root {
             return Ok(fd.clone());
         }
         let fd = match self.resolve {
-            Resolve::Openat2 => {
-                match rustix::fs::openat2(
-                    self.fd.as_fd(),
-                    OsStr::from_bytes(&join(comps)),
-                    dir_flags(),
-                    Mode::empty(),
-                    beneath(),
-                ) {
-                    Ok(fd) => Arc::new(fd),
-                    Err(Errno::NOENT) if create => {
-                        let pfd = self.dir(parent)?;
-                        self.mkdir_one(&pfd, comps, last)?;
-                        Arc::new(
-                            rustix::fs::openat2(
-                                pfd.as_fd(),
-                                OsStr::from_bytes(last),
-                                dir_flags() | OFlags::NOFOLLOW,
-                                Mode::empty(),
-                                beneath(),
-                            )
+            Resolve::Openat2 => match rustix::fs::openat2(self.fd.as_fd(), OsStr::from_bytes(&join(comps)), dir_flags(), Mode::empty(), beneath()) {
+                Ok(fd) => Arc::new(fd),
+                Err(Errno::NOENT) if create => {
+                    let pfd = self.dir(parent)?;
+                    self.mkdir_one(&pfd, comps, last)?;
+                    Arc::new(
+                        rustix::fs::openat2(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW, Mode::empty(), beneath())
                             .map_err(|e| self.refuse(comps, e))?,
-                        )
-                    }
-                    Err(e) => return Err(self.refuse(comps, e)),
+                    )
                 }
-            }
+                Err(e) => return Err(self.refuse(comps, e)),
+            },
             Resolve::Walk => {
                 let pfd = self.resolve_dir(parent, create)?;
-                let open =
-                    |pfd: &OwnedFd| rustix::fs::openat(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW, Mode::empty());
+                let open = |pfd: &OwnedFd| rustix::fs::openat(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW, Mode::empty());
                 match open(&pfd) {
                     Ok(fd) => Arc::new(fd),
                     Err(Errno::NOENT) if create => {
@@ -267,14 +244,13 @@ impl Root {
         match rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)) {
             Ok(()) => Ok(()),
             Err(Errno::EXIST) => {
-                let st = rustix::fs::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)
-                    .map_err(|e| Error::io("fstatat", path.to_path(), e))?;
+                let st =
+                    rustix::fs::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).map_err(|e| Error::io("fstatat", path.to_path(), e))?;
                 if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
                     return Ok(());
                 }
                 self.remove_existing(&pfd, path, name)?;
-                rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700))
-                    .map_err(|e| Error::io("mkdirat", path.to_path(), e))
+                rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)).map_err(|e| Error::io("mkdirat", path.to_path(), e))
             }
             Err(e) => Err(Error::io("mkdirat", path.to_path(), e)),
         }
@@ -296,16 +272,12 @@ impl Root {
         let n = OsStr::from_bytes(name);
         match op(&pfd, n) {
             Ok(t) => Ok((pfd, t)),
-            Err(Errno::EXIST) if keep_old => Err(Error::io(
-                "not replacing existing file (keeping old files)",
-                path.to_path(),
-                std::io::Error::from_raw_os_error(libc::EEXIST),
-            )),
+            Err(Errno::EXIST) if keep_old => {
+                Err(Error::io("not replacing existing file (keeping old files)", path.to_path(), std::io::Error::from_raw_os_error(libc::EEXIST)))
+            }
             Err(Errno::EXIST) => {
                 self.remove_existing(&pfd, path, name)?;
-                op(&pfd, n)
-                    .map(|t| (pfd, t))
-                    .map_err(|e| Error::io(opname, path.to_path(), e))
+                op(&pfd, n).map(|t| (pfd, t)).map_err(|e| Error::io(opname, path.to_path(), e))
             }
             Err(e) => Err(Error::io(opname, path.to_path(), e)),
         }
@@ -314,22 +286,12 @@ impl Root {
     /// Opens the directory at `path` itself (read-only, no symlink) for fchmod/futimens.
     pub fn open_dir_for_meta(&mut self, path: &RelPath) -> Result<OwnedFd> {
         match path.split() {
-            None => rustix::fs::openat(
-                self.fd.as_fd(),
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| Error::io("open", &self.path, e)),
+            None => rustix::fs::openat(self.fd.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(|e| Error::io("open", &self.path, e)),
             Some((parent, name)) => {
                 let pfd = self.dir(parent)?;
-                rustix::fs::openat(
-                    pfd.as_fd(),
-                    OsStr::from_bytes(name),
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-                .map_err(|e| self.refuse(&path.0, e))
+                rustix::fs::openat(pfd.as_fd(), OsStr::from_bytes(name), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+                    .map_err(|e| self.refuse(&path.0, e))
             }
         }
     }

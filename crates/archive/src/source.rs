@@ -118,12 +118,7 @@ pub(crate) struct ChanReader {
 
 impl ChanReader {
     fn new(rx: Receiver<io::Result<Vec<u8>>>) -> Self {
-        ChanReader {
-            rx,
-            cur: Vec::new(),
-            pos: 0,
-            done: false,
-        }
+        ChanReader { rx, cur: Vec::new(), pos: 0, done: false }
     }
     /// Peeks the first bytes without consuming them.
     fn peek(&mut self) -> io::Result<&[u8]> {
@@ -230,12 +225,7 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
     let mut raw = ChanReader::new(rx);
     let head = raw.peek().map_err(|e| Error::from_engine_io(e).unwrap_or_else(|e| Error::io("read", "archive", e)))?;
     let compression = Compression::detect(head);
-    let info = SourceInfo {
-        compression,
-        read_mode,
-        reason,
-        archive_len,
-    };
+    let info = SourceInfo { compression, read_mode, reason, archive_len };
     if compression == Compression::None {
         return Ok(TarStream { reader: raw, threads, info });
     }

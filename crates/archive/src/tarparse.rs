@@ -109,11 +109,7 @@ pub struct Parser<R: Read> {
 }
 
 fn corrupt(reason: impl Into<String>, entry: &str, offset: u64) -> Error {
-    Error::Corrupt {
-        reason: reason.into(),
-        entry: entry.to_string(),
-        offset,
-    }
+    Error::Corrupt { reason: reason.into(), entry: entry.to_string(), offset }
 }
 
 /// Parses a numeric header field: octal (NUL/space terminated) or GNU base-256 (high bit set).
@@ -130,10 +126,7 @@ pub fn parse_numeric(field: &[u8]) -> std::result::Result<i64, String> {
             v -= 0x40;
         }
         for &b in &field[1..] {
-            v = v
-                .checked_mul(256)
-                .and_then(|v| v.checked_add(b as i128))
-                .ok_or("base-256 field overflows")?;
+            v = v.checked_mul(256).and_then(|v| v.checked_add(b as i128)).ok_or("base-256 field overflows")?;
             if v > i64::MAX as i128 || v < i64::MIN as i128 {
                 return Err("base-256 field overflows".into());
             }
@@ -152,10 +145,7 @@ pub fn parse_numeric(field: &[u8]) -> std::result::Result<i64, String> {
         let b = field[i];
         match b {
             b'0'..=b'7' => {
-                v = v
-                    .checked_mul(8)
-                    .and_then(|v| v.checked_add((b - b'0') as i64))
-                    .ok_or("octal field overflows")?;
+                v = v.checked_mul(8).and_then(|v| v.checked_add((b - b'0') as i64)).ok_or("octal field overflows")?;
             }
             b' ' | 0 => break,
             _ => return Err(format!("invalid octal digit {:?} in numeric field", b as char)),
@@ -201,15 +191,7 @@ fn parse_pax_time(v: &str) -> Option<(i64, u32)> {
 impl<R: Read> Parser<R> {
     /// Starts parsing at offset 0 of `r`.
     pub fn new(r: R) -> Self {
-        Parser {
-            r,
-            pos: 0,
-            remaining: 0,
-            pad: 0,
-            global: Pax::default(),
-            cur_name: String::new(),
-            ended: false,
-        }
+        Parser { r, pos: 0, remaining: 0, pad: 0, global: Pax::default(), cur_name: String::new(), ended: false }
     }
 
     /// Offset in the tar stream consumed so far.
@@ -229,11 +211,7 @@ impl<R: Read> Parser<R> {
                     // Report where the cut block starts.
                     let offset = self.pos;
                     self.pos += got as u64;
-                    return Err(Error::Truncated {
-                        what,
-                        entry: self.cur_name.clone(),
-                        offset,
-                    });
+                    return Err(Error::Truncated { what, entry: self.cur_name.clone(), offset });
                 }
                 Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -251,11 +229,7 @@ impl<R: Read> Parser<R> {
         };
         match e.kind() {
             io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput | io::ErrorKind::UnexpectedEof | io::ErrorKind::Other => {
-                Error::Decompress {
-                    entry: self.cur_name.clone(),
-                    offset: self.pos,
-                    error: e,
-                }
+                Error::Decompress { entry: self.cur_name.clone(), offset: self.pos, error: e }
             }
             _ => Error::io("read", "archive", e),
         }
@@ -266,11 +240,7 @@ impl<R: Read> Parser<R> {
         while n > 0 {
             let k = n.min(buf.len() as u64) as usize;
             if !self.fill(&mut buf[..k], what)? {
-                return Err(Error::Truncated {
-                    what,
-                    entry: self.cur_name.clone(),
-                    offset: self.pos,
-                });
+                return Err(Error::Truncated { what, entry: self.cur_name.clone(), offset: self.pos });
             }
             n -= k as u64;
         }
@@ -300,13 +270,7 @@ impl<R: Read> Parser<R> {
         let k = (buf.len() as u64).min(self.remaining) as usize;
         loop {
             match self.r.read(&mut buf[..k]) {
-                Ok(0) => {
-                    return Err(Error::Truncated {
-                        what: "data",
-                        entry: self.cur_name.clone(),
-                        offset: self.pos,
-                    })
-                }
+                Ok(0) => return Err(Error::Truncated { what: "data", entry: self.cur_name.clone(), offset: self.pos }),
                 Ok(n) => {
                     self.pos += n as u64;
                     self.remaining -= n as u64;
@@ -324,11 +288,7 @@ impl<R: Read> Parser<R> {
         while got < buf.len() {
             let n = self.read_data(&mut buf[got..])?;
             if n == 0 {
-                return Err(Error::Truncated {
-                    what: "data",
-                    entry: self.cur_name.clone(),
-                    offset: self.pos,
-                });
+                return Err(Error::Truncated { what: "data", entry: self.cur_name.clone(), offset: self.pos });
             }
             got += n;
         }
@@ -337,19 +297,11 @@ impl<R: Read> Parser<R> {
 
     fn read_whole(&mut self, size: u64, max: u64, what: &'static str) -> Result<Vec<u8>> {
         if size > max {
-            return Err(corrupt(
-                format!("{what} of {size} bytes exceeds the limit of {max}"),
-                &self.cur_name,
-                self.pos,
-            ));
+            return Err(corrupt(format!("{what} of {size} bytes exceeds the limit of {max}"), &self.cur_name, self.pos));
         }
         let mut v = vec![0u8; size as usize];
         if !self.fill(&mut v, what)? && size > 0 {
-            return Err(Error::Truncated {
-                what,
-                entry: self.cur_name.clone(),
-                offset: self.pos,
-            });
+            return Err(Error::Truncated { what, entry: self.cur_name.clone(), offset: self.pos });
         }
         let pad = (BLOCK - size % BLOCK) % BLOCK;
         self.skip(pad, what)?;
@@ -376,11 +328,7 @@ impl<R: Read> Parser<R> {
             let mut block = [0u8; 512];
             if !self.fill(&mut block, "header")? {
                 if first_offset.is_some() {
-                    return Err(Error::Truncated {
-                        what: "header",
-                        entry: self.cur_name.clone(),
-                        offset: off,
-                    });
+                    return Err(Error::Truncated { what: "header", entry: self.cur_name.clone(), offset: off });
                 }
                 // EOF without end-of-archive blocks: GNU tar accepts it silently.
                 self.ended = true;
@@ -438,19 +386,11 @@ impl<R: Read> Parser<R> {
                     pax = None;
                     continue;
                 }
-                b'M' => {
-                    return Err(corrupt(
-                        "GNU multi-volume continuation entries are not supported",
-                        &self.cur_name,
-                        off,
-                    ))
-                }
+                b'M' => return Err(corrupt("GNU multi-volume continuation entries are not supported", &self.cur_name, off)),
                 _ => {}
             }
             let pax = pax.unwrap_or_else(|| self.global.clone());
-            return self
-                .build_entry(h, &block, off, first_offset.unwrap_or(off), size, long_name, long_link, pax)
-                .map(Some);
+            return self.build_entry(h, &block, off, first_offset.unwrap_or(off), size, long_name, long_link, pax).map(Some);
         }
     }
 
@@ -464,11 +404,7 @@ impl<R: Read> Parser<R> {
             s += (b as i8) as i64;
         }
         if stored != u && stored != s {
-            return Err(corrupt(
-                format!("header checksum mismatch (stored {stored}, computed {u})"),
-                &self.cur_name,
-                off,
-            ));
+            return Err(corrupt(format!("header checksum mismatch (stored {stored}, computed {u})"), &self.cur_name, off));
         }
         Ok(())
     }
@@ -512,10 +448,7 @@ impl<R: Read> Parser<R> {
                 b"GNU.sparse.offset" => p.sparse_offset_pending = Some(num("GNU.sparse.offset")?),
                 b"GNU.sparse.numbytes" => {
                     let n = num("GNU.sparse.numbytes")?;
-                    let o = p
-                        .sparse_offset_pending
-                        .take()
-                        .ok_or_else(|| corrupt("GNU.sparse.numbytes without offset", &self.cur_name, off))?;
+                    let o = p.sparse_offset_pending.take().ok_or_else(|| corrupt("GNU.sparse.numbytes without offset", &self.cur_name, off))?;
                     p.sparse_map.push(o);
                     p.sparse_map.push(n);
                     p.sparse_major.get_or_insert(0);
@@ -526,8 +459,7 @@ impl<R: Read> Parser<R> {
                     p.sparse_map.clear();
                     if !s.is_empty() {
                         for part in s.split(',') {
-                            p.sparse_map
-                                .push(part.parse().map_err(|_| corrupt("bad GNU.sparse.map", &self.cur_name, off))?);
+                            p.sparse_map.push(part.parse().map_err(|_| corrupt("bad GNU.sparse.map", &self.cur_name, off))?);
                         }
                     }
                     p.sparse_major.get_or_insert(0);
@@ -577,10 +509,7 @@ impl<R: Read> Parser<R> {
         };
         let mtime = match pax.mtime {
             Some(t) => t,
-            None => (
-                parse_numeric(&old.mtime).map_err(|e| corrupt(format!("mtime: {e}"), &name, off))?,
-                0,
-            ),
+            None => (parse_numeric(&old.mtime).map_err(|e| corrupt(format!("mtime: {e}"), &name, off))?, 0),
         };
         let data_len = pax.size.unwrap_or(size);
         let tf = old.linkflag[0];
@@ -601,19 +530,12 @@ impl<R: Read> Parser<R> {
         let mut dev = (0, 0);
         if matches!(kind, Kind::CharDev | Kind::BlockDev) {
             if let Some(u) = h.as_ustar() {
-                dev = (
-                    unsigned(&u.dev_major, "devmajor", &name, off)? as u32,
-                    unsigned(&u.dev_minor, "devminor", &name, off)? as u32,
-                );
+                dev = (unsigned(&u.dev_major, "devmajor", &name, off)? as u32, unsigned(&u.dev_minor, "devminor", &name, off)? as u32);
             }
         }
         let mut e = Entry {
             path,
-            link: if matches!(kind, Kind::HardLink | Kind::Symlink) {
-                link
-            } else {
-                None
-            },
+            link: if matches!(kind, Kind::HardLink | Kind::Symlink) { link } else { None },
             kind,
             mode,
             uid,
@@ -648,11 +570,7 @@ impl<R: Read> Parser<R> {
             while ext {
                 let mut b = [0u8; 512];
                 if !self.fill(&mut b, "header")? {
-                    return Err(Error::Truncated {
-                        what: "header",
-                        entry: name.clone(),
-                        offset: self.pos,
-                    });
+                    return Err(Error::Truncated { what: "header", entry: name.clone(), offset: self.pos });
                 }
                 for i in 0..21 {
                     push(&b[i * 24..i * 24 + 12], &b[i * 24 + 12..i * 24 + 24], &mut map)?;
@@ -668,9 +586,7 @@ impl<R: Read> Parser<R> {
                 e.path = n.clone();
                 self.cur_name = String::from_utf8_lossy(n).into_owned();
             }
-            e.size = pax
-                .sparse_realsize
-                .ok_or_else(|| corrupt("pax sparse entry without real size", &name, off))?;
+            e.size = pax.sparse_realsize.ok_or_else(|| corrupt("pax sparse entry without real size", &name, off))?;
             if pax.sparse_major == Some(1) {
                 // Format 1.0: the map is at the start of the data, decimal lines, padded to 512.
                 let map = self.read_sparse_1_0(&name)?;
@@ -693,11 +609,7 @@ impl<R: Read> Parser<R> {
                 total = total.checked_add(n).ok_or_else(|| corrupt("sparse map overflows", &name, off))?;
             }
             if total > self.remaining {
-                return Err(corrupt(
-                    format!("sparse map wants {total} bytes, entry holds {}", self.remaining),
-                    &name,
-                    off,
-                ));
+                return Err(corrupt(format!("sparse map wants {total} bytes, entry holds {}", self.remaining), &name, off));
             }
         }
         let _ = block;
@@ -719,10 +631,7 @@ impl<R: Read> Parser<R> {
                 }
                 s.push(b[0]);
             }
-            std::str::from_utf8(&s)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| corrupt("bad sparse 1.0 map", name, p.pos))
+            std::str::from_utf8(&s).ok().and_then(|s| s.parse().ok()).ok_or_else(|| corrupt("bad sparse 1.0 map", name, p.pos))
         };
         let n = line(self)? as usize;
         if n > MAX_SPARSE_SEGMENTS {

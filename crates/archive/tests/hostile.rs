@@ -24,12 +24,7 @@ fn case() -> Case {
     fs::create_dir_all(&dest).unwrap();
     fs::create_dir_all(&outside).unwrap();
     fs::write(outside.join("secret"), "secret").unwrap();
-    Case {
-        _t: t,
-        base,
-        dest,
-        outside,
-    }
+    Case { _t: t, base, dest, outside }
 }
 
 fn listing(p: &Path) -> Vec<String> {
@@ -61,13 +56,7 @@ impl Case {
         r
     }
     fn assert_outside_untouched(&self) {
-        assert_eq!(
-            listing(&self.base)
-                .into_iter()
-                .filter(|p| !p.starts_with("dest"))
-                .collect::<Vec<_>>(),
-            vec!["outside", "outside/secret"]
-        );
+        assert_eq!(listing(&self.base).into_iter().filter(|p| !p.starts_with("dest")).collect::<Vec<_>>(), vec!["outside", "outside/secret"]);
         assert_eq!(fs::read(self.outside.join("secret")).unwrap(), b"secret");
     }
     fn dest_listing(&self) -> Vec<String> {
@@ -78,14 +67,7 @@ impl Case {
 #[test]
 fn dotdot_refused_absolute_stripped() {
     let c = case();
-    let r = c.run(
-        TarBuf::default()
-            .file("../evil", b"x")
-            .file("a/../../evil2", b"x")
-            .file("/abs/file", b"ok")
-            .file("good", b"g")
-            .end(),
-    );
+    let r = c.run(TarBuf::default().file("../evil", b"x").file("a/../../evil2", b"x").file("/abs/file", b"ok").file("good", b"g").end());
     assert_eq!(r.failure_count, 2, "{:?}", r.failures);
     assert!(r.failures[0].contains("../evil"), "{:?}", r.failures);
     assert!(r.warnings.iter().any(|w| w.contains("leading '/'")));
@@ -138,12 +120,7 @@ fn hardlink_escape_refused() {
     let c = case();
     let out = c.outside.display().to_string();
     let r = c.run(
-        TarBuf::default()
-            .hardlink("h1", "../outside/secret")
-            .hardlink("h2", &format!("{out}/secret"))
-            .symlink("s", &out)
-            .hardlink("h3", "s/secret")
-            .end(),
+        TarBuf::default().hardlink("h1", "../outside/secret").hardlink("h2", &format!("{out}/secret")).symlink("s", &out).hardlink("h3", "s/secret").end(),
     );
     assert_eq!(r.failure_count, 3, "{:?}", r.failures);
     assert!(!c.dest.join("h1").exists() && !c.dest.join("h3").exists());
@@ -177,28 +154,14 @@ fn truncated_in_header() {
     let mut bytes = TarBuf::default().file("done", b"complete").file("next", b"n").end();
     bytes.truncate(1024 + 200);
     let r = c.run(bytes);
-    assert!(
-        matches!(
-            r.fatal_error,
-            Some(Error::Truncated {
-                what: "header",
-                offset: 1024,
-                ..
-            })
-        ),
-        "{:?}",
-        r.fatal
-    );
+    assert!(matches!(r.fatal_error, Some(Error::Truncated { what: "header", offset: 1024, .. })), "{:?}", r.fatal);
     assert_eq!(c.dest_listing(), vec!["done"]);
 }
 
 #[test]
 fn truncated_compressed_stream() {
     let c = case();
-    let tar = TarBuf::default()
-        .file("a", &vec![1u8; 100_000])
-        .file("b", &vec![2u8; 3 << 20])
-        .end();
+    let tar = TarBuf::default().file("a", &vec![1u8; 100_000]).file("b", &vec![2u8; 3 << 20]).end();
     let mut z = zstd::encode_all(&tar[..], 3).unwrap();
     z.truncate(z.len() / 2);
     let r = c.run(z);
@@ -269,11 +232,7 @@ fn huge_longname_and_sparse_map() {
     let c = case();
     let r = c.run(
         TarBuf::default()
-            .pax(&[
-                ("GNU.sparse.map", "100,10"),
-                ("GNU.sparse.realsize", "50"),
-                ("GNU.sparse.name", "sp"),
-            ])
+            .pax(&[("GNU.sparse.map", "100,10"), ("GNU.sparse.realsize", "50"), ("GNU.sparse.name", "sp")])
             .file("GNUSparseFile.0/sp", &[1u8; 10])
             .end(),
     );

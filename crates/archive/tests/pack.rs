@@ -73,7 +73,8 @@ fn decompressor(c: Compression) -> Option<&'static str> {
 
 /// Member names as Python's tarfile lists them (reading the decompressed stream from a pipe).
 fn python_names(archive: &Path, c: Compression) -> Vec<String> {
-    let script = "import sys, tarfile\nwith tarfile.open(fileobj=sys.stdin.buffer, mode='r|') as t:\n    for m in t:\n        print(repr(m.name), m.type, m.size)\n";
+    let script =
+        "import sys, tarfile\nwith tarfile.open(fileobj=sys.stdin.buffer, mode='r|') as t:\n    for m in t:\n        print(repr(m.name), m.type, m.size)\n";
     let cat = match decompressor(c) {
         Some(d) => format!("{d} '{}'", archive.display()),
         None => format!("cat '{}'", archive.display()),

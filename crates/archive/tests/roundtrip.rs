@@ -20,32 +20,16 @@ fn trees() -> &'static Trees {
     T.get_or_init(|| {
         let dir = tempfile::Builder::new().prefix("cl-rt-").tempdir_in(scratch()).unwrap();
         let full = dir.path().join("full");
-        make_tree(
-            &full,
-            &TreeSpec {
-                long_names: true,
-                huge_sparse: true,
-                unicode: true,
-            },
-        );
+        make_tree(&full, &TreeSpec { long_names: true, huge_sparse: true, unicode: true });
         let basic = dir.path().join("basic");
-        make_tree(
-            &basic,
-            &TreeSpec {
-                long_names: false,
-                huge_sparse: false,
-                unicode: false,
-            },
-        );
+        make_tree(&basic, &TreeSpec { long_names: false, huge_sparse: false, unicode: false });
         Trees { _dir: dir, full, basic }
     })
 }
 
 /// Tests work on the real disk (not tmpfs) so O_DIRECT and DONTCACHE are exercised.
 fn scratch() -> PathBuf {
-    let p = std::env::var_os("CACHELESS_TEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+    let p = std::env::var_os("CACHELESS_TEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
     std::fs::create_dir_all(&p).unwrap();
     p
 }
@@ -60,11 +44,7 @@ fn check(archive: &Path, modes: &[IoMode], walk: bool, what: &str) {
         assert_same_tree(&ours_dir, &gnu, &format!("{what} mode {m:?}"));
         let huge = ours_dir.join("sparse/huge");
         if huge.exists() {
-            assert!(
-                allocated(&huge) < 16 << 20,
-                "{what}: sparse file was filled: {} bytes allocated",
-                allocated(&huge)
-            );
+            assert!(allocated(&huge) < 16 << 20, "{what}: sparse file was filled: {} bytes allocated", allocated(&huge));
         }
         // Auto writes large files (1 MiB and up, not sparse) with O_DIRECT where it works.
         let large = walkdir(&gnu).iter().any(|p| {
@@ -107,13 +87,7 @@ fn ustar_and_v7_basic_tree() {
         let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
         let a = d.path().join(format!("t-{fmt}.tar"));
         // ustar/v7 cannot hold sparse files: no -S.
-        run(Command::new("tar")
-            .arg(format!("--format={fmt}"))
-            .arg("-cf")
-            .arg(&a)
-            .arg("-C")
-            .arg(&trees().basic)
-            .arg("."));
+        run(Command::new("tar").arg(format!("--format={fmt}")).arg("-cf").arg(&a).arg("-C").arg(&trees().basic).arg("."));
         check(&a, &[IoMode::Auto], false, fmt);
     }
 }
@@ -121,13 +95,7 @@ fn ustar_and_v7_basic_tree() {
 #[test]
 fn pax_sparse_versions() {
     for v in ["0.0", "0.1", "1.0"] {
-        let (_d, a) = archive(
-            &trees().full,
-            &format!("t-sparse{v}.tar"),
-            "pax",
-            None,
-            &[&format!("--sparse-version={v}")],
-        );
+        let (_d, a) = archive(&trees().full, &format!("t-sparse{v}.tar"), "pax", None, &[&format!("--sparse-version={v}")]);
         check(&a, &[IoMode::Auto], false, &format!("pax sparse {v}"));
     }
 }
@@ -143,13 +111,7 @@ fn every_compression() {
 #[test]
 fn every_mode_and_the_nofollow_walk() {
     let (_d, a) = archive(&trees().full, "modes.tar.zst", "gnu", Some("zstd"), &[]);
-    let modes = [
-        IoMode::Auto,
-        IoMode::Direct,
-        IoMode::DontCache,
-        IoMode::WriteBehind,
-        IoMode::Buffered,
-    ];
+    let modes = [IoMode::Auto, IoMode::Direct, IoMode::DontCache, IoMode::WriteBehind, IoMode::Buffered];
     check(&a, &modes, false, "modes");
     check(&a, &[IoMode::Auto], true, "walk");
 }
@@ -159,9 +121,7 @@ fn python_tarfile_formats() {
     for fmt in ["USTAR_FORMAT", "GNU_FORMAT", "PAX_FORMAT"] {
         let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
         let a = d.path().join(format!("py-{fmt}.tar"));
-        let script = format!(
-            "import tarfile,sys\nwith tarfile.open(sys.argv[1], 'w', format=tarfile.{fmt}) as t:\n    t.add(sys.argv[2], arcname='.')\n"
-        );
+        let script = format!("import tarfile,sys\nwith tarfile.open(sys.argv[1], 'w', format=tarfile.{fmt}) as t:\n    t.add(sys.argv[2], arcname='.')\n");
         run(Command::new("python3").arg("-c").arg(script).arg(&a).arg(&trees().basic));
         check(&a, &[IoMode::Auto], false, fmt);
     }
@@ -173,13 +133,7 @@ fn stream_input_and_strip_components() {
     let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
     let gnu = work.path().join("gnu");
     std::fs::create_dir_all(&gnu).unwrap();
-    run(Command::new("tar")
-        .arg("--no-same-owner")
-        .arg("--strip-components=2")
-        .arg("-xf")
-        .arg(&a)
-        .arg("-C")
-        .arg(&gnu));
+    run(Command::new("tar").arg("--no-same-owner").arg("--strip-components=2").arg("-xf").arg(&a).arg("-C").arg(&gnu));
     let o = work.path().join("ours");
     let mut opts = ExtractOptions::new(&o);
     opts.strip_components = 2;
@@ -250,10 +204,7 @@ fn both_engine_backends() {
     let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
     let gnu = work.path().join("gnu");
     gnu_tar_extract(&a, &gnu);
-    for (i, kind) in [cacheless::BackendKind::Threads, cacheless::BackendKind::Uring]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, kind) in [cacheless::BackendKind::Threads, cacheless::BackendKind::Uring].into_iter().enumerate() {
         let o = work.path().join(format!("ours{i}"));
         let mut opts = ExtractOptions::new(&o);
         opts.read_options.backend = kind;
@@ -273,11 +224,7 @@ fn both_engine_backends() {
         };
         if kind == cacheless::BackendKind::Uring && !r.is_ok() && r.failures.iter().any(|f| f.contains("uring")) {
             let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
-            assert!(
-                !required.split(',').any(|f| f == "uring"),
-                "CACHELESS_REQUIRE={required}: {:?}",
-                r.failures
-            );
+            assert!(!required.split(',').any(|f| f == "uring"), "CACHELESS_REQUIRE={required}: {:?}", r.failures);
             println!("skipping io_uring: {:?}", r.failures);
             continue;
         }
@@ -308,11 +255,7 @@ fn tiny_memory_budget_completes() {
 fn negative_and_fractional_mtimes_like_gnu() {
     // pax mtime with a fraction before 1970, and GNU base-256 negative mtime.
     let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
-    for (fmt, mt) in [
-        ("PAX_FORMAT", "-86400.25"),
-        ("GNU_FORMAT", "-86400"),
-        ("PAX_FORMAT", "1700000000.123456789"),
-    ] {
+    for (fmt, mt) in [("PAX_FORMAT", "-86400.25"), ("GNU_FORMAT", "-86400"), ("PAX_FORMAT", "1700000000.123456789")] {
         let a = d.path().join("neg.tar");
         let script = format!(
             "import tarfile,io,sys\nwith tarfile.open(sys.argv[1], 'w', format=tarfile.{fmt}) as t:\n    i=tarfile.TarInfo('old'); i.size=3; i.mtime={mt}; t.addfile(i, io.BytesIO(b'old'))\n    i=tarfile.TarInfo('olddir'); i.type=tarfile.DIRTYPE; i.mtime={mt}; t.addfile(i)\n"

@@ -50,19 +50,13 @@ impl MemoryHierarchy {
 
 /// Finds the memory controller from the texts of /proc/self/mountinfo and /proc/self/cgroup, preferring v2.
 /// `has_v2_memory` says whether a cgroup2 mount point lists `memory` in its cgroup.controllers.
-pub fn find_memory_hierarchy(
-    mountinfo: &str,
-    self_cgroup: &str,
-    has_v2_memory: impl Fn(&Path) -> bool,
-) -> Option<MemoryHierarchy> {
+pub fn find_memory_hierarchy(mountinfo: &str, self_cgroup: &str, has_v2_memory: impl Fn(&Path) -> bool) -> Option<MemoryHierarchy> {
     let mut v1 = None;
     let mut v2 = None;
     for m in parse_mountinfo(mountinfo) {
         match m.fs_type {
             "cgroup2" if v2.is_none() && has_v2_memory(&m.mount_point) => v2 = Some(m.mount_point),
-            "cgroup" if v1.is_none() && m.super_options.split(',').any(|x| x == "memory") => {
-                v1 = Some(m.mount_point)
-            }
+            "cgroup" if v1.is_none() && m.super_options.split(',').any(|x| x == "memory") => v1 = Some(m.mount_point),
             _ => {}
         }
     }
@@ -84,11 +78,7 @@ pub fn find_memory_hierarchy(
         (None, Some(mount)) => (CgroupVersion::V1, mount, cur_v1),
         (None, None) => return None,
     };
-    Some(MemoryHierarchy {
-        version,
-        mount,
-        current: current.unwrap_or_else(|| "/".into()),
-    })
+    Some(MemoryHierarchy { version, mount, current: current.unwrap_or_else(|| "/".into()) })
 }
 
 /// Finds the memory controller of this system.
@@ -96,13 +86,9 @@ pub fn detect() -> Result<MemoryHierarchy> {
     let mountinfo = read_text("/proc/self/mountinfo")?;
     let self_cg = read_text("/proc/self/cgroup")?;
     find_memory_hierarchy(&mountinfo, &self_cg, |m| {
-        fs::read_to_string(m.join("cgroup.controllers"))
-            .map(|c| c.split_whitespace().any(|x| x == "memory"))
-            .unwrap_or(false)
+        fs::read_to_string(m.join("cgroup.controllers")).map(|c| c.split_whitespace().any(|x| x == "memory")).unwrap_or(false)
     })
-    .ok_or_else(|| {
-        Error::Cgroup("no memory cgroup controller is mounted (neither cgroup v2 nor v1)".into())
-    })
+    .ok_or_else(|| Error::Cgroup("no memory cgroup controller is mounted (neither cgroup v2 nor v1)".into()))
 }
 
 /// Memory figures of a cgroup, in bytes (reclaim in pages).
@@ -129,12 +115,7 @@ pub fn parse_memory_stat(text: &str, version: CgroupVersion) -> CgroupMemStat {
             writeback: m.get("total_writeback").copied().unwrap_or(g("writeback")),
             reclaim: None,
         },
-        CgroupVersion::V2 => CgroupMemStat {
-            cache: g("file"),
-            dirty: g("file_dirty"),
-            writeback: g("file_writeback"),
-            reclaim: Some(Reclaim::from_map(&m)),
-        },
+        CgroupVersion::V2 => CgroupMemStat { cache: g("file"), dirty: g("file_dirty"), writeback: g("file_writeback"), reclaim: Some(Reclaim::from_map(&m)) },
     }
 }
 
@@ -142,11 +123,7 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// The pid in a cgroup name of ours (`cacheless-bench-<pid>-<n>`).
 fn owner_pid(name: &str) -> Option<u32> {
-    name.strip_prefix("cacheless-bench-")?
-        .split('-')
-        .next()?
-        .parse()
-        .ok()
+    name.strip_prefix("cacheless-bench-")?.split('-').next()?.parse().ok()
 }
 
 /// Removes empty cgroups left by benchmark processes that died inside a trial (killed before `Drop` ran).
@@ -189,39 +166,23 @@ impl MemoryCgroup {
             CgroupVersion::V1 => origin.clone(),
             CgroupVersion::V2 => hierarchy.mount.clone(),
         };
-        let name = format!(
-            "cacheless-bench-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = format!("cacheless-bench-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
         remove_stale(&parent);
         let dir = parent.join(name);
         if let Err(e) = fs::create_dir(&dir) {
-            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied
-                || e.raw_os_error() == Some(libc::EROFS)
-            {
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::EROFS) {
                 " (the low-memory scenario creates a memory cgroup: run as root, or in a cgroup delegated to you)"
             } else {
                 ""
             };
-            return Err(Error::Cgroup(format!(
-                "create {}: {e}{hint}",
-                dir.display()
-            )));
+            return Err(Error::Cgroup(format!("create {}: {e}{hint}", dir.display())));
         }
-        let cg = MemoryCgroup {
-            hierarchy,
-            dir,
-            origin,
-            limit,
-            entered: false,
-        };
+        let cg = MemoryCgroup { hierarchy, dir, origin, limit, entered: false };
         if cg.hierarchy.version == CgroupVersion::V2 {
             // memory.max needs the controller enabled in the parent's subtree_control.
             let sc = cg.hierarchy.mount.join("cgroup.subtree_control");
             if !cg.dir.join("memory.max").exists() {
-                fs::write(&sc, "+memory")
-                    .map_err(|e| Error::io(&sc, "enable memory controller", e))?;
+                fs::write(&sc, "+memory").map_err(|e| Error::io(&sc, "enable memory controller", e))?;
             }
             cg.write("memory.max", &limit.to_string())?;
             // Swap would let anonymous memory escape the limit; page cache cannot be swapped anyway.
@@ -243,10 +204,7 @@ impl MemoryCgroup {
 
     fn read_u64(&self, file: &str) -> Result<u64> {
         let t = self.read(file)?;
-        t.trim().parse().map_err(|_| Error::Parse {
-            path: self.dir.join(file),
-            what: format!("not a number: {t:?}"),
-        })
+        t.trim().parse().map_err(|_| Error::Parse { path: self.dir.join(file), what: format!("not a number: {t:?}") })
     }
 
     /// The cgroup's directory.
@@ -275,8 +233,7 @@ impl MemoryCgroup {
     pub fn leave(&mut self) -> Result<()> {
         if self.entered {
             let p = self.origin.join("cgroup.procs");
-            fs::write(&p, std::process::id().to_string())
-                .map_err(|e| Error::io(&p, "move back", e))?;
+            fs::write(&p, std::process::id().to_string()).map_err(|e| Error::io(&p, "move back", e))?;
             self.entered = false;
         }
         Ok(())
@@ -300,10 +257,7 @@ impl MemoryCgroup {
 
     /// Page cache, dirty and writeback figures and (v2) reclaim counters.
     pub fn stat(&self) -> Result<CgroupMemStat> {
-        Ok(parse_memory_stat(
-            &self.read("memory.stat")?,
-            self.hierarchy.version,
-        ))
+        Ok(parse_memory_stat(&self.read("memory.stat")?, self.hierarchy.version))
     }
 
     /// Leaves (if inside) and removes the cgroup, reporting errors that drop would swallow.
@@ -358,10 +312,7 @@ mod tests {
         assert_eq!(h.version, CgroupVersion::V1);
         assert_eq!(h.mount, PathBuf::from("/sys/fs/cgroup/memory"));
         assert_eq!(h.current, "/process_api/bd21b254a3cfd4f5e6089851057c484d");
-        assert_eq!(
-            h.current_dir(),
-            PathBuf::from("/sys/fs/cgroup/memory/process_api/bd21b254a3cfd4f5e6089851057c484d")
-        );
+        assert_eq!(h.current_dir(), PathBuf::from("/sys/fs/cgroup/memory/process_api/bd21b254a3cfd4f5e6089851057c484d"));
     }
 
     #[test]
@@ -369,10 +320,7 @@ mod tests {
         let mi = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
         let h = find_memory_hierarchy(mi, "0::/user.slice/session-1.scope\n", |_| true).unwrap();
         assert_eq!(h.version, CgroupVersion::V2);
-        assert_eq!(
-            h.current_dir(),
-            PathBuf::from("/sys/fs/cgroup/user.slice/session-1.scope")
-        );
+        assert_eq!(h.current_dir(), PathBuf::from("/sys/fs/cgroup/user.slice/session-1.scope"));
         assert!(find_memory_hierarchy(mi, "0::/\n", |_| false).is_none());
     }
 
@@ -385,10 +333,7 @@ mod tests {
 
     #[test]
     fn parses_memory_stat_v1_sample() {
-        let s = parse_memory_stat(
-            include_str!("../tests/data/memory_stat_v1.txt"),
-            CgroupVersion::V1,
-        );
+        let s = parse_memory_stat(include_str!("../tests/data/memory_stat_v1.txt"), CgroupVersion::V1);
         assert_eq!(s.cache, 195182592);
         assert_eq!(s.dirty, 286720);
         assert_eq!(s.writeback, 0);
@@ -397,10 +342,7 @@ mod tests {
 
     #[test]
     fn parses_memory_stat_v2_sample() {
-        let s = parse_memory_stat(
-            include_str!("../tests/data/memory_stat_v2.txt"),
-            CgroupVersion::V2,
-        );
+        let s = parse_memory_stat(include_str!("../tests/data/memory_stat_v2.txt"), CgroupVersion::V2);
         assert_eq!(s.cache, 1073741824);
         assert_eq!(s.dirty, 8192);
         assert_eq!(s.writeback, 4096);

@@ -48,11 +48,7 @@ impl FromStr for Rw {
             "write" => Rw::Write,
             "randread" => Rw::RandRead,
             "copy" => Rw::Copy,
-            _ => {
-                return Err(format!(
-                    "unknown workload '{s}': expected read, write, randread or copy"
-                ))
-            }
+            _ => return Err(format!("unknown workload '{s}': expected read, write, randread or copy")),
         })
     }
 }
@@ -72,9 +68,7 @@ impl FromStr for Scenario {
         match s {
             "normal" => Ok(Scenario::Normal),
             "low-memory" | "lowmem" | "low_memory" => Ok(Scenario::LowMemory),
-            _ => Err(format!(
-                "unknown scenario '{s}': expected normal or low-memory"
-            )),
+            _ => Err(format!("unknown scenario '{s}': expected normal or low-memory")),
         }
     }
 }
@@ -125,9 +119,7 @@ impl BenchConfig {
     /// 2 GiB take about a minute on a disk that reads 1.5 GiB/s; the size is kept small so that the square
     /// stays whole.
     pub fn quick(dir_for_space: &Path) -> BenchConfig {
-        let avail_disk = rustix::fs::statvfs(dir_for_space)
-            .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
-            .unwrap_or(1 << 30);
+        let avail_disk = rustix::fs::statvfs(dir_for_space).map(|s| s.f_bavail.saturating_mul(s.f_frsize)).unwrap_or(1 << 30);
         let mem = read_meminfo().map(|m| m.total).unwrap_or(2 << 30);
         let total = (avail_disk / 4).min(mem / 2).clamp(256 << 20, 2 << 30);
         let per_file = (total / 2) & !((1 << 20) - 1);
@@ -154,19 +146,13 @@ impl BenchConfig {
 
 pub(crate) fn validate(cfg: &BenchConfig) -> Result<()> {
     if cfg.files == 0 || cfg.threads == 0 || cfg.runs == Some(0) || cfg.modes.is_empty() {
-        return Err(Error::Usage(
-            "--files, --threads, --runs and --modes must not be zero or empty".into(),
-        ));
+        return Err(Error::Usage("--files, --threads, --runs and --modes must not be zero or empty".into()));
     }
     if cfg.file_size == 0 || cfg.block_size == 0 || cfg.queue_depth == 0 {
-        return Err(Error::Usage(
-            "--size, --bs and --queue-depth must be positive".into(),
-        ));
+        return Err(Error::Usage("--size, --bs and --queue-depth must be positive".into()));
     }
     if cfg.scenario == Scenario::LowMemory && cfg.memory_limit < (16 << 20) {
-        return Err(Error::Usage(
-            "--memory-limit must be at least 16 MiB".into(),
-        ));
+        return Err(Error::Usage("--memory-limit must be at least 16 MiB".into()));
     }
     let mut seen = HashSet::new();
     if let Some(m) = cfg.modes.iter().find(|m| !seen.insert(**m)) {
@@ -183,10 +169,7 @@ mod tests {
     fn names_parse() {
         assert_eq!("randread".parse::<Rw>().unwrap(), Rw::RandRead);
         assert!("sideways".parse::<Rw>().is_err());
-        assert_eq!(
-            "low-memory".parse::<Scenario>().unwrap(),
-            Scenario::LowMemory
-        );
+        assert_eq!("low-memory".parse::<Scenario>().unwrap(), Scenario::LowMemory);
     }
 
     #[test]

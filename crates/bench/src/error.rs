@@ -58,11 +58,7 @@ pub enum Error {
 impl Error {
     /// An I/O error on `path` during `op`.
     pub fn io(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> Self {
-        Error::Io {
-            path: path.into(),
-            op,
-            source,
-        }
+        Error::Io { path: path.into(), op, source }
     }
 }
 
@@ -74,10 +70,7 @@ impl Error {
             .map(|s| s.to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "(no message)".into());
-        Error::Panic {
-            what: what.into(),
-            message,
-        }
+        Error::Panic { what: what.into(), message }
     }
 }
 

@@ -56,39 +56,21 @@ impl FioJob {
         for (i, f) in self.files.iter().enumerate() {
             a.push(format!("--name=j{i}"));
             // fio treats ':' as a file-list separator; escape it.
-            a.push(format!(
-                "--filename={}",
-                f.display().to_string().replace(':', "\\:")
-            ));
+            a.push(format!("--filename={}", f.display().to_string().replace(':', "\\:")));
         }
         a
     }
 
     /// The command line, for reports.
     pub fn command_line(&self) -> String {
-        std::iter::once("fio".to_string())
-            .chain(self.args())
-            .collect::<Vec<_>>()
-            .join(" ")
+        std::iter::once("fio".to_string()).chain(self.args()).collect::<Vec<_>>().join(" ")
     }
 
     /// Runs fio and returns its aggregate bandwidth in MiB/s.
     pub fn run(&self) -> Result<f64> {
-        let out = Command::new("fio")
-            .args(self.args())
-            .output()
-            .map_err(|e| {
-                Error::Fio(format!(
-                    "cannot run fio: {e} (install it, e.g. apt install fio)"
-                ))
-            })?;
+        let out = Command::new("fio").args(self.args()).output().map_err(|e| Error::Fio(format!("cannot run fio: {e} (install it, e.g. apt install fio)")))?;
         if !out.status.success() {
-            return Err(Error::Fio(format!(
-                "{} failed ({}): {}",
-                self.command_line(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
+            return Err(Error::Fio(format!("{} failed ({}): {}", self.command_line(), out.status, String::from_utf8_lossy(&out.stderr).trim())));
         }
         Ok(parse_bandwidth(&String::from_utf8_lossy(&out.stdout))? / (1024.0 * 1024.0))
     }
@@ -105,11 +87,7 @@ pub(crate) fn jobs_for(cfg: &BenchConfig, dir: &Path, sources: &[PathBuf]) -> Ve
         .copied()
         .filter(|m| matches!(m, Mode::Buffered | Mode::Direct))
         .map(|m| {
-            let files = if cfg.rw == Rw::Write {
-                (0..cfg.files).map(|i| fio_target_path(dir, i)).collect()
-            } else {
-                sources.to_vec()
-            };
+            let files = if cfg.rw == Rw::Write { (0..cfg.files).map(|i| fio_target_path(dir, i)).collect() } else { sources.to_vec() };
             let job = FioJob {
                 rw: cfg.rw.name().to_string(),
                 files,
@@ -117,11 +95,7 @@ pub(crate) fn jobs_for(cfg: &BenchConfig, dir: &Path, sources: &[PathBuf]) -> Ve
                 bs: cfg.block_size as u64,
                 iodepth: cfg.queue_depth as u32,
                 direct: m == Mode::Direct,
-                ioengine: if cfg.backend == BackendKind::Threads {
-                    "psync".into()
-                } else {
-                    "io_uring".into()
-                },
+                ioengine: if cfg.backend == BackendKind::Threads { "psync".into() } else { "io_uring".into() },
             };
             (m, job)
         })
@@ -131,29 +105,19 @@ pub(crate) fn jobs_for(cfg: &BenchConfig, dir: &Path, sources: &[PathBuf]) -> Ve
 /// fio's version string (`fio-3.33`), or `None` when fio is not installed.
 pub fn version() -> Option<String> {
     let out = Command::new("fio").arg("--version").output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// Sums read and write `bw_bytes` (bytes/s) over the jobs of fio's JSON output. fio may print warnings
 /// before the JSON; they are skipped.
 pub fn parse_bandwidth(json: &str) -> Result<f64> {
-    let start = json
-        .find('{')
-        .ok_or_else(|| Error::Fio("no JSON in fio output".into()))?;
-    let v: serde_json::Value = serde_json::from_str(&json[start..])
-        .map_err(|e| Error::Fio(format!("bad JSON from fio: {e}")))?;
-    let jobs = v["jobs"]
-        .as_array()
-        .ok_or_else(|| Error::Fio("fio JSON has no jobs".into()))?;
+    let start = json.find('{').ok_or_else(|| Error::Fio("no JSON in fio output".into()))?;
+    let v: serde_json::Value = serde_json::from_str(&json[start..]).map_err(|e| Error::Fio(format!("bad JSON from fio: {e}")))?;
+    let jobs = v["jobs"].as_array().ok_or_else(|| Error::Fio("fio JSON has no jobs".into()))?;
     let mut bw = 0.0;
     for j in jobs {
         if let Some(e) = j["error"].as_i64().filter(|&e| e != 0) {
-            return Err(Error::Fio(format!(
-                "job {} failed with error {e}",
-                j["jobname"]
-            )));
+            return Err(Error::Fio(format!("job {} failed with error {e}", j["jobname"])));
         }
         for dir in ["read", "write"] {
             bw += j[dir]["bw_bytes"].as_f64().unwrap_or(0.0);
@@ -170,10 +134,7 @@ mod tests {
     fn parses_captured_fio_json() {
         let bw = parse_bandwidth(include_str!("../tests/data/fio_read.json")).unwrap();
         assert_eq!(bw, 607320036.0);
-        let with_warning = format!(
-            "fio: some warning\n{}",
-            include_str!("../tests/data/fio_read.json")
-        );
+        let with_warning = format!("fio: some warning\n{}", include_str!("../tests/data/fio_read.json"));
         assert_eq!(parse_bandwidth(&with_warning).unwrap(), 607320036.0);
         assert!(parse_bandwidth("nothing").is_err());
         assert!(parse_bandwidth(r#"{"jobs":[{"jobname":"x","error":5}]}"#).is_err());
@@ -210,13 +171,7 @@ mod tests {
         assert!(j[1].1.direct && !j[0].1.direct);
         c.rw = Rw::Write;
         let j = jobs_for(&c, Path::new("/d"), &[]);
-        assert_eq!(
-            j[0].1.files,
-            [
-                fio_target_path(Path::new("/d"), 0),
-                fio_target_path(Path::new("/d"), 1)
-            ]
-        );
+        assert_eq!(j[0].1.files, [fio_target_path(Path::new("/d"), 0), fio_target_path(Path::new("/d"), 1)]);
         c.rw = Rw::Copy;
         assert!(jobs_for(&c, Path::new("/d"), &sources).is_empty());
     }

@@ -7,10 +7,7 @@ use cacheless::Progress;
 
 use crate::cgroup::{CgroupMemStat, MemoryCgroup};
 use crate::error::{Error, Result};
-use crate::procfs::{
-    drop_pagecache_count, kswapd_cpu, read_meminfo, read_vmstat_map, self_cpu, CpuTime, MemInfo,
-    Reclaim,
-};
+use crate::procfs::{drop_pagecache_count, kswapd_cpu, read_meminfo, read_vmstat_map, self_cpu, CpuTime, MemInfo, Reclaim};
 use crate::report::{CacheReport, CacheSource, Series, TrialReport};
 
 /// How often progress and memory are sampled.
@@ -80,15 +77,11 @@ where
             }
             next += SAMPLE_EVERY;
             samples.push((t0.elapsed().as_secs_f64(), progress.bytes()));
-            let (c, d) = cache_and_dirty(cg.and_then(|c| c.stat().ok()).as_ref(), || {
-                read_meminfo().unwrap_or_default()
-            });
+            let (c, d) = cache_and_dirty(cg.and_then(|c| c.stat().ok()).as_ref(), || read_meminfo().unwrap_or_default());
             peak_cache = peak_cache.max(c);
             peak_dirty = peak_dirty.max(d);
         }
-        let r = h
-            .join()
-            .unwrap_or_else(|p| Err(Error::panicked("the workload", p.as_ref())));
+        let r = h.join().unwrap_or_else(|p| Err(Error::panicked("the workload", p.as_ref())));
         (r, t0.elapsed().as_secs_f64())
     });
     result?;
@@ -106,19 +99,12 @@ where
         cpu: end.cpu.since(&start.cpu),
         kswapd_cpu_s: end.kswapd.since(&start.kswapd).total_s(),
         reclaim: end.vm.since(&start.vm),
-        cgroup_reclaim: match (
-            end.cg.and_then(|c| c.reclaim),
-            start.cg.and_then(|c| c.reclaim),
-        ) {
+        cgroup_reclaim: match (end.cg.and_then(|c| c.reclaim), start.cg.and_then(|c| c.reclaim)) {
             (Some(e), Some(s)) => Some(e.since(&s)),
             _ => None,
         },
         cache: CacheReport {
-            source: if cg.is_some() {
-                CacheSource::Cgroup
-            } else {
-                CacheSource::Meminfo
-            },
+            source: if cg.is_some() { CacheSource::Cgroup } else { CacheSource::Meminfo },
             start_bytes: cache_start,
             end_bytes: cache_end,
             growth_bytes: cache_end as i64 - cache_start as i64,
@@ -174,16 +160,7 @@ mod tests {
     #[test]
     fn series_interpolates_complete_intervals() {
         let m = 1 << 20;
-        let s = series_from_samples(
-            &[
-                (0.0, 0),
-                (0.5, 50 * m),
-                (1.0, 100 * m),
-                (2.0, 300 * m),
-                (2.5, 350 * m),
-            ],
-            1.0,
-        );
+        let s = series_from_samples(&[(0.0, 0), (0.5, 50 * m), (1.0, 100 * m), (2.0, 300 * m), (2.5, 350 * m)], 1.0);
         assert_eq!(s.mib_s, vec![100.0, 200.0]);
         assert_eq!(s.spread.median, 150.0);
         assert!((s.cov - 1.0 / 3.0).abs() < 1e-12);

@@ -66,8 +66,7 @@ pub fn ensure_font() -> std::result::Result<PathBuf, String> {
                 return Ok(p);
             }
         }
-        Err("no TrueType font found for plot text: install fonts-dejavu-core (apt) or set CACHELESS_FONT=/path/font.ttf"
-            .into())
+        Err("no TrueType font found for plot text: install fonts-dejavu-core (apt) or set CACHELESS_FONT=/path/font.ttf".into())
     })
     .clone()
 }
@@ -86,28 +85,16 @@ pub fn mode_color(mode: &str) -> RGBColor {
 
 /// Draws the report to `path`; the extension picks SVG (`.svg`) or PNG (anything else).
 pub fn plot(report: &BenchReport, path: &Path) -> Result<()> {
-    let err = |what: String| Error::Plot {
-        path: path.to_path_buf(),
-        what,
-    };
+    let err = |what: String| Error::Plot { path: path.to_path_buf(), what };
     ensure_font().map_err(err)?;
     let size = (1200, 900);
-    let svg = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
-    if svg {
-        render(report, SVGBackend::new(path, size).into_drawing_area())
-    } else {
-        render(report, BitMapBackend::new(path, size).into_drawing_area())
-    }
-    .map_err(err)
+    let svg = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    if svg { render(report, SVGBackend::new(path, size).into_drawing_area()) } else { render(report, BitMapBackend::new(path, size).into_drawing_area()) }
+        .map_err(err)
 }
 
 /// Draws the report on `root` and writes it out.
-fn render<DB: DrawingBackend>(
-    r: &BenchReport,
-    root: DrawingArea<DB, Shift>,
-) -> std::result::Result<(), String>
+fn render<DB: DrawingBackend>(r: &BenchReport, root: DrawingArea<DB, Shift>) -> std::result::Result<(), String>
 where
     DB::ErrorType: 'static,
 {
@@ -115,74 +102,38 @@ where
     root.present().map_err(|e| e.to_string())
 }
 
-fn draw<DB: DrawingBackend>(
-    r: &BenchReport,
-    root: &DrawingArea<DB, Shift>,
-) -> std::result::Result<(), String>
+fn draw<DB: DrawingBackend>(r: &BenchReport, root: &DrawingArea<DB, Shift>) -> std::result::Result<(), String>
 where
     DB::ErrorType: 'static,
 {
     let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
     root.fill(&WHITE).map_err(e)?;
     let c = &r.config;
-    let title = format!(
-        "cacheless bench: {}, {}{}",
-        c.workload(),
-        c.scenario,
-        c.limit_note()
-    );
+    let title = format!("cacheless bench: {}, {}{}", c.workload(), c.scenario, c.limit_note());
     let root = root.titled(&title, (FAMILY, 24)).map_err(e)?;
     let (top, bottom) = root.split_vertically(540);
     let (left, right) = bottom.split_horizontally(600);
 
     // Per-second throughput of each mode's median run.
-    let lines: Vec<(&str, f64, &Vec<f64>)> = r
-        .modes
-        .iter()
-        .filter_map(|m| {
-            m.representative()
-                .map(|t| (m.mode.as_str(), t.series.interval_s, &t.series.mib_s))
-        })
-        .collect();
-    let max_t = lines
-        .iter()
-        .map(|(_, dt, v)| dt * v.len() as f64)
-        .fold(1.0, f64::max);
-    let max_y = lines
-        .iter()
-        .flat_map(|(_, _, v)| v.iter().copied())
-        .fold(1.0, f64::max)
-        * 1.1;
+    let lines: Vec<(&str, f64, &Vec<f64>)> =
+        r.modes.iter().filter_map(|m| m.representative().map(|t| (m.mode.as_str(), t.series.interval_s, &t.series.mib_s))).collect();
+    let max_t = lines.iter().map(|(_, dt, v)| dt * v.len() as f64).fold(1.0, f64::max);
+    let max_y = lines.iter().flat_map(|(_, _, v)| v.iter().copied()).fold(1.0, f64::max) * 1.1;
     let mut ch = ChartBuilder::on(&top)
-        .caption(
-            "throughput per interval (run closest to the median), MiB/s",
-            (FAMILY, 18),
-        )
+        .caption("throughput per interval (run closest to the median), MiB/s", (FAMILY, 18))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..max_t, 0f64..max_y)
         .map_err(e)?;
-    ch.configure_mesh()
-        .x_desc("seconds")
-        .y_desc("MiB/s")
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .label_style((FAMILY, 14))
-        .draw()
-        .map_err(e)?;
+    ch.configure_mesh().x_desc("seconds").y_desc("MiB/s").y_label_formatter(&|v| format!("{v:.0}")).label_style((FAMILY, 14)).draw().map_err(e)?;
     for (mode, dt, v) in &lines {
         let color = mode_color(mode);
-        let pts: Vec<(f64, f64)> = v
-            .iter()
-            .enumerate()
-            .map(|(i, y)| ((i as f64 + 0.5) * dt, *y))
-            .collect();
+        let pts: Vec<(f64, f64)> = v.iter().enumerate().map(|(i, y)| ((i as f64 + 0.5) * dt, *y)).collect();
         ch.draw_series(LineSeries::new(pts, color.stroke_width(2)))
             .map_err(e)?
             .label(*mode)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
-            });
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
     }
     ch.configure_series_labels()
         .background_style(WHITE.mix(0.8))
@@ -193,44 +144,15 @@ where
         .map_err(e)?;
 
     let names: Vec<String> = r.modes.iter().map(|m| m.mode.clone()).collect();
-    let cpu: Vec<f64> = r
-        .modes
-        .iter()
-        .map(|m| m.summary.cpu_s_per_gib.median)
-        .collect();
-    let kswapd: Vec<f64> = r
-        .modes
-        .iter()
-        .map(|m| m.summary.kswapd_cpu_s.median)
-        .collect();
-    bars(
-        &left,
-        &format!(
-            "CPU s/GiB (kswapd s: {})",
-            kswapd
-                .iter()
-                .map(|k| format!("{k:.1}"))
-                .collect::<Vec<_>>()
-                .join(" / ")
-        ),
-        &names,
-        &cpu,
-    )?;
-    let cache: Vec<f64> = r
-        .modes
-        .iter()
-        .map(|m| m.summary.cache_peak_growth_bytes.median.max(0.0) / (1024.0 * 1024.0))
-        .collect();
+    let cpu: Vec<f64> = r.modes.iter().map(|m| m.summary.cpu_s_per_gib.median).collect();
+    let kswapd: Vec<f64> = r.modes.iter().map(|m| m.summary.kswapd_cpu_s.median).collect();
+    bars(&left, &format!("CPU s/GiB (kswapd s: {})", kswapd.iter().map(|k| format!("{k:.1}")).collect::<Vec<_>>().join(" / ")), &names, &cpu)?;
+    let cache: Vec<f64> = r.modes.iter().map(|m| m.summary.cache_peak_growth_bytes.median.max(0.0) / (1024.0 * 1024.0)).collect();
     bars(&right, "peak page-cache growth, MiB", &names, &cache)?;
     Ok(())
 }
 
-fn bars<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    caption: &str,
-    names: &[String],
-    values: &[f64],
-) -> std::result::Result<(), String>
+fn bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, caption: &str, names: &[String], values: &[f64]) -> std::result::Result<(), String>
 where
     DB::ErrorType: 'static,
 {
@@ -256,38 +178,23 @@ where
         })
         .x_labels(n)
         .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
-                names.get(*i).cloned().unwrap_or_default()
-            }
+            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => names.get(*i).cloned().unwrap_or_default(),
             SegmentValue::Last => String::new(),
         })
         .draw()
         .map_err(e)?;
     ch.draw_series(values.iter().enumerate().map(|(i, v)| {
         let color = mode_color(&names[i]);
-        let mut bar = Rectangle::new(
-            [
-                (SegmentValue::Exact(i), 0.0),
-                (SegmentValue::Exact(i + 1), *v),
-            ],
-            color.filled(),
-        );
+        let mut bar = Rectangle::new([(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), *v)], color.filled());
         bar.set_margin(0, 0, 25, 25);
         bar
     }))
     .map_err(e)?;
     ch.draw_series(values.iter().enumerate().map(|(i, v)| {
         Text::new(
-            if *v >= 100.0 {
-                format!("{v:.0}")
-            } else {
-                format!("{v:.2}")
-            },
+            if *v >= 100.0 { format!("{v:.0}") } else { format!("{v:.2}") },
             (SegmentValue::CenterOf(i), *v),
-            (FAMILY, 14)
-                .into_font()
-                .color(&BLACK)
-                .pos(Pos::new(HPos::Center, VPos::Bottom)),
+            (FAMILY, 14).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Bottom)),
         )
     }))
     .map_err(e)?;

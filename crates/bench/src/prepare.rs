@@ -61,18 +61,11 @@ pub(crate) fn prepare_sources(cfg: &BenchConfig, dir: &Path, log: Log) -> Result
     let mut out = Vec::new();
     for i in 0..cfg.files {
         let p = source_path(dir, i);
-        if std::fs::metadata(&p)
-            .map(|m| m.len() == cfg.file_size)
-            .unwrap_or(false)
-        {
+        if std::fs::metadata(&p).map(|m| m.len() == cfg.file_size).unwrap_or(false) {
             out.push(p);
             continue;
         }
-        log(&format!(
-            "creating {} ({} bytes)",
-            p.display(),
-            cfg.file_size
-        ));
+        log(&format!("creating {} ({} bytes)", p.display(), cfg.file_size));
         let mut wo = WriteOptions::new(budget.clone());
         wo.size_hint = Some(cfg.file_size);
         wo.block_size = cfg.block_size.max(1 << 20);
@@ -84,8 +77,7 @@ pub(crate) fn prepare_sources(cfg: &BenchConfig, dir: &Path, log: Log) -> Result
             let k = left.min(block.len() as u64) as usize;
             // Make every block different, so that nothing below us can deduplicate it.
             block[..8].copy_from_slice(&n.to_le_bytes());
-            w.write_all(&block[..k])
-                .map_err(|e| Error::io(&p, "write", e))?;
+            w.write_all(&block[..k]).map_err(|e| Error::io(&p, "write", e))?;
             left -= k as u64;
             n += 1;
         }
@@ -179,12 +171,7 @@ fn settle(kswapd: &[u32]) -> Result<ColdStart> {
         let dirty = m.dirty + m.writeback;
         let settled = dirty <= SETTLED_DIRTY_BYTES && quiet >= SETTLE_QUIET_POLLS;
         if settled || t0.elapsed() >= SETTLE_MAX {
-            return Ok(ColdStart {
-                resident: 0,
-                settle_s: t0.elapsed().as_secs_f64(),
-                dirty_writeback: dirty,
-                settled,
-            });
+            return Ok(ColdStart { resident: 0, settle_s: t0.elapsed().as_secs_f64(), dirty_writeback: dirty, settled });
         }
         let p0 = Instant::now();
         if dirty > SETTLED_DIRTY_BYTES {
@@ -211,20 +198,12 @@ mod tests {
     #[test]
     fn a_cold_start_leaves_nothing_resident_and_reports_its_wait() {
         // Beside the sources rather than in /tmp, which may be a tmpfs whose pages cannot be evicted.
-        let dir = tempfile::Builder::new()
-            .prefix(".cold-start-test-")
-            .tempdir_in(env!("CARGO_MANIFEST_DIR"))
-            .unwrap();
+        let dir = tempfile::Builder::new().prefix(".cold-start-test-").tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, make_block(3, 1 << 20)).unwrap();
         // Written through the page cache: resident and dirty now.
         assert!(resident_bytes(std::slice::from_ref(&p)).0 > 0);
-        let c = make_cold(
-            std::slice::from_ref(&p),
-            false,
-            &crate::procfs::kswapd_pids(),
-        )
-        .unwrap();
+        let c = make_cold(std::slice::from_ref(&p), false, &crate::procfs::kswapd_pids()).unwrap();
         assert_eq!(c.resident, 0);
         assert!(c.settle_s >= 0.0 && c.settle_s <= SETTLE_MAX.as_secs_f64() + 1.0);
         if c.settled {

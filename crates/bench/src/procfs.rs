@@ -63,16 +63,10 @@ impl Reclaim {
             pgsteal_total: g("pgsteal_anon") + g("pgsteal_file"),
         };
         if !m.contains_key("pgscan_file") {
-            r.pgscan_total = m
-                .get("pgscan")
-                .copied()
-                .unwrap_or(r.pgscan_kswapd + r.pgscan_direct);
+            r.pgscan_total = m.get("pgscan").copied().unwrap_or(r.pgscan_kswapd + r.pgscan_direct);
         }
         if !m.contains_key("pgsteal_file") {
-            r.pgsteal_total = m
-                .get("pgsteal")
-                .copied()
-                .unwrap_or(r.pgsteal_kswapd + r.pgsteal_direct);
+            r.pgsteal_total = m.get("pgsteal").copied().unwrap_or(r.pgsteal_kswapd + r.pgsteal_direct);
         }
         r
     }
@@ -145,10 +139,7 @@ pub fn parse_meminfo(text: &str) -> Result<MemInfo> {
         seen += 1;
     }
     if seen < 5 {
-        return Err(Error::Parse {
-            path: "/proc/meminfo".into(),
-            what: "missing MemTotal, MemAvailable, Cached, Dirty or Writeback".into(),
-        });
+        return Err(Error::Parse { path: "/proc/meminfo".into(), what: "missing MemTotal, MemAvailable, Cached, Dirty or Writeback".into() });
     }
     Ok(m)
 }
@@ -170,10 +161,7 @@ pub struct CpuTime {
 impl CpuTime {
     /// Time used since `earlier`.
     pub fn since(&self, earlier: &CpuTime) -> CpuTime {
-        CpuTime {
-            user_s: (self.user_s - earlier.user_s).max(0.0),
-            sys_s: (self.sys_s - earlier.sys_s).max(0.0),
-        }
+        CpuTime { user_s: (self.user_s - earlier.user_s).max(0.0), sys_s: (self.sys_s - earlier.sys_s).max(0.0) }
     }
 
     /// User + sys.
@@ -201,13 +189,7 @@ pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
     let fields: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(TaskStat {
-        comm,
-        cpu: CpuTime {
-            user_s: utime as f64 / USER_HZ,
-            sys_s: stime as f64 / USER_HZ,
-        },
-    })
+    Some(TaskStat { comm, cpu: CpuTime { user_s: utime as f64 / USER_HZ, sys_s: stime as f64 / USER_HZ } })
 }
 
 /// Reads `/proc/<pid>/stat`, or /proc/self/stat when `pid` is `None`.
@@ -217,10 +199,7 @@ pub fn read_task_stat(pid: Option<u32>) -> Result<TaskStat> {
         None => "/proc/self/stat".to_string(),
     };
     let text = read_text(&path)?;
-    parse_task_stat(&text).ok_or_else(|| Error::Parse {
-        path: path.into(),
-        what: "unexpected /proc/<pid>/stat format".into(),
-    })
+    parse_task_stat(&text).ok_or_else(|| Error::Parse { path: path.into(), what: "unexpected /proc/<pid>/stat format".into() })
 }
 
 /// CPU time of this process (all threads, io_uring workers included).
@@ -235,16 +214,10 @@ pub fn kswapd_pids() -> Vec<u32> {
         return pids;
     };
     for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        if let Ok(comm) =
-            std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("comm"))
-        {
+        if let Ok(comm) = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("comm")) {
             if is_kswapd(comm.trim()) {
                 pids.push(pid);
             }
@@ -256,8 +229,7 @@ pub fn kswapd_pids() -> Vec<u32> {
 
 /// Whether a command name is a kswapd thread's (`kswapd0`, `kswapd1`, ...).
 pub fn is_kswapd(comm: &str) -> bool {
-    comm.strip_prefix("kswapd")
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    comm.strip_prefix("kswapd").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Total CPU time of the given kswapd threads. Threads that vanished are skipped.
@@ -290,11 +262,7 @@ pub fn parse_mountinfo(text: &str) -> impl Iterator<Item = MountEntry<'_>> {
         let mount = left.split_whitespace().nth(4)?;
         let mut right = right.split_whitespace();
         let fs_type = right.next()?;
-        Some(MountEntry {
-            mount_point: PathBuf::from(unescape_mount(mount)),
-            fs_type,
-            super_options: right.nth(1).unwrap_or(""),
-        })
+        Some(MountEntry { mount_point: PathBuf::from(unescape_mount(mount)), fs_type, super_options: right.nth(1).unwrap_or("") })
     })
 }
 

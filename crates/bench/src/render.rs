@@ -11,15 +11,7 @@ impl BenchReport {
     pub fn table(&self) -> String {
         let mut s = String::new();
         let c = &self.config;
-        let _ = writeln!(
-            s,
-            "{}, qd {}, {} run(s) in rotated order, scenario {}{}",
-            c.workload(),
-            c.queue_depth,
-            c.runs,
-            c.scenario,
-            c.limit_note()
-        );
+        let _ = writeln!(s, "{}, qd {}, {} run(s) in rotated order, scenario {}{}", c.workload(), c.queue_depth, c.runs, c.scenario, c.limit_note());
         s.push('\n');
         s.push_str("| mode | MiB/s | diff | CPU s/GiB | cache growth |\n");
         s.push_str("|---|---:|---:|---:|---:|\n");
@@ -60,12 +52,7 @@ impl BenchReport {
                 human_bytes(x.files_resident_bytes.median),
             );
         }
-        let disturbed: usize = self
-            .modes
-            .iter()
-            .flat_map(|m| &m.runs)
-            .filter(|t| t.caches_dropped_during > 0)
-            .count();
+        let disturbed: usize = self.modes.iter().flat_map(|m| &m.runs).filter(|t| t.caches_dropped_during > 0).count();
         if disturbed > 0 {
             let _ = writeln!(
                 s,
@@ -80,11 +67,7 @@ impl BenchReport {
                 let _ = writeln!(s, "{w}");
             }
         }
-        let decided: Vec<_> = self
-            .modes
-            .iter()
-            .filter(|m| !m.decisions.is_empty())
-            .collect();
+        let decided: Vec<_> = self.modes.iter().filter(|m| !m.decisions.is_empty()).collect();
         if !decided.is_empty() {
             s.push('\n');
             for m in decided {
@@ -113,32 +96,20 @@ impl BenchReport {
     /// One warning line per mode (or fio run) whose per-position medians disagree beyond the run-to-run
     /// noise, naming the positions.
     pub fn position_warnings(&self) -> Vec<String> {
-        let ours = self
-            .modes
-            .iter()
-            .filter_map(|m| Some((m.mode.clone(), m.summary.position_effect?)));
-        let fio = self
-            .fio
-            .iter()
-            .filter_map(|f| Some((format!("fio {}", f.mode), f.position_effect?)));
+        let ours = self.modes.iter().filter_map(|m| Some((m.mode.clone(), m.summary.position_effect?)));
+        let fio = self.fio.iter().filter_map(|f| Some((format!("fio {}", f.mode), f.position_effect?)));
         let n = self.positions();
         // Only when the rounds do not make whole squares: then some positions weigh more than others.
-        let hint = (n > 0 && self.config.runs as usize % n != 0).then(|| {
-            format!(
-                " Medians over whole rounds (--runs a multiple of {n}) weigh every position alike."
-            )
-        });
-        ours.chain(fio)
-            .map(|(name, e)| position_warning(&name, &e) + hint.as_deref().unwrap_or(""))
-            .collect()
+        let hint =
+            (n > 0 && self.config.runs as usize % n != 0).then(|| format!(" Medians over whole rounds (--runs a multiple of {n}) weigh every position alike."));
+        ours.chain(fio).map(|(name, e)| position_warning(&name, &e) + hint.as_deref().unwrap_or("")).collect()
     }
 
     /// Two or three plain sentences about the run: the fastest mode and whether its lead is beyond the
     /// run-to-run spread, then the CPU and page-cache differences between buffered and the other modes.
     pub fn sentences(&self) -> Vec<String> {
         let mut out: Vec<String> = fastest_sentence(&self.modes).into_iter().collect();
-        let (buffered, others): (Vec<&ModeReport>, Vec<&ModeReport>) =
-            self.modes.iter().partition(|m| m.mode == "buffered");
+        let (buffered, others): (Vec<&ModeReport>, Vec<&ModeReport>) = self.modes.iter().partition(|m| m.mode == "buffered");
         match (buffered.first(), others.is_empty()) {
             (_, true) => {}
             (Some(b), false) => {
@@ -215,13 +186,7 @@ impl BenchReport {
         let columns = s.lines().next().map_or(0, |h| h.split(',').count());
         for f in &self.fio {
             for (k, (bw, pos)) in f.runs_mib_s.iter().zip(&f.runs_position).enumerate() {
-                let _ = writeln!(
-                    s,
-                    "fio {},{},{pos},,,{bw:.3}{}",
-                    f.mode,
-                    k + 1,
-                    ",".repeat(columns - 6)
-                );
+                let _ = writeln!(s, "fio {},{},{pos},,,{bw:.3}{}", f.mode, k + 1, ",".repeat(columns - 6));
             }
         }
         s
@@ -254,12 +219,7 @@ fn fastest_sentence(modes: &[ModeReport]) -> Option<String> {
         [] => return None,
         [only] => {
             let x = only.summary.mib_s;
-            return Some(format!(
-                "Only {} ran: {:.0} MiB/s ({}).",
-                only.mode,
-                x.median,
-                runs_of(only)
-            ));
+            return Some(format!("Only {} ran: {:.0} MiB/s ({}).", only.mode, x.median, runs_of(only)));
         }
         [first, second, ..] => (*first, *second),
     };
@@ -316,18 +276,12 @@ fn cpu_sentence(buffered: &ModeReport, others: &[&ModeReport]) -> String {
             }
         })
         .collect();
-    format!(
-        "Per GiB moved, buffered used {base:.2} CPU seconds; {}.",
-        each.join(", ")
-    )
+    format!("Per GiB moved, buffered used {base:.2} CPU seconds; {}.", each.join(", "))
 }
 
 /// The mode among `modes` whose median peak page-cache growth was highest, with that growth.
 fn most_cache(modes: &[&ModeReport]) -> Option<(String, f64)> {
-    modes
-        .iter()
-        .map(|m| (m.mode.clone(), m.summary.cache_peak_growth_bytes.median))
-        .max_by(|a, b| a.1.total_cmp(&b.1))
+    modes.iter().map(|m| (m.mode.clone(), m.summary.cache_peak_growth_bytes.median)).max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 fn cache_sentence(buffered: &ModeReport, others: &[&ModeReport]) -> String {
@@ -360,17 +314,10 @@ fn cache_name(m: &ModeReport) -> &'static str {
 }
 
 fn no_baseline_sentence(modes: &[&ModeReport]) -> String {
-    let cpu: Vec<f64> = modes
-        .iter()
-        .map(|m| m.summary.cpu_s_per_gib.median)
-        .collect();
+    let cpu: Vec<f64> = modes.iter().map(|m| m.summary.cpu_s_per_gib.median).collect();
     let lo = cpu.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = cpu.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let range = if lo == hi {
-        format!("{lo:.2}")
-    } else {
-        format!("{lo:.2}-{hi:.2}")
-    };
+    let range = if lo == hi { format!("{lo:.2}") } else { format!("{lo:.2}-{hi:.2}") };
     let (mode, go) = most_cache(modes).unwrap_or_default();
     format!(
         "Buffered was not run, so there is no baseline for CPU or page cache: these modes used {range} \
@@ -417,23 +364,11 @@ mod tests {
     #[test]
     fn table_has_the_published_columns() {
         let t = sample_report().table();
-        assert!(
-            t.contains("| mode | MiB/s | diff | CPU s/GiB | cache growth |"),
-            "{t}"
-        );
-        assert!(
-            t.contains("| buffered | 768 | +0.0% | 1.00 | +2.0 GiB |"),
-            "{t}"
-        );
-        assert!(
-            t.contains("| direct | 2048 | +166.7% | 1.00 | 0 B |"),
-            "{t}"
-        );
+        assert!(t.contains("| mode | MiB/s | diff | CPU s/GiB | cache growth |"), "{t}");
+        assert!(t.contains("| buffered | 768 | +0.0% | 1.00 | +2.0 GiB |"), "{t}");
+        assert!(t.contains("| direct | 2048 | +166.7% | 1.00 | 0 B |"), "{t}");
         assert!(t.contains("direct: direct: forced"), "{t}");
-        assert!(
-            t.contains("| direct | 2048 | 1950 (1900-2000) | +5.0% |"),
-            "{t}"
-        );
+        assert!(t.contains("| direct | 2048 | 1950 (1900-2000) | +5.0% |"), "{t}");
         assert!(t.contains("2 run(s) in rotated order"), "{t}");
         assert!(!t.contains("WARNING"), "{t}");
     }
@@ -449,40 +384,22 @@ mod tests {
         assert!(lines[1].starts_with("buffered,1,1,2147483648,2.000000,1024.000,"));
         assert!(lines[2].starts_with("buffered,2,3,2147483648,4.000000,512.000,"));
         assert!(lines[3].starts_with("direct,1,2,"));
-        assert_eq!(
-            lines[5],
-            format!("fio direct,1,3,,,2000.000{}", ",".repeat(n - 6))
-        );
+        assert_eq!(lines[5], format!("fio direct,1,3,,,2000.000{}", ",".repeat(n - 6)));
         assert!(lines[6].starts_with("fio direct,2,2,,,1900.000,"));
     }
 
-    fn default_modes(
-        buffered: &[f64],
-        direct: &[f64],
-        dontcache: &[f64],
-    ) -> [(&'static str, Vec<f64>, f64, i64); 3] {
-        [
-            ("buffered", buffered.to_vec(), 1.2, 2 << 30),
-            ("direct", direct.to_vec(), 0.4, 0),
-            ("dontcache", dontcache.to_vec(), 0.9, 3 << 20),
-        ]
+    fn default_modes(buffered: &[f64], direct: &[f64], dontcache: &[f64]) -> [(&'static str, Vec<f64>, f64, i64); 3] {
+        [("buffered", buffered.to_vec(), 1.2, 2 << 30), ("direct", direct.to_vec(), 0.4, 0), ("dontcache", dontcache.to_vec(), 0.9, 3 << 20)]
     }
 
     fn report(modes: &[(&'static str, Vec<f64>, f64, i64)]) -> BenchReport {
-        let m: Vec<(&str, &[f64], f64, i64)> = modes
-            .iter()
-            .map(|(n, v, c, g)| (*n, v.as_slice(), *c, *g))
-            .collect();
+        let m: Vec<(&str, &[f64], f64, i64)> = modes.iter().map(|(n, v, c, g)| (*n, v.as_slice(), *c, *g)).collect();
         synthetic(&m)
     }
 
     #[test]
     fn sentences_fastest_beyond_noise() {
-        let r = report(&default_modes(
-            &[1000.0, 1100.0, 1050.0],
-            &[1500.0, 1480.0, 1520.0],
-            &[1200.0, 1250.0, 1300.0],
-        ));
+        let r = report(&default_modes(&[1000.0, 1100.0, 1050.0], &[1500.0, 1480.0, 1520.0], &[1200.0, 1250.0, 1300.0]));
         let s = r.sentences();
         assert_eq!(s.len(), 3, "{s:?}");
         assert_eq!(
@@ -507,11 +424,7 @@ mod tests {
 
     #[test]
     fn sentences_within_noise() {
-        let mut modes = default_modes(
-            &[1490.0, 1400.0, 1530.0],
-            &[1500.0, 1460.0, 1520.0],
-            &[1200.0, 1250.0, 1300.0],
-        );
+        let mut modes = default_modes(&[1490.0, 1400.0, 1530.0], &[1500.0, 1460.0, 1520.0], &[1200.0, 1250.0, 1300.0]);
         // dontcache cost more CPU than buffered here: the word follows the figure.
         modes[2].2 = 1.5;
         let s = report(&modes).sentences();
@@ -525,10 +438,7 @@ mod tests {
 
     #[test]
     fn sentences_without_buffered() {
-        let r = report(&[
-            ("direct", vec![1500.0, 1480.0, 1520.0], 0.4, 0),
-            ("dontcache", vec![1510.0, 1490.0, 1530.0], 0.9, 3 << 20),
-        ]);
+        let r = report(&[("direct", vec![1500.0, 1480.0, 1520.0], 0.4, 0), ("dontcache", vec![1510.0, 1490.0, 1530.0], 0.9, 3 << 20)]);
         let s = r.sentences();
         assert_eq!(s.len(), 2, "{s:?}");
         assert!(s[0].contains("within noise"), "{}", s[0]);
@@ -542,17 +452,9 @@ mod tests {
     #[test]
     fn sentences_with_one_mode_or_one_run() {
         let r = report(&[("buffered", vec![800.0, 900.0, 850.0], 1.0, 1 << 30)]);
-        assert_eq!(
-            r.sentences(),
-            ["Only buffered ran: 850 MiB/s (median of 3 runs)."]
-        );
+        assert_eq!(r.sentences(), ["Only buffered ran: 850 MiB/s (median of 3 runs)."]);
         let r = report(&default_modes(&[1000.0], &[1500.0], &[1200.0]));
-        assert!(
-            r.sentences()[0]
-                .ends_with("with a single run of either, the run-to-run spread is unknown."),
-            "{:?}",
-            r.sentences()
-        );
+        assert!(r.sentences()[0].ends_with("with a single run of either, the run-to-run spread is unknown."), "{:?}", r.sentences());
     }
 
     #[test]
@@ -575,11 +477,7 @@ mod tests {
         let mut r = r;
         r.config.runs = 4;
         let w = r.position_warnings();
-        assert!(
-            w[0].ends_with("(--runs a multiple of 3) weigh every position alike."),
-            "{}",
-            w[0]
-        );
+        assert!(w[0].ends_with("(--runs a multiple of 3) weigh every position alike."), "{}", w[0]);
     }
 
     #[test]

@@ -82,9 +82,7 @@ impl ConfigReport {
 
     /// ` (limit 1.0 GiB)` in the low-memory scenario, else empty: the end of a one-line description.
     pub fn limit_note(&self) -> String {
-        self.memory_limit
-            .map(|l| format!(" (limit {})", human_bytes(l as f64)))
-            .unwrap_or_default()
+        self.memory_limit.map(|l| format!(" (limit {})", human_bytes(l as f64))).unwrap_or_default()
     }
 }
 
@@ -171,12 +169,7 @@ pub struct Series {
 impl Series {
     /// A series from its interval figures.
     pub fn new(interval_s: f64, mib_s: Vec<f64>) -> Series {
-        Series {
-            interval_s,
-            spread: Spread::of(&mib_s),
-            cov: cov(&mib_s),
-            mib_s,
-        }
+        Series { interval_s, spread: Spread::of(&mib_s), cov: cov(&mib_s), mib_s }
     }
 }
 
@@ -261,17 +254,9 @@ pub struct TrialReport {
 impl TrialReport {
     /// Fills `mib_s` and `cpu_s_per_gib` from bytes, seconds and CPU.
     pub fn finish_rates(&mut self) {
-        self.mib_s = if self.seconds > 0.0 {
-            self.bytes as f64 / MIB / self.seconds
-        } else {
-            0.0
-        };
+        self.mib_s = if self.seconds > 0.0 { self.bytes as f64 / MIB / self.seconds } else { 0.0 };
         let gib = self.bytes as f64 / GIB;
-        self.cpu_s_per_gib = if gib > 0.0 {
-            self.cpu.total_s() / gib
-        } else {
-            0.0
-        };
+        self.cpu_s_per_gib = if gib > 0.0 { self.cpu.total_s() / gib } else { 0.0 };
     }
 }
 
@@ -305,25 +290,14 @@ impl ModeReport {
     /// Builds the summary from the trials (the diff against buffered and the per-position figures are
     /// filled by [`BenchReport::finish`]).
     pub fn summarize(mode: String, decisions: Vec<String>, runs: Vec<TrialReport>) -> ModeReport {
-        let col =
-            |f: &dyn Fn(&TrialReport) -> f64| Spread::of(&runs.iter().map(f).collect::<Vec<_>>());
+        let col = |f: &dyn Fn(&TrialReport) -> f64| Spread::of(&runs.iter().map(f).collect::<Vec<_>>());
         let gib = |t: &TrialReport| (t.bytes as f64 / GIB).max(f64::MIN_POSITIVE);
         let summary = ModeSummary {
             mib_s: col(&|t| t.mib_s),
             diff_vs_buffered_pct: None,
             cpu_s_per_gib: col(&|t| t.cpu_s_per_gib),
-            user_s_per_gib: median(
-                &runs
-                    .iter()
-                    .map(|t| t.cpu.user_s / gib(t))
-                    .collect::<Vec<_>>(),
-            ),
-            sys_s_per_gib: median(
-                &runs
-                    .iter()
-                    .map(|t| t.cpu.sys_s / gib(t))
-                    .collect::<Vec<_>>(),
-            ),
+            user_s_per_gib: median(&runs.iter().map(|t| t.cpu.user_s / gib(t)).collect::<Vec<_>>()),
+            sys_s_per_gib: median(&runs.iter().map(|t| t.cpu.sys_s / gib(t)).collect::<Vec<_>>()),
             kswapd_cpu_s: col(&|t| t.kswapd_cpu_s),
             series_cov: col(&|t| t.series.cov),
             cache_growth_bytes: col(&|t| t.cache.growth_bytes as f64),
@@ -335,12 +309,7 @@ impl ModeReport {
             mib_s_by_position: Vec::new(),
             position_effect: None,
         };
-        ModeReport {
-            mode,
-            decisions,
-            summary,
-            runs,
-        }
+        ModeReport { mode, decisions, summary, runs }
     }
 
     /// The run whose throughput is closest to the median (for plots).
@@ -354,15 +323,9 @@ impl BenchReport {
     /// The number of positions in a round: the kinds of trial compared.
     pub fn positions(&self) -> usize {
         let most = self.modes.iter().flat_map(|m| &m.runs).map(|t| t.position);
-        let fio = self
-            .fio
-            .iter()
-            .flat_map(|f| f.runs_position.iter().copied());
+        let fio = self.fio.iter().flat_map(|f| f.runs_position.iter().copied());
         let seen = most.chain(fio).max().unwrap_or(0) as usize;
-        self.config
-            .schedule
-            .first()
-            .map_or(seen, |r| r.len().max(seen))
+        self.config.schedule.first().map_or(seen, |r| r.len().max(seen))
     }
 
     /// Fills the diffs against buffered, the fio comparisons and the per-position figures.
@@ -374,29 +337,16 @@ impl BenchReport {
             m.summary.position_effect = position_effect(&t);
         }
         for f in &mut self.fio {
-            let t: Vec<(u32, f64)> = f
-                .runs_position
-                .iter()
-                .copied()
-                .zip(f.runs_mib_s.iter().copied())
-                .collect();
+            let t: Vec<(u32, f64)> = f.runs_position.iter().copied().zip(f.runs_mib_s.iter().copied()).collect();
             f.mib_s_by_position = by_position(&t, positions);
             f.position_effect = position_effect(&t);
         }
-        let base = self
-            .modes
-            .iter()
-            .find(|m| m.mode == "buffered")
-            .map(|m| m.summary.mib_s.median);
+        let base = self.modes.iter().find(|m| m.mode == "buffered").map(|m| m.summary.mib_s.median);
         for m in &mut self.modes {
             m.summary.diff_vs_buffered_pct = pct_vs(Some(m.summary.mib_s.median), base);
         }
         for f in &mut self.fio {
-            f.ours_mib_s = self
-                .modes
-                .iter()
-                .find(|m| m.mode == f.mode)
-                .map(|m| m.summary.mib_s.median);
+            f.ours_mib_s = self.modes.iter().find(|m| m.mode == f.mode).map(|m| m.summary.mib_s.median);
             f.ours_vs_fio_pct = pct_vs(f.ours_mib_s, Some(f.mib_s.median));
         }
     }
@@ -422,24 +372,14 @@ pub(crate) mod tests {
     const G: u64 = 1 << 30;
 
     /// A trial that moved `bytes` in `seconds` with 2 CPU seconds and the given page-cache growth.
-    fn trial(
-        run: u32,
-        position: u32,
-        bytes: u64,
-        seconds: f64,
-        growth: i64,
-        series: Vec<f64>,
-    ) -> TrialReport {
+    fn trial(run: u32, position: u32, bytes: u64, seconds: f64, growth: i64, series: Vec<f64>) -> TrialReport {
         let mut t = TrialReport {
             run,
             position,
             bytes,
             seconds,
             series: Series::new(1.0, series),
-            cpu: CpuTime {
-                user_s: 0.5,
-                sys_s: 1.5,
-            },
+            cpu: CpuTime { user_s: 0.5, sys_s: 1.5 },
             kswapd_cpu_s: 0.25,
             cache: CacheReport {
                 source: CacheSource::Meminfo,
@@ -475,22 +415,13 @@ pub(crate) mod tests {
                 backend: "auto".into(),
                 modes: modes.iter().map(|m| m.mode.clone()).collect(),
                 runs: runs as u32,
-                schedule: crate::schedule::schedule(kinds.len(), runs)
-                    .into_iter()
-                    .map(|o| o.into_iter().map(|k| kinds[k].clone()).collect())
-                    .collect(),
+                schedule: crate::schedule::schedule(kinds.len(), runs).into_iter().map(|o| o.into_iter().map(|k| kinds[k].clone()).collect()).collect(),
                 scenario: "normal".into(),
                 memory_limit: None,
                 drop_caches: false,
                 dir: "/tmp/x".into(),
             },
-            system: SystemReport {
-                kernel: "6.18".into(),
-                cpus: 2,
-                mem_total: 24 * G,
-                fs_type: Some("ext4".into()),
-                cgroup: None,
-            },
+            system: SystemReport { kernel: "6.18".into(), cpus: 2, mem_total: 24 * G, fs_type: Some("ext4".into()), cgroup: None },
             modes,
             fio,
         };
@@ -513,10 +444,7 @@ pub(crate) mod tests {
                         let order = crate::schedule::order(n, r);
                         let pos = order.iter().position(|&x| x == k).unwrap_or(0) as u32 + 1;
                         let mut t = trial(r as u32 + 1, pos, 2 * G, 2048.0 / v, growth, vec![v]);
-                        t.cpu = CpuTime {
-                            user_s: 0.0,
-                            sys_s: cpu * 2.0,
-                        };
+                        t.cpu = CpuTime { user_s: 0.0, sys_s: cpu * 2.0 };
                         t.finish_rates();
                         t
                     })
@@ -535,18 +463,12 @@ pub(crate) mod tests {
                 ModeReport::summarize(
                     "buffered".into(),
                     vec![],
-                    vec![
-                        trial(1, 1, 2 * G, 2.0, 2 << 30, vec![1000.0, 1048.0]),
-                        trial(2, 3, 2 * G, 4.0, 2 << 30, vec![500.0, 524.0]),
-                    ],
+                    vec![trial(1, 1, 2 * G, 2.0, 2 << 30, vec![1000.0, 1048.0]), trial(2, 3, 2 * G, 4.0, 2 << 30, vec![500.0, 524.0])],
                 ),
                 ModeReport::summarize(
                     "direct".into(),
                     vec!["direct: forced".into()],
-                    vec![
-                        trial(1, 2, 2 * G, 1.0, 0, vec![2048.0]),
-                        trial(2, 1, 2 * G, 1.0, 0, vec![2048.0]),
-                    ],
+                    vec![trial(1, 2, 2 * G, 1.0, 0, vec![2048.0]), trial(2, 1, 2 * G, 1.0, 0, vec![2048.0])],
                 ),
             ],
             vec![FioReport {
@@ -578,19 +500,10 @@ pub(crate) mod tests {
         assert!((r.fio[0].ours_vs_fio_pct.unwrap() - 2048.0 / 1950.0 * 100.0 + 100.0).abs() < 1e-9);
         assert_eq!(r.modes[0].representative().unwrap().run, 1);
         assert_eq!(r.positions(), 3);
-        assert_eq!(
-            r.config.schedule,
-            [
-                ["buffered", "direct", "fio direct"],
-                ["direct", "fio direct", "buffered"]
-            ]
-        );
+        assert_eq!(r.config.schedule, [["buffered", "direct", "fio direct"], ["direct", "fio direct", "buffered"]]);
         assert_eq!(b.mib_s_by_position, [Some(1024.0), None, Some(512.0)]);
         assert_eq!(d.mib_s_by_position, [Some(2048.0), Some(2048.0), None]);
-        assert_eq!(
-            r.fio[0].mib_s_by_position,
-            [None, Some(1900.0), Some(2000.0)]
-        );
+        assert_eq!(r.fio[0].mib_s_by_position, [None, Some(1900.0), Some(2000.0)]);
         // Two trials cannot tell a position effect from noise.
         assert!(b.position_effect.is_none() && r.fio[0].position_effect.is_none());
     }
@@ -598,19 +511,9 @@ pub(crate) mod tests {
     #[test]
     fn a_slow_position_is_flagged_in_the_summary() {
         let r = synthetic(&[
-            (
-                "buffered",
-                &[1500.0, 1490.0, 1510.0, 1500.0, 1505.0],
-                1.0,
-                1 << 30,
-            ),
+            ("buffered", &[1500.0, 1490.0, 1510.0, 1500.0, 1505.0], 1.0, 1 << 30),
             ("direct", &[1000.0, 1500.0, 1510.0, 1490.0, 1520.0], 0.5, 0),
-            (
-                "dontcache",
-                &[1400.0, 1410.0, 1405.0, 1395.0, 1400.0],
-                0.8,
-                0,
-            ),
+            ("dontcache", &[1400.0, 1410.0, 1405.0, 1395.0, 1400.0], 0.8, 0),
             ("writebehind", &[1300.0; 5], 0.9, 1 << 20),
             ("auto", &[1480.0, 1500.0, 1490.0, 1495.0, 1500.0], 0.5, 0),
         ]);
@@ -618,24 +521,14 @@ pub(crate) mod tests {
         let e = d.position_effect.expect("direct's first round is flagged");
         // Round 1 runs in the given order: direct was second.
         assert_eq!((e.position, e.median), (2, 1000.0));
-        assert_eq!(
-            d.mib_s_by_position.iter().filter(|p| p.is_some()).count(),
-            5
-        );
+        assert_eq!(d.mib_s_by_position.iter().filter(|p| p.is_some()).count(), 5);
         // Its JSON keys are documented in docs/bench-json.md.
         let v = serde_json::to_value(e).unwrap();
         let mut k: Vec<&String> = v.as_object().unwrap().keys().collect();
         k.sort();
-        assert_eq!(
-            k,
-            ["gap_pct", "median", "others_max", "others_min", "position"]
-        );
+        assert_eq!(k, ["gap_pct", "median", "others_max", "others_min", "position"]);
         for m in [0, 2, 3, 4] {
-            assert!(
-                r.modes[m].summary.position_effect.is_none(),
-                "{}",
-                r.modes[m].mode
-            );
+            assert!(r.modes[m].summary.position_effect.is_none(), "{}", r.modes[m].mode);
         }
     }
 
@@ -650,10 +543,7 @@ pub(crate) mod tests {
             k
         };
         assert_eq!(v["schema"], "cacheless-bench/1");
-        assert_eq!(
-            keys(&v),
-            ["config", "fio", "modes", "schema", "system", "version"]
-        );
+        assert_eq!(keys(&v), ["config", "fio", "modes", "schema", "system", "version"]);
         assert_eq!(
             keys(&v["config"]),
             [
@@ -673,10 +563,7 @@ pub(crate) mod tests {
                 "threads"
             ]
         );
-        assert_eq!(
-            keys(&v["system"]),
-            ["cgroup", "cpus", "fs_type", "kernel", "mem_total"]
-        );
+        assert_eq!(keys(&v["system"]), ["cgroup", "cpus", "fs_type", "kernel", "mem_total"]);
         let m = &v["modes"][0];
         assert_eq!(keys(m), ["decisions", "mode", "runs", "summary"]);
         assert_eq!(
@@ -727,43 +614,15 @@ pub(crate) mod tests {
         );
         assert_eq!(keys(&t["series"]), ["cov", "interval_s", "mib_s", "spread"]);
         assert_eq!(keys(&t["cpu"]), ["sys_s", "user_s"]);
-        assert_eq!(
-            keys(&t["reclaim"]),
-            [
-                "pgscan_direct",
-                "pgscan_kswapd",
-                "pgscan_total",
-                "pgsteal_direct",
-                "pgsteal_kswapd",
-                "pgsteal_total"
-            ]
-        );
+        assert_eq!(keys(&t["reclaim"]), ["pgscan_direct", "pgscan_kswapd", "pgscan_total", "pgsteal_direct", "pgsteal_kswapd", "pgsteal_total"]);
         assert_eq!(
             keys(&t["cache"]),
-            [
-                "end_bytes",
-                "growth_bytes",
-                "peak_dirty_writeback_bytes",
-                "peak_growth_bytes",
-                "source",
-                "start_bytes",
-                "start_dirty_writeback_bytes"
-            ]
+            ["end_bytes", "growth_bytes", "peak_dirty_writeback_bytes", "peak_growth_bytes", "source", "start_bytes", "start_dirty_writeback_bytes"]
         );
         assert_eq!(t["cache"]["source"], "meminfo");
         assert_eq!(
             keys(&v["fio"][0]),
-            [
-                "command",
-                "mib_s",
-                "mib_s_by_position",
-                "mode",
-                "ours_mib_s",
-                "ours_vs_fio_pct",
-                "position_effect",
-                "runs_mib_s",
-                "runs_position"
-            ]
+            ["command", "mib_s", "mib_s_by_position", "mode", "ours_mib_s", "ours_vs_fio_pct", "position_effect", "runs_mib_s", "runs_position"]
         );
         // And it reads back.
         let back: BenchReport = serde_json::from_value(v).unwrap();

@@ -14,9 +14,7 @@ use crate::error::{Error, Result};
 use crate::fio::FioJob;
 use crate::prepare::{prepare_sources, remove_all, target_path};
 use crate::procfs::{kswapd_pids, parse_mountinfo, read_meminfo};
-use crate::report::{
-    BenchReport, ConfigReport, FioReport, ModeReport, SystemReport, TrialReport, SCHEMA,
-};
+use crate::report::{BenchReport, ConfigReport, FioReport, ModeReport, SystemReport, TrialReport, SCHEMA};
 use crate::schedule::{default_rounds, schedule};
 use crate::stats::Spread;
 use crate::trial::Bench;
@@ -42,14 +40,10 @@ struct Results {
 }
 
 fn system_report(dir: &Path, cgroup: Option<String>) -> SystemReport {
-    let fs_type = std::fs::read_to_string("/proc/self/mountinfo")
-        .ok()
-        .and_then(|mi| fs_type_of(&mi, dir));
+    let fs_type = std::fs::read_to_string("/proc/self/mountinfo").ok().and_then(|mi| fs_type_of(&mi, dir));
     SystemReport {
         kernel: cacheless::caps::system().kernel.clone(),
-        cpus: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         mem_total: read_meminfo().map(|m| m.total).unwrap_or(0),
         fs_type,
         cgroup,
@@ -77,10 +71,7 @@ fn work_dir(cfg: &BenchConfig) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
         return Ok((d.clone(), None));
     }
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", "current directory", e))?;
-    let tmp = tempfile::Builder::new()
-        .prefix(".cacheless-bench-")
-        .tempdir_in(&cwd)
-        .map_err(|e| Error::io(&cwd, "create temporary directory", e))?;
+    let tmp = tempfile::Builder::new().prefix(".cacheless-bench-").tempdir_in(&cwd).map_err(|e| Error::io(&cwd, "create temporary directory", e))?;
     Ok((tmp.path().to_path_buf(), Some(tmp)))
 }
 
@@ -110,19 +101,10 @@ fn fio_jobs(cfg: &BenchConfig, dir: &Path, sources: &[PathBuf], log: Log) -> Vec
 }
 
 /// Runs every round of `schedule` over `kinds`.
-fn run_rounds(
-    bench: &Bench,
-    kinds: &[Kind],
-    fio: &[(Mode, FioJob)],
-    schedule: &[Vec<usize>],
-    log: Log,
-) -> Result<Results> {
+fn run_rounds(bench: &Bench, kinds: &[Kind], fio: &[(Mode, FioJob)], schedule: &[Vec<usize>], log: Log) -> Result<Results> {
     let cfg = bench.cfg;
-    let mut out = Results {
-        trials: vec![Vec::new(); cfg.modes.len()],
-        decisions: vec![Vec::new(); cfg.modes.len()],
-        fio: vec![(Vec::new(), Vec::new()); fio.len()],
-    };
+    let mut out =
+        Results { trials: vec![Vec::new(); cfg.modes.len()], decisions: vec![Vec::new(); cfg.modes.len()], fio: vec![(Vec::new(), Vec::new()); fio.len()] };
     let rounds = schedule.len();
     for (r, order) in schedule.iter().enumerate() {
         let run = r as u32 + 1;
@@ -150,9 +132,7 @@ fn run_rounds(
                 Kind::Fio(fi) => {
                     let (mode, job) = &fio[fi];
                     let bw = bench.fio(job, log)?;
-                    log(&format!(
-                        "run {run}/{rounds} #{position} fio {mode}: {bw:.0} MiB/s"
-                    ));
+                    log(&format!("run {run}/{rounds} #{position} fio {mode}: {bw:.0} MiB/s"));
                     out.fio[fi].0.push(bw);
                     out.fio[fi].1.push(position);
                 }
@@ -190,29 +170,11 @@ pub fn run(cfg: &BenchConfig, log: Log) -> Result<BenchReport> {
     validate(cfg)?;
     let (dir, _tmp) = work_dir(cfg)?;
     let (hierarchy, cgroup_version) = cgroup_for(cfg)?;
-    let sources = if cfg.rw.reads_sources() {
-        prepare_sources(cfg, &dir, log)?
-    } else {
-        Vec::new()
-    };
-    let targets: Vec<PathBuf> = if cfg.rw.writes_targets() {
-        (0..cfg.files).map(|i| target_path(&dir, i)).collect()
-    } else {
-        Vec::new()
-    };
+    let sources = if cfg.rw.reads_sources() { prepare_sources(cfg, &dir, log)? } else { Vec::new() };
+    let targets: Vec<PathBuf> = if cfg.rw.writes_targets() { (0..cfg.files).map(|i| target_path(&dir, i)).collect() } else { Vec::new() };
     let fio = fio_jobs(cfg, &dir, &sources, log);
-    let bench = Bench {
-        cfg,
-        sources,
-        targets,
-        budget: Budget::new(cfg.budget_bytes),
-        kswapd: kswapd_pids(),
-        hierarchy,
-    };
-    let kinds: Vec<Kind> = (0..cfg.modes.len())
-        .map(Kind::Ours)
-        .chain((0..fio.len()).map(Kind::Fio))
-        .collect();
+    let bench = Bench { cfg, sources, targets, budget: Budget::new(cfg.budget_bytes), kswapd: kswapd_pids(), hierarchy };
+    let kinds: Vec<Kind> = (0..cfg.modes.len()).map(Kind::Ours).chain((0..fio.len()).map(Kind::Fio)).collect();
     let names: Vec<String> = kinds
         .iter()
         .map(|k| match *k {
@@ -240,22 +202,9 @@ pub fn run(cfg: &BenchConfig, log: Log) -> Result<BenchReport> {
     let mut report = BenchReport {
         schema: SCHEMA.into(),
         version: env!("CARGO_PKG_VERSION").into(),
-        config: config_report(
-            cfg,
-            schedule
-                .iter()
-                .map(|o| o.iter().map(|&k| names[k].clone()).collect())
-                .collect(),
-            &dir,
-        ),
+        config: config_report(cfg, schedule.iter().map(|o| o.iter().map(|&k| names[k].clone()).collect()).collect(), &dir),
         system: system_report(&dir, cgroup_version),
-        modes: cfg
-            .modes
-            .iter()
-            .zip(results.trials)
-            .zip(results.decisions)
-            .map(|((m, t), d)| ModeReport::summarize(m.to_string(), d, t))
-            .collect(),
+        modes: cfg.modes.iter().zip(results.trials).zip(results.decisions).map(|((m, t), d)| ModeReport::summarize(m.to_string(), d, t)).collect(),
         fio: fio
             .into_iter()
             .zip(results.fio)
@@ -284,9 +233,6 @@ mod tests {
     fn fs_type_from_mountinfo() {
         let mi = include_str!("../tests/data/mountinfo.txt");
         assert_eq!(fs_type_of(mi, Path::new("/")).as_deref(), Some("ext4"));
-        assert_eq!(
-            fs_type_of(mi, Path::new("/sys/fs/cgroup/memory")).as_deref(),
-            Some("cgroup")
-        );
+        assert_eq!(fs_type_of(mi, Path::new("/sys/fs/cgroup/memory")).as_deref(), Some("cgroup"));
     }
 }

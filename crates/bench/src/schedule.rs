@@ -64,30 +64,21 @@ mod tests {
 
     fn is_permutation(row: &[usize], n: usize) -> bool {
         let mut seen = vec![false; n];
-        row.len() == n
-            && row
-                .iter()
-                .all(|&k| k < n && !std::mem::replace(&mut seen[k], true))
+        row.len() == n && row.iter().all(|&k| k < n && !std::mem::replace(&mut seen[k], true))
     }
 
     #[test]
     fn every_kind_once_per_position_per_square() {
         for n in 1..=9 {
             for square in 0..3 {
-                let rows: Vec<_> = (square * n..(square + 1) * n)
-                    .map(|r| order(n, r))
-                    .collect();
+                let rows: Vec<_> = (square * n..(square + 1) * n).map(|r| order(n, r)).collect();
                 for row in &rows {
                     assert!(is_permutation(row, n), "n {n}: {row:?}");
                 }
                 for pos in 0..n {
                     let mut at: Vec<usize> = rows.iter().map(|r| r[pos]).collect();
                     at.sort_unstable();
-                    assert_eq!(
-                        at,
-                        (0..n).collect::<Vec<_>>(),
-                        "n {n} square {square} position {pos}"
-                    );
+                    assert_eq!(at, (0..n).collect::<Vec<_>>(), "n {n} square {square} position {pos}");
                 }
             }
         }
@@ -140,11 +131,7 @@ mod tests {
         assert_eq!(s[0], [0, 1, 2, 3, 4]);
         // No kind keeps its place, and the kind after 0 (buffered in the default modes) changes.
         assert!(s[0].iter().zip(&s[1]).all(|(a, b)| a != b), "{s:?}");
-        let after = |row: &[usize], k| {
-            row[row.iter().position(|&x| x == k).unwrap() + 1..]
-                .first()
-                .copied()
-        };
+        let after = |row: &[usize], k| row[row.iter().position(|&x| x == k).unwrap() + 1..].first().copied();
         assert_ne!(after(&s[0], 0), after(&s[1], 0), "{s:?}");
         assert_eq!(s[1], [1, 3, 0, 4, 2]);
     }
@@ -156,28 +143,10 @@ mod tests {
         for n in 1..=7 {
             let rounds = 2 * n + 1;
             let items: Vec<String> = (0..n).map(|k| format!("k{k}")).collect();
-            let script = format!(
-                "set -eu; source {lib}; for r in $(seq 1 {rounds}); do echo $(rotate $r {}); done",
-                items.join(" ")
-            );
-            let out = std::process::Command::new("bash")
-                .args(["-c", &script])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let want: Vec<String> = schedule(n, rounds)
-                .iter()
-                .map(|o| {
-                    o.iter()
-                        .map(|&k| items[k].as_str())
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .collect();
+            let script = format!("set -eu; source {lib}; for r in $(seq 1 {rounds}); do echo $(rotate $r {}); done", items.join(" "));
+            let out = std::process::Command::new("bash").args(["-c", &script]).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let want: Vec<String> = schedule(n, rounds).iter().map(|o| o.iter().map(|&k| items[k].as_str()).collect::<Vec<_>>().join(" ")).collect();
             let got: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
             assert_eq!(got, want, "n {n}");
         }

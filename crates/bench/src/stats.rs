@@ -22,11 +22,7 @@ impl Spread {
             return Spread::default();
         }
         v.sort_by(f64::total_cmp);
-        Spread {
-            median: median_sorted(&v),
-            min: v[0],
-            max: v[v.len() - 1],
-        }
+        Spread { median: median_sorted(&v), min: v[0], max: v[v.len() - 1] }
     }
 }
 
@@ -63,12 +59,7 @@ pub fn cov(values: &[f64]) -> f64 {
 /// chosen; `None` when there are only NaNs.
 pub fn median_index(values: &[f64]) -> Option<usize> {
     let m = median(values);
-    values
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| !v.is_nan())
-        .min_by(|a, b| (a.1 - m).abs().total_cmp(&(b.1 - m).abs()))
-        .map(|(i, _)| i)
+    values.iter().enumerate().filter(|(_, v)| !v.is_nan()).min_by(|a, b| (a.1 - m).abs().total_cmp(&(b.1 - m).abs())).map(|(i, _)| i)
 }
 
 /// Dixon's Q at 95 % confidence for 3 to 10 values (Rorabacher 1991): a value whose distance to its
@@ -108,10 +99,7 @@ pub fn by_position(trials: &[(u32, f64)], positions: usize) -> Vec<Option<f64>> 
 }
 
 fn at_position(trials: &[(u32, f64)], p: u32) -> impl Iterator<Item = f64> + '_ {
-    trials
-        .iter()
-        .filter(move |t| t.0 == p && !t.1.is_nan())
-        .map(|t| t.1)
+    trials.iter().filter(move |t| t.0 == p && !t.1.is_nan()).map(|t| t.1)
 }
 
 /// Whether one position of `trials` (`(position from 1, value)`) stands apart from the others beyond the
@@ -126,39 +114,17 @@ fn at_position(trials: &[(u32, f64)], p: u32) -> impl Iterator<Item = f64> + '_ 
 pub fn position_effect(trials: &[(u32, f64)]) -> Option<PositionEffect> {
     let valid: Vec<(u32, f64)> = trials.iter().copied().filter(|t| !t.1.is_nan()).collect();
     let n = valid.iter().map(|t| t.0).max()? as usize;
-    let placed: Vec<(u32, f64)> = by_position(&valid, n)
-        .iter()
-        .enumerate()
-        .filter_map(|(k, m)| m.map(|m| (k as u32 + 1, m)))
-        .collect();
+    let placed: Vec<(u32, f64)> = by_position(&valid, n).iter().enumerate().filter_map(|(k, m)| m.map(|m| (k as u32 + 1, m))).collect();
     let m = median(&valid.iter().map(|t| t.1).collect::<Vec<_>>());
     if placed.len() < 2 || m <= 0.0 {
         return None;
     }
     let effect = |position: u32, med: f64| {
-        let others = Spread::of(
-            &valid
-                .iter()
-                .filter(|t| t.0 != position)
-                .map(|t| t.1)
-                .collect::<Vec<_>>(),
-        );
-        let gap = if med < others.min {
-            others.min - med
-        } else {
-            med - others.max
-        };
-        PositionEffect {
-            position,
-            median: med,
-            others_min: others.min,
-            others_max: others.max,
-            gap_pct: gap.max(0.0) / m * 100.0,
-        }
+        let others = Spread::of(&valid.iter().filter(|t| t.0 != position).map(|t| t.1).collect::<Vec<_>>());
+        let gap = if med < others.min { others.min - med } else { med - others.max };
+        PositionEffect { position, median: med, others_min: others.min, others_max: others.max, gap_pct: gap.max(0.0) / m * 100.0 }
     };
-    dixon_outlier(&placed, m)
-        .or_else(|| separated_position(&valid, &placed, m))
-        .map(|(p, med)| effect(p, med))
+    dixon_outlier(&placed, m).or_else(|| separated_position(&valid, &placed, m)).map(|(p, med)| effect(p, med))
 }
 
 /// Dixon's Q test on the per-position medians `placed`: the outlying `(position, median)`, if any.
@@ -180,10 +146,7 @@ fn dixon_outlier(placed: &[(u32, f64)], m: f64) -> Option<(u32, f64)> {
 /// The separation test: a position whose 2 or more trials all lie apart from every other trial, by more
 /// than the widest spread within a position (the slowest such position).
 fn separated_position(valid: &[(u32, f64)], placed: &[(u32, f64)], m: f64) -> Option<(u32, f64)> {
-    let spreads: Vec<Spread> = placed
-        .iter()
-        .map(|&(p, _)| Spread::of(&at_position(valid, p).collect::<Vec<_>>()))
-        .collect();
+    let spreads: Vec<Spread> = placed.iter().map(|&(p, _)| Spread::of(&at_position(valid, p).collect::<Vec<_>>())).collect();
     let counts = placed.iter().map(|&(p, _)| at_position(valid, p).count());
     if counts.into_iter().any(|c| c < 2) {
         return None;
@@ -209,14 +172,7 @@ mod tests {
     #[test]
     fn spread_and_median() {
         assert_eq!(Spread::of(&[]), Spread::default());
-        assert_eq!(
-            Spread::of(&[3.0, 1.0, 2.0]),
-            Spread {
-                median: 2.0,
-                min: 1.0,
-                max: 3.0
-            }
-        );
+        assert_eq!(Spread::of(&[3.0, 1.0, 2.0]), Spread { median: 2.0, min: 1.0, max: 3.0 });
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
         assert_eq!(median_index(&[10.0, 30.0, 20.0]), Some(2));
         assert_eq!(median_index(&[]), None);
@@ -234,84 +190,44 @@ mod tests {
     #[test]
     fn nans_neither_panic_nor_count() {
         let s = Spread::of(&[f64::NAN, 3.0, -f64::NAN, 1.0, 2.0]);
-        assert_eq!(
-            s,
-            Spread {
-                median: 2.0,
-                min: 1.0,
-                max: 3.0
-            }
-        );
-        assert_eq!(
-            median_index(&[f64::NAN, 10.0, -f64::NAN, 30.0, 20.0]),
-            Some(4)
-        );
+        assert_eq!(s, Spread { median: 2.0, min: 1.0, max: 3.0 });
+        assert_eq!(median_index(&[f64::NAN, 10.0, -f64::NAN, 30.0, 20.0]), Some(4));
         assert_eq!(median_index(&[f64::NAN, -f64::NAN]), None);
         assert_eq!(Spread::of(&[f64::NAN]), Spread::default());
-        assert_eq!(
-            by_position(&[(1, f64::NAN), (2, 5.0)], 2),
-            [None, Some(5.0)]
-        );
-        assert_eq!(
-            position_effect(&[(1, f64::NAN), (2, 1.0), (3, 100.0)]),
-            None
-        );
+        assert_eq!(by_position(&[(1, f64::NAN), (2, 5.0)], 2), [None, Some(5.0)]);
+        assert_eq!(position_effect(&[(1, f64::NAN), (2, 1.0), (3, 100.0)]), None);
     }
 
     #[test]
     fn per_position_medians() {
         let t = [(1, 10.0), (2, 20.0), (1, 30.0), (3, 5.0)];
-        assert_eq!(
-            by_position(&t, 4),
-            [Some(20.0), Some(20.0), Some(5.0), None]
-        );
+        assert_eq!(by_position(&t, 4), [Some(20.0), Some(20.0), Some(5.0), None]);
     }
 
     #[test]
     fn one_slow_position_beyond_noise_is_reported() {
         // The case: the trial after buffered ran 32 % slower, the others within 2 %.
-        let t = [
-            (1, 1500.0),
-            (2, 1020.0),
-            (3, 1510.0),
-            (4, 1490.0),
-            (5, 1530.0),
-        ];
+        let t = [(1, 1500.0), (2, 1020.0), (3, 1510.0), (4, 1490.0), (5, 1530.0)];
         let e = position_effect(&t).unwrap();
         assert_eq!((e.position, e.median), (2, 1020.0));
         assert_eq!((e.others_min, e.others_max), (1490.0, 1530.0));
         assert!((e.gap_pct - 470.0 / 1500.0 * 100.0).abs() < 1e-9);
         // A fast outlier counts as well.
-        let t = [
-            (1, 1000.0),
-            (2, 1010.0),
-            (3, 990.0),
-            (4, 1400.0),
-            (5, 1005.0),
-        ];
+        let t = [(1, 1000.0), (2, 1010.0), (3, 990.0), (4, 1400.0), (5, 1005.0)];
         assert_eq!(position_effect(&t).unwrap().position, 4);
     }
 
     #[test]
     fn positions_within_noise_are_not_reported() {
         // Spread evenly over +-8 %: a large range, but no position stands apart.
-        let t = [
-            (1, 920.0),
-            (2, 960.0),
-            (3, 1000.0),
-            (4, 1040.0),
-            (5, 1080.0),
-        ];
+        let t = [(1, 920.0), (2, 960.0), (3, 1000.0), (4, 1040.0), (5, 1080.0)];
         assert_eq!(position_effect(&t), None);
         // One position apart, but by less than the floor.
         let t = [(1, 1000.0), (2, 1000.0), (3, 1030.0)];
         assert_eq!(position_effect(&t), None);
         // Too few trials or positions to tell.
         assert_eq!(position_effect(&[(1, 1000.0), (2, 500.0)]), None);
-        assert_eq!(
-            position_effect(&[(1, 1000.0), (1, 500.0), (1, 800.0)]),
-            None
-        );
+        assert_eq!(position_effect(&[(1, 1000.0), (1, 500.0), (1, 800.0)]), None);
         assert_eq!(position_effect(&[]), None);
         // Two positions whose trials overlap.
         let t = [(1, 1000.0), (2, 900.0), (1, 880.0), (2, 990.0)];
@@ -322,14 +238,7 @@ mod tests {
     fn repeated_positions_use_all_their_trials() {
         // Two squares of 3: position 3 is slow both times. Three medians are too few for Dixon's test at
         // this gap, but the trials separate.
-        let t = [
-            (1, 100.0),
-            (2, 101.0),
-            (3, 70.0),
-            (1, 99.0),
-            (2, 100.0),
-            (3, 72.0),
-        ];
+        let t = [(1, 100.0), (2, 101.0), (3, 70.0), (1, 99.0), (2, 100.0), (3, 72.0)];
         let e = position_effect(&t).unwrap();
         assert_eq!((e.position, e.median), (3, 71.0));
         assert_eq!((e.others_min, e.others_max), (99.0, 101.0));

@@ -67,10 +67,7 @@ impl Bench<'_> {
         t.files_resident_start_bytes = cold.resident;
         t.settle_s = cold.settle_s;
         if t.caches_dropped_during > 0 {
-            log(&format!(
-                "WARNING: another program dropped the page cache {} time(s) during this trial",
-                t.caches_dropped_during
-            ));
+            log(&format!("WARNING: another program dropped the page cache {} time(s) during this trial", t.caches_dropped_during));
         }
         Ok((t, decisions))
     }
@@ -86,11 +83,7 @@ impl Bench<'_> {
 
     /// The timed part of [`Bench::ours`].
     fn timed(&self, mode: Mode) -> Result<(TrialReport, Vec<String>)> {
-        let ctx = Ctx {
-            bench: self,
-            mode,
-            decisions: Mutex::new(BTreeSet::new()),
-        };
+        let ctx = Ctx { bench: self, mode, decisions: Mutex::new(BTreeSet::new()) };
         let mut cg = match &self.hierarchy {
             Some(h) => {
                 let mut cg = MemoryCgroup::create_in(h.clone(), self.cfg.memory_limit)?;
@@ -105,21 +98,14 @@ impl Bench<'_> {
         }
         let mut t = result?;
         // Residency before the cgroup goes: removing it reclaims what was charged to it.
-        let (cached, total) = resident_bytes(if self.cfg.rw.writes_targets() {
-            &self.targets
-        } else {
-            &self.sources
-        });
+        let (cached, total) = resident_bytes(if self.cfg.rw.writes_targets() { &self.targets } else { &self.sources });
         if let Some(cg) = cg {
             cg.remove()?;
         }
         t.files_resident_end_bytes = cached;
         t.files_total_bytes = total;
         // A panicking worker poisons the set; the strings in it are whole, and the panic is already an error.
-        let decisions = ctx
-            .decisions
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
+        let decisions = ctx.decisions.into_inner().unwrap_or_else(PoisonError::into_inner);
         Ok((t, decisions.into_iter().collect()))
     }
 }
@@ -152,10 +138,7 @@ impl Ctx<'_> {
         o
     }
     fn note(&self, what: &str, mode: Mode, reason: &str) {
-        self.decisions
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(format!("{what} {mode} ({reason})"));
+        self.decisions.lock().unwrap_or_else(PoisonError::into_inner).insert(format!("{what} {mode} ({reason})"));
     }
 
     /// The work of one trial: threads take file indexes from a shared counter. A worker's panic becomes an
@@ -173,17 +156,14 @@ impl Ctx<'_> {
                             if i >= n {
                                 return Ok(());
                             }
-                            catch_unwind(AssertUnwindSafe(|| self.one_file(i, t, progress)))
-                                .map_err(|p| Error::panicked(self.describe(i), p.as_ref()))??;
+                            catch_unwind(AssertUnwindSafe(|| self.one_file(i, t, progress))).map_err(|p| Error::panicked(self.describe(i), p.as_ref()))??;
                         }
                     })
                 })
                 .collect();
             let mut first = Ok(());
             for h in hs {
-                let r = h
-                    .join()
-                    .unwrap_or_else(|p| Err(Error::panicked("a benchmark worker", p.as_ref())));
+                let r = h.join().unwrap_or_else(|p| Err(Error::panicked("a benchmark worker", p.as_ref())));
                 if first.is_ok() {
                     first = r;
                 }
@@ -219,8 +199,7 @@ impl Ctx<'_> {
                 self.note("randread", r.decision().mode, &r.decision().reason);
                 let bs = cfg.block_size as u64;
                 let blocks = r.len().div_ceil(bs).max(1);
-                let mut rng =
-                    XorShift(0x51_7cc1_b727_220a ^ ((i as u64) << 32) ^ thread as u64 | 1);
+                let mut rng = XorShift(0x51_7cc1_b727_220a ^ ((i as u64) << 32) ^ thread as u64 | 1);
                 let mut buf = vec![0u8; bs as usize];
                 for _ in 0..blocks {
                     let off = (rng.next() % blocks) * bs;
@@ -236,8 +215,7 @@ impl Ctx<'_> {
                 let mut left = cfg.file_size;
                 while left > 0 {
                     let k = left.min(block.len() as u64) as usize;
-                    w.write_all(&block[..k])
-                        .map_err(|e| Error::io(p, "write", e))?;
+                    w.write_all(&block[..k]).map_err(|e| Error::io(p, "write", e))?;
                     progress.add_bytes(k as u64);
                     left -= k as u64;
                 }
@@ -247,11 +225,7 @@ impl Ctx<'_> {
                 // What `cacheless cp` runs: the engine's copy, with its buffer split between reader and writer.
                 let r = copy_file(&sources[i], &targets[i], &self.ro(), &self.wo(), progress)?;
                 self.note("copy read", r.read.mode, &r.read.reason);
-                self.note(
-                    "copy write",
-                    r.write.decision.mode,
-                    &r.write.decision.reason,
-                );
+                self.note("copy write", r.write.decision.mode, &r.write.decision.reason);
             }
         }
         Ok(())
@@ -269,19 +243,8 @@ mod tests {
         cfg.files = 1;
         cfg.threads = 1;
         // One file to read but no source: indexing it panics inside the worker.
-        let bench = Bench {
-            cfg: &cfg,
-            sources: Vec::new(),
-            targets: Vec::new(),
-            budget: Budget::new(1 << 20),
-            kswapd: Vec::new(),
-            hierarchy: None,
-        };
-        let ctx = Ctx {
-            bench: &bench,
-            mode: Mode::Direct,
-            decisions: Mutex::new(BTreeSet::new()),
-        };
+        let bench = Bench { cfg: &cfg, sources: Vec::new(), targets: Vec::new(), budget: Budget::new(1 << 20), kswapd: Vec::new(), hierarchy: None };
+        let ctx = Ctx { bench: &bench, mode: Mode::Direct, decisions: Mutex::new(BTreeSet::new()) };
         match ctx.work(&Progress::new()) {
             Err(Error::Panic { what, message }) => {
                 assert_eq!(what, "direct read of ");

@@ -13,13 +13,8 @@ const MIB: u64 = 1 << 20;
 
 fn required() -> bool {
     let root = rustix::process::geteuid().is_root();
-    let writable = detect()
-        .map(|h| {
-            !rustix::fs::statvfs(&h.mount)
-                .map(|s| s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
-                .unwrap_or(true)
-        })
-        .unwrap_or(false);
+    let writable =
+        detect().map(|h| !rustix::fs::statvfs(&h.mount).map(|s| s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)).unwrap_or(true)).unwrap_or(false);
     let env = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
     (root && writable) || env.split(',').any(|x| x.trim() == "cgroup")
 }
@@ -42,14 +37,10 @@ fn buffered_read_stays_under_the_cgroup_limit() {
     let cg = match MemoryCgroup::create(limit) {
         Ok(cg) => cg,
         Err(e) if !required() => {
-            eprintln!(
-                "SKIP: cannot create a memory cgroup ({e}); not root, or cgroup fs read-only"
-            );
+            eprintln!("SKIP: cannot create a memory cgroup ({e}); not root, or cgroup fs read-only");
             return;
         }
-        Err(e) => panic!(
-            "root with a writable cgroup file system (or CACHELESS_REQUIRE=cgroup), yet: {e}"
-        ),
+        Err(e) => panic!("root with a writable cgroup file system (or CACHELESS_REQUIRE=cgroup), yet: {e}"),
     };
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let size = 4 * limit;
@@ -82,35 +73,19 @@ fn buffered_read_stays_under_the_cgroup_limit() {
 
     assert_eq!(t.bytes, size, "the whole file was read");
     assert_eq!(t.cache.source, CacheSource::Cgroup);
-    assert_eq!(
-        samples.len() as u64,
-        size / MIB + 1,
-        "one sample per MiB read"
-    );
+    assert_eq!(samples.len() as u64, size / MIB + 1, "one sample per MiB read");
     if let Some((i, u)) = samples.iter().enumerate().find(|(_, &u)| u > limit) {
         panic!("usage {u} over limit {limit} after {} MiB read", i + 1);
     }
     // The reads were charged to the cgroup: its usage reached the limit's neighbourhood during the run.
     let max_seen = samples.iter().copied().max().unwrap_or(0);
-    assert!(
-        max_seen > limit / 2,
-        "usage peaked at {max_seen} during the run: reads were not charged to the cgroup"
-    );
+    assert!(max_seen > limit / 2, "usage peaked at {max_seen} during the run: reads were not charged to the cgroup");
     if let Some(p) = peak {
         assert!(p <= limit, "peak {p} over limit {limit}");
         // The reads were charged to the cgroup, so the limit was what bounded them.
-        assert!(
-            p > limit / 2,
-            "peak {p}: reads were not charged to the cgroup"
-        );
+        assert!(p > limit / 2, "peak {p}: reads were not charged to the cgroup");
     }
-    assert!(
-        stat_cache <= limit as i64,
-        "page cache grew by {stat_cache}, over the limit"
-    );
-    assert!(
-        stat_cache > 0,
-        "cgroup page cache did not grow: reads were not charged to it"
-    );
+    assert!(stat_cache <= limit as i64, "page cache grew by {stat_cache}, over the limit");
+    assert!(stat_cache > 0, "cgroup page cache did not grow: reads were not charged to it");
     assert_eq!(t.cgroup_peak_bytes, peak);
 }

@@ -42,22 +42,10 @@ fn every_workload_moves_every_byte() {
             } else {
                 assert!(t.bytes > 0);
             }
-            assert!(
-                !m.decisions.is_empty(),
-                "{rw:?} {}: no decision recorded",
-                m.mode
-            );
-            assert_eq!(
-                t.files_resident_start_bytes, 0,
-                "{rw:?} {}: trial did not start cold",
-                m.mode
-            );
+            assert!(!m.decisions.is_empty(), "{rw:?} {}: no decision recorded", m.mode);
+            assert_eq!(t.files_resident_start_bytes, 0, "{rw:?} {}: trial did not start cold", m.mode);
         }
-        assert_eq!(
-            lines.iter().filter(|l| l.starts_with("run 1/1")).count(),
-            2,
-            "{lines:?}"
-        );
+        assert_eq!(lines.iter().filter(|l| l.starts_with("run 1/1")).count(), 2, "{lines:?}");
         // Written files are removed when the run ends.
         assert!(!dir.path().join("cacheless-bench-out-0.dat").exists());
         let csv = r.to_csv();
@@ -66,31 +54,18 @@ fn every_workload_moves_every_byte() {
 }
 
 fn fincore_bytes(files: &[std::path::PathBuf]) -> Option<u64> {
-    let out = Command::new("fincore")
-        .args(["--bytes", "--noheadings", "--raw", "--output", "RES"])
-        .args(files)
-        .output()
-        .ok()?;
+    let out = Command::new("fincore").args(["--bytes", "--noheadings", "--raw", "--output", "RES"]).args(files).output().ok()?;
     if !out.status.success() {
         return None;
     }
-    Some(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| l.trim().parse::<u64>().unwrap())
-            .sum(),
-    )
+    Some(String::from_utf8_lossy(&out.stdout).lines().map(|l| l.trim().parse::<u64>().unwrap()).sum())
 }
 
 /// Each mode runs once in each position over a full square, and every trial records its place.
 #[test]
 fn trial_order_rotates_every_round() {
     let dir = workdir();
-    let mut cfg = small(
-        Rw::Read,
-        vec![Mode::Buffered, Mode::Direct, Mode::Auto],
-        dir.path(),
-    );
+    let mut cfg = small(Rw::Read, vec![Mode::Buffered, Mode::Direct, Mode::Auto], dir.path());
     cfg.runs = None;
     let mut lines = Vec::new();
     let r = run(&cfg, &mut |s: &str| lines.push(s.to_string())).unwrap();
@@ -101,19 +76,8 @@ fn trial_order_rotates_every_round() {
         for (pos, name) in order.iter().enumerate() {
             let m = r.modes.iter().find(|m| &m.mode == name).unwrap();
             let t = &m.runs[round];
-            assert_eq!(
-                (t.run, t.position),
-                (round as u32 + 1, pos as u32 + 1),
-                "{name}"
-            );
-            assert!(
-                lines.iter().any(|l| l.starts_with(&format!(
-                    "run {}/3 #{} {name}:",
-                    round + 1,
-                    pos + 1
-                ))),
-                "{lines:?}"
-            );
+            assert_eq!((t.run, t.position), (round as u32 + 1, pos as u32 + 1), "{name}");
+            assert!(lines.iter().any(|l| l.starts_with(&format!("run {}/3 #{} {name}:", round + 1, pos + 1))), "{lines:?}");
         }
     }
     for m in &r.modes {
@@ -122,36 +86,24 @@ fn trial_order_rotates_every_round() {
         assert_eq!(positions, [1, 2, 3], "{}", m.mode);
         assert_eq!(m.summary.mib_s_by_position.len(), 3);
         assert!(m.summary.mib_s_by_position.iter().all(|p| p.is_some()));
-        assert!(m
-            .runs
-            .iter()
-            .all(|t| t.files_resident_start_bytes == 0 && t.settle_s >= 0.0));
+        assert!(m.runs.iter().all(|t| t.files_resident_start_bytes == 0 && t.settle_s >= 0.0));
     }
     let csv = r.to_csv();
     assert_eq!(csv.lines().count(), 10);
     let text = r.text();
-    assert!(
-        text.contains("was fastest") || text.contains("within noise"),
-        "{text}"
-    );
+    assert!(text.contains("was fastest") || text.contains("within noise"), "{text}");
     assert!(text.contains("Per GiB moved, buffered used"), "{text}");
 }
 
 /// Our per-file residency figure (cachestat, else mincore) agrees with util-linux fincore.
 #[test]
 fn residency_agrees_with_fincore() {
-    let drops = || {
-        cacheless_bench::procfs::read_vmstat_map()
-            .map(|m| cacheless_bench::procfs::drop_pagecache_count(&m))
-            .unwrap_or(0)
-    };
+    let drops = || cacheless_bench::procfs::read_vmstat_map().map(|m| cacheless_bench::procfs::drop_pagecache_count(&m)).unwrap_or(0);
     let drops_before = drops();
     let dir = workdir();
     let cfg = small(Rw::Read, vec![Mode::Direct, Mode::Buffered], dir.path());
     let r = run(&cfg, &mut |_| {}).unwrap();
-    let files: Vec<_> = (0..2)
-        .map(|i| dir.path().join(format!("cacheless-bench-{i}.dat")))
-        .collect();
+    let files: Vec<_> = (0..2).map(|i| dir.path().join(format!("cacheless-bench-{i}.dat"))).collect();
     let Some(fin) = fincore_bytes(&files) else {
         eprintln!("SKIP: fincore (util-linux) is not installed");
         return;
@@ -163,14 +115,8 @@ fn residency_agrees_with_fincore() {
     // Buffered ran last, so what fincore sees now is what that trial left behind.
     let buffered = &r.modes[1].runs[0];
     assert_eq!(buffered.files_resident_end_bytes, fin);
-    assert!(
-        fin >= 2 * 8 * MIB,
-        "buffered read left only {fin} bytes cached"
-    );
-    assert_eq!(
-        buffered.files_total_bytes,
-        2 * cfg.file_size.div_ceil(4096) * 4096
-    );
+    assert!(fin >= 2 * 8 * MIB, "buffered read left only {fin} bytes cached");
+    assert_eq!(buffered.files_total_bytes, 2 * cfg.file_size.div_ceil(4096) * 4096);
     // Direct left nothing behind.
     assert_eq!(r.modes[0].runs[0].files_resident_end_bytes, 0);
 }

@@ -102,9 +102,7 @@ pub struct SystemCaps {
 
 /// Features the user turned off with `CACHELESS_DISABLE=direct,dontcache,uring,cachestat`.
 pub fn disabled(feature: &str) -> bool {
-    std::env::var("CACHELESS_DISABLE")
-        .map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(feature)))
-        .unwrap_or(false)
+    std::env::var("CACHELESS_DISABLE").map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(feature))).unwrap_or(false)
 }
 
 /// The system capabilities, probed on first use.
@@ -113,13 +111,7 @@ pub fn system() -> &'static SystemCaps {
     SYS.get_or_init(|| {
         let kernel = rustix::system::uname().release().to_string_lossy().into_owned();
         let memlock = rustix::process::getrlimit(rustix::process::Resource::Memlock).current;
-        SystemCaps {
-            kernel,
-            uring: probe_uring(),
-            cachestat: probe_cachestat(),
-            memlock_limit: memlock,
-            page_size: rustix::param::page_size(),
-        }
+        SystemCaps { kernel, uring: probe_uring(), cachestat: probe_cachestat(), memlock_limit: memlock, page_size: rustix::param::page_size() }
     })
 }
 
@@ -387,7 +379,19 @@ mod tests {
 
     #[test]
     fn filesystems_are_named_by_their_magic() {
-        for (magic, name) in [(0xEF53, "ext2/ext3/ext4"), (0x5846_5342, "xfs"), (0x0102_1994, "tmpfs"), (0x794C_7630, "overlay"), (0xE0F5_E1E2, "erofs"), (0x7371_7368, "squashfs"), (0x6573_5546, "fuse"), (0x6969, "nfs"), (0xFE53_4D42, "smb2"), (0x2FC1_2FC1, "zfs"), (0x9FA0, "proc")] {
+        for (magic, name) in [
+            (0xEF53, "ext2/ext3/ext4"),
+            (0x5846_5342, "xfs"),
+            (0x0102_1994, "tmpfs"),
+            (0x794C_7630, "overlay"),
+            (0xE0F5_E1E2, "erofs"),
+            (0x7371_7368, "squashfs"),
+            (0x6573_5546, "fuse"),
+            (0x6969, "nfs"),
+            (0xFE53_4D42, "smb2"),
+            (0x2FC1_2FC1, "zfs"),
+            (0x9FA0, "proc"),
+        ] {
             assert_eq!(fs_name(magic), name, "{magic:#x}");
         }
         assert_eq!(fs_name(0x1234_5678), "0x12345678", "unknown magics print as hex");

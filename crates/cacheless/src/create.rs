@@ -376,7 +376,8 @@ impl Draft {
             Err(e) if setup::dontcache_refused(&e) && self.shared.opts.mode == Mode::Auto => {
                 if let Some(p) = self.plan.as_mut() {
                     caps::refuse_dontcache(p.caps.dev, &e);
-                    p.decision = Decision { mode: Mode::WriteBehind, reason: format!("RWF_DONTCACHE refused by a write ({}): write-behind", caps::errno_name(&e)) };
+                    p.decision =
+                        Decision { mode: Mode::WriteBehind, reason: format!("RWF_DONTCACHE refused by a write ({}): write-behind", caps::errno_name(&e)) };
                 }
                 self.write_behind(data, off)
             }

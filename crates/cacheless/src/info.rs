@@ -94,7 +94,16 @@ pub fn describe(path: &Path, mode: Mode) -> Result<PathInfo> {
     };
     let read = policy::decide_read(mode, &fs, len, res.map(|r| r.cached_bytes().min(len))).into();
     let write = policy::decide_write(mode, &fs, Some(len)).into();
-    Ok(PathInfo { path: path.into(), kind: "file", size: Some(len), fs: (*fs).clone(), residency: res, residency_unknown, read: Some(read), write: Some(write) })
+    Ok(PathInfo {
+        path: path.into(),
+        kind: "file",
+        size: Some(len),
+        fs: (*fs).clone(),
+        residency: res,
+        residency_unknown,
+        read: Some(read),
+        write: Some(write),
+    })
 }
 
 #[cfg(test)]

@@ -57,9 +57,7 @@ impl FromStr for Mode {
             "dontcache" | "uncached" => Mode::DontCache,
             "writebehind" | "write-behind" | "dropbehind" => Mode::WriteBehind,
             "buffered" => Mode::Buffered,
-            other => {
-                return Err(format!("unknown mode '{other}': expected auto, direct, dontcache, writebehind or buffered"))
-            }
+            other => return Err(format!("unknown mode '{other}': expected auto, direct, dontcache, writebehind or buffered")),
         })
     }
 }
@@ -181,10 +179,9 @@ pub fn decide_write(requested: Mode, caps: &FsCaps, size_hint: Option<u64>) -> R
 
 fn fallback_chain(caps: &FsCaps, what: &str) -> Result<Decision, Refusal> {
     match (&caps.direct, &caps.dontcache) {
-        (Ok(a), _) => Ok(Decision {
-            mode: Mode::Direct,
-            reason: format!("large {what}: O_DIRECT (memory alignment {}, offset alignment {})", a.mem, a.offset),
-        }),
+        (Ok(a), _) => {
+            Ok(Decision { mode: Mode::Direct, reason: format!("large {what}: O_DIRECT (memory alignment {}, offset alignment {})", a.mem, a.offset) })
+        }
         (Err(d), Ok(())) => Ok(Decision { mode: Mode::DontCache, reason: format!("O_DIRECT unavailable ({}): RWF_DONTCACHE", d.reason) }),
         (Err(d), Err(u)) => Ok(Decision {
             mode: Mode::WriteBehind,

@@ -42,14 +42,7 @@ pub struct ReadOptions {
 impl ReadOptions {
     /// Defaults: auto mode and backend, default request size and depth.
     pub fn new(budget: Budget) -> ReadOptions {
-        ReadOptions {
-            mode: Mode::Auto,
-            backend: BackendKind::Auto,
-            block_size: DEFAULT_BLOCK_SIZE,
-            queue_depth: DEFAULT_QUEUE_DEPTH,
-            budget,
-            extra_buffers: 1,
-        }
+        ReadOptions { mode: Mode::Auto, backend: BackendKind::Auto, block_size: DEFAULT_BLOCK_SIZE, queue_depth: DEFAULT_QUEUE_DEPTH, budget, extra_buffers: 1 }
     }
 }
 
@@ -143,11 +136,7 @@ impl Reader {
         }
         check_block_size("open", path, opts.block_size)?;
         let len = meta.len();
-        let cached = if opts.mode == Mode::Auto && len > 0 {
-            residency::residency(&file, 0, len).ok().map(|r| r.cached_bytes().min(len))
-        } else {
-            None
-        };
+        let cached = if opts.mode == Mode::Auto && len > 0 { residency::residency(&file, 0, len).ok().map(|r| r.cached_bytes().min(len)) } else { None };
         let Chosen { caps, decision, align, mem_align, flags } = setup::choose(&file, path, "open", |caps| policy::decide_read(opts.mode, caps, len, cached))?;
         if decision.mode == Mode::WriteBehind {
             // Drop-behind keeps only pages that were cached before each request. Kernel

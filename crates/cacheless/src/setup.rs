@@ -51,9 +51,8 @@ pub(crate) fn choose(file: &File, path: &Path, op: &'static str, decide: impl Fn
     let decision = decide(&caps).map_err(|r| refused(op, path, r))?;
     let (align, mem_align) = match (decision.mode, &caps.direct) {
         (Mode::Direct, Ok(a)) => {
-            set_direct(file, true).map_err(|e| {
-                Error::io("fcntl(O_DIRECT)", path, e).with_kind(ErrorKind::Unsupported).with_hint(policy::alternatives(Mode::Direct, &caps))
-            })?;
+            set_direct(file, true)
+                .map_err(|e| Error::io("fcntl(O_DIRECT)", path, e).with_kind(ErrorKind::Unsupported).with_hint(policy::alternatives(Mode::Direct, &caps)))?;
             (a.offset.max(1) as usize, a.mem.max(1) as usize)
         }
         _ => (1, 1),
@@ -145,7 +144,12 @@ pub(crate) fn write_uncached(file: &File, data: &[u8], off: u64, caps: &FsCaps) 
 }
 
 /// Sets permission bits and times (those given) on an open file; the error names the call.
-pub(crate) fn apply_attrs(file: &File, permissions: Option<u32>, atime: Option<SystemTime>, mtime: Option<SystemTime>) -> Result<(), (&'static str, io::Error)> {
+pub(crate) fn apply_attrs(
+    file: &File,
+    permissions: Option<u32>,
+    atime: Option<SystemTime>,
+    mtime: Option<SystemTime>,
+) -> Result<(), (&'static str, io::Error)> {
     if let Some(p) = permissions {
         rustix::fs::fchmod(file, rustix::fs::Mode::from_raw_mode(p)).map_err(|e| ("chmod", e.into()))?;
     }

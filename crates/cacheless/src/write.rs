@@ -20,8 +20,8 @@ use crate::caps::FsCaps;
 use crate::error::{Error, ErrorKind, Result};
 use crate::policy::{self, Decision, Mode};
 use crate::read::{Chunk, DEFAULT_BLOCK_SIZE, DEFAULT_QUEUE_DEPTH};
-use crate::setup::{self, set_direct, Chosen};
 use crate::residency;
+use crate::setup::{self, set_direct, Chosen};
 
 /// Write-behind window: after each window is written, its writeback is started, and the
 /// window before it is waited for and dropped from the cache. 8 MiB keeps the dirty
@@ -351,8 +351,13 @@ impl Writer {
             if start >= self.wb_dropped + WRITE_BEHIND_WINDOW {
                 let prev = self.wb_dropped;
                 let len = start - prev;
-                residency::sync_range(&self.file, prev, len, libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER)
-                    .map_err(|e| self.err("sync_file_range", e))?;
+                residency::sync_range(
+                    &self.file,
+                    prev,
+                    len,
+                    libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                )
+                .map_err(|e| self.err("sync_file_range", e))?;
                 let _ = residency::drop_range(&self.file, prev, len);
                 self.wb_dropped = start;
             }

@@ -163,7 +163,11 @@ fn existing_names_symlinks_and_unfinished_files() {
     assert!(!d.path().join("unfinished").exists());
     // 0666 less the umask, as open(2) makes it, when no permissions are given.
     creator.write_file(dir.as_fd(), OsStr::new("plain"), Path::new("plain"), b"x", &FileAttrs::default()).unwrap();
-    let umask = std::fs::read_to_string("/proc/self/status").unwrap().lines().find_map(|l| l.strip_prefix("Umask:").map(|u| u32::from_str_radix(u.trim(), 8).unwrap())).unwrap();
+    let umask = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:").map(|u| u32::from_str_radix(u.trim(), 8).unwrap()))
+        .unwrap();
     assert_eq!(std::fs::metadata(d.path().join("plain")).unwrap().permissions().mode() & 0o777, 0o666 & !umask);
 }
 

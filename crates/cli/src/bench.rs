@@ -78,11 +78,7 @@ pub struct BenchArgs {
 /// Builds the benchmark configuration from the flags.
 pub fn config(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<BenchConfig> {
     // Free space is measured where the files will go, or in the current directory until --dir exists.
-    let space_probe = args
-        .dir
-        .clone()
-        .filter(|d| d.exists())
-        .unwrap_or_else(crate::common::default_workdir);
+    let space_probe = args.dir.clone().filter(|d| d.exists()).unwrap_or_else(crate::common::default_workdir);
     let mut c = BenchConfig::quick(&space_probe);
     if let Some(rw) = args.rw {
         c.rw = rw;
@@ -137,16 +133,9 @@ pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
     if let Some(p) = &args.plot {
         cacheless_bench::plot::plot(&report, p)?;
     }
-    let out = if common.json {
-        report.to_json() + "\n"
-    } else {
-        report.text()
-    };
+    let out = if common.json { report.to_json() + "\n" } else { report.text() };
     let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(out.as_bytes())
-        .and_then(|_| stdout.flush())
-    {
+    match stdout.write_all(out.as_bytes()).and_then(|_| stdout.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
         r => r.context("write to stdout")?,
     }

@@ -136,7 +136,10 @@ impl Job<'_> {
     fn dir(&mut self, src: &Path, dst: &Path, meta: &std::fs::Metadata) {
         if let (Ok(s), Ok(d)) = (std::fs::canonicalize(src), dst.parent().map(std::fs::canonicalize).unwrap_or(Ok(PathBuf::from(".")))) {
             if d.starts_with(&s) {
-                return ui::item_error(&self.progress, &Error::new(ErrorKind::InvalidInput, "copy", dst, format!("cannot copy directory '{}' into itself", src.display())));
+                return ui::item_error(
+                    &self.progress,
+                    &Error::new(ErrorKind::InvalidInput, "copy", dst, format!("cannot copy directory '{}' into itself", src.display())),
+                );
             }
         }
         match std::fs::create_dir(dst) {

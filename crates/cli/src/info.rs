@@ -57,11 +57,16 @@ pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
             println!("{} ({}, {} on device {}:{})", i.path.display(), i.kind, i.fs.fs_type, rustix::fs::major(i.fs.dev), rustix::fs::minor(i.fs.dev));
             println!(
                 "  O_DIRECT       {}",
-                support(&i.fs.direct, |a| format!(", memory alignment {} B, offset alignment {} B (from {})", a.mem, a.offset, match a.source {
-                    caps::AlignSource::Statx => "statx STATX_DIOALIGN",
-                    caps::AlignSource::Sysfs => "sysfs logical_block_size",
-                    caps::AlignSource::Default => "default",
-                }))
+                support(&i.fs.direct, |a| format!(
+                    ", memory alignment {} B, offset alignment {} B (from {})",
+                    a.mem,
+                    a.offset,
+                    match a.source {
+                        caps::AlignSource::Statx => "statx STATX_DIOALIGN",
+                        caps::AlignSource::Sysfs => "sysfs logical_block_size",
+                        caps::AlignSource::Default => "default",
+                    }
+                ))
             );
             println!("  RWF_DONTCACHE  {}", support(&i.fs.dontcache, |_| String::new()));
             if let (Some(r), Some(size)) = (&i.residency, i.size) {

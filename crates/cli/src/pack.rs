@@ -121,11 +121,8 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
     o.members.owner = args.owner.as_deref().map(|s| Owner::parse(s, false)).transpose().map_err(usage)?;
     o.members.group = args.group.as_deref().map(|s| Owner::parse(s, true)).transpose().map_err(usage)?;
     o.members.numeric_owner = args.numeric_owner;
-    o.members.exclude = args
-        .exclude
-        .iter()
-        .map(|g| glob::Pattern::new(g).map_err(|e| usage(format!("invalid --exclude pattern '{g}': {e}"))))
-        .collect::<Result<_>>()?;
+    o.members.exclude =
+        args.exclude.iter().map(|g| glob::Pattern::new(g).map_err(|e| usage(format!("invalid --exclude pattern '{g}': {e}")))).collect::<Result<_>>()?;
     o.members.one_file_system = args.one_file_system;
     o.members.xattrs = args.xattrs;
     o.sync = !args.no_sync;

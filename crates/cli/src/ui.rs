@@ -41,10 +41,9 @@ pub fn hint_text(h: &Hint) -> String {
 /// The first hint an error chain carries.
 fn hint_in<'a>(mut chain: impl Iterator<Item = &'a (dyn StdError + 'static)>) -> Option<&'a Hint> {
     chain.find_map(|c| {
-        c.downcast_ref::<cacheless::Error>()
-            .and_then(|e| e.hint())
-            .or_else(|| c.downcast_ref::<cacheless_archive::Error>().and_then(|e| e.hint()))
-            .or_else(|| c.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|i| i.downcast_ref::<cacheless::Error>()).and_then(|e| e.hint()))
+        c.downcast_ref::<cacheless::Error>().and_then(|e| e.hint()).or_else(|| c.downcast_ref::<cacheless_archive::Error>().and_then(|e| e.hint())).or_else(
+            || c.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()).and_then(|i| i.downcast_ref::<cacheless::Error>()).and_then(|e| e.hint()),
+        )
     })
 }
 
@@ -218,9 +217,6 @@ mod tests {
     fn hints_become_flags() {
         assert_eq!(hint_text(&Hint::Modes(vec![Mode::Auto])), "use --mode auto");
         assert_eq!(hint_text(&Hint::Modes(vec![Mode::Auto, Mode::DontCache])), "use --mode auto or dontcache");
-        assert_eq!(
-            hint_text(&Hint::Backends(vec![BackendKind::Auto, BackendKind::Threads, BackendKind::Uring])),
-            "use --backend auto, threads or uring"
-        );
+        assert_eq!(hint_text(&Hint::Backends(vec![BackendKind::Auto, BackendKind::Threads, BackendKind::Uring])), "use --backend auto, threads or uring");
     }
 }

@@ -152,7 +152,16 @@ impl SpanReader {
             }
         }
         each.mode = decision.mode;
-        Ok(SpanReader { file, path: path.to_path_buf(), primary, worker: each, threads, align, piece: round_up(opts.piece.max(1), align), _admission: admission })
+        Ok(SpanReader {
+            file,
+            path: path.to_path_buf(),
+            primary,
+            worker: each,
+            threads,
+            align,
+            piece: round_up(opts.piece.max(1), align),
+            _admission: admission,
+        })
     }
 
     /// The file's length when opened.
@@ -193,7 +202,8 @@ impl SpanReader {
     pub fn layout(&self, spans: &[(u64, u64)]) -> Result<Arena> {
         let a = self.align as u64;
         let end = self.len().div_ceil(a) * a;
-        let mut v: Vec<(u64, u64)> = spans.iter().filter(|(s, e)| e > s && *s < end).map(|&(s, e)| (s / a * a, e.div_ceil(a).saturating_mul(a).min(end))).collect();
+        let mut v: Vec<(u64, u64)> =
+            spans.iter().filter(|(s, e)| e > s && *s < end).map(|&(s, e)| (s / a * a, e.div_ceil(a).saturating_mul(a).min(end))).collect();
         v.sort_unstable();
         let mut merged: Vec<(u64, u64)> = Vec::with_capacity(v.len());
         for (s, e) in v {
@@ -202,7 +212,14 @@ impl SpanReader {
                 _ => merged.push((s, e)),
             }
         }
-        let too_large = || cacheless::Error::new(ErrorKind::InvalidInput, "read", &self.path, format!("the byte ranges asked for ({} B of file) do not fit in memory", self.len()));
+        let too_large = || {
+            cacheless::Error::new(
+                ErrorKind::InvalidInput,
+                "read",
+                &self.path,
+                format!("the byte ranges asked for ({} B of file) do not fit in memory", self.len()),
+            )
+        };
         let mut at = 0usize;
         let mut segments = Vec::with_capacity(merged.len());
         for (s, e) in merged {

@@ -86,7 +86,10 @@ impl Header {
         }
         let start = PREFIX + n;
         if start > file_len {
-            return Err(Error::invalid(path, format!("header length {n} runs past the end of the file ({file_len} bytes): truncated or not a safetensors file")));
+            return Err(Error::invalid(
+                path,
+                format!("header length {n} runs past the end of the file ({file_len} bytes): truncated or not a safetensors file"),
+            ));
         }
         Ok(start)
     }
@@ -116,13 +119,19 @@ impl Header {
                 return Err(Error::invalid(path, format!("tensor '{name}' (data bytes {s}..{e}) overlaps tensor '{other}', which ends at {end_so_far}")));
             }
             if s > end_so_far {
-                return Err(Error::invalid(path, format!("{} unused data bytes before tensor '{name}' (data bytes {s}..{e}): tensors must be contiguous", s - end_so_far)));
+                return Err(Error::invalid(
+                    path,
+                    format!("{} unused data bytes before tensor '{name}' (data bytes {s}..{e}): tensors must be contiguous", s - end_so_far),
+                ));
             }
             let need = nbytes(info.dtype, &info.shape).ok_or_else(|| {
                 Error::invalid(path, format!("tensor '{name}': shape {:?} of {} overflows or is not a whole number of bytes", info.shape, info.dtype))
             })?;
             if e - s != need {
-                return Err(Error::invalid(path, format!("tensor '{name}': data_offsets span {} bytes but shape {:?} of {} needs {need}", e - s, info.shape, info.dtype)));
+                return Err(Error::invalid(
+                    path,
+                    format!("tensor '{name}': data_offsets span {} bytes but shape {:?} of {} needs {need}", e - s, info.shape, info.dtype),
+                ));
             }
             if e > data_len {
                 return Err(Error::invalid(path, format!("tensor '{name}' ends at data byte {e} but the file holds only {data_len} bytes of data: truncated")));
@@ -134,7 +143,10 @@ impl Header {
         if end_so_far != data_len {
             return Err(Error::invalid(
                 path,
-                format!("the header describes {end_so_far} bytes of tensor data but the file holds {data_len} after the header ({} bytes unaccounted for)", data_len - end_so_far),
+                format!(
+                    "the header describes {end_so_far} bytes of tensor data but the file holds {data_len} after the header ({} bytes unaccounted for)",
+                    data_len - end_so_far
+                ),
             ));
         }
         // The crate's own check, so that what loads here loads in the safetensors package too.

@@ -156,7 +156,10 @@ impl SafeFile {
                 return Ok((w.clone(), at));
             }
         }
-        let end = off.checked_add(len).filter(|&e| e <= self.header.file_len()).ok_or_else(|| Error::invalid(self.header.path(), format!("range {off}+{len} is outside the file")))?;
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= self.header.file_len())
+            .ok_or_else(|| Error::invalid(self.header.path(), format!("range {off}+{len} is outside the file")))?;
         let hi = if len <= WINDOW { end.max(off.saturating_add(WINDOW).min(self.header.file_len())) } else { end };
         let mut arena = self.sr.layout(&[(off, hi)])?;
         let total = arena.segments().iter().map(|s| (s.len as u64).min(self.sr.len() - s.file)).sum();

@@ -66,14 +66,18 @@ impl ModelIndex {
             0 => Ok(ModelIndex { index: None, shards: files, weight_map: BTreeMap::new(), metadata: None }),
             1 => ModelIndex::from_index(&indexes[0]),
             _ if indexes.contains(&preferred) => ModelIndex::from_index(&preferred),
-            _ => Err(Error::invalid(path, format!("several index files ({}): name the one to load", indexes.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")))),
+            _ => Err(Error::invalid(
+                path,
+                format!("several index files ({}): name the one to load", indexes.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
+            )),
         }
     }
 
     /// Reads an index file; its shard names must stay inside its folder.
     pub fn from_index(index: &Path) -> Result<ModelIndex> {
         let text = std::fs::read(index).map_err(|e| io("read", index, e))?;
-        let j: IndexJson = serde_json::from_slice(&text).map_err(|e| Error::invalid(index, format!("not a safetensors index (expected {{\"weight_map\": {{tensor: shard}}}}): {e}")))?;
+        let j: IndexJson = serde_json::from_slice(&text)
+            .map_err(|e| Error::invalid(index, format!("not a safetensors index (expected {{\"weight_map\": {{tensor: shard}}}}): {e}")))?;
         let dir = index.parent().unwrap_or(Path::new("."));
         let mut names: Vec<&String> = j.weight_map.values().collect();
         names.sort();

@@ -61,16 +61,22 @@ pub fn header<'t, 'a>(path: &Path, tensors: &'t [TensorData<'a>], metadata: Opti
         if !seen.insert(t.name) {
             return Err(Error::invalid(path, format!("two tensors are named '{}'", t.name)));
         }
-        let need = nbytes(t.dtype, t.shape).ok_or_else(|| Error::invalid(path, format!("tensor '{}': shape {:?} of {} overflows or is not a whole number of bytes", t.name, t.shape, t.dtype)))?;
+        let need = nbytes(t.dtype, t.shape).ok_or_else(|| {
+            Error::invalid(path, format!("tensor '{}': shape {:?} of {} overflows or is not a whole number of bytes", t.name, t.shape, t.dtype))
+        })?;
         if need != t.data.len() as u64 {
-            return Err(Error::invalid(path, format!("tensor '{}': {} bytes of data, but shape {:?} of {} needs {need}", t.name, t.data.len(), t.shape, t.dtype)));
+            return Err(Error::invalid(
+                path,
+                format!("tensor '{}': {} bytes of data, but shape {:?} of {} needs {need}", t.name, t.data.len(), t.shape, t.dtype),
+            ));
         }
     }
     let views = tensors.iter().map(|t| (t.name, Described { dtype: t.dtype, shape: t.shape, len: t.data.len() }));
     // The crate's serializer writes the header, then each view's (here empty) data.
     let head = safetensors::serialize(views, metadata.cloned()).map_err(|e| Error::invalid(path, format!("cannot build the header: {e}")))?;
     // It orders tensors by dtype alignment, then name: read that order back from its header.
-    let meta: Metadata = serde_json::from_slice(&head[8..]).map_err(|e| Error::invalid(path, format!("internal error: the header just built does not parse: {e}")))?;
+    let meta: Metadata =
+        serde_json::from_slice(&head[8..]).map_err(|e| Error::invalid(path, format!("internal error: the header just built does not parse: {e}")))?;
     let by_name: HashMap<&str, &TensorData<'a>> = tensors.iter().map(|t| (t.name, t)).collect();
     let order = meta.offset_keys().iter().filter_map(|n| by_name.get(n.as_str()).copied()).collect::<Vec<_>>();
     if order.len() != tensors.len() {
@@ -94,7 +100,13 @@ pub fn serialize(tensors: &[TensorData<'_>], metadata: Option<&HashMap<String, S
 /// and renamed over `path` (`opts.atomic` and `opts.sync` are forced on). Readers and mappings
 /// of an old `path` keep seeing the old file. `progress` counts bytes and cancels; a failed or
 /// cancelled save leaves `path` as it was and no temporary behind.
-pub fn save(path: &Path, tensors: &[TensorData<'_>], metadata: Option<&HashMap<String, String>>, opts: &WriteOptions, progress: &Progress) -> Result<WriteReport> {
+pub fn save(
+    path: &Path,
+    tensors: &[TensorData<'_>],
+    metadata: Option<&HashMap<String, String>>,
+    opts: &WriteOptions,
+    progress: &Progress,
+) -> Result<WriteReport> {
     let (head, order) = header(path, tensors, metadata)?;
     let total = head.len() as u64 + order.iter().map(|t| t.data.len() as u64).sum::<u64>();
     progress.add_total_bytes(total);

@@ -118,7 +118,12 @@ fn saved_files_are_the_reference_bytes_and_load_back_in_every_mode() {
 #[test]
 fn keys_read_only_the_spans_asked_for() {
     let d = scratch();
-    let mut ts = vec![T::new("a", Dtype::F32, &[1 << 20], 1), T::new("b", Dtype::U8, &[10], 2), T::new("c", Dtype::F32, &[1 << 20], 3), T::new("z", Dtype::F64, &[3], 4)];
+    let mut ts = vec![
+        T::new("a", Dtype::F32, &[1 << 20], 1),
+        T::new("b", Dtype::U8, &[10], 2),
+        T::new("c", Dtype::F32, &[1 << 20], 3),
+        T::new("z", Dtype::F64, &[3], 4),
+    ];
     ts.sort_by(|a, b| a.name.cmp(&b.name));
     let p = write(d.path(), "k.safetensors", &reference(&ts, None));
     let keys = vec!["z".to_string(), "b".to_string()];

@@ -31,10 +31,7 @@ pub(super) enum Fail {
 impl From<Error> for Fail {
     fn from(e: Error) -> Self {
         match e {
-            Error::Truncated { .. }
-            | Error::Corrupt { .. }
-            | Error::Decompress { .. }
-            | Error::Interrupted { .. } => Fail::Fatal(e),
+            Error::Truncated { .. } | Error::Corrupt { .. } | Error::Decompress { .. } | Error::Interrupted { .. } => Fail::Fatal(e),
             e => Fail::Entry(e),
         }
     }
@@ -92,13 +89,7 @@ impl Ctx<'_> {
         if !self.is_root {
             mode &= !self.umask;
         }
-        Meta {
-            mode,
-            uid: e.uid,
-            gid: e.gid,
-            mtime: e.mtime,
-            chown,
-        }
+        Meta { mode, uid: e.uid, gid: e.gid, mtime: e.mtime, chown }
     }
 
     /// Sanitises and strips a member name; `None` if the entry is to be skipped (already warned).
@@ -106,16 +97,9 @@ impl Ctx<'_> {
         let display = String::from_utf8_lossy(raw).into_owned();
         match sanitize(raw) {
             Sanitized::DotDot => Err(Fail::Entry(Error::io(
-                if what == "member" {
-                    "refusing member"
-                } else {
-                    "refusing hard link target"
-                },
+                if what == "member" { "refusing member" } else { "refusing hard link target" },
                 PathBuf::from(display),
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "member name contains '..'",
-                ),
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "member name contains '..'"),
             ))),
             Sanitized::Ok { path, stripped } => {
                 if stripped && !self.warned_abs {
@@ -123,10 +107,7 @@ impl Ctx<'_> {
                     self.warn("removing leading '/' from member names".into());
                 }
                 // GNU counts "." as a component when stripping ("./a/b" -N1-> "a/b").
-                let raw_comps: Vec<&[u8]> = raw
-                    .split(|&b| b == b'/')
-                    .filter(|c| !c.is_empty())
-                    .collect();
+                let raw_comps: Vec<&[u8]> = raw.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
                 let n = self.opts.strip_components;
                 if n == 0 {
                     return Ok(Some(path));
@@ -134,22 +115,14 @@ impl Ctx<'_> {
                 if raw_comps.len() <= n {
                     return Ok(None);
                 }
-                let rest: Vec<Vec<u8>> = raw_comps[n..]
-                    .iter()
-                    .filter(|c| **c != b".")
-                    .map(|c| c.to_vec())
-                    .collect();
+                let rest: Vec<Vec<u8>> = raw_comps[n..].iter().filter(|c| **c != b".").map(|c| c.to_vec()).collect();
                 Ok(Some(RelPath(rest)))
             }
         }
     }
 
     /// Does one entry.
-    pub(super) fn entry(
-        &mut self,
-        parser: &mut Parser<source::TarStream>,
-        e: Entry,
-    ) -> std::result::Result<(), Fail> {
+    pub(super) fn entry(&mut self, parser: &mut Parser<source::TarStream>, e: Entry) -> std::result::Result<(), Fail> {
         let Some(rel) = self.rel(&e.path, "member")? else {
             self.report.skipped += 1;
             return Ok(());
@@ -171,12 +144,8 @@ impl Ctx<'_> {
             }
             Kind::Symlink => {
                 let target = e.link.clone().unwrap_or_default();
-                let (pfd, ()) = self.root.create_with(
-                    &rel,
-                    self.opts.keep_old_files,
-                    "symlinkat",
-                    |d, n| rustix::fs::symlinkat(OsStr::from_bytes(&target), d, n),
-                )?;
+                let (pfd, ()) =
+                    self.root.create_with(&rel, self.opts.keep_old_files, "symlinkat", |d, n| rustix::fs::symlinkat(OsStr::from_bytes(&target), d, n))?;
                 let name = last_name(&rel);
                 if meta.chown {
                     let _ = rustix::fs::chownat(
@@ -187,12 +156,7 @@ impl Ctx<'_> {
                         AtFlags::SYMLINK_NOFOLLOW,
                     );
                 }
-                let _ = rustix::fs::utimensat(
-                    &pfd,
-                    name,
-                    &times(meta.mtime),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                );
+                let _ = rustix::fs::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
                 self.report.symlinks += 1;
             }
             Kind::HardLink => {
@@ -201,10 +165,7 @@ impl Ctx<'_> {
                     return Err(Fail::Entry(Error::io(
                         "refused hard link",
                         rel.to_path(),
-                        std::io::Error::new(
-                            std::io::ErrorKind::InvalidInput,
-                            "target stripped away",
-                        ),
+                        std::io::Error::new(std::io::ErrorKind::InvalidInput, "target stripped away"),
                     )));
                 };
                 let Some((tparent, tname)) = trel.split() else {
@@ -220,10 +181,9 @@ impl Ctx<'_> {
                 }
                 let tfd = self.root.existing_dir(tparent)?;
                 let tname = tname.to_vec();
-                self.root
-                    .create_with(&rel, self.opts.keep_old_files, "linkat", |d, n| {
-                        rustix::fs::linkat(&tfd, OsStr::from_bytes(&tname), d, n, AtFlags::empty())
-                    })?;
+                self.root.create_with(&rel, self.opts.keep_old_files, "linkat", |d, n| {
+                    rustix::fs::linkat(&tfd, OsStr::from_bytes(&tname), d, n, AtFlags::empty())
+                })?;
                 self.report.hardlinks += 1;
             }
             Kind::Fifo | Kind::CharDev | Kind::BlockDev => {
@@ -234,11 +194,7 @@ impl Ctx<'_> {
                         "{}: skipping {} ({})",
                         e.display(),
                         if dev { "device node" } else { "fifo" },
-                        if dev {
-                            "device nodes need special files enabled and root"
-                        } else {
-                            "special files not enabled"
-                        }
+                        if dev { "device nodes need special files enabled and root" } else { "special files not enabled" }
                     ));
                     return Ok(());
                 }
@@ -248,23 +204,10 @@ impl Ctx<'_> {
                     _ => rustix::fs::FileType::BlockDevice,
                 };
                 let devn = rustix::fs::makedev(e.dev.0, e.dev.1);
-                let (pfd, ()) =
-                    self.root
-                        .create_with(&rel, self.opts.keep_old_files, "mknodat", |d, n| {
-                            rustix::fs::mknodat(
-                                d,
-                                n,
-                                ft,
-                                rustix::fs::Mode::from_raw_mode(meta.mode),
-                                devn,
-                            )
-                        })?;
-                let _ = rustix::fs::utimensat(
-                    &pfd,
-                    last_name(&rel),
-                    &times(meta.mtime),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                );
+                let (pfd, ()) = self.root.create_with(&rel, self.opts.keep_old_files, "mknodat", |d, n| {
+                    rustix::fs::mknodat(d, n, ft, rustix::fs::Mode::from_raw_mode(meta.mode), devn)
+                })?;
+                let _ = rustix::fs::utimensat(&pfd, last_name(&rel), &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
             }
         }
         Ok(())
@@ -273,27 +216,16 @@ impl Ctx<'_> {
     /// Creates a file entry with an engine call, in archive order, replacing what is there as
     /// for other entries. The resolver speaks errnos (EEXIST makes it replace the entry); the
     /// engine's error, with its hint, is what gets reported.
-    fn create_entry<T>(
-        &mut self,
-        rel: &RelPath,
-        mut make: impl FnMut(&Arc<OwnedFd>, &OsStr) -> cacheless::Result<T>,
-    ) -> std::result::Result<T, Fail> {
+    fn create_entry<T>(&mut self, rel: &RelPath, mut make: impl FnMut(&Arc<OwnedFd>, &OsStr) -> cacheless::Result<T>) -> std::result::Result<T, Fail> {
         let mut engine_err = None;
-        let r = self
-            .root
-            .create_with(rel, self.opts.keep_old_files, "create", |d, n| {
-                match make(d, n) {
-                    Ok(t) => Ok(t),
-                    Err(err) => {
-                        let errno = err
-                            .errno()
-                            .map(Errno::from_raw_os_error)
-                            .unwrap_or(Errno::IO);
-                        engine_err = Some(err);
-                        Err(errno)
-                    }
-                }
-            });
+        let r = self.root.create_with(rel, self.opts.keep_old_files, "create", |d, n| match make(d, n) {
+            Ok(t) => Ok(t),
+            Err(err) => {
+                let errno = err.errno().map(Errno::from_raw_os_error).unwrap_or(Errno::IO);
+                engine_err = Some(err);
+                Err(errno)
+            }
+        });
         match r {
             Ok((_, t)) => Ok(t),
             Err(err) => Err(match engine_err {
@@ -303,57 +235,28 @@ impl Ctx<'_> {
         }
     }
 
-    fn file(
-        &mut self,
-        parser: &mut Parser<source::TarStream>,
-        e: &Entry,
-        rel: RelPath,
-        meta: Meta,
-    ) -> std::result::Result<(), Fail> {
+    fn file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> std::result::Result<(), Fail> {
         if rel.split().is_none() {
-            return Err(Fail::Entry(Error::io(
-                "refused",
-                "member",
-                std::io::Error::from_raw_os_error(libc::EISDIR),
-            )));
+            return Err(Fail::Entry(Error::io("refused", "member", std::io::Error::from_raw_os_error(libc::EISDIR))));
         }
         if e.size >= self.opts.direct_min.max(1) {
             return self.stream_file(parser, e, rel, meta);
         }
         let display = rel.to_path();
         let creator = self.sh.creator.clone();
-        let file = self.create_entry(&rel, |d, n| {
-            creator.create(d.clone(), n, &display, e.size, attrs(&meta))
-        })?;
+        let file = self.create_entry(&rel, |d, n| creator.create(d.clone(), n, &display, e.size, attrs(&meta)))?;
         if e.size <= CHUNK as u64 {
             // O_DIRECT (forced, or chosen for a large file) writes from aligned memory.
-            let align =
-                if self.opts.mode == IoMode::Direct || e.size >= cacheless::policy::SMALL_WRITE {
-                    4096
-                } else {
-                    1
-                };
+            let align = if self.opts.mode == IoMode::Direct || e.size >= cacheless::policy::SMALL_WRITE { 4096 } else { 1 };
             let lease = acquire(&self.budget, e.size);
             let mut buf = AlignedBuf::new(e.size as usize, align);
             // Dropping `file` on error removes it.
-            parser
-                .read_data_exact(&mut buf[..e.size as usize])
-                .map_err(fatal)?;
+            parser.read_data_exact(&mut buf[..e.size as usize]).map_err(fatal)?;
             self.sh.progress.add_bytes(e.size);
-            self.pool.send(Job::File {
-                rel,
-                file: Box::new(file),
-                meta,
-                data: Data::Whole(buf, e.size as usize, lease),
-            });
+            self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Whole(buf, e.size as usize, lease) });
         } else {
             let (tx, rx) = sync_channel::<Msg>(4);
-            self.pool.send(Job::File {
-                rel,
-                file: Box::new(file),
-                meta,
-                data: Data::Stream(rx),
-            });
+            self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Stream(rx) });
             self.send_chunks(parser, e, tx, true)?;
         }
         Ok(())
@@ -362,13 +265,7 @@ impl Ctx<'_> {
     /// Streams the entry's data to a worker in `CHUNK`s, in buffers the workers give back.
     /// `lease`: hold each chunk against the budget (not for the engine's `Writer`, see
     /// `stream_file`). Returning early drops `tx`, which makes the worker remove the partial file.
-    fn send_chunks(
-        &self,
-        parser: &mut Parser<source::TarStream>,
-        e: &Entry,
-        tx: SyncSender<Msg>,
-        lease: bool,
-    ) -> std::result::Result<(), Fail> {
+    fn send_chunks(&self, parser: &mut Parser<source::TarStream>, e: &Entry, tx: SyncSender<Msg>, lease: bool) -> std::result::Result<(), Fail> {
         let mut left = e.size;
         while left > 0 {
             if self.sh.progress.is_cancelled() {
@@ -393,18 +290,8 @@ impl Ctx<'_> {
     /// Chunk buffers handed to it are not leased (the channel bounds them to 5 x 4 MiB): the
     /// Writer leases its own buffers from the same budget, and a worker waiting for that lease
     /// must not wait on chunks that only it can release.
-    fn stream_file(
-        &mut self,
-        parser: &mut Parser<source::TarStream>,
-        e: &Entry,
-        rel: RelPath,
-        meta: Meta,
-    ) -> std::result::Result<(), Fail> {
-        let mut wo = self
-            .opts
-            .write_options
-            .clone()
-            .unwrap_or_else(|| cacheless::WriteOptions::new(self.budget.clone()));
+    fn stream_file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> std::result::Result<(), Fail> {
+        let mut wo = self.opts.write_options.clone().unwrap_or_else(|| cacheless::WriteOptions::new(self.budget.clone()));
         wo.budget = self.budget.clone();
         wo.mode = self.opts.mode;
         wo.queue_depth = quarter_depth(self.budget.limit(), wo.block_size, wo.queue_depth, 1);
@@ -414,16 +301,9 @@ impl Ctx<'_> {
         wo.permissions = Some(meta.mode);
         wo.mtime = Some(system_time(meta.mtime));
         let display = self.root.path.join(rel.to_path());
-        let w = self.create_entry(&rel, |d, n| {
-            cacheless::Writer::create_in(d.as_fd(), n, &display, &wo)
-        })?;
+        let w = self.create_entry(&rel, |d, n| cacheless::Writer::create_in(d.as_fd(), n, &display, &wo))?;
         let (tx, rx) = sync_channel::<Msg>(4);
-        self.pool.send(Job::Stream {
-            rel,
-            writer: Box::new(w),
-            rx,
-            meta,
-        });
+        self.pool.send(Job::Stream { rel, writer: Box::new(w), rx, meta });
         // Returning early drops `tx`: the worker drops the Writer, which removes the file.
         self.send_chunks(parser, e, tx, false)
     }
@@ -442,23 +322,19 @@ impl Ctx<'_> {
         let display = rel.to_path();
         let creator = self.sh.creator.clone();
         // Dropping `file` on error removes it.
-        let mut file = self.create_entry(&rel, |d, n| {
-            creator.create(d.clone(), n, &display, data_len, attrs(&meta))
-        })?;
+        let mut file = self.create_entry(&rel, |d, n| creator.create(d.clone(), n, &display, data_len, attrs(&meta)))?;
         let mut buf = AlignedBuf::new(1 << 20, 4096);
         for &(off, len) in map {
             let mut done = 0u64;
             while done < len {
                 let n = ((len - done) as usize).min(buf.len());
                 parser.read_data_exact(&mut buf[..n]).map_err(fatal)?;
-                file.write_at(&buf[..n], off + done)
-                    .map_err(|er| Fail::Entry(Error::Engine(er)))?;
+                file.write_at(&buf[..n], off + done).map_err(|er| Fail::Entry(Error::Engine(er)))?;
                 done += n as u64;
                 self.sh.progress.add_bytes(n as u64);
             }
         }
-        file.set_len(e.size)
-            .map_err(|er| Fail::Entry(Error::Engine(er)))?;
+        file.set_len(e.size).map_err(|er| Fail::Entry(Error::Engine(er)))?;
         chown(file.file(), &meta).map_err(|er| Fail::Entry(Error::io("fchown", display, er)))?;
         let rep = file.finish().map_err(|er| Fail::Entry(Error::Engine(er)))?;
         self.sh.file_done(rep.decision.mode);

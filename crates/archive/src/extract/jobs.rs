@@ -28,16 +28,7 @@ pub(super) struct Meta {
 }
 
 pub(super) fn times(mtime: (i64, u32)) -> Timestamps {
-    Timestamps {
-        last_access: Timespec {
-            tv_sec: 0,
-            tv_nsec: rustix::fs::UTIME_OMIT,
-        },
-        last_modification: Timespec {
-            tv_sec: mtime.0,
-            tv_nsec: mtime.1 as _,
-        },
-    }
+    Timestamps { last_access: Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT }, last_modification: Timespec { tv_sec: mtime.0, tv_nsec: mtime.1 as _ } }
 }
 
 pub(super) fn system_time(t: (i64, u32)) -> std::time::SystemTime {
@@ -52,11 +43,7 @@ pub(super) fn system_time(t: (i64, u32)) -> std::time::SystemTime {
 /// The attributes the engine applies when it finishes a file (after the fchown done here,
 /// which clears setuid/setgid).
 pub(super) fn attrs(m: &Meta) -> FileAttrs {
-    FileAttrs {
-        permissions: Some(m.mode),
-        mtime: Some(system_time(m.mtime)),
-        atime: None,
-    }
+    FileAttrs { permissions: Some(m.mode), mtime: Some(system_time(m.mtime)), atime: None }
 }
 
 /// fchown to the entry's owner when ownership is restored.
@@ -64,11 +51,7 @@ pub(super) fn chown(fd: impl AsFd, m: &Meta) -> rustix::io::Result<()> {
     if !m.chown {
         return Ok(());
     }
-    rustix::fs::fchown(
-        fd,
-        Some(rustix::fs::Uid::from_raw(m.uid as u32)),
-        Some(rustix::fs::Gid::from_raw(m.gid as u32)),
-    )
+    rustix::fs::fchown(fd, Some(rustix::fs::Uid::from_raw(m.uid as u32)), Some(rustix::fs::Gid::from_raw(m.gid as u32)))
 }
 
 /// Owner, mode and mtime of a directory (or any open entry), in that order.
@@ -94,20 +77,10 @@ pub(super) enum Data {
 /// What a worker does for one entry.
 pub(super) enum Job {
     /// A file below `direct_min`, created by the engine's file creator and written whole.
-    File {
-        rel: RelPath,
-        file: Box<NewFile>,
-        meta: Meta,
-        data: Data,
-    },
+    File { rel: RelPath, file: Box<NewFile>, meta: Meta, data: Data },
     /// A large file streamed through the engine's `Writer` (its queue of writes in flight, its
     /// mode), fed by chunks from the parser. The Writer owns its file.
-    Stream {
-        rel: RelPath,
-        writer: Box<cacheless::Writer>,
-        rx: Receiver<Msg>,
-        meta: Meta,
-    },
+    Stream { rel: RelPath, writer: Box<cacheless::Writer>, rx: Receiver<Msg>, meta: Meta },
 }
 
 /// What the parser's thread and the workers share.
@@ -122,13 +95,7 @@ pub(super) struct Shared {
 
 impl Shared {
     pub(super) fn new(creator: FileCreator, progress: Arc<Progress>) -> Shared {
-        Shared {
-            creator,
-            progress,
-            failures: Mutex::new((Vec::new(), 0)),
-            modes: Default::default(),
-            bufs: Mutex::new(Vec::new()),
-        }
+        Shared { creator, progress, failures: Mutex::new((Vec::new(), 0)), modes: Default::default(), bufs: Mutex::new(Vec::new()) }
     }
 
     /// Counts and records a failed entry (the first 1000 messages are kept).
@@ -160,22 +127,13 @@ impl Shared {
 
     pub(super) fn mode_counts(&self) -> ModeCounts {
         let m = |i: usize| self.modes[i].load(Ordering::Relaxed);
-        ModeCounts {
-            direct: m(0),
-            dontcache: m(1),
-            writebehind: m(2),
-            buffered: m(3),
-        }
+        ModeCounts { direct: m(0), dontcache: m(1), writebehind: m(2), buffered: m(3) }
     }
 
     /// Hands each chunk of a streamed entry to `write`, counts it and keeps its buffer for the
     /// next chunk. `Err(None)`: the parser stopped inside this entry (truncated or corrupt
     /// archive, or interrupted); it reports why, and dropping the unfinished file removes it.
-    fn take_chunks<E>(
-        &self,
-        rx: &Receiver<Msg>,
-        mut write: impl FnMut(&[u8]) -> std::result::Result<(), E>,
-    ) -> std::result::Result<(), Option<E>> {
+    fn take_chunks<E>(&self, rx: &Receiver<Msg>, mut write: impl FnMut(&[u8]) -> std::result::Result<(), E>) -> std::result::Result<(), Option<E>> {
         loop {
             match rx.recv() {
                 Ok(Msg::Chunk(buf, len, lease)) => {
@@ -206,10 +164,7 @@ impl Shared {
             }
         };
         let res = res
-            .and_then(|()| {
-                chown(file.file(), meta)
-                    .map_err(|e| Some(cacheless::Error::io("fchown", file.path(), e.into())))
-            })
+            .and_then(|()| chown(file.file(), meta).map_err(|e| Some(cacheless::Error::io("fchown", file.path(), e.into()))))
             .and_then(|()| file.finish().map_err(Some));
         self.done(rel, res);
     }
@@ -217,10 +172,7 @@ impl Shared {
     fn stream_job(&self, rel: &RelPath, mut w: cacheless::Writer, rx: Receiver<Msg>, meta: &Meta) {
         let res = self
             .take_chunks(&rx, |s| w.write_bytes(s))
-            .and_then(|()| {
-                chown(w.file(), meta)
-                    .map_err(|e| Some(cacheless::Error::io("fchown", w.path(), e.into())))
-            })
+            .and_then(|()| chown(w.file(), meta).map_err(|e| Some(cacheless::Error::io("fchown", w.path(), e.into()))))
             // Permissions and mtime are applied by finish (after the fchown above).
             .and_then(|()| w.finish().map_err(Some));
         self.done(rel, res);
@@ -228,11 +180,7 @@ impl Shared {
 
     /// Counts a file's outcome. A failed file was removed (dropped unfinished); `Err(None)`:
     /// the parser stopped inside it and reports why.
-    fn done(
-        &self,
-        rel: &RelPath,
-        res: std::result::Result<cacheless::WriteReport, Option<cacheless::Error>>,
-    ) {
+    fn done(&self, rel: &RelPath, res: std::result::Result<cacheless::WriteReport, Option<cacheless::Error>>) {
         match res {
             Ok(rep) => self.file_done(rep.decision.mode),
             Err(Some(e)) => self.fail(named(rel, &e.to_string(), true)),
@@ -244,11 +192,7 @@ impl Shared {
 /// A failure message that names the entry once (most engine errors already carry its path).
 fn named(rel: &RelPath, msg: &str, removed: bool) -> String {
     let name = rel.to_path().display().to_string();
-    let msg = if msg.contains(&name) {
-        msg.to_string()
-    } else {
-        format!("{name}: {msg}")
-    };
+    let msg = if msg.contains(&name) { msg.to_string() } else { format!("{name}: {msg}") };
     if removed {
         msg + " (removed)"
     } else {
@@ -260,18 +204,8 @@ impl Work for Shared {
     type Job = Job;
     fn run(&self, job: Job) {
         match job {
-            Job::File {
-                rel,
-                file,
-                meta,
-                data,
-            } => self.file_job(&rel, *file, &meta, data),
-            Job::Stream {
-                rel,
-                writer,
-                rx,
-                meta,
-            } => self.stream_job(&rel, *writer, rx, &meta),
+            Job::File { rel, file, meta, data } => self.file_job(&rel, *file, &meta, data),
+            Job::Stream { rel, writer, rx, meta } => self.stream_job(&rel, *writer, rx, &meta),
         }
     }
     fn name(job: &Job) -> String {
@@ -280,8 +214,6 @@ impl Work for Shared {
         }
     }
     fn panicked(&self, name: String, message: String) {
-        self.fail(format!(
-            "{name}: internal error while writing it ({message}) (removed)"
-        ));
+        self.fail(format!("{name}: internal error while writing it ({message}) (removed)"));
     }
 }

@@ -59,12 +59,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let progress = opts.progress.clone().unwrap_or_default();
     let mut ro = opts.read_options.clone();
     ro.budget = opts.budget.clone();
-    ro.queue_depth = quarter_depth(
-        opts.budget.limit(),
-        ro.block_size,
-        ro.queue_depth,
-        ro.extra_buffers,
-    );
+    ro.queue_depth = quarter_depth(opts.budget.limit(), ro.block_size, ro.queue_depth, ro.extra_buffers);
     let mut warnings = Vec::new();
     let umask = match opts.umask.or_else(process_umask) {
         Some(u) => u,
@@ -73,9 +68,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
             0o022
         }
     };
-    let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .current
-        .unwrap_or(u64::MAX);
+    let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
     let plan = fd_plan(nofile, open_fds(), opts.threads);
     let mut root = Root::open(&opts.dest, 0o777 & !umask, plan.dirs)?;
     if opts.force_walk {
@@ -83,25 +76,15 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     }
     // A forced mode the destination's filesystem cannot honour is refused before anything is
     // written, never silently downgraded.
-    let fs = cacheless::caps::for_dir(&root.path)
-        .map_err(|e| cacheless::Error::io("probe", &root.path, e))?;
+    let fs = cacheless::caps::for_dir(&root.path).map_err(|e| cacheless::Error::io("probe", &root.path, e))?;
     if let Err(r) = cacheless::policy::decide_write(opts.mode, &fs, None) {
-        let e = cacheless::Error::new(
-            cacheless::ErrorKind::Unsupported,
-            "extract",
-            &root.path,
-            format!("{} unavailable: {}", r.mode, r.reason),
-        );
+        let e = cacheless::Error::new(cacheless::ErrorKind::Unsupported, "extract", &root.path, format!("{} unavailable: {}", r.mode, r.reason));
         return Err(Error::Engine(e.with_hint(r.hint)));
     }
     let stream = source::open(input, progress.clone(), &ro)?;
     let info = stream.info.clone();
     let is_root = rustix::process::geteuid().is_root();
-    let creator = FileCreator::new(CreateOptions {
-        mode: opts.mode,
-        sync: false,
-        deferred_drops: plan.deferred,
-    });
+    let creator = FileCreator::new(CreateOptions { mode: opts.mode, sync: false, deferred_drops: plan.deferred });
     let sh = Arc::new(Shared::new(creator, progress.clone()));
     let pool = Pool::new(plan.threads, plan.queue, &sh)?;
     let report = ExtractReport {
@@ -129,24 +112,11 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         sync_s: 0.0,
         fatal_error: None,
     };
-    let mut ctx = Ctx {
-        opts,
-        root,
-        sh: sh.clone(),
-        pool,
-        budget: opts.budget.clone(),
-        is_root,
-        umask,
-        dirs: Vec::new(),
-        report,
-        warned_abs: false,
-    };
+    let mut ctx = Ctx { opts, root, sh: sh.clone(), pool, budget: opts.budget.clone(), is_root, umask, dirs: Vec::new(), report, warned_abs: false };
     let mut parser = Parser::new(stream);
     loop {
         if progress.is_cancelled() {
-            ctx.report.fatal_error = Some(Error::Interrupted {
-                entry: String::new(),
-            });
+            ctx.report.fatal_error = Some(Error::Interrupted { entry: String::new() });
             break;
         }
         let e = match parser.next_entry() {
@@ -170,11 +140,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
             Err(Fail::Entry(err)) => {
                 // Most errors already name the entry (their path); say it once.
                 let msg = err.to_string();
-                sh.fail(if msg.contains(&name) {
-                    msg
-                } else {
-                    format!("{name}: {msg}")
-                })
+                sh.fail(if msg.contains(&name) { msg } else { format!("{name}: {msg}") })
             }
             Err(Fail::Fatal(err)) => {
                 ctx.report.fatal_error = Some(err);
@@ -184,13 +150,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     }
     ctx.report.tar_bytes = parser.position();
     drop(parser);
-    let Ctx {
-        pool,
-        mut root,
-        mut dirs,
-        mut report,
-        ..
-    } = ctx;
+    let Ctx { pool, mut root, mut dirs, mut report, .. } = ctx;
     pool.finish();
     report.interrupted = matches!(report.fatal_error, Some(Error::Interrupted { .. }));
     report.fatal = report.fatal_error.as_ref().map(|e| match e {
@@ -238,20 +198,10 @@ mod tests {
 
     #[test]
     fn the_umask_is_read_from_proc_without_setting_it() {
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg("umask 0027; cat /proc/self/status")
-            .output()
-            .unwrap();
-        assert_eq!(
-            parse_umask(&String::from_utf8_lossy(&out.stdout)),
-            Some(0o027)
-        );
+        let out = std::process::Command::new("sh").arg("-c").arg("umask 0027; cat /proc/self/status").output().unwrap();
+        assert_eq!(parse_umask(&String::from_utf8_lossy(&out.stdout)), Some(0o027));
         assert_eq!(parse_umask("Name:\tx\nUmask:\t0002\n"), Some(0o002));
         assert_eq!(parse_umask("Name:\tx\n"), None);
-        assert!(
-            process_umask().is_some(),
-            "this process's umask is readable"
-        );
+        assert!(process_umask().is_some(), "this process's umask is readable");
     }
 }

@@ -56,9 +56,7 @@ impl ExtractOptions {
     /// Defaults: auto mode, sync, replace existing files, no ownership, 256 MiB budget.
     pub fn new(dest: impl Into<PathBuf>) -> Self {
         let budget = cacheless::Budget::new(256 << 20);
-        let cpus = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2);
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
         ExtractOptions {
             dest: dest.into(),
             strip_components: 0,

@@ -35,9 +35,7 @@ impl<W: Work> Pool<W> {
         let mut threads = Vec::new();
         for i in 0..n.max(1) {
             let (rx, work) = (rx.clone(), work.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("cacheless-create-{i}"))
-                .spawn(move || worker(&rx, &*work));
+            let spawned = std::thread::Builder::new().name(format!("cacheless-create-{i}")).spawn(move || worker(&rx, &*work));
             match spawned {
                 Ok(h) => threads.push(h),
                 // Fewer threads are slower, not wrong; none at all is an error.
@@ -45,10 +43,7 @@ impl<W: Work> Pool<W> {
                 Err(_) => break,
             }
         }
-        Ok(Pool {
-            tx: Some(tx),
-            threads,
-        })
+        Ok(Pool { tx: Some(tx), threads })
     }
 
     /// Queues a job, waiting for a place. A job no thread can take any more (they all exited)
@@ -105,9 +100,7 @@ const RESERVE: usize = 32;
 /// Shares out `limit - open_now` descriptors (the soft RLIMIT_NOFILE less those already open)
 /// for an extraction asking for `threads` workers.
 pub(super) fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
-    let avail = usize::try_from(limit.saturating_sub(open_now))
-        .unwrap_or(usize::MAX)
-        .saturating_sub(RESERVE);
+    let avail = usize::try_from(limit.saturating_sub(open_now)).unwrap_or(usize::MAX).saturating_sub(RESERVE);
     // Jobs (running, queued and the one being built) get at most half.
     let jobs_max = (avail / 2 / PER_JOB).max(3);
     let threads = threads.clamp(1, jobs_max - 2);
@@ -115,19 +108,12 @@ pub(super) fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
     let rest = avail.saturating_sub((threads + queue + 1) * PER_JOB);
     let deferred = (rest / 2).min(512);
     let dirs = (rest - deferred).clamp(1, 4096);
-    FdPlan {
-        threads,
-        queue,
-        deferred,
-        dirs,
-    }
+    FdPlan { threads, queue, deferred, dirs }
 }
 
 /// Descriptors open in this process now (from /proc/self/fd; a guess where it is missing).
 pub(super) fn open_fds() -> u64 {
-    std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count() as u64)
-        .unwrap_or(16)
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(16)
 }
 
 #[cfg(test)]
@@ -158,41 +144,21 @@ mod tests {
 
     #[test]
     fn a_panicking_job_is_a_failure_naming_it_and_the_rest_runs() {
-        let w = Arc::new(Recorder {
-            done: AtomicU64::new(0),
-            panics: Mutex::new(Vec::new()),
-        });
+        let w = Arc::new(Recorder { done: AtomicU64::new(0), panics: Mutex::new(Vec::new()) });
         let pool = Pool::new(2, 2, &w).unwrap();
         for j in 0..8 {
             pool.send(j);
         }
         pool.finish();
-        assert_eq!(
-            w.done.load(Ordering::Relaxed),
-            0xff & !(1 << 3),
-            "every other job ran"
-        );
-        assert_eq!(
-            *w.panics.lock().unwrap(),
-            vec![("entry-3".to_string(), "job three fails".to_string())]
-        );
+        assert_eq!(w.done.load(Ordering::Relaxed), 0xff & !(1 << 3), "every other job ran");
+        assert_eq!(*w.panics.lock().unwrap(), vec![("entry-3".to_string(), "job three fails".to_string())]);
     }
 
     #[test]
     fn the_descriptor_plan_fits_the_limit() {
-        for (limit, threads) in [
-            (1024u64, 16usize),
-            (1024, 4),
-            (256, 16),
-            (64, 16),
-            (40, 4),
-            (1 << 20, 16),
-        ] {
+        for (limit, threads) in [(1024u64, 16usize), (1024, 4), (256, 16), (64, 16), (40, 4), (1 << 20, 16)] {
             let p = fd_plan(limit, 10, threads);
-            assert!(
-                p.threads >= 1 && p.threads <= threads && p.queue >= 1,
-                "{limit}: {p:?}"
-            );
+            assert!(p.threads >= 1 && p.threads <= threads && p.queue >= 1, "{limit}: {p:?}");
             let used = (p.threads + p.queue + 1) * PER_JOB + p.deferred + p.dirs + RESERVE + 10;
             if limit >= 128 {
                 assert!(used as u64 <= limit, "{limit}: {p:?} uses {used}");
@@ -200,9 +166,6 @@ mod tests {
         }
         // A generous limit keeps the full figures.
         let p = fd_plan(1 << 20, 10, 16);
-        assert_eq!(
-            (p.threads, p.queue, p.deferred, p.dirs),
-            (16, 128, 512, 4096)
-        );
+        assert_eq!((p.threads, p.queue, p.deferred, p.dirs), (16, 128, 512, 4096));
     }
 }

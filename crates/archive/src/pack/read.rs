@@ -44,12 +44,21 @@ impl Deref for Piece {
 /// file is skipped), `Data`..., then `End` (or `Failed`: the rest is padded with zeros).
 pub(crate) enum Msg {
     /// Opened: the mode it is read in and, for a sparse file, its data segments.
-    Start { mode: Mode, sparse: Option<SparseMap> },
+    Start {
+        mode: Mode,
+        sparse: Option<SparseMap>,
+    },
     Data(Piece),
     /// Done; `changed` says how the file changed while it was read, if it did. The lease is
     /// the file's share of the budget, released once the writer has it.
-    End { changed: Option<String>, _lease: Lease },
-    Failed { msg: String, _lease: Lease },
+    End {
+        changed: Option<String>,
+        _lease: Lease,
+    },
+    Failed {
+        msg: String,
+        _lease: Lease,
+    },
 }
 
 /// One file to read.

@@ -33,16 +33,7 @@ fn rnd(seed: u64, n: usize) -> Vec<u8> {
 
 fn set_mtime(p: &Path, secs: i64, nsec: i64, follow: bool) {
     use rustix::fs::{AtFlags, Timespec, Timestamps, CWD};
-    let t = Timestamps {
-        last_access: Timespec {
-            tv_sec: secs,
-            tv_nsec: nsec as _,
-        },
-        last_modification: Timespec {
-            tv_sec: secs,
-            tv_nsec: nsec as _,
-        },
-    };
+    let t = Timestamps { last_access: Timespec { tv_sec: secs, tv_nsec: nsec as _ }, last_modification: Timespec { tv_sec: secs, tv_nsec: nsec as _ } };
     let fl = if follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
     rustix::fs::utimensat(CWD, p, &t, fl).unwrap();
 }
@@ -60,22 +51,7 @@ pub struct TreeSpec {
 /// Builds a test tree under `root`: every size class, dirs, symlinks, hardlinks, modes, mtimes.
 pub fn make_tree(root: &Path, spec: &TreeSpec) {
     fs::create_dir_all(root).unwrap();
-    let sizes: &[usize] = &[
-        0,
-        1,
-        100,
-        511,
-        512,
-        513,
-        4095,
-        4096,
-        4097,
-        65536,
-        1 << 20,
-        (1 << 20) + 1,
-        3 * (1 << 20) + 4096,
-        9 * (1 << 20) + 7,
-    ];
+    let sizes: &[usize] = &[0, 1, 100, 511, 512, 513, 4095, 4096, 4097, 65536, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 4096, 9 * (1 << 20) + 7];
     let d = root.join("files");
     fs::create_dir_all(&d).unwrap();
     for (i, &s) in sizes.iter().enumerate() {
@@ -321,20 +297,8 @@ pub fn assert_same_tree(a: &Path, b: &Path, what: &str) {
     for (k, na) in &sa {
         let nb = &sb[k];
         if na != nb {
-            let mut na2 = format!(
-                "{:?}",
-                Node {
-                    content: None,
-                    ..clone_node(na)
-                }
-            );
-            let nb2 = format!(
-                "{:?}",
-                Node {
-                    content: None,
-                    ..clone_node(nb)
-                }
-            );
+            let mut na2 = format!("{:?}", Node { content: None, ..clone_node(na) });
+            let nb2 = format!("{:?}", Node { content: None, ..clone_node(nb) });
             if na.content != nb.content {
                 na2.push_str(" (content differs)");
             }
@@ -345,25 +309,14 @@ pub fn assert_same_tree(a: &Path, b: &Path, what: &str) {
     let (ma, mb) = (fs::metadata(a).unwrap(), fs::metadata(b).unwrap());
     assert_eq!(ma.mode(), mb.mode(), "{what}: root dir mode");
     // Its mtime comes from the archive only when it has a "./" entry; else both are "now".
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     if ma.mtime() < now - 60 || mb.mtime() < now - 60 {
         assert_eq!(ma.mtime(), mb.mtime(), "{what}: root dir mtime");
     }
 }
 
 fn clone_node(n: &Node) -> Node {
-    Node {
-        kind: n.kind,
-        mode: n.mode,
-        mtime: n.mtime,
-        size: n.size,
-        link: n.link.clone(),
-        content: None,
-        ino_group: n.ino_group,
-    }
+    Node { kind: n.kind, mode: n.mode, mtime: n.mtime, size: n.size, link: n.link.clone(), content: None, ino_group: n.ino_group }
 }
 
 /// Allocated bytes of a file (to check sparse files stayed sparse).

@@ -129,7 +129,10 @@ impl Op {
     pub(crate) fn owned(kind: OpKind, file: Arc<File>, offset: u64, buf: AlignedBuf, start: usize, len: usize, rw_flags: i32, tag: u64) -> io::Result<Op> {
         let fits = start.checked_add(len).is_some_and(|end| end <= buf.capacity());
         if !fits || offset.checked_add(len as u64).map_or(true, |end| end > i64::MAX as u64) {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("request of {len} B at {start} exceeds its {} B buffer or the file range", buf.capacity())));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("request of {len} B at {start} exceeds its {} B buffer or the file range", buf.capacity()),
+            ));
         }
         Ok(Op { kind, file, offset, mem: IoMem::Owned(buf), start, len, rw_flags, tag, owner: 0, done: 0 })
     }
@@ -435,7 +438,16 @@ static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 /// until each of them has come back. If the lane can no longer be waited on, the process aborts
 /// rather than let the kernel write into memory that has been given back.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn read_into<D: Driver>(d: &mut D, file: &Arc<File>, mem: &mut [u8], offset: u64, block: usize, depth: usize, align: usize, rw_flags: i32) -> Result<usize, D::Error> {
+pub(crate) fn read_into<D: Driver>(
+    d: &mut D,
+    file: &Arc<File>,
+    mem: &mut [u8],
+    offset: u64,
+    block: usize,
+    depth: usize,
+    align: usize,
+    rw_flags: i32,
+) -> Result<usize, D::Error> {
     let owner = NEXT_OWNER.fetch_add(1, Ordering::Relaxed);
     let len = mem.len();
     let ptr = mem.as_mut_ptr();
