@@ -1,4 +1,5 @@
 //! `cacheless pack` end to end: exit codes, unreadable inputs, pipes, usage errors, JSON.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -6,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 fn cacheless(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cacheless")).args(args).output().expect("run cacheless")
+    cacheless_testkit::cacheless().args(args).output().expect("run cacheless")
 }
 
 fn s(p: &Path) -> &str {
@@ -15,7 +16,7 @@ fn s(p: &Path) -> &str {
 
 /// A world-readable scratch directory under /tmp (so the user nobody can use it too).
 fn scratch() -> tempfile::TempDir {
-    let d = tempfile::Builder::new().prefix("cacheless-pack").tempdir_in("/tmp").unwrap();
+    let d = cacheless_testkit::scratch_in(Path::new("/tmp"));
     fs::set_permissions(d.path(), fs::Permissions::from_mode(0o777)).unwrap();
     d
 }
@@ -42,7 +43,12 @@ fn unreadable_file_and_directory_are_reported_skipped_and_exit_1() {
     let args = ["pack", "-o", s(&a), "-C", s(&src), "."];
     // Root reads everything: run as nobody where we are root.
     let out = if rustix::process::geteuid().is_root() {
-        Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_cacheless")]).args(&args[..]).output().unwrap()
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(cacheless_testkit::bin("cacheless"))
+            .args(&args[..])
+            .output()
+            .unwrap()
     } else {
         cacheless(&args)
     };
@@ -61,7 +67,7 @@ fn stdout_streams_a_valid_archive_into_a_pipe() {
     let src = d.path().join("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("x"), vec![5u8; 3 << 20]).unwrap();
-    let mut pack = Command::new(env!("CARGO_BIN_EXE_cacheless")).args(["pack", "-o", "-", "-C", s(&src), "x"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut pack = cacheless_testkit::cacheless().args(["pack", "-o", "-", "-C", s(&src), "x"]).stdout(Stdio::piped()).spawn().unwrap();
     let out = Command::new("tar").args(["-I", "zstd", "-xOf", "-"]).stdin(pack.stdout.take().unwrap()).output().unwrap();
     assert!(pack.wait().unwrap().success());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -125,8 +131,8 @@ fn a_budget_smaller_than_a_frame_is_exceeded_with_a_warning_not_waited_on() {
     let d = scratch();
     let src = d.path().join("src");
     fs::create_dir_all(&src).unwrap();
-    for i in 0..20 {
-        fs::write(src.join(format!("f{i}")), vec![i as u8; 300_000]).unwrap();
+    for i in 0..20u8 {
+        fs::write(src.join(format!("f{i}")), vec![i; 300_000]).unwrap();
     }
     let a = d.path().join("m.tar.zst");
     let out = cacheless(&["pack", "--memory", "1M", "--frame-size", "1M", "-o", s(&a), "-C", s(&src), "."]);
@@ -147,14 +153,12 @@ fn interrupted_pack_exits_with_the_signal_and_leaves_no_archive() {
     for (sig, code) in [(rustix::process::Signal::INT, 130), (rustix::process::Signal::TERM, 143)] {
         let a = d.path().join(format!("i{code}.tar"));
         // Tiny direct requests, one at a time, keep the input in flight when the signal lands.
-        let child = Command::new(env!("CARGO_BIN_EXE_cacheless"))
+        let child = cacheless_testkit::cacheless()
             .args(["--block-size", "4k", "--queue-depth", "1", "--mode", "direct", "pack", "--no-sync", "-o", s(&a), "-C", s(&src), "big"])
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(400));
-        rustix::process::kill_process(rustix::process::Pid::from_child(&child), sig).unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = cacheless_testkit::interrupt(child, std::time::Duration::from_millis(400), sig);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{sig:?}: {err}");
         assert!(err.contains("interrupted"), "{err}");

@@ -141,7 +141,7 @@ impl PyReader {
     /// Everything from the current position to the end, as bytes.
     fn readall<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let pos = self.lock().as_ref().map(|s| s.pos).ok_or_else(closed)?;
-        let n = self.len.saturating_sub(pos) as usize;
+        let n = cacheless::conv::usize_of(self.len.saturating_sub(pos));
         PyBytes::new_with(py, n, |b| read_pieces(py, &self.state, b).map(|_| ()))
     }
 

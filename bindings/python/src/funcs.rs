@@ -53,18 +53,11 @@ pub fn residency<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyA
     to_py(py, &Res { path, size, r, cached_bytes: r.cached_bytes().min(size), fraction: r.fraction() })
 }
 
-#[derive(Serialize)]
-struct Evicted {
-    path: PathBuf,
-    before: cacheless::residency::Residency,
-    after: cacheless::residency::Residency,
-}
-
 /// Writes back and drops a file's pages from the page cache; residency before and after.
 #[pyfunction]
 pub fn evict<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyAny>> {
-    let (before, after) = py.detach(|| cacheless::residency::evict_path(&path)).map_err(|e| errors::engine(&e))?;
-    to_py(py, &Evicted { path, before, after })
+    let evicted = py.detach(|| cacheless::residency::evict_path(&path)).map_err(|e| errors::engine(&e))?;
+    to_py(py, &evicted)
 }
 
 /// Reads a whole file into one aligned buffer; returns (arena, (mode, reason)).

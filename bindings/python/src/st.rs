@@ -165,7 +165,7 @@ impl PySafeFile {
 pub fn st_parse<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<(Vec<Entry>, Bound<'py, PyAny>)> {
     let pin = Pinned::readable(data)?;
     let h = Header::from_bytes(Path::new("<bytes>"), pin.bytes()).map_err(errors::safetensors)?;
-    let es = h.tensors().iter().map(|t| entry(t, t.offset as usize)).collect();
+    let es = h.tensors().iter().map(|t| entry(t, cacheless::conv::usize_of(t.offset))).collect();
     Ok((es, metadata(py, &h)?))
 }
 

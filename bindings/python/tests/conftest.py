@@ -1,5 +1,6 @@
 """Shared fixtures: scratch folders on a real disk, feature requirements, page-cache helpers."""
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -29,13 +30,21 @@ def required(feature):
 
 
 def require(feature, available, reason):
-    """Skips the test (with the reason shown by pytest -rs) when a kernel feature is missing,
-    or fails it when CACHELESS_REQUIRE names the feature."""
+    """Skips the test (with the reason shown by pytest -rs) when a feature it needs is missing,
+    or fails it when CACHELESS_REQUIRE names the feature. Every skip of the suite goes through here."""
     if available:
         return
     if required(feature):
         pytest.fail(f"{feature} is required by CACHELESS_REQUIRE but unavailable: {reason}")
-    pytest.skip(f"{feature} unavailable: {reason}")
+    pytest.skip(f"{feature} unavailable: {reason}", allow_module_level=True)
+
+
+def require_module(name, reason):
+    """The module `name`, imported; else a skip (or a failure when CACHELESS_REQUIRE names it)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        require(name, False, f"{reason} ({e})")
 
 
 def require_direct(folder):

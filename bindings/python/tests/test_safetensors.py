@@ -16,9 +16,9 @@ import safetensors.numpy as stn
 
 import cacheless
 from cacheless import safetensors as cst
-from conftest import fincore_fraction, fraction_cached, require_direct, run_python
+from conftest import fincore_fraction, fraction_cached, require, require_direct, require_module, run_python
 
-ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is installed by scripts/test; without it bf16/f8 cannot be compared")
+ml_dtypes = require_module("ml_dtypes", "installed by scripts/test; without it bf16/f8 cannot be compared")
 
 NUMPY_DTYPES = ["bool", "uint8", "int8", "uint16", "int16", "float16", "uint32", "int32", "float32", "complex64", "uint64", "int64", "float64"]
 ML_DTYPES = ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float8_e4m3fnuz", "float8_e5m2fnuz"]
@@ -257,8 +257,7 @@ with cst.safe_open({str(p)!r}, "np") as f:
 
 def test_loading_from_tmpfs_works(tmp_path_factory):
     shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        pytest.skip("no writable /dev/shm (tmpfs) on this machine")
+    require("tmpfs", shm.is_dir() and os.access(shm, os.W_OK), "no writable /dev/shm on this machine")
     p = shm / f"cacheless-test-{os.getpid()}.safetensors"
     try:
         t = {"w": sample("float32", (1 << 20,), 1), "b": sample("int64", (3,), 2)}
@@ -332,7 +331,7 @@ def test_keyboard_interrupt_cancels_a_save_and_leaves_no_temporary(disk):
 
 
 def test_torch_loads_zero_copy_and_saves_identically(disk):
-    torch = pytest.importorskip("torch", reason="torch is optional and not installed (too large for CI)")
+    torch = require_module("torch", "optional, and not installed by scripts/test (too large for CI)")
     t = {"w": torch.arange(12, dtype=torch.float32).reshape(3, 4), "h": torch.ones(5, dtype=torch.bfloat16), "e": torch.zeros(0, 3)}
     p, q = disk / "pt.safetensors", disk / "pt-theirs.safetensors"
     cst.save_file(t, p)

@@ -121,17 +121,17 @@ pub fn parse_numeric(field: &[u8]) -> std::result::Result<i64, String> {
     if field[0] & 0x80 != 0 {
         // Base-256, two's complement; 0x80 positive, 0xff negative.
         let neg = field[0] & 0x40 != 0;
-        let mut v: i128 = (field[0] & 0x3f) as i128;
+        let mut v = i128::from(field[0] & 0x3f);
         if neg {
             v -= 0x40;
         }
         for &b in &field[1..] {
-            v = v.checked_mul(256).and_then(|v| v.checked_add(b as i128)).ok_or("base-256 field overflows")?;
-            if v > i64::MAX as i128 || v < i64::MIN as i128 {
+            v = v.checked_mul(256).and_then(|v| v.checked_add(i128::from(b))).ok_or("base-256 field overflows")?;
+            if i64::try_from(v).is_err() {
                 return Err("base-256 field overflows".into());
             }
         }
-        return Ok(v as i64);
+        return i64::try_from(v).map_err(|_| "base-256 field overflows".into());
     }
     if field.iter().all(|&b| b == 0) {
         return Ok(0);
@@ -145,7 +145,7 @@ pub fn parse_numeric(field: &[u8]) -> std::result::Result<i64, String> {
         let b = field[i];
         match b {
             b'0'..=b'7' => {
-                v = v.checked_mul(8).and_then(|v| v.checked_add((b - b'0') as i64)).ok_or("octal field overflows")?;
+                v = v.checked_mul(8).and_then(|v| v.checked_add(i64::from(b - b'0'))).ok_or("octal field overflows")?;
             }
             b' ' | 0 => break,
             _ => return Err(format!("invalid octal digit {:?} in numeric field", b as char)),
@@ -157,10 +157,7 @@ pub fn parse_numeric(field: &[u8]) -> std::result::Result<i64, String> {
 
 fn unsigned(field: &[u8], what: &str, name: &str, off: u64) -> Result<u64> {
     let v = parse_numeric(field).map_err(|e| corrupt(format!("{what}: {e}"), name, off))?;
-    if v < 0 {
-        return Err(corrupt(format!("negative {what} ({v})"), name, off));
-    }
-    Ok(v as u64)
+    u64::try_from(v).map_err(|_| corrupt(format!("negative {what} ({v})"), name, off))
 }
 
 fn nul_trim(b: &[u8]) -> &[u8] {
@@ -170,6 +167,9 @@ fn nul_trim(b: &[u8]) -> &[u8] {
     }
 }
 
+/// Nanoseconds per unit of each fraction digit: 10^8 for the first, down to 1 for the ninth.
+pub(crate) const DIGIT_SCALES: [u32; 9] = [100_000_000, 10_000_000, 1_000_000, 100_000, 10_000, 1_000, 100, 10, 1];
+
 fn parse_pax_time(v: &str) -> Option<(i64, u32)> {
     let (s, frac) = match v.split_once('.') {
         Some((s, f)) => (s, f),
@@ -177,9 +177,8 @@ fn parse_pax_time(v: &str) -> Option<(i64, u32)> {
     };
     let secs: i64 = s.parse().ok()?;
     let mut nanos: u32 = 0;
-    for (i, c) in frac.chars().take(9).enumerate() {
-        let d = c.to_digit(10)?;
-        nanos += d * 10u32.pow(8 - i as u32);
+    for (c, scale) in frac.chars().zip(DIGIT_SCALES) {
+        nanos += c.to_digit(10)? * scale;
     }
     if secs < 0 && nanos > 0 {
         // "-1.5" means 1.5 s before the epoch: -2 s + 0.5 s.
@@ -238,7 +237,7 @@ impl<R: Read> Parser<R> {
     fn skip(&mut self, mut n: u64, what: &'static str) -> Result<()> {
         let mut buf = [0u8; 64 * 1024];
         while n > 0 {
-            let k = n.min(buf.len() as u64) as usize;
+            let k = cacheless::conv::fit(n, buf.len());
             if !self.fill(&mut buf[..k], what)? {
                 return Err(Error::Truncated { what, entry: self.cur_name.clone(), offset: self.pos });
             }
@@ -267,7 +266,7 @@ impl<R: Read> Parser<R> {
         if self.remaining == 0 {
             return Ok(0);
         }
-        let k = (buf.len() as u64).min(self.remaining) as usize;
+        let k = cacheless::conv::fit(self.remaining, buf.len());
         loop {
             match self.r.read(&mut buf[..k]) {
                 Ok(0) => return Err(Error::Truncated { what: "data", entry: self.cur_name.clone(), offset: self.pos }),
@@ -299,7 +298,7 @@ impl<R: Read> Parser<R> {
         if size > max {
             return Err(corrupt(format!("{what} of {size} bytes exceeds the limit of {max}"), &self.cur_name, self.pos));
         }
-        let mut v = vec![0u8; size as usize];
+        let mut v = vec![0u8; cacheless::conv::usize_of(size)];
         if !self.fill(&mut v, what)? && size > 0 {
             return Err(Error::Truncated { what, entry: self.cur_name.clone(), offset: self.pos });
         }
@@ -400,8 +399,9 @@ impl<R: Read> Parser<R> {
         let mut s: i64 = 0;
         for (i, &b) in block.iter().enumerate() {
             let b = if (148..156).contains(&i) { b' ' } else { b };
-            u += b as i64;
-            s += (b as i8) as i64;
+            u += i64::from(b);
+            // The historic signed sum some tars wrote: the byte as a two's complement i8.
+            s += i64::from(i8::from_ne_bytes([b]));
         }
         if stored != u && stored != s {
             return Err(corrupt(format!("header checksum mismatch (stored {stored}, computed {u})"), &self.cur_name, off));
@@ -428,13 +428,13 @@ impl<R: Read> Parser<R> {
                     if v > MAX_SIZE {
                         return Err(corrupt(format!("pax size {v} overflows"), &self.cur_name, off));
                     }
-                    p.size = Some(v)
+                    p.size = Some(v);
                 }
                 b"uid" => p.uid = Some(num("uid")?),
                 b"gid" => p.gid = Some(num("gid")?),
                 b"mtime" => {
                     let s = std::str::from_utf8(val).unwrap_or("");
-                    p.mtime = Some(parse_pax_time(s).ok_or_else(|| corrupt(format!("bad pax mtime {s:?}"), &self.cur_name, off))?)
+                    p.mtime = Some(parse_pax_time(s).ok_or_else(|| corrupt(format!("bad pax mtime {s:?}"), &self.cur_name, off))?);
                 }
                 b"GNU.sparse.major" => p.sparse_major = Some(num("GNU.sparse.major")?),
                 b"GNU.sparse.minor" => p.sparse_minor = Some(num("GNU.sparse.minor")?),
@@ -530,7 +530,10 @@ impl<R: Read> Parser<R> {
         let mut dev = (0, 0);
         if matches!(kind, Kind::CharDev | Kind::BlockDev) {
             if let Some(u) = h.as_ustar() {
-                dev = (unsigned(&u.dev_major, "devmajor", &name, off)? as u32, unsigned(&u.dev_minor, "devminor", &name, off)? as u32);
+                let num = |f: &[u8], what: &str| {
+                    unsigned(f, what, &name, off).and_then(|v| u32::try_from(v).map_err(|_| corrupt(format!("{what} {v} out of range"), &name, off)))
+                };
+                dev = (num(&u.dev_major, "devmajor")?, num(&u.dev_minor, "devminor")?);
             }
         }
         let mut e = Entry {
@@ -633,7 +636,7 @@ impl<R: Read> Parser<R> {
             }
             std::str::from_utf8(&s).ok().and_then(|s| s.parse().ok()).ok_or_else(|| corrupt("bad sparse 1.0 map", name, p.pos))
         };
-        let n = line(self)? as usize;
+        let n = cacheless::conv::usize_of(line(self)?);
         if n > MAX_SPARSE_SEGMENTS {
             return Err(corrupt("too many sparse segments", name, self.pos));
         }

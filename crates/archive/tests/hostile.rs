@@ -1,4 +1,5 @@
 //! Hostile and broken archives: refused or failing cleanly, nothing written outside DIR.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
 
 mod common;
 
@@ -17,7 +18,7 @@ struct Case {
 
 /// base/{dest, outside/secret}
 fn case() -> Case {
-    let t = tempfile::Builder::new().prefix("cl-h-").tempdir().unwrap();
+    let t = scratch();
     let base = t.path().to_path_buf();
     let dest = base.join("dest");
     let outside = base.join("outside");

@@ -1,5 +1,6 @@
 //! `pack` against the tools people read archives with: GNU tar, bsdtar, Python's tarfile, zstd
 //! and pzstd read what it writes, and extracting gives back the tree exactly.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
 
 mod common;
 
@@ -11,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use cacheless_archive::pack::{Members, SortOrder, SKIPPABLE_MAGIC};
+use cacheless_archive::pack::{Members, Owner, SortOrder, SKIPPABLE_MAGIC};
 use cacheless_archive::{pack, Compression, IoMode, Output, PackOptions, PackReport};
 use common::*;
 
@@ -25,23 +26,12 @@ struct Trees {
 fn tree() -> &'static Path {
     static T: OnceLock<Trees> = OnceLock::new();
     &T.get_or_init(|| {
-        let dir = tempfile::Builder::new().prefix("cl-pk-").tempdir_in(scratch()).unwrap();
+        let dir = scratch();
         let full = dir.path().join("full");
         make_tree(&full, &TreeSpec { long_names: true, huge_sparse: true, unicode: true });
         Trees { _dir: dir, full }
     })
     .full
-}
-
-/// Tests work on the real disk (not tmpfs) so O_DIRECT and DONTCACHE are exercised.
-fn scratch() -> PathBuf {
-    let p = std::env::var_os("CACHELESS_TEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
-    fs::create_dir_all(&p).unwrap();
-    p
-}
-
-fn tmp(prefix: &str) -> tempfile::TempDir {
-    tempfile::Builder::new().prefix(prefix).tempdir_in(scratch()).unwrap()
 }
 
 /// Options for packing `dir`'s contents as "./..." into `out`.
@@ -107,7 +97,7 @@ fn round_trips_through_gnu_tar_bsdtar_and_extract_for_every_compression() {
         (Compression::Bzip2, Some(1)),
         (Compression::None, None),
     ] {
-        let work = tmp("cl-pkrt-");
+        let work = scratch();
         let a = work.path().join(format!("t.tar.{}", c.name()));
         let mut o = opts(src, &a, c);
         o.level = level;
@@ -173,21 +163,12 @@ fn zstd_frames(data: &[u8]) -> usize {
 
 #[test]
 fn zstd_frames_are_independent_sized_and_read_by_zstd_pzstd_and_tar() {
-    let work = tmp("cl-pkfr-");
+    let work = scratch();
     let src = work.path().join("src");
     fs::create_dir_all(&src).unwrap();
     // Compressible and incompressible data, 6 MiB in all.
-    let mut rng = 1u64;
     for i in 0..6 {
-        let mut v = vec![0u8; 1 << 20];
-        if i % 2 == 0 {
-            for b in v.iter_mut() {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                *b = rng as u8;
-            }
-        }
+        let v = if i % 2 == 0 { rnd(i + 1, 1 << 20) } else { vec![0u8; 1 << 20] };
         fs::write(src.join(format!("f{i}")), &v).unwrap();
     }
     let a = work.path().join("s.tar.zst");
@@ -220,7 +201,7 @@ fn zstd_frames_are_independent_sized_and_read_by_zstd_pzstd_and_tar() {
 #[test]
 fn sort_and_mtime_give_identical_bytes_whatever_the_threads() {
     let src = tree();
-    let work = tmp("cl-pkrep-");
+    let work = scratch();
     let mut hashes = Vec::new();
     for (i, (threads, reads)) in [(1, 1), (4, 8), (2, 3)].into_iter().enumerate() {
         let a = work.path().join(format!("r{i}.tar.zst"));
@@ -245,7 +226,7 @@ fn sort_and_mtime_give_identical_bytes_whatever_the_threads() {
 
 #[test]
 fn odd_inputs_are_stored_or_reported_and_the_archive_stays_valid() {
-    let work = tmp("cl-pkodd-");
+    let work = scratch();
     let src = work.path().join("src");
     fs::create_dir_all(src.join("dir")).unwrap();
     // A symlink loop, a link to itself, a name with a newline and one with a tab, a socket.
@@ -322,7 +303,7 @@ fn pack_slowly(src: &Path, a: &Path, during: impl FnOnce() + Send + 'static) -> 
 #[test]
 fn a_file_that_shrinks_or_grows_while_read_is_reported_and_the_archive_stays_valid() {
     for grow in [false, true] {
-        let work = tmp("cl-pkchg-");
+        let work = scratch();
         let src = work.path().join("src");
         fs::create_dir_all(&src).unwrap();
         fs::write(src.join("a_before"), "before").unwrap();
@@ -358,7 +339,7 @@ fn a_file_that_shrinks_or_grows_while_read_is_reported_and_the_archive_stays_val
 
 #[test]
 fn an_interrupted_pack_leaves_no_archive_and_no_temporary() {
-    let work = tmp("cl-pkint-");
+    let work = scratch();
     let src = work.path().join("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("big"), vec![3u8; 24 << 20]).unwrap();
@@ -385,12 +366,10 @@ fn an_interrupted_pack_leaves_no_archive_and_no_temporary() {
 
 #[test]
 fn a_full_filesystem_fails_the_pack_and_leaves_nothing() {
-    let work = tmp("cl-pkfull-");
+    let work = scratch();
     let mnt = work.path().join("mnt");
     fs::create_dir_all(&mnt).unwrap();
-    let ok = Command::new("mount").args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"]).arg(&mnt).status().map(|s| s.success()).unwrap_or(false);
-    if !ok {
-        println!("skipping: cannot mount a small tmpfs (needs root)");
+    if !require("root", mount_tmpfs(&mnt, "size=2m")) {
         return;
     }
     struct Umount(PathBuf);
@@ -402,16 +381,7 @@ fn a_full_filesystem_fails_the_pack_and_leaves_nothing() {
     let _u = Umount(mnt.clone());
     let src = work.path().join("src");
     fs::create_dir_all(&src).unwrap();
-    let mut rng = 9u64;
-    let v: Vec<u8> = (0..(8 << 20))
-        .map(|_| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng as u8
-        })
-        .collect();
-    fs::write(src.join("random"), v).unwrap();
+    fs::write(src.join("random"), rnd(9, 8 << 20)).unwrap();
     let a = mnt.join("full.tar.zst");
     let e = pack(opts(&src, &a, Compression::Zstd)).expect_err("no space");
     assert!(e.to_string().contains("No space left"), "{e}");
@@ -420,25 +390,14 @@ fn a_full_filesystem_fails_the_pack_and_leaves_nothing() {
 
 #[test]
 fn inputs_and_archive_are_left_out_of_the_page_cache() {
-    let work = tmp("cl-pkres-");
+    let work = scratch();
     let src = work.path().join("src");
     fs::create_dir_all(src.join("small")).unwrap();
-    let mut rng = 5u64;
-    let mut rand = |n: usize| -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                rng as u8
-            })
-            .collect()
-    };
     for i in 0..3 {
-        fs::write(src.join(format!("large{i}")), rand(12 << 20)).unwrap();
+        fs::write(src.join(format!("large{i}")), rnd(50 + i, 12 << 20)).unwrap();
     }
     for i in 0..200 {
-        fs::write(src.join(format!("small/{i}")), rand(1000 + i * 97)).unwrap();
+        fs::write(src.join(format!("small/{i}")), rnd(100 + i as u64, 1000 + i * 97)).unwrap();
     }
     let files: Vec<PathBuf> = walk_files(&src);
     for f in &files {
@@ -478,7 +437,7 @@ fn walk_files(d: &Path) -> Vec<PathBuf> {
 #[test]
 fn members_are_named_as_gnu_tar_names_them() {
     let src = tree();
-    let work = tmp("cl-pknames-");
+    let work = scratch();
     let ours_a = work.path().join("o.tar");
     let mut o = PackOptions::new(Output::Path(ours_a.clone()), vec!["files".into(), "links/".into()]);
     o.members = Members { directory: Some(src.to_path_buf()), ..o.members };
@@ -504,7 +463,7 @@ fn members_are_named_as_gnu_tar_names_them() {
 #[test]
 fn stdout_output_is_the_same_archive() {
     let src = tree();
-    let work = tmp("cl-pkstdout-");
+    let work = scratch();
     let a = work.path().join("f.tar.zst");
     let mut o = opts(src, &a, Compression::Zstd);
     o.members.sort = SortOrder::Name;
@@ -524,7 +483,7 @@ fn stdout_output_is_the_same_archive() {
 
 #[test]
 fn xattrs_are_stored_for_gnu_tar_when_asked() {
-    let work = tmp("cl-pkx-");
+    let work = scratch();
     let src = work.path().join("src");
     fs::create_dir_all(&src).unwrap();
     let f = src.join("tagged");
@@ -532,7 +491,7 @@ fn xattrs_are_stored_for_gnu_tar_when_asked() {
     match rustix::fs::setxattr(&f, "user.cacheless.test", b"value \x01\xff", rustix::fs::XattrFlags::empty()) {
         Ok(()) => {}
         Err(e) if e == rustix::io::Errno::OPNOTSUPP => {
-            println!("skipping: user xattrs unsupported on {}", f.display());
+            require("xattr", Err(format!("user xattrs unsupported on {}", f.display())));
             return;
         }
         Err(e) => panic!("setxattr: {e}"),
@@ -553,12 +512,11 @@ fn xattrs_are_stored_for_gnu_tar_when_asked() {
 
 #[test]
 fn every_forced_mode_reads_and_writes_in_that_mode_or_is_refused_clearly() {
-    let work = tmp("cl-pkmode-");
+    let work = scratch();
     let src = work.path().join("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("big"), vec![9u8; 5 << 20]).unwrap();
     fs::write(src.join("small"), "small").unwrap();
-    let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
     for (mode, feature) in [(IoMode::Direct, "direct"), (IoMode::DontCache, "dontcache"), (IoMode::WriteBehind, ""), (IoMode::Buffered, "")] {
         let a = work.path().join(format!("{mode:?}.tar.zst"));
         let mut o = opts(&src, &a, Compression::Zstd);
@@ -569,9 +527,8 @@ fn every_forced_mode_reads_and_writes_in_that_mode_or_is_refused_clearly() {
             Err(e) => {
                 let msg = e.to_string();
                 assert!(!feature.is_empty() && msg.contains("unavailable"), "{mode:?}: {msg}");
-                assert!(!required.split(',').any(|f| f == feature), "CACHELESS_REQUIRE={required}: {msg}");
-                println!("skipping mode {mode:?}: {msg}");
                 assert!(!a.exists());
+                require(feature, Err(msg));
                 continue;
             }
         };
@@ -594,7 +551,7 @@ fn every_forced_mode_reads_and_writes_in_that_mode_or_is_refused_clearly() {
 
 #[test]
 fn the_archive_is_not_stored_in_itself() {
-    let work = tmp("cl-pkself-");
+    let work = scratch();
     let src = work.path().join("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("a"), "a").unwrap();
@@ -608,13 +565,12 @@ fn the_archive_is_not_stored_in_itself() {
 
 #[test]
 fn one_file_system_stores_a_mount_point_but_not_what_is_under_it() {
-    let work = tmp("cl-pkofs-");
+    let work = scratch();
     let src = work.path().join("src");
     let mnt = src.join("mnt");
     fs::create_dir_all(&mnt).unwrap();
     fs::write(src.join("here"), "here").unwrap();
-    if !Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&mnt).status().is_ok_and(|s| s.success()) {
-        println!("skipping: cannot mount a tmpfs (needs root)");
+    if !require("root", mount_tmpfs(&mnt, "size=1m")) {
         return;
     }
     fs::write(mnt.join("there"), "there").unwrap();
@@ -636,7 +592,7 @@ fn one_file_system_stores_a_mount_point_but_not_what_is_under_it() {
 /// archive and of GNU tar's, made with the same settings, list the same owners and groups.
 #[test]
 fn owners_and_numeric_owner_are_stored_as_gnu_tar_stores_them() {
-    let work = tmp("cl-pkowner-");
+    let work = scratch();
     let src = work.path().join("src");
     fs::create_dir_all(src.join("d")).unwrap();
     fs::write(src.join("d/f"), b"data").unwrap();
@@ -651,8 +607,8 @@ fn owners_and_numeric_owner_are_stored_as_gnu_tar_stores_them() {
         o.members.sort = SortOrder::Name;
         if given {
             flags.extend(["--owner=builder:1234", "--group=staff:50"]);
-            o.members.owner = Some(cacheless_archive::pack::Owner::parse("builder:1234", false).unwrap());
-            o.members.group = Some(cacheless_archive::pack::Owner::parse("staff:50", true).unwrap());
+            o.members.owner = Some(Owner::parse("builder:1234", false).unwrap());
+            o.members.group = Some(Owner::parse("staff:50", true).unwrap());
         }
         if numeric {
             flags.push("--numeric-owner");

@@ -1,4 +1,5 @@
 //! Round trips against GNU tar: the same archive extracted by GNU tar and by us gives the same tree.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
 
 mod common;
 
@@ -18,7 +19,7 @@ struct Trees {
 fn trees() -> &'static Trees {
     static T: OnceLock<Trees> = OnceLock::new();
     T.get_or_init(|| {
-        let dir = tempfile::Builder::new().prefix("cl-rt-").tempdir_in(scratch()).unwrap();
+        let dir = scratch();
         let full = dir.path().join("full");
         make_tree(&full, &TreeSpec { long_names: true, huge_sparse: true, unicode: true });
         let basic = dir.path().join("basic");
@@ -27,15 +28,8 @@ fn trees() -> &'static Trees {
     })
 }
 
-/// Tests work on the real disk (not tmpfs) so O_DIRECT and DONTCACHE are exercised.
-fn scratch() -> PathBuf {
-    let p = std::env::var_os("CACHELESS_TEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
-    std::fs::create_dir_all(&p).unwrap();
-    p
-}
-
 fn check(archive: &Path, modes: &[IoMode], walk: bool, what: &str) {
-    let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
+    let work = scratch();
     let gnu = work.path().join("gnu");
     gnu_tar_extract(archive, &gnu);
     for (i, &m) in modes.iter().enumerate() {
@@ -67,7 +61,7 @@ fn check(archive: &Path, modes: &[IoMode], walk: bool, what: &str) {
 }
 
 fn archive(tree: &Path, name: &str, format: &str, compress: Option<&str>, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
+    let d = scratch();
     let a = d.path().join(name);
     gnu_tar_create(tree, &a, format, compress, extra);
     (d, a)
@@ -84,7 +78,7 @@ fn gnu_formats_full_tree() {
 #[test]
 fn ustar_and_v7_basic_tree() {
     for fmt in ["ustar", "v7"] {
-        let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
+        let d = scratch();
         let a = d.path().join(format!("t-{fmt}.tar"));
         // ustar/v7 cannot hold sparse files: no -S.
         run(Command::new("tar").arg(format!("--format={fmt}")).arg("-cf").arg(&a).arg("-C").arg(&trees().basic).arg("."));
@@ -119,7 +113,7 @@ fn every_mode_and_the_nofollow_walk() {
 #[test]
 fn python_tarfile_formats() {
     for fmt in ["USTAR_FORMAT", "GNU_FORMAT", "PAX_FORMAT"] {
-        let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
+        let d = scratch();
         let a = d.path().join(format!("py-{fmt}.tar"));
         let script = format!("import tarfile,sys\nwith tarfile.open(sys.argv[1], 'w', format=tarfile.{fmt}) as t:\n    t.add(sys.argv[2], arcname='.')\n");
         run(Command::new("python3").arg("-c").arg(script).arg(&a).arg(&trees().basic));
@@ -130,7 +124,7 @@ fn python_tarfile_formats() {
 #[test]
 fn stream_input_and_strip_components() {
     let (_d, a) = archive(&trees().basic, "s.tar.gz", "gnu", Some("gzip"), &[]);
-    let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
+    let work = scratch();
     let gnu = work.path().join("gnu");
     std::fs::create_dir_all(&gnu).unwrap();
     run(Command::new("tar").arg("--no-same-owner").arg("--strip-components=2").arg("-xf").arg(&a).arg("-C").arg(&gnu));
@@ -177,7 +171,7 @@ fn walkdir(p: &Path) -> Vec<PathBuf> {
 #[test]
 fn existing_files_replaced_or_kept() {
     let (_d, a) = archive(&trees().basic, "k.tar", "gnu", None, &[]);
-    let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
+    let work = scratch();
     let o = work.path().join("o");
     std::fs::create_dir_all(o.join("files")).unwrap();
     std::fs::write(o.join("files/f01_1"), "old content").unwrap();
@@ -201,7 +195,7 @@ fn existing_files_replaced_or_kept() {
 fn both_engine_backends() {
     // The archive is read, and large files written, through the engine: io_uring and threads.
     let (_d, a) = archive(&trees().full, "backends.tar.zst", "pax", Some("zstd"), &[]);
-    let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
+    let work = scratch();
     let gnu = work.path().join("gnu");
     gnu_tar_extract(&a, &gnu);
     for (i, kind) in [cacheless::BackendKind::Threads, cacheless::BackendKind::Uring].into_iter().enumerate() {
@@ -215,17 +209,13 @@ fn both_engine_backends() {
         let r = match extract(Input::Path(a.clone()), &opts) {
             Ok(r) => r,
             Err(e) if kind == cacheless::BackendKind::Uring => {
-                let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
-                assert!(!required.split(',').any(|f| f == "uring"), "CACHELESS_REQUIRE={required}: {e}");
-                println!("skipping io_uring: {e}");
+                require("uring", Err(e.to_string()));
                 continue;
             }
             Err(e) => panic!("{kind:?}: {e}"),
         };
         if kind == cacheless::BackendKind::Uring && !r.is_ok() && r.failures.iter().any(|f| f.contains("uring")) {
-            let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
-            assert!(!required.split(',').any(|f| f == "uring"), "CACHELESS_REQUIRE={required}: {:?}", r.failures);
-            println!("skipping io_uring: {:?}", r.failures);
+            require("uring", Err(format!("{:?}", r.failures)));
             continue;
         }
         assert!(r.is_ok(), "{kind:?}: {:?} {:?}", r.fatal, r.failures);
@@ -238,7 +228,7 @@ fn tiny_memory_budget_completes() {
     // 1 MiB budget, smaller than one 4 MiB chunk and the engine's default read-ahead: slower,
     // never stuck.
     let (_d, a) = archive(&trees().basic, "tiny.tar.zst", "gnu", Some("zstd"), &[]);
-    let work = tempfile::Builder::new().prefix("cl-x-").tempdir_in(scratch()).unwrap();
+    let work = scratch();
     let gnu = work.path().join("gnu");
     gnu_tar_extract(&a, &gnu);
     let o = work.path().join("ours");
@@ -254,7 +244,7 @@ fn tiny_memory_budget_completes() {
 #[test]
 fn negative_and_fractional_mtimes_like_gnu() {
     // pax mtime with a fraction before 1970, and GNU base-256 negative mtime.
-    let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
+    let d = scratch();
     for (fmt, mt) in [("PAX_FORMAT", "-86400.25"), ("GNU_FORMAT", "-86400"), ("PAX_FORMAT", "1700000000.123456789")] {
         let a = d.path().join("neg.tar");
         let script = format!(
@@ -267,11 +257,10 @@ fn negative_and_fractional_mtimes_like_gnu() {
 
 #[test]
 fn same_owner_and_fifos_as_root() {
-    if !rustix::process::geteuid().is_root() {
-        println!("skipping: needs root");
+    if !require("root", cacheless_testkit::root()) {
         return;
     }
-    let d = tempfile::Builder::new().prefix("cl-a-").tempdir_in(scratch()).unwrap();
+    let d = scratch();
     let a = d.path().join("own.tar");
     let script = "import tarfile,io,sys\nwith tarfile.open(sys.argv[1], 'w', format=tarfile.PAX_FORMAT) as t:\n    i=tarfile.TarInfo('f'); i.size=1; i.uid=1234; i.gid=4321; i.mode=0o4755; t.addfile(i, io.BytesIO(b'x'))\n    i=tarfile.TarInfo('big'); i.size=3<<20; i.uid=1234; i.gid=4321; i.mode=0o2755; t.addfile(i, io.BytesIO(bytes(3<<20)))\n    i=tarfile.TarInfo('p'); i.type=tarfile.FIFOTYPE; i.mode=0o640; t.addfile(i)\n";
     run(Command::new("python3").arg("-c").arg(script).arg(&a));

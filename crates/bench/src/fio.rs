@@ -93,7 +93,7 @@ pub(crate) fn jobs_for(cfg: &BenchConfig, dir: &Path, sources: &[PathBuf]) -> Ve
                 files,
                 size: cfg.file_size,
                 bs: cfg.block_size as u64,
-                iodepth: cfg.queue_depth as u32,
+                iodepth: u32::try_from(cfg.queue_depth).unwrap_or(u32::MAX),
                 direct: m == Mode::Direct,
                 ioengine: if cfg.backend == BackendKind::Threads { "psync".into() } else { "io_uring".into() },
             };

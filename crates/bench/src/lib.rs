@@ -1,4 +1,6 @@
 #![deny(unsafe_code)]
+// A library reports through its return values and progress counters; front ends print.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 //! Workloads, metrics and reports behind `cacheless bench`: a fio-style benchmark that also measures what fio
 //! cannot see — page-cache growth, reclaim (kswapd and direct), kswapd CPU and per-second stability — for
 //! buffered, direct, uncached (RWF_DONTCACHE), write-behind and automatic I/O.

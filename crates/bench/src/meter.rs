@@ -107,18 +107,27 @@ where
             source: if cg.is_some() { CacheSource::Cgroup } else { CacheSource::Meminfo },
             start_bytes: cache_start,
             end_bytes: cache_end,
-            growth_bytes: cache_end as i64 - cache_start as i64,
-            peak_growth_bytes: peak_cache as i64 - cache_start as i64,
+            growth_bytes: signed_diff(cache_end, cache_start),
+            peak_growth_bytes: signed_diff(peak_cache, cache_start),
             peak_dirty_writeback_bytes: peak_dirty,
             start_dirty_writeback_bytes: dirty_start,
         },
-        system_cache_growth_bytes: end.mem.cached as i64 - start.mem.cached as i64,
+        system_cache_growth_bytes: signed_diff(end.mem.cached, start.mem.cached),
         caches_dropped_during: end.drops.saturating_sub(start.drops),
         cgroup_peak_bytes: cg.and_then(|c| c.peak()),
         ..Default::default()
     };
     t.finish_rates();
     Ok(t)
+}
+
+/// `a - b` as a signed byte count, saturating at the ends of `i64`.
+fn signed_diff(a: u64, b: u64) -> i64 {
+    if a >= b {
+        i64::try_from(a - b).unwrap_or(i64::MAX)
+    } else {
+        i64::try_from(b - a).map_or(i64::MIN, |d| -d)
+    }
 }
 
 /// Turns cumulative `(seconds, bytes)` samples into MiB/s per complete interval, interpolating linearly
@@ -142,7 +151,8 @@ pub fn series_from_samples(samples: &[(f64, u64)], interval: f64) -> Series {
         }
         b1 as f64 + (b2 as f64 - b1 as f64) * (t - t1) / (t2 - t1)
     };
-    let n = (end / interval + 1e-9).floor() as usize;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // A count of whole intervals of a run: small and not negative.
+    let n = (end / interval + 1e-9).floor().max(0.0) as usize;
     let mut out = Vec::with_capacity(n);
     let mut prev = at(0.0);
     for k in 1..=n {
@@ -189,8 +199,8 @@ mod tests {
 
     #[test]
     fn workload_error_is_returned() {
-        let r = measure(None, &[], |_| Err(crate::Error::Usage("boom".into())));
-        assert!(matches!(r, Err(crate::Error::Usage(_))));
+        let r = measure(None, &[], |_| Err(Error::Usage("boom".into())));
+        assert!(matches!(r, Err(Error::Usage(_))));
     }
 
     #[test]

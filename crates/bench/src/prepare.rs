@@ -56,7 +56,7 @@ pub(crate) fn make_block(seed: u64, len: usize) -> Vec<u8> {
 
 /// Creates (or reuses, when the size matches) the source files, written with the engine in auto mode so that
 /// preparing them does not fill the page cache.
-pub(crate) fn prepare_sources(cfg: &BenchConfig, dir: &Path, log: Log) -> Result<Vec<PathBuf>> {
+pub(crate) fn prepare_sources(cfg: &BenchConfig, dir: &Path, log: Log<'_>) -> Result<Vec<PathBuf>> {
     let budget = Budget::new(cfg.budget_bytes);
     let mut out = Vec::new();
     for i in 0..cfg.files {
@@ -74,7 +74,7 @@ pub(crate) fn prepare_sources(cfg: &BenchConfig, dir: &Path, log: Log) -> Result
         let mut left = cfg.file_size;
         let mut n = 0u64;
         while left > 0 {
-            let k = left.min(block.len() as u64) as usize;
+            let k = cacheless::conv::fit(left, block.len());
             // Make every block different, so that nothing below us can deduplicate it.
             block[..8].copy_from_slice(&n.to_le_bytes());
             w.write_all(&block[..k]).map_err(|e| Error::io(&p, "write", e))?;

@@ -352,8 +352,8 @@ impl BenchReport {
     }
 
     /// The report as pretty JSON.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("report serializes")
+    pub fn to_json(&self) -> serde_json::Result<String> {
+        serde_json::to_string_pretty(self)
     }
 }
 
@@ -384,7 +384,7 @@ pub(crate) mod tests {
             cache: CacheReport {
                 source: CacheSource::Meminfo,
                 start_bytes: 1 << 20,
-                end_bytes: (1 << 20) + growth as u64,
+                end_bytes: (1 << 20) + u64::try_from(growth).unwrap(),
                 growth_bytes: growth,
                 peak_growth_bytes: growth,
                 peak_dirty_writeback_bytes: 4096,
@@ -414,7 +414,7 @@ pub(crate) mod tests {
                 queue_depth: 8,
                 backend: "auto".into(),
                 modes: modes.iter().map(|m| m.mode.clone()).collect(),
-                runs: runs as u32,
+                runs: u32::try_from(runs).unwrap(),
                 schedule: crate::schedule::schedule(kinds.len(), runs).into_iter().map(|o| o.into_iter().map(|k| kinds[k].clone()).collect()).collect(),
                 scenario: "normal".into(),
                 memory_limit: None,
@@ -442,8 +442,8 @@ pub(crate) mod tests {
                     .enumerate()
                     .map(|(r, &v)| {
                         let order = crate::schedule::order(n, r);
-                        let pos = order.iter().position(|&x| x == k).unwrap_or(0) as u32 + 1;
-                        let mut t = trial(r as u32 + 1, pos, 2 * G, 2048.0 / v, growth, vec![v]);
+                        let pos = crate::schedule::ordinal(order.iter().position(|&x| x == k).unwrap_or(0));
+                        let mut t = trial(crate::schedule::ordinal(r), pos, 2 * G, 2048.0 / v, growth, vec![v]);
                         t.cpu = CpuTime { user_s: 0.0, sys_s: cpu * 2.0 };
                         t.finish_rates();
                         t
@@ -536,7 +536,7 @@ pub(crate) mod tests {
     /// within `cacheless-bench/1`.
     #[test]
     fn json_schema_is_stable() {
-        let v: serde_json::Value = serde_json::from_str(&sample_report().to_json()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&sample_report().to_json().unwrap()).unwrap();
         let keys = |v: &serde_json::Value| -> Vec<String> {
             let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
             k.sort();

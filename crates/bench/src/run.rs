@@ -15,7 +15,7 @@ use crate::fio::FioJob;
 use crate::prepare::{prepare_sources, remove_all, target_path};
 use crate::procfs::{kswapd_pids, parse_mountinfo, read_meminfo};
 use crate::report::{BenchReport, ConfigReport, FioReport, ModeReport, SystemReport, TrialReport, SCHEMA};
-use crate::schedule::{default_rounds, schedule};
+use crate::schedule::{default_rounds, ordinal, schedule};
 use crate::stats::Spread;
 use crate::trial::Bench;
 
@@ -89,7 +89,7 @@ fn cgroup_for(cfg: &BenchConfig) -> Result<(Option<MemoryHierarchy>, Option<Stri
 }
 
 /// fio's jobs with `vs_fio`, or none (saying why when fio is missing).
-fn fio_jobs(cfg: &BenchConfig, dir: &Path, sources: &[PathBuf], log: Log) -> Vec<(Mode, FioJob)> {
+fn fio_jobs(cfg: &BenchConfig, dir: &Path, sources: &[PathBuf], log: Log<'_>) -> Vec<(Mode, FioJob)> {
     if !cfg.vs_fio {
         return Vec::new();
     }
@@ -101,15 +101,15 @@ fn fio_jobs(cfg: &BenchConfig, dir: &Path, sources: &[PathBuf], log: Log) -> Vec
 }
 
 /// Runs every round of `schedule` over `kinds`.
-fn run_rounds(bench: &Bench, kinds: &[Kind], fio: &[(Mode, FioJob)], schedule: &[Vec<usize>], log: Log) -> Result<Results> {
+fn run_rounds(bench: &Bench<'_>, kinds: &[Kind], fio: &[(Mode, FioJob)], schedule: &[Vec<usize>], log: Log<'_>) -> Result<Results> {
     let cfg = bench.cfg;
     let mut out =
         Results { trials: vec![Vec::new(); cfg.modes.len()], decisions: vec![Vec::new(); cfg.modes.len()], fio: vec![(Vec::new(), Vec::new()); fio.len()] };
     let rounds = schedule.len();
     for (r, order) in schedule.iter().enumerate() {
-        let run = r as u32 + 1;
+        let run = ordinal(r);
         for (p, &k) in order.iter().enumerate() {
-            let position = p as u32 + 1;
+            let position = ordinal(p);
             match kinds[k] {
                 Kind::Ours(mi) => {
                     let mode = cfg.modes[mi];
@@ -150,10 +150,10 @@ fn config_report(cfg: &BenchConfig, schedule: Vec<Vec<String>>, dir: &Path) -> C
         file_size: cfg.file_size,
         threads: cfg.threads,
         block_size: cfg.block_size as u64,
-        queue_depth: cfg.queue_depth as u32,
+        queue_depth: u32::try_from(cfg.queue_depth).unwrap_or(u32::MAX),
         backend: cfg.backend.to_string(),
         modes: cfg.modes.iter().map(|m| m.to_string()).collect(),
-        runs: schedule.len() as u32,
+        runs: u32::try_from(schedule.len()).unwrap_or(u32::MAX),
         schedule,
         scenario: match cfg.scenario {
             Scenario::Normal => "normal".into(),
@@ -166,7 +166,7 @@ fn config_report(cfg: &BenchConfig, schedule: Vec<Vec<String>>, dir: &Path) -> C
 }
 
 /// Runs the benchmark.
-pub fn run(cfg: &BenchConfig, log: Log) -> Result<BenchReport> {
+pub fn run(cfg: &BenchConfig, log: Log<'_>) -> Result<BenchReport> {
     validate(cfg)?;
     let (dir, _tmp) = work_dir(cfg)?;
     let (hierarchy, cgroup_version) = cgroup_for(cfg)?;

@@ -46,6 +46,11 @@ pub fn order(n: usize, round: usize) -> Vec<usize> {
     row
 }
 
+/// The 1-based number of the round or position at index `i`, as the reports count them.
+pub fn ordinal(i: usize) -> u32 {
+    u32::try_from(i + 1).unwrap_or(u32::MAX)
+}
+
 /// The orders of rounds `0..rounds`.
 pub fn schedule(n: usize, rounds: usize) -> Vec<Vec<usize>> {
     (0..rounds).map(|r| order(n, r)).collect()
@@ -55,7 +60,7 @@ pub fn schedule(n: usize, rounds: usize) -> Vec<Vec<usize>> {
 /// position equally often) that gives each kind at least 3 trials for its median and spread.
 pub fn default_rounds(n: usize) -> u32 {
     let n = n.max(1);
-    (3usize.div_ceil(n) * n) as u32
+    u32::try_from(3usize.div_ceil(n) * n).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

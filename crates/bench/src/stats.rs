@@ -92,7 +92,7 @@ pub struct PositionEffect {
 pub fn by_position(trials: &[(u32, f64)], positions: usize) -> Vec<Option<f64>> {
     (1..=positions)
         .map(|p| {
-            let v: Vec<f64> = at_position(trials, p as u32).collect();
+            let v: Vec<f64> = at_position(trials, crate::schedule::ordinal(p - 1)).collect();
             (!v.is_empty()).then(|| median(&v))
         })
         .collect()
@@ -114,7 +114,7 @@ fn at_position(trials: &[(u32, f64)], p: u32) -> impl Iterator<Item = f64> + '_ 
 pub fn position_effect(trials: &[(u32, f64)]) -> Option<PositionEffect> {
     let valid: Vec<(u32, f64)> = trials.iter().copied().filter(|t| !t.1.is_nan()).collect();
     let n = valid.iter().map(|t| t.0).max()? as usize;
-    let placed: Vec<(u32, f64)> = by_position(&valid, n).iter().enumerate().filter_map(|(k, m)| m.map(|m| (k as u32 + 1, m))).collect();
+    let placed: Vec<(u32, f64)> = by_position(&valid, n).iter().enumerate().filter_map(|(k, m)| m.map(|m| (crate::schedule::ordinal(k), m))).collect();
     let m = median(&valid.iter().map(|t| t.1).collect::<Vec<_>>());
     if placed.len() < 2 || m <= 0.0 {
         return None;

@@ -37,7 +37,7 @@ pub(crate) struct Bench<'a> {
 
 impl Bench<'_> {
     /// Brings the sources cold before a trial (see [`make_cold`]), warning when that did not work.
-    fn cold_start(&self, log: Log) -> Result<ColdStart> {
+    fn cold_start(&self, log: Log<'_>) -> Result<ColdStart> {
         let cold = make_cold(&self.sources, self.cfg.drop_caches, &self.kswapd)?;
         let source_bytes = self.cfg.file_size * self.sources.len() as u64;
         if cold.resident > source_bytes / 100 {
@@ -60,7 +60,7 @@ impl Bench<'_> {
 
     /// One trial of the engine in `mode` from a cold start, with the engine's decisions (deduplicated).
     /// `run` and `position` are the caller's to fill.
-    pub fn ours(&self, mode: Mode, log: Log) -> Result<(TrialReport, Vec<String>)> {
+    pub fn ours(&self, mode: Mode, log: Log<'_>) -> Result<(TrialReport, Vec<String>)> {
         remove_all(&self.targets)?;
         let cold = self.cold_start(log)?;
         let (mut t, decisions) = self.timed(mode)?;
@@ -73,7 +73,7 @@ impl Bench<'_> {
     }
 
     /// One run of fio's `job` from a cold start: its bandwidth in MiB/s.
-    pub fn fio(&self, job: &FioJob, log: Log) -> Result<f64> {
+    pub fn fio(&self, job: &FioJob, log: Log<'_>) -> Result<f64> {
         if self.cfg.rw == Rw::Write {
             remove_all(&job.files)?;
         }
@@ -200,7 +200,7 @@ impl Ctx<'_> {
                 let bs = cfg.block_size as u64;
                 let blocks = r.len().div_ceil(bs).max(1);
                 let mut rng = XorShift(0x51_7cc1_b727_220a ^ ((i as u64) << 32) ^ thread as u64 | 1);
-                let mut buf = vec![0u8; bs as usize];
+                let mut buf = vec![0u8; cfg.block_size];
                 for _ in 0..blocks {
                     let off = (rng.next() % blocks) * bs;
                     let got = r.read_at(&mut buf, off)?;
@@ -214,7 +214,7 @@ impl Ctx<'_> {
                 let block = make_block(0x1234_5678 + i as u64, cfg.block_size);
                 let mut left = cfg.file_size;
                 while left > 0 {
-                    let k = left.min(block.len() as u64) as usize;
+                    let k = cacheless::conv::fit(left, block.len());
                     w.write_all(&block[..k]).map_err(|e| Error::io(p, "write", e))?;
                     progress.add_bytes(k as u64);
                     left -= k as u64;

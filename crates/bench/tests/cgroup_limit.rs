@@ -2,6 +2,7 @@
 //! limit keeps the cgroup's charge under the limit at every moment (sampled after every MiB read, not only at
 //! the end). Needs root (or a delegated cgroup); skips with a reason
 //! otherwise, unless `CACHELESS_REQUIRE` names `cgroup` or we are root with a writable cgroup file system.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
 
 use std::io::{Read, Write};
 
@@ -11,12 +12,13 @@ use cacheless_bench::report::CacheSource;
 
 const MIB: u64 = 1 << 20;
 
+/// A memory cgroup must be creatable: `CACHELESS_REQUIRE` names `cgroup`, or we are root with
+/// a writable cgroup file system.
 fn required() -> bool {
     let root = rustix::process::geteuid().is_root();
     let writable =
         detect().map(|h| !rustix::fs::statvfs(&h.mount).map(|s| s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)).unwrap_or(true)).unwrap_or(false);
-    let env = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
-    (root && writable) || env.split(',').any(|x| x.trim() == "cgroup")
+    (root && writable) || cacheless_testkit::required("cgroup")
 }
 
 fn make_cold_file(dir: &std::path::Path, size: u64) -> std::path::PathBuf {
@@ -37,12 +39,12 @@ fn buffered_read_stays_under_the_cgroup_limit() {
     let cg = match MemoryCgroup::create(limit) {
         Ok(cg) => cg,
         Err(e) if !required() => {
-            eprintln!("SKIP: cannot create a memory cgroup ({e}); not root, or cgroup fs read-only");
+            cacheless_testkit::skip(&format!("cannot create a memory cgroup ({e}); not root, or cgroup fs read-only"));
             return;
         }
         Err(e) => panic!("root with a writable cgroup file system (or CACHELESS_REQUIRE=cgroup), yet: {e}"),
     };
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = cacheless_testkit::scratch();
     let size = 4 * limit;
     let path = make_cold_file(dir.path(), size);
 
@@ -52,7 +54,7 @@ fn buffered_read_stays_under_the_cgroup_limit() {
     let mut samples = Vec::new();
     let t = measure(Some(&cg), &[], |counter| {
         let mut f = std::fs::File::open(&path).unwrap();
-        let mut buf = vec![0u8; MIB as usize];
+        let mut buf = vec![0u8; 1 << 20];
         loop {
             let n = f.read(&mut buf).unwrap();
             if n == 0 {
@@ -85,7 +87,7 @@ fn buffered_read_stays_under_the_cgroup_limit() {
         // The reads were charged to the cgroup, so the limit was what bounded them.
         assert!(p > limit / 2, "peak {p}: reads were not charged to the cgroup");
     }
-    assert!(stat_cache <= limit as i64, "page cache grew by {stat_cache}, over the limit");
+    assert!(stat_cache <= i64::try_from(limit).unwrap(), "page cache grew by {stat_cache}, over the limit");
     assert!(stat_cache > 0, "cgroup page cache did not grow: reads were not charged to it");
     assert_eq!(t.cgroup_peak_bytes, peak);
 }

@@ -1,5 +1,6 @@
 //! End-to-end runs of every workload on small files, and the page-cache figures against `fincore`.
 //! No timing is asserted; byte counts and residency are.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
 
 use std::path::Path;
 use std::process::Command;
@@ -15,7 +16,7 @@ fn small(rw: Rw, modes: Vec<Mode>, dir: &Path) -> BenchConfig {
     c.files = 2;
     c.threads = 2;
     c.file_size = 8 * MIB + 4096 + 123; // an unaligned tail
-    c.block_size = MIB as usize;
+    c.block_size = 1 << 20;
     c.modes = modes;
     c.runs = Some(1);
     c.dir = Some(dir.to_path_buf());
@@ -24,7 +25,7 @@ fn small(rw: Rw, modes: Vec<Mode>, dir: &Path) -> BenchConfig {
 }
 
 fn workdir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+    cacheless_testkit::scratch()
 }
 
 #[test]
@@ -76,7 +77,7 @@ fn trial_order_rotates_every_round() {
         for (pos, name) in order.iter().enumerate() {
             let m = r.modes.iter().find(|m| &m.mode == name).unwrap();
             let t = &m.runs[round];
-            assert_eq!((t.run, t.position), (round as u32 + 1, pos as u32 + 1), "{name}");
+            assert_eq!((t.run, t.position), (cacheless_bench::schedule::ordinal(round), cacheless_bench::schedule::ordinal(pos)), "{name}");
             assert!(lines.iter().any(|l| l.starts_with(&format!("run {}/3 #{} {name}:", round + 1, pos + 1))), "{lines:?}");
         }
     }
@@ -105,11 +106,11 @@ fn residency_agrees_with_fincore() {
     let r = run(&cfg, &mut |_| {}).unwrap();
     let files: Vec<_> = (0..2).map(|i| dir.path().join(format!("cacheless-bench-{i}.dat"))).collect();
     let Some(fin) = fincore_bytes(&files) else {
-        eprintln!("SKIP: fincore (util-linux) is not installed");
+        cacheless_testkit::skip("fincore (util-linux) is not installed");
         return;
     };
     if drops() != drops_before {
-        eprintln!("SKIP: another program dropped the page cache during the test; figures cannot be compared");
+        cacheless_testkit::skip("another program dropped the page cache during the test; figures cannot be compared");
         return;
     }
     // Buffered ran last, so what fincore sees now is what that trial left behind.

@@ -5,7 +5,6 @@
 //! confirms support (EINVAL: unsupported). RWF_DONTCACHE (Linux 6.14+) is probed with a 1-byte
 //! preadv2, which the kernel refuses with EOPNOTSUPP before doing any I/O when either the
 //! kernel or the filesystem lacks it. io_uring is probed by setting up a small ring.
-#![allow(unsafe_code)]
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -195,7 +194,7 @@ pub fn unprobed(dir: &Path, why: &io::Error) -> io::Result<FsCaps> {
     let dev = std::fs::metadata(dir)?.dev();
     let st = rustix::fs::statfs(dir)?;
     let not = Unavailable { reason: format!("not probed: no file can be created here ({})", errno_name(why)), errno: why.raw_os_error() };
-    Ok(FsCaps { dev, fs_type: fs_name(st.f_type as u64), direct: Err(not.clone()), dontcache: Err(not) })
+    Ok(FsCaps { dev, fs_type: fs_name(magic(st.f_type)), direct: Err(not.clone()), dontcache: Err(not) })
 }
 
 /// Replaces the cached verdicts for `caps.dev` (tests of verdicts only a write can reveal).
@@ -275,9 +274,14 @@ fn probe_dontcache(fd: BorrowedFd<'_>) -> Support {
 
 fn fs_type_name(fd: BorrowedFd<'_>) -> String {
     match rustix::fs::fstatfs(fd) {
-        Ok(st) => fs_name(st.f_type as u64),
+        Ok(st) => fs_name(magic(st.f_type)),
         Err(_) => "unknown".into(),
     }
+}
+
+/// statfs's `f_type` (a signed word) as the unsigned magic number the kernel defines.
+fn magic(f_type: impl TryInto<u64>) -> u64 {
+    f_type.try_into().unwrap_or(0)
 }
 
 /// The filesystem a statfs `f_type` magic number stands for (linux/magic.h and the

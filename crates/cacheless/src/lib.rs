@@ -22,11 +22,14 @@
 //! # Ok::<(), cacheless::Error>(())
 //! ```
 #![deny(unsafe_code)]
+// A library reports through its return values and progress counters; front ends print.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 #![warn(missing_docs)]
 
 mod backend;
 pub mod buf;
 pub mod caps;
+pub mod conv;
 mod copy;
 pub mod create;
 pub mod digest;
@@ -67,5 +70,6 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
         return Err(format!("invalid size '{s}': out of range"));
     }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // Checked above: finite, in 0..=u64::MAX.
     Ok(v as u64)
 }

@@ -146,12 +146,12 @@ impl Reader {
         }
         let page = rustix::param::page_size();
         let mut block = round_up(opts.block_size.max(align), align);
-        if len > 0 && (len as usize) < block {
+        if len > 0 && crate::conv::usize_of(len) < block {
             // Never lease more than the file needs.
-            block = round_up(len as usize, align.max(page));
+            block = round_up(crate::conv::usize_of(len), align.max(page));
         }
         let extra = opts.extra_buffers;
-        let blocks = (len.div_ceil(block as u64) as usize).max(1);
+        let blocks = crate::conv::usize_of(len.div_ceil(block as u64)).max(1);
         let want = opts.queue_depth.max(1).min(blocks) + extra;
         let lease = opts.budget.lease(block, page.max(mem_align), want, 1);
         let depth = lease.count().saturating_sub(extra).max(1);
@@ -264,7 +264,7 @@ impl Reader {
         let _ = match self.before.remove(&off) {
             Some(Before::Drop) => {
                 let start = off / page * page;
-                residency::drop_range(&self.file, start, round_up((off + len as u64 - start) as usize, page as usize) as u64)
+                residency::drop_range(&self.file, start, (off + len as u64 - start).div_ceil(page) * page)
             }
             Some(Before::Map(m)) => residency::drop_brought_in(&self.file, off, len as u64, &m),
             Some(Before::Keep) | None => Ok(()),
@@ -277,7 +277,7 @@ impl Reader {
         while self.stream_held < self.depth && self.next_submit < self.len {
             let Some(buf) = self.lease.get() else { break };
             let off = self.next_submit;
-            let want = (self.block as u64).min(self.len - off) as usize;
+            let want = crate::conv::fit(self.len - off, self.block);
             let req = round_up(want, self.align);
             self.note_before(off, want);
             let op = Op::owned(OpKind::Read, self.file.clone(), off, buf, 0, req, self.flags, off).map_err(|e| self.err("read", e))?;
@@ -294,7 +294,7 @@ impl Reader {
             Ok(n) => n,
             Err(e) => return Err(self.err("read", e)),
         };
-        let want = (self.block as u64).min(self.len.saturating_sub(base)) as usize;
+        let want = crate::conv::fit(self.len.saturating_sub(base), self.block);
         let mut op = c.op;
         if n > 0 && n < want && n % self.align == 0 {
             // Short read before the end: carry on with the rest of the request.
@@ -362,7 +362,7 @@ impl Reader {
         let start = pos / self.align as u64 * self.align as u64;
         self.stream_pos = start;
         self.next_submit = start;
-        self.skip = (pos - start) as usize;
+        self.skip = crate::conv::fit(pos - start, self.align);
         Ok(())
     }
 
@@ -382,7 +382,7 @@ impl Reader {
         if offset >= self.len || buf.is_empty() {
             return Ok(0);
         }
-        let want = (buf.len() as u64).min(self.len - offset) as usize;
+        let want = crate::conv::fit(self.len - offset, buf.len());
         let buf = &mut buf[..want];
         if self.decision.mode != Mode::Direct {
             return self.read_raw(buf, offset);
@@ -410,11 +410,11 @@ impl Reader {
     fn bounce(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
         let a = self.align as u64;
         let lo = offset / a * a;
-        let hi = round_up((offset + buf.len() as u64) as usize, self.align) as u64;
+        let hi = (offset + buf.len() as u64).div_ceil(a) * a;
         let mut copied = 0usize;
         let mut p = lo;
         while p < hi {
-            let piece = (self.block as u64).min(hi - p) as usize;
+            let piece = crate::conv::fit(hi - p, self.block);
             let mut b = match self.lease.get() {
                 Some(b) => b,
                 // Every leased buffer is held by stream read-ahead: borrow one outside the
@@ -425,9 +425,10 @@ impl Reader {
             let s = offset.max(p);
             let e = (offset + buf.len() as u64).min(p + n as u64);
             if e > s {
-                let src = &b[(s - p) as usize..(e - p) as usize];
-                buf[(s - offset) as usize..(e - offset) as usize].copy_from_slice(src);
-                copied += (e - s) as usize;
+                // All within one piece of at most `block` bytes, and within `buf`.
+                let at = |x: u64, from: u64| crate::conv::usize_of(x - from);
+                buf[at(s, offset)..at(e, offset)].copy_from_slice(&b[at(s, p)..at(e, p)]);
+                copied += at(e, s);
             }
             if n < piece {
                 break;
@@ -443,9 +444,10 @@ impl Reader {
         let Some((cap, mut buf)) = cap.and_then(|c| AlignedBuf::try_new(c, self.mem_align.max(rustix::param::page_size())).map(|b| (c, b))) else {
             return Err(Error::new(ErrorKind::InvalidInput, "read", &self.path, format!("a {} B file does not fit in memory", self.len)));
         };
-        let want = if self.decision.mode == Mode::Direct { cap } else { self.len as usize };
+        let len = crate::conv::fit(self.len, cap);
+        let want = if self.decision.mode == Mode::Direct { cap } else { len };
         let n = if self.len == 0 { 0 } else { self.read_raw(&mut buf[..want], 0)? };
-        Ok(Chunk { buf, offset: 0, len: n.min(self.len as usize) })
+        Ok(Chunk { buf, offset: 0, len: n.min(len) })
     }
 }
 
@@ -470,10 +472,10 @@ impl Driver for Reader {
         self.err("read", e)
     }
     fn before(&mut self, off: u64, len: usize) {
-        self.note_before(off, len)
+        self.note_before(off, len);
     }
     fn after(&mut self, off: u64, n: usize) {
-        self.apply_before(off, n)
+        self.apply_before(off, n);
     }
 }
 

@@ -8,7 +8,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -175,14 +175,15 @@ pub fn resident_pages(file: &File, off: u64, len: u64) -> io::Result<Vec<bool>> 
     if end <= start {
         return Ok(Vec::new());
     }
-    let maplen = (end - start) as usize;
+    let maplen = usize::try_from(end - start).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "range too large to map"))?;
+    let map_off = libc::off_t::try_from(start).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))?;
     // SAFETY: a fresh shared read-only mapping of our own fd; we never dereference it, only
     // pass it to mincore, and unmap it before returning.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), maplen, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), start as libc::off_t) };
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), maplen, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), map_off) };
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    let pages = maplen / ps as usize;
+    let pages = maplen / crate::conv::usize_of(ps);
     let mut vec = vec![0u8; pages];
     // SAFETY: p..p+maplen is our mapping; vec has one byte per page as mincore requires.
     let r = unsafe { libc::mincore(p, maplen, vec.as_mut_ptr()) };
@@ -197,9 +198,11 @@ pub fn resident_pages(file: &File, off: u64, len: u64) -> io::Result<Vec<bool>> 
 
 /// sync_file_range(2) over `[off, off+len)` with `flags` (Linux 2.6.17+; rustix lacks it).
 pub fn sync_range(file: &File, off: u64, len: u64, flags: libc::c_uint) -> io::Result<()> {
+    let range = |n: u64| libc::off64_t::try_from(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "range out of bounds"));
+    let (off, len) = (range(off)?, range(len)?);
     loop {
         // SAFETY: integer-only syscall on our own open fd.
-        let r = unsafe { libc::sync_file_range(file.as_raw_fd(), off as libc::off64_t, len as libc::off64_t, flags) };
+        let r = unsafe { libc::sync_file_range(file.as_raw_fd(), off, len, flags) };
         if r == 0 {
             return Ok(());
         }
@@ -251,13 +254,24 @@ pub fn drop_brought_in(file: &File, off: u64, len: u64, before: &[bool]) -> io::
     Ok(())
 }
 
+/// What [`evict_path`] did to one file (the CLI's `evict --json` rows, Python's `evict()`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Evicted {
+    /// The file, as given.
+    pub path: PathBuf,
+    /// Residency before.
+    pub before: Residency,
+    /// Residency after.
+    pub after: Residency,
+}
+
 /// Evicts a whole file by path; returns residency before and after. No root needed.
-pub fn evict_path(path: impl AsRef<Path>) -> Result<(Residency, Residency)> {
+pub fn evict_path(path: impl AsRef<Path>) -> Result<Evicted> {
     let path = path.as_ref();
     let f = File::open(path).map_err(|e| Error::io("open", path, e))?;
     let len = f.metadata().map_err(|e| Error::io("stat", path, e))?.len();
     let before = residency(&f, 0, len).map_err(|e| Error::io("residency", path, e))?;
     evict(&f, 0, 0).map_err(|e| Error::io("evict", path, e))?;
     let after = residency(&f, 0, len).map_err(|e| Error::io("residency", path, e))?;
-    Ok((before, after))
+    Ok(Evicted { path: path.to_path_buf(), before, after })
 }

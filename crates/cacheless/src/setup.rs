@@ -107,7 +107,12 @@ pub(crate) fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: i32)
         let r = if flags == 0 {
             rustix::io::pwrite(file.as_fd(), data, off)
         } else {
-            rustix::io::pwritev2(file.as_fd(), &[io::IoSlice::new(data)], off, rustix::io::ReadWriteFlags::from_bits_retain(flags as u32))
+            rustix::io::pwritev2(
+                file.as_fd(),
+                &[io::IoSlice::new(data)],
+                off,
+                rustix::io::ReadWriteFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes())),
+            )
         };
         match r {
             Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0")),
@@ -166,15 +171,15 @@ pub(crate) fn apply_attrs(
 
 fn to_timespec(t: SystemTime) -> rustix::fs::Timespec {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => rustix::fs::Timespec { tv_sec: d.as_secs() as _, tv_nsec: d.subsec_nanos() as _ },
+        Ok(d) => rustix::fs::Timespec { tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX), tv_nsec: d.subsec_nanos().into() },
         Err(e) => {
             let d = e.duration();
-            let (mut s, mut ns) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
+            let (mut s, mut ns) = (-i64::try_from(d.as_secs()).unwrap_or(i64::MAX), -i64::from(d.subsec_nanos()));
             if ns < 0 {
                 s -= 1;
                 ns += 1_000_000_000;
             }
-            rustix::fs::Timespec { tv_sec: s as _, tv_nsec: ns as _ }
+            rustix::fs::Timespec { tv_sec: s, tv_nsec: ns }
         }
     }
 }

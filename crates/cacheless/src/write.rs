@@ -193,8 +193,9 @@ impl Writer {
         let mut block = round_up(opts.block_size.max(align), align.max(page));
         let mut lease_count = opts.queue_depth.max(1) + 1;
         if let Some(h) = opts.size_hint {
-            if (h as usize) < block {
-                block = round_up((h as usize).max(1), align.max(page));
+            let h = crate::conv::usize_of(h);
+            if h < block {
+                block = round_up(h.max(1), align.max(page));
                 lease_count = 1;
             }
         }

@@ -1,5 +1,6 @@
 //! The small-file API: whole files in one call, and files created now and written later, in
 //! every mode, byte-exact against std::fs, with their page-cache footprint asserted.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
 
 mod common;
 
@@ -97,15 +98,15 @@ fn create_and_write_at_offsets_leaves_holes() {
     for mode in modes(d.path()) {
         let creator = FileCreator::new(CreateOptions { mode, sync: true, ..CreateOptions::default() });
         let name = format!("sparse-{mode}");
-        let segments = [(0u64, 10_000usize), (1 << 20, 4096), (8 << 20, 5000)];
+        let segments = [(0usize, 10_000usize), (1 << 20, 4096), (8 << 20, 5000)];
         let total: usize = segments.iter().map(|s| s.1).sum();
         let mut f = creator.create(dir.clone(), OsStr::new(&name), Path::new(&name), total as u64, attrs()).unwrap();
         assert!(d.path().join(&name).exists(), "created now, under its name");
         let mut expect = vec![0u8; 64 << 20];
         for (i, &(off, len)) in segments.iter().enumerate() {
             let data = bytes(len, 50 + i as u64);
-            f.write_at(&data, off).unwrap();
-            expect[off as usize..off as usize + len].copy_from_slice(&data);
+            f.write_at(&data, off as u64).unwrap();
+            expect[off..off + len].copy_from_slice(&data);
         }
         f.set_len(expect.len() as u64).unwrap();
         let rep = f.finish().unwrap();

@@ -1,4 +1,5 @@
 //! Byte-exact reads, writes and copies against std::fs, for every mode x backend.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
 
 mod common;
 
@@ -96,7 +97,8 @@ fn seek_stream_then_read_matches_the_file() {
             let want = (size as u64 - pos).min(700_000) as usize;
             let mut got = vec![0u8; want];
             r.read_exact(&mut got).unwrap();
-            assert!(got[..] == data[pos as usize..pos as usize + want], "read after seek_stream({pos}) ({mode}, {backend})");
+            let at = usize::try_from(pos).unwrap();
+            assert!(got[..] == data[at..at + want], "read after seek_stream({pos}) ({mode}, {backend})");
             if pos == size as u64 {
                 assert_eq!(r.read(&mut [0u8; 4]).unwrap(), 0, "a seek to the end reads EOF");
             }
@@ -106,7 +108,8 @@ fn seek_stream_then_read_matches_the_file() {
         let c = r.next_chunk().unwrap().unwrap();
         let a = if r.decision().mode == Mode::Direct { align as u64 } else { 1 };
         assert_eq!(c.offset(), (align as u64 + 5) / a * a);
-        assert!(c[..] == data[c.offset() as usize..c.offset() as usize + c.len()]);
+        let at = usize::try_from(c.offset()).unwrap();
+        assert!(c[..] == data[at..at + c.len()]);
     }
 }
 
@@ -232,7 +235,7 @@ fn tmpfs_without_dontcache_gets_the_next_mode() {
 #[test]
 fn direct_read_and_write_leave_no_cache() {
     let d = scratch();
-    if skip_unless("direct", cacheless::caps::for_dir(d.path()).unwrap().direct.clone().map(|_| ()).map_err(|u| u.reason)) {
+    if !require("direct", support(&cacheless::caps::for_dir(d.path()).unwrap().direct)) {
         return;
     }
     let (src, _) = random_file(d.path(), "s", (64 << 20) + 333, 21);
@@ -256,7 +259,7 @@ fn direct_read_and_write_leave_no_cache() {
 #[test]
 fn uring_registered_buffers_are_used_and_byte_exact() {
     let d = scratch();
-    if skip_unless("uring", cacheless::caps::system().uring.clone().map_err(|u| u.reason)) {
+    if !require("uring", support(&cacheless::caps::system().uring)) {
         return;
     }
     let (p, data) = random_file(d.path(), "f", (9 << 20) + 5, 31);
@@ -354,4 +357,28 @@ fn read_at_between_stream_chunks() {
         }
         assert!(streamed == data, "stream ({mode}, {backend})");
     }
+}
+
+/// Where the kernel has cachestat(2), residency comes from it, and its count of cached pages
+/// agrees with mincore's page map of the same file, a quarter of which was read back in.
+#[test]
+fn residency_comes_from_cachestat_and_agrees_with_mincore() {
+    use cacheless::residency::{evict_path, residency_of, resident_pages, Source};
+    if !require("cachestat", support(&cacheless::caps::system().cachestat)) {
+        return;
+    }
+    let d = scratch();
+    let len = 8 << 20;
+    let (p, _) = random_file(d.path(), "r", len, 91);
+    evict_path(&p).unwrap();
+    // Read a quarter back with read-ahead off, so that only that quarter is cached.
+    let f = std::fs::File::open(&p).unwrap();
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Random).unwrap();
+    let mut quarter = vec![0u8; len / 4];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut quarter, 0).unwrap();
+    let r = residency_of(&p).unwrap();
+    assert_eq!(r.source, Source::Cachestat);
+    let mincore = resident_pages(&f, 0, len as u64).unwrap().iter().filter(|&&b| b).count() as u64;
+    assert_eq!(r.cached_pages, mincore);
+    assert!(r.cached_pages > 0 && r.cached_pages < r.total_pages, "a quarter of the file is cached: {r:?}");
 }

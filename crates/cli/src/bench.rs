@@ -125,7 +125,7 @@ pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
     };
     let report = cacheless_bench::run::run(&cfg, &mut log)?;
     if let Some(p) = &args.json_out {
-        std::fs::write(p, report.to_json()).with_context(|| format!("write {}", p.display()))?;
+        std::fs::write(p, report.to_json()?).with_context(|| format!("write {}", p.display()))?;
     }
     if let Some(p) = &args.csv {
         std::fs::write(p, report.to_csv()).with_context(|| format!("write {}", p.display()))?;
@@ -133,7 +133,7 @@ pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
     if let Some(p) = &args.plot {
         cacheless_bench::plot::plot(&report, p)?;
     }
-    let out = if common.json { report.to_json() + "\n" } else { report.text() };
+    let out = if common.json { report.to_json()? + "\n" } else { report.text() };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(out.as_bytes()).and_then(|_| stdout.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}

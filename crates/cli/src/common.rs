@@ -39,7 +39,7 @@ pub struct CommonOpts {
 impl CommonOpts {
     /// One memory budget shared by everything this command does.
     pub fn budget(&self) -> Budget {
-        Budget::new(self.memory as usize)
+        Budget::new(cacheless::conv::usize_of(self.memory))
     }
 
     /// Engine read options from the flags.
@@ -48,7 +48,7 @@ impl CommonOpts {
         o.mode = self.mode;
         o.backend = self.backend;
         if let Some(b) = self.block_size {
-            o.block_size = b as usize;
+            o.block_size = cacheless::conv::usize_of(b);
         }
         if let Some(q) = self.queue_depth {
             o.queue_depth = q as usize;
@@ -62,7 +62,7 @@ impl CommonOpts {
         o.mode = self.mode;
         o.backend = self.backend;
         if let Some(b) = self.block_size {
-            o.block_size = b as usize;
+            o.block_size = cacheless::conv::usize_of(b);
         }
         if let Some(q) = self.queue_depth {
             o.queue_depth = q as usize;

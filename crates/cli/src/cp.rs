@@ -38,11 +38,12 @@ struct Job<'a> {
 }
 
 fn times(m: &std::fs::Metadata) -> (SystemTime, SystemTime) {
+    // st_*time_nsec is 0..1e9 (the kernel's timespec).
     let t = |s: i64, ns: i64| {
-        if s >= 0 {
-            UNIX_EPOCH + Duration::new(s as u64, ns as u32)
-        } else {
-            UNIX_EPOCH - Duration::new((-s) as u64, 0) + Duration::from_nanos(ns as u64)
+        let ns = u32::try_from(ns).unwrap_or(0);
+        match u64::try_from(s) {
+            Ok(s) => UNIX_EPOCH + Duration::new(s, ns),
+            Err(_) => UNIX_EPOCH - Duration::new(s.unsigned_abs(), 0) + Duration::from_nanos(ns.into()),
         }
     };
     (t(m.atime(), m.atime_nsec()), t(m.mtime(), m.mtime_nsec()))

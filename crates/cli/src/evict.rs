@@ -4,10 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use cacheless::residency::{evict_path, Residency};
+use cacheless::residency::evict_path;
 use cacheless::Progress;
 use clap::Args;
-use serde::Serialize;
 
 use crate::common::CommonOpts;
 use crate::ui;
@@ -20,30 +19,24 @@ pub struct EvictArgs {
     pub files: Vec<PathBuf>,
 }
 
-#[derive(Serialize)]
-struct Row {
-    path: PathBuf,
-    before: Residency,
-    after: Residency,
-}
-
+/// Runs `cacheless evict`: exit 0 when every file was evicted, 1 when one could not be.
 pub fn run(args: &EvictArgs, common: &CommonOpts) -> Result<ExitCode> {
     let progress = Progress::new();
     let mut rows = Vec::new();
     for f in &args.files {
         match evict_path(f) {
-            Ok((before, after)) => {
+            Ok(e) => {
                 if !common.json {
                     println!(
                         "{}: {} ({:.1}%) resident before, {} ({:.1}%) after",
                         f.display(),
-                        ui::size(before.cached_bytes()),
-                        before.fraction() * 100.0,
-                        ui::size(after.cached_bytes()),
-                        after.fraction() * 100.0
+                        ui::size(e.before.cached_bytes()),
+                        e.before.fraction() * 100.0,
+                        ui::size(e.after.cached_bytes()),
+                        e.after.fraction() * 100.0
                     );
                 }
-                rows.push(Row { path: f.clone(), before, after });
+                rows.push(e);
             }
             Err(e) => ui::item_error(&progress, &e),
         }

@@ -94,14 +94,14 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     } else if common.verbose {
         let m = &report.modes;
         eprintln!(
-            "extracted {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s ({}/s); archive {} read {} ({}); files: direct {}, dontcache {}, writebehind {}, buffered {}; {}; {}",
+            "extracted {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s ({}); archive {} read {} ({}); files: direct {}, dontcache {}, writebehind {}, buffered {}; {}; {}",
             report.files,
-            crate::ui::size(report.bytes),
+            ui::size(report.bytes),
             report.dirs,
             report.symlinks,
             report.hardlinks,
             report.elapsed_s,
-            crate::ui::size((report.bytes as f64 / report.elapsed_s.max(1e-9)) as u64),
+            ui::rate(report.bytes, report.elapsed_s),
             report.source.compression.name(),
             report.source.read_mode,
             report.source.reason,

@@ -109,7 +109,7 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
     if let Some(t) = args.threads {
         o.threads = t.max(1);
     }
-    o.frame_size = args.frame_size.map(|f| f as usize).unwrap_or(DEFAULT_FRAME_SIZE);
+    o.frame_size = args.frame_size.map_or(DEFAULT_FRAME_SIZE, cacheless::conv::usize_of);
     if o.frame_size < MIN_FRAME_SIZE {
         return Err(usage(format!("--frame-size {} is below the minimum of 64k", o.frame_size)));
     }
@@ -152,14 +152,14 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
         let m = &report.read_modes;
         let ratio = report.output_bytes as f64 / (report.tar_bytes.max(1)) as f64;
         eprintln!(
-            "packed {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s ({}/s); {} level {}: {} -> {} ({:.1} %), {} frames on {} threads; read: direct {}, dontcache {}, writebehind {}, buffered {}; archive: {}",
+            "packed {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s ({}); {} level {}: {} -> {} ({:.1} %), {} frames on {} threads; read: direct {}, dontcache {}, writebehind {}, buffered {}; archive: {}",
             report.files,
             ui::size(report.input_bytes),
             report.dirs,
             report.symlinks,
             report.hardlinks,
             report.elapsed_s,
-            ui::size((report.input_bytes as f64 / report.elapsed_s.max(1e-9)) as u64),
+            ui::rate(report.input_bytes, report.elapsed_s),
             report.compression.name(),
             report.level,
             ui::size(report.tar_bytes),

@@ -83,20 +83,14 @@ pub fn print_members(warnings: &[String], failures: &[String], failure_count: u6
     }
 }
 
-/// Human-readable size (binary units).
+/// Human-readable size (binary units), as the benchmark's tables print sizes.
 pub fn size(n: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i < U.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", U[i])
-    }
+    cacheless_bench::render::human_bytes(n as f64)
+}
+
+/// A rate of `bytes` in `secs` seconds, in binary units per second.
+pub fn rate(bytes: u64, secs: f64) -> String {
+    format!("{}/s", cacheless_bench::render::human_bytes(bytes as f64 / secs.max(1e-9)))
 }
 
 /// Ctrl-C and SIGTERM, registered once for any job: each sets the progress's cancel flag (the
@@ -111,7 +105,7 @@ impl Signals {
     pub fn register(progress: &Progress) -> Signals {
         let last = Arc::new(AtomicUsize::new(0));
         for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            let _ = signal_hook::flag::register_usize(sig, last.clone(), sig as usize);
+            let _ = signal_hook::flag::register_usize(sig, last.clone(), usize::try_from(sig).unwrap_or(usize::MAX));
             let _ = signal_hook::flag::register(sig, progress.cancel_flag());
         }
         Signals { last }
@@ -122,7 +116,7 @@ impl Signals {
     pub fn exit_code(&self) -> Option<ExitCode> {
         match self.last.load(Ordering::Relaxed) {
             0 => None,
-            sig => Some(ExitCode::from(128u8.saturating_add(sig as u8))),
+            sig => Some(ExitCode::from(u8::try_from(sig).map_or(u8::MAX, |s| 128u8.saturating_add(s)))),
         }
     }
 }

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use cacheless::buf::{round_up, Lease};
+use cacheless::conv::usize_of;
 use cacheless::{AlignedBuf, BackendChoice, Budget, Decision, ErrorKind, Mode, Progress, ReadOptions, Reader};
 
 use crate::error::Result;
@@ -80,7 +81,7 @@ impl Arena {
         let i = self.segments.partition_point(|s| s.file <= off);
         let found = i.checked_sub(1).map(|i| self.segments[i]).filter(|s| off.checked_add(len).is_some_and(|end| end <= s.file + s.len as u64));
         match found {
-            Some(s) => Some(s.at + (off - s.file) as usize),
+            Some(s) => Some(s.at + usize_of(off - s.file)),
             None if len == 0 => Some(0),
             None => None,
         }
@@ -245,7 +246,7 @@ impl SpanReader {
             let mut p = s;
             while p < e {
                 let n = (self.piece as u64).min(e - p);
-                pieces.push((p, seg.at + (p - seg.file) as usize, n as usize));
+                pieces.push((p, seg.at + usize_of(p - seg.file), usize_of(n)));
                 p += n;
             }
         }
@@ -331,6 +332,6 @@ pub fn read_whole(path: &Path, opts: &ArenaOptions, progress: &Progress) -> Resu
     progress.add_total_bytes(len);
     let mut arena = sr.layout(&[(0, len)])?;
     sr.fill(&mut arena, 0, len, progress)?;
-    arena.len = len as usize;
+    arena.len = usize_of(len);
     Ok((arena, sr))
 }

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use cacheless::conv::usize_of;
 use safetensors::tensor::{Metadata, TensorInfo};
 use serde::Deserialize;
 
@@ -20,6 +21,8 @@ pub const MAX_HEADER_LEN: u64 = 100_000_000;
 
 /// Bytes of the length prefix.
 pub const PREFIX: u64 = 8;
+/// [`PREFIX`] as a memory length.
+pub const PREFIX_LEN: usize = 8;
 
 /// One tensor of a file, with its span as absolute file offsets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +78,7 @@ impl Header {
     /// Reads the length prefix (the first 8 bytes of the file) and returns where the data
     /// section starts (8 + header length), after checking it against the limit and the file.
     pub fn data_start(path: &Path, file_len: u64, prefix: &[u8]) -> Result<u64> {
-        let Some(first) = prefix.get(..PREFIX as usize) else {
+        let Some(first) = prefix.get(..PREFIX_LEN) else {
             return Err(Error::invalid(path, format!("file is {file_len} bytes, too short for a safetensors header (an 8-byte length, then JSON)")));
         };
         let mut b = [0u8; 8];
@@ -158,7 +161,7 @@ impl Header {
     /// Parses a whole file held in memory.
     pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Header> {
         let start = Header::data_start(path, bytes.len() as u64, bytes)?;
-        Header::parse(path, bytes.len() as u64, &bytes[PREFIX as usize..start as usize])
+        Header::parse(path, bytes.len() as u64, &bytes[PREFIX_LEN..usize_of(start)])
     }
 
     /// The file this header came from.

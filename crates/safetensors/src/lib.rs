@@ -22,6 +22,8 @@
 //! # Ok::<(), cacheless_safetensors::Error>(())
 //! ```
 #![deny(unsafe_code)]
+// A library reports through its return values and progress counters; front ends print.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 #![warn(missing_docs)]
 
 pub mod arena;

@@ -3,12 +3,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cacheless::conv::{fit, usize_of};
 use cacheless::{BackendChoice, Decision, Progress};
 use serde::Serialize;
 
 use crate::arena::{Arena, ArenaOptions, SpanReader};
 use crate::error::{Error, Result};
-use crate::header::{Header, TensorEntry, PREFIX};
+use crate::header::{Header, TensorEntry, PREFIX, PREFIX_LEN};
 
 /// How to load; the same knobs as reading any file into an arena.
 pub type LoadOptions = ArenaOptions;
@@ -54,7 +55,7 @@ impl Loaded {
     }
     /// A tensor's bytes, if it was loaded.
     pub fn tensor_bytes(&self, t: &TensorEntry) -> Option<&[u8]> {
-        self.tensor_offset(t).map(|at| &self.arena.bytes()[at..at + t.len as usize])
+        self.tensor_offset(t).map(|at| &self.arena.bytes()[at..at + usize_of(t.len)])
     }
 }
 
@@ -62,14 +63,14 @@ impl Loaded {
 fn read_header(sr: &mut SpanReader) -> Result<Header> {
     let len = sr.len();
     let path = sr.path().to_path_buf();
-    let mut first = vec![0u8; (64u64 << 10).min(len) as usize];
+    let mut first = vec![0u8; fit(len, 64 << 10)];
     let n = sr.read_at(&mut first, 0)?;
     first.truncate(n);
     let start = Header::data_start(&path, len, &first)?;
-    if start as usize <= first.len() {
-        return Header::parse(&path, len, &first[PREFIX as usize..start as usize]);
+    if usize_of(start) <= first.len() {
+        return Header::parse(&path, len, &first[PREFIX_LEN..usize_of(start)]);
     }
-    let mut json = vec![0u8; (start - PREFIX) as usize];
+    let mut json = vec![0u8; usize_of(start - PREFIX)];
     let n = sr.read_at(&mut json, PREFIX)?;
     if n < json.len() {
         return Err(Error::invalid(&path, "file shrank while its header was being read"));
@@ -94,10 +95,10 @@ pub(crate) fn load_counted(path: &Path, keys: Option<&[String]>, opts: &LoadOpti
             }
             let mut arena = sr.layout(&[(0, len)])?;
             let done = sr.fill(&mut arena, 0, FIRST_READ.min(len), progress)?;
-            let head = &arena.bytes()[..len as usize];
+            let head = &arena.bytes()[..usize_of(len)];
             let start = Header::data_start(path, len, head)?;
             let done = if start > done { sr.fill(&mut arena, done, start, progress)? } else { done };
-            let header = Header::parse(path, len, &arena.bytes()[PREFIX as usize..start as usize])?;
+            let header = Header::parse(path, len, &arena.bytes()[PREFIX_LEN..usize_of(start)])?;
             sr.fill(&mut arena, done, len, progress)?;
             (header, arena, len)
         }

@@ -1,5 +1,6 @@
 //! The loader and saver against the `safetensors` crate (the format's reference) and std::fs,
 //! under every mode and backend; corrupt files; page-cache footprint; sharded checkpoints.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
 
 #[path = "../../cacheless/tests/common/mod.rs"]
 mod common;
@@ -22,7 +23,7 @@ struct T {
 
 impl T {
     fn new(name: &str, dtype: Dtype, shape: &[usize], seed: u64) -> T {
-        let n = cacheless_safetensors::header::nbytes(dtype, shape).unwrap() as usize;
+        let n = usize::try_from(cacheless_safetensors::header::nbytes(dtype, shape).unwrap()).unwrap();
         let mut data = vec![0u8; n];
         rng(seed).fill_bytes(&mut data);
         T { name: name.into(), dtype, shape: shape.to_vec(), data }
@@ -148,14 +149,15 @@ fn tensors_keep_their_file_alignment_in_the_arena() {
     assert!(json.len() % 8 != 0);
     let mut f = (json.len() as u64).to_le_bytes().to_vec();
     f.extend_from_slice(json.as_bytes());
-    f.extend((0..28).map(|i| i as u8));
+    f.extend(0..28u8);
     let p = write(d.path(), "odd.safetensors", &f);
     for keys in [None, Some(vec!["y".to_string()])] {
         let l = load(&p, keys.as_deref(), &LoadOptions::new(Budget::new(1 << 20)), &Progress::new()).unwrap();
         let y = l.header.get("y").unwrap();
         let at = l.tensor_offset(y).unwrap();
-        assert_eq!((l.arena.address() + at) % 4096, y.offset as usize % 4096, "address and file offset agree modulo the page");
-        assert!(l.tensor_bytes(y).unwrap() == &f[y.offset as usize..y.end() as usize]);
+        let (off, end) = (usize::try_from(y.offset).unwrap(), usize::try_from(y.end()).unwrap());
+        assert_eq!((l.arena.address() + at) % 4096, off % 4096, "address and file offset agree modulo the page");
+        assert!(l.tensor_bytes(y).unwrap() == &f[off..end]);
     }
 }
 
@@ -163,7 +165,7 @@ fn tensors_keep_their_file_alignment_in_the_arena() {
 fn corrupt_files_are_rejected_with_the_reason() {
     let d = scratch();
     let good = reference(&[T::new("a", Dtype::F32, &[4], 1), T::new("b", Dtype::F32, &[4], 2)], None);
-    let n = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
+    let n = usize::try_from(u64::from_le_bytes(good[..8].try_into().unwrap())).unwrap();
     let mut cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("empty", vec![], "too short"),
         ("huge header", [u64::MAX.to_le_bytes().to_vec(), good[8..].to_vec()].concat(), "exceeds the limit"),
@@ -226,7 +228,7 @@ fn a_cancelled_save_or_load_leaves_nothing_behind() {
 fn a_cold_load_and_a_save_leave_no_page_cache_and_a_warm_file_stays_warm() {
     let d = scratch();
     let caps = cacheless::caps::for_dir(d.path()).unwrap();
-    if skip_unless("direct", caps.direct.clone().map(|_| ()).map_err(|u| u.reason)) {
+    if !require("direct", support(&caps.direct)) {
         return;
     }
     let ts = [T::new("w", Dtype::F32, &[6 << 20], 7), T::new("b", Dtype::F16, &[333], 8)];
@@ -257,7 +259,7 @@ fn safe_file_reads_tensors_one_at_a_time_with_a_window() {
     let progress = Progress::new();
     for t in &ts {
         let (arena, at, e) = f.tensor(&t.name, &progress).unwrap();
-        assert!(arena.bytes()[at..at + e.len as usize] == t.data[..], "{}", t.name);
+        assert!(arena.bytes()[at..at + usize::try_from(e.len).unwrap()] == t.data[..], "{}", t.name);
     }
     assert!(progress.bytes() < 2 * std::fs::metadata(&p).unwrap().len(), "the window reads each byte about once ({} bytes read)", progress.bytes());
     assert!(matches!(f.tensor("missing", &progress), Err(Error::NoTensor { .. })));

@@ -60,7 +60,7 @@ pub(super) struct Ctx<'a> {
 /// file's Writer are each held to a quarter too (see `extract`), so a lease always fits once the
 /// small files in flight are written, whatever the budget is.
 fn acquire(b: &cacheless::Budget, n: u64) -> cacheless::buf::Lease {
-    b.lease((n as usize).clamp(1, (b.limit() / 4).max(1)), 1, 1, 1)
+    b.lease(cacheless::conv::fit(n, (b.limit() / 4).max(1)).max(1), 1, 1, 1)
 }
 
 /// Caps a queue depth so that `depth` (+ `extra`) buffers of `block` bytes stay within a quarter
@@ -93,7 +93,7 @@ impl Ctx<'_> {
     }
 
     /// Sanitises and strips a member name; `None` if the entry is to be skipped (already warned).
-    fn rel(&mut self, raw: &[u8], what: &str) -> std::result::Result<Option<RelPath>, Fail> {
+    fn rel(&mut self, raw: &[u8], what: &str) -> Result<Option<RelPath>, Fail> {
         let display = String::from_utf8_lossy(raw).into_owned();
         match sanitize(raw) {
             Sanitized::DotDot => Err(Fail::Entry(Error::io(
@@ -122,7 +122,7 @@ impl Ctx<'_> {
     }
 
     /// Does one entry.
-    pub(super) fn entry(&mut self, parser: &mut Parser<source::TarStream>, e: Entry) -> std::result::Result<(), Fail> {
+    pub(super) fn entry(&mut self, parser: &mut Parser<source::TarStream>, e: Entry) -> Result<(), Fail> {
         let Some(rel) = self.rel(&e.path, "member")? else {
             self.report.skipped += 1;
             return Ok(());
@@ -147,14 +147,8 @@ impl Ctx<'_> {
                 let (pfd, ()) =
                     self.root.create_with(&rel, self.opts.keep_old_files, "symlinkat", |d, n| rustix::fs::symlinkat(OsStr::from_bytes(&target), d, n))?;
                 let name = last_name(&rel);
-                if meta.chown {
-                    let _ = rustix::fs::chownat(
-                        &pfd,
-                        name,
-                        Some(rustix::fs::Uid::from_raw(meta.uid as u32)),
-                        Some(rustix::fs::Gid::from_raw(meta.gid as u32)),
-                        AtFlags::SYMLINK_NOFOLLOW,
-                    );
+                if let Some((uid, gid)) = meta.chown.then(|| super::jobs::ids(&meta)).flatten() {
+                    let _ = rustix::fs::chownat(&pfd, name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW);
                 }
                 let _ = rustix::fs::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
                 self.report.symlinks += 1;
@@ -216,7 +210,7 @@ impl Ctx<'_> {
     /// Creates a file entry with an engine call, in archive order, replacing what is there as
     /// for other entries. The resolver speaks errnos (EEXIST makes it replace the entry); the
     /// engine's error, with its hint, is what gets reported.
-    fn create_entry<T>(&mut self, rel: &RelPath, mut make: impl FnMut(&Arc<OwnedFd>, &OsStr) -> cacheless::Result<T>) -> std::result::Result<T, Fail> {
+    fn create_entry<T>(&mut self, rel: &RelPath, mut make: impl FnMut(&Arc<OwnedFd>, &OsStr) -> cacheless::Result<T>) -> Result<T, Fail> {
         let mut engine_err = None;
         let r = self.root.create_with(rel, self.opts.keep_old_files, "create", |d, n| match make(d, n) {
             Ok(t) => Ok(t),
@@ -235,7 +229,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> std::result::Result<(), Fail> {
+    fn file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> Result<(), Fail> {
         if rel.split().is_none() {
             return Err(Fail::Entry(Error::io("refused", "member", std::io::Error::from_raw_os_error(libc::EISDIR))));
         }
@@ -249,11 +243,12 @@ impl Ctx<'_> {
             // O_DIRECT (forced, or chosen for a large file) writes from aligned memory.
             let align = if self.opts.mode == IoMode::Direct || e.size >= cacheless::policy::SMALL_WRITE { 4096 } else { 1 };
             let lease = acquire(&self.budget, e.size);
-            let mut buf = AlignedBuf::new(e.size as usize, align);
+            let size = cacheless::conv::fit(e.size, CHUNK);
+            let mut buf = AlignedBuf::new(size, align);
             // Dropping `file` on error removes it.
-            parser.read_data_exact(&mut buf[..e.size as usize]).map_err(fatal)?;
+            parser.read_data_exact(&mut buf[..size]).map_err(fatal)?;
             self.sh.progress.add_bytes(e.size);
-            self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Whole(buf, e.size as usize, lease) });
+            self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Whole(buf, size, lease) });
         } else {
             let (tx, rx) = sync_channel::<Msg>(4);
             self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Stream(rx) });
@@ -265,13 +260,13 @@ impl Ctx<'_> {
     /// Streams the entry's data to a worker in `CHUNK`s, in buffers the workers give back.
     /// `lease`: hold each chunk against the budget (not for the engine's `Writer`, see
     /// `stream_file`). Returning early drops `tx`, which makes the worker remove the partial file.
-    fn send_chunks(&self, parser: &mut Parser<source::TarStream>, e: &Entry, tx: SyncSender<Msg>, lease: bool) -> std::result::Result<(), Fail> {
+    fn send_chunks(&self, parser: &mut Parser<source::TarStream>, e: &Entry, tx: SyncSender<Msg>, lease: bool) -> Result<(), Fail> {
         let mut left = e.size;
         while left > 0 {
             if self.sh.progress.is_cancelled() {
                 return Err(Fail::Fatal(Error::Interrupted { entry: e.display() }));
             }
-            let n = (left as usize).min(CHUNK);
+            let n = cacheless::conv::fit(left, CHUNK);
             let lease = lease.then(|| acquire(&self.budget, CHUNK as u64));
             let pooled = self.sh.bufs.lock().unwrap_or_else(|e| e.into_inner()).pop();
             let mut buf = pooled.unwrap_or_else(|| AlignedBuf::new(CHUNK, 4096));
@@ -290,7 +285,7 @@ impl Ctx<'_> {
     /// Chunk buffers handed to it are not leased (the channel bounds them to 5 x 4 MiB): the
     /// Writer leases its own buffers from the same budget, and a worker waiting for that lease
     /// must not wait on chunks that only it can release.
-    fn stream_file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> std::result::Result<(), Fail> {
+    fn stream_file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> Result<(), Fail> {
         let mut wo = self.opts.write_options.clone().unwrap_or_else(|| cacheless::WriteOptions::new(self.budget.clone()));
         wo.budget = self.budget.clone();
         wo.mode = self.opts.mode;
@@ -310,14 +305,7 @@ impl Ctx<'_> {
 
     /// A sparse entry, written here: each data segment at its offset through the engine, the
     /// holes left as holes, the length set at the end.
-    fn sparse_file(
-        &mut self,
-        parser: &mut Parser<source::TarStream>,
-        e: &Entry,
-        map: &[(u64, u64)],
-        rel: RelPath,
-        meta: Meta,
-    ) -> std::result::Result<(), Fail> {
+    fn sparse_file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, map: &[(u64, u64)], rel: RelPath, meta: Meta) -> Result<(), Fail> {
         let data_len: u64 = map.iter().map(|&(_, len)| len).sum();
         let display = rel.to_path();
         let creator = self.sh.creator.clone();
@@ -327,7 +315,7 @@ impl Ctx<'_> {
         for &(off, len) in map {
             let mut done = 0u64;
             while done < len {
-                let n = ((len - done) as usize).min(buf.len());
+                let n = cacheless::conv::fit(len - done, buf.len());
                 parser.read_data_exact(&mut buf[..n]).map_err(fatal)?;
                 file.write_at(&buf[..n], off + done).map_err(|er| Fail::Entry(Error::Engine(er)))?;
                 done += n as u64;

@@ -28,15 +28,17 @@ pub(super) struct Meta {
 }
 
 pub(super) fn times(mtime: (i64, u32)) -> Timestamps {
-    Timestamps { last_access: Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT }, last_modification: Timespec { tv_sec: mtime.0, tv_nsec: mtime.1 as _ } }
+    Timestamps {
+        last_access: Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
+        last_modification: Timespec { tv_sec: mtime.0, tv_nsec: mtime.1.into() },
+    }
 }
 
 pub(super) fn system_time(t: (i64, u32)) -> std::time::SystemTime {
     use std::time::{Duration, UNIX_EPOCH};
-    if t.0 >= 0 {
-        UNIX_EPOCH + Duration::new(t.0 as u64, t.1)
-    } else {
-        UNIX_EPOCH - Duration::new(t.0.unsigned_abs(), 0) + Duration::from_nanos(t.1 as u64)
+    match u64::try_from(t.0) {
+        Ok(secs) => UNIX_EPOCH + Duration::new(secs, t.1),
+        Err(_) => UNIX_EPOCH - Duration::new(t.0.unsigned_abs(), 0) + Duration::from_nanos(t.1.into()),
     }
 }
 
@@ -46,12 +48,18 @@ pub(super) fn attrs(m: &Meta) -> FileAttrs {
     FileAttrs { permissions: Some(m.mode), mtime: Some(system_time(m.mtime)), atime: None }
 }
 
+/// The entry's owner and group as the kernel's ids; `None` when one is out of their range.
+pub(super) fn ids(m: &Meta) -> Option<(rustix::fs::Uid, rustix::fs::Gid)> {
+    Some((rustix::fs::Uid::from_raw(u32::try_from(m.uid).ok()?), rustix::fs::Gid::from_raw(u32::try_from(m.gid).ok()?)))
+}
+
 /// fchown to the entry's owner when ownership is restored.
 pub(super) fn chown(fd: impl AsFd, m: &Meta) -> rustix::io::Result<()> {
     if !m.chown {
         return Ok(());
     }
-    rustix::fs::fchown(fd, Some(rustix::fs::Uid::from_raw(m.uid as u32)), Some(rustix::fs::Gid::from_raw(m.gid as u32)))
+    let (uid, gid) = ids(m).ok_or(rustix::io::Errno::OVERFLOW)?;
+    rustix::fs::fchown(fd, Some(uid), Some(gid))
 }
 
 /// Owner, mode and mtime of a directory (or any open entry), in that order.
@@ -133,7 +141,7 @@ impl Shared {
     /// Hands each chunk of a streamed entry to `write`, counts it and keeps its buffer for the
     /// next chunk. `Err(None)`: the parser stopped inside this entry (truncated or corrupt
     /// archive, or interrupted); it reports why, and dropping the unfinished file removes it.
-    fn take_chunks<E>(&self, rx: &Receiver<Msg>, mut write: impl FnMut(&[u8]) -> std::result::Result<(), E>) -> std::result::Result<(), Option<E>> {
+    fn take_chunks<E>(&self, rx: &Receiver<Msg>, mut write: impl FnMut(&[u8]) -> Result<(), E>) -> Result<(), Option<E>> {
         loop {
             match rx.recv() {
                 Ok(Msg::Chunk(buf, len, lease)) => {
@@ -180,7 +188,7 @@ impl Shared {
 
     /// Counts a file's outcome. A failed file was removed (dropped unfinished); `Err(None)`:
     /// the parser stopped inside it and reports why.
-    fn done(&self, rel: &RelPath, res: std::result::Result<cacheless::WriteReport, Option<cacheless::Error>>) {
+    fn done(&self, rel: &RelPath, res: Result<cacheless::WriteReport, Option<cacheless::Error>>) {
         match res {
             Ok(rep) => self.file_done(rep.decision.mode),
             Err(Some(e)) => self.fail(named(rel, &e.to_string(), true)),

@@ -140,7 +140,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
             Err(Fail::Entry(err)) => {
                 // Most errors already name the entry (their path); say it once.
                 let msg = err.to_string();
-                sh.fail(if msg.contains(&name) { msg } else { format!("{name}: {msg}") })
+                sh.fail(if msg.contains(&name) { msg } else { format!("{name}: {msg}") });
             }
             Err(Fail::Fatal(err)) => {
                 ctx.report.fatal_error = Some(err);

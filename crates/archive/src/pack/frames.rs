@@ -125,10 +125,10 @@ impl Codec {
                 z.include_contentsize(true)?;
                 Codec::Zstd(Box::new(z))
             }
-            Compression::Gzip => Codec::Gzip(level as u32),
-            Compression::Xz => Codec::Xz(level as u32),
+            Compression::Gzip => Codec::Gzip(unsigned_level(level)?),
+            Compression::Xz => Codec::Xz(unsigned_level(level)?),
             Compression::Lz4 => Codec::Lz4,
-            Compression::Bzip2 => Codec::Bzip2(level as u32),
+            Compression::Bzip2 => Codec::Bzip2(unsigned_level(level)?),
             Compression::None => return Err(io::Error::new(io::ErrorKind::InvalidInput, "no codec for uncompressed output")),
         })
     }
@@ -138,7 +138,7 @@ impl Codec {
         out.clear();
         Ok(match self {
             Codec::Zstd(z) => {
-                out.reserve(zstd::zstd_safe::compress_bound(src.len()));
+                out.reserve(zstd_safe::compress_bound(src.len()));
                 z.compress_to_buffer(src, &mut out)?;
                 out
             }
@@ -167,13 +167,15 @@ impl Codec {
     }
 }
 
+/// The level of a format whose levels are unsigned (gzip, xz, bzip2).
+fn unsigned_level(level: i32) -> io::Result<u32> {
+    u32::try_from(level).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("level {level} is negative")))
+}
+
 /// A compression worker: frames in, compressed frames out; the input buffer is recycled.
 pub(crate) fn worker(mut codec: Codec, rx: Arc<Mutex<Receiver<Frame>>>, tx: SyncSender<io::Result<Frame>>, pool: Pool, keep: usize) {
     loop {
-        let f = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-            Ok(f) => f,
-            Err(_) => return,
-        };
+        let Ok(f) = rx.lock().unwrap_or_else(|e| e.into_inner()).recv() else { return };
         let out = take(&pool, 0);
         match codec.compress(&f.data, out) {
             Ok(data) => {

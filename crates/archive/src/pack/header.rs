@@ -156,8 +156,8 @@ pub(crate) fn append(out: &mut Vec<u8>, name: &[u8], f: &Fields, sparse: Option<
         None => (name.to_vec(), f.size),
     };
     let binary = std::str::from_utf8(name).is_err() || std::str::from_utf8(&f.link).is_err();
-    {
-        let u = h.as_ustar_mut().expect("ustar header");
+    // A header made by new_ustar() always has the ustar layout.
+    if let Some(u) = h.as_ustar_mut() {
         match split_ustar(&stored_name) {
             Some((prefix, n)) => {
                 put(&mut u.prefix, prefix);
@@ -212,10 +212,13 @@ pub(crate) fn append(out: &mut Vec<u8>, name: &[u8], f: &Fields, sparse: Option<
     } else {
         h.set_size(stored_size);
     }
-    if f.mtime.1 != 0 || f.mtime.0 < 0 || f.mtime.0 as u64 > MAX_OCTAL_12 {
+    // The ustar field holds 0..=8^11-1; anything else (and any fraction) goes to pax.
+    let ustar_mtime = u64::try_from(f.mtime.0).ok().filter(|&t| t <= MAX_OCTAL_12);
+    if f.mtime.1 != 0 || ustar_mtime.is_none() {
         record(&mut pax, "mtime", pax_time(f.mtime).as_bytes());
     }
-    h.set_mtime(f.mtime.0.clamp(0, MAX_OCTAL_12 as i64) as u64);
+    let clamped_mtime = ustar_mtime.unwrap_or(if f.mtime.0 < 0 { 0 } else { MAX_OCTAL_12 });
+    h.set_mtime(clamped_mtime);
     h.set_entry_type(match f.kind {
         Kind::File => EntryType::Regular,
         Kind::Dir => EntryType::Directory,
@@ -240,11 +243,13 @@ pub(crate) fn append(out: &mut Vec<u8>, name: &[u8], f: &Fields, sparse: Option<
         let mut xname = dir_of(name).to_vec();
         xname.extend_from_slice(b"PaxHeaders/");
         xname.extend_from_slice(base(name));
-        put(&mut x.as_ustar_mut().expect("ustar header").name, &xname[..xname.len().min(100)]);
+        if let Some(u) = x.as_ustar_mut() {
+            put(&mut u.name, &xname[..xname.len().min(100)]);
+        }
         x.set_mode(0o644);
         x.set_uid(f.uid.min(MAX_OCTAL_8));
         x.set_gid(f.gid.min(MAX_OCTAL_8));
-        x.set_mtime(f.mtime.0.clamp(0, MAX_OCTAL_12 as i64) as u64);
+        x.set_mtime(clamped_mtime);
         x.set_size(pax.len() as u64);
         x.set_entry_type(EntryType::XHeader);
         x.set_cksum();
@@ -260,7 +265,7 @@ pub(crate) fn append(out: &mut Vec<u8>, name: &[u8], f: &Fields, sparse: Option<
 
 /// Whether device numbers fit the ustar fields (there is no standard pax record for them).
 pub(crate) fn dev_fits(dev: (u32, u32)) -> bool {
-    dev.0 as u64 <= MAX_OCTAL_8 && dev.1 as u64 <= MAX_OCTAL_8
+    u64::from(dev.0) <= MAX_OCTAL_8 && u64::from(dev.1) <= MAX_OCTAL_8
 }
 
 #[cfg(test)]

@@ -129,16 +129,16 @@ pub fn parse_time(s: &str) -> std::result::Result<(i64, u32), String> {
             return Err(bad());
         }
         secs = v[0] * 3600 + v[1] * 60 + v.get(2).copied().unwrap_or(0);
-        for (i, c) in frac.chars().take(9).enumerate() {
-            nanos += c.to_digit(10).ok_or_else(bad)? * 10u32.pow(8 - i as u32);
+        for (c, scale) in frac.chars().zip(crate::tarparse::DIGIT_SCALES) {
+            nanos += c.to_digit(10).ok_or_else(bad)? * scale;
         }
     }
     // Days from the civil date (Howard Hinnant's algorithm), proleptic Gregorian calendar.
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day as i64 - 1;
+    let mp = (i64::from(m) + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146097 + doe - 719468;
     Ok((days * 86400 + secs, nanos))
@@ -518,7 +518,7 @@ static ZEROS: [u8; 64 << 10] = [0u8; 64 << 10];
 
 fn zeros(tar: &mut TarOut, mut n: u64) -> std::result::Result<(), Stop> {
     while n > 0 {
-        let k = n.min(ZEROS.len() as u64) as usize;
+        let k = cacheless::conv::fit(n, ZEROS.len());
         tar.write(&ZEROS[..k])?;
         n -= k as u64;
     }
@@ -590,7 +590,7 @@ fn write_file(item: &Item, rx: &Receiver<Msg>, tar: &mut TarOut, hdr: &mut Vec<u
     loop {
         match rx.recv() {
             Ok(Msg::Data(p)) => {
-                let n = (p.len() as u64).min(want - got) as usize;
+                let n = cacheless::conv::fit(want - got, p.len());
                 tar.write(&p[..n])?;
                 drop(p);
                 got += n as u64;

@@ -83,9 +83,9 @@ pub(crate) fn plan(base: &ReadOptions, size: u64, sparse: bool) -> (ReadOptions,
     let mut ro = base.clone();
     let page = 4096usize;
     // Requests never exceed what was walked, so a file that grew in between cannot need more.
-    let block = ro.block_size.max(page).min((size as usize).div_ceil(page).max(1) * page);
+    let block = ro.block_size.max(page).min(cacheless::conv::usize_of(size.div_ceil(page as u64).max(1)).saturating_mul(page));
     ro.block_size = block;
-    let blocks = size.div_ceil(block as u64).max(1) as usize;
+    let blocks = cacheless::conv::usize_of(size.div_ceil(block as u64).max(1));
     let bufs = if sparse {
         ro.queue_depth = 1;
         ro.extra_buffers = 0;
@@ -196,7 +196,7 @@ fn read_stream(reader: &mut Reader, size: u64, tx: &SyncSender<Msg>, cancel: &At
             return Ok(None);
         }
         let Some(c) = reader.next_chunk()? else { break };
-        let n = (c.len() as u64).min(size - got) as usize;
+        let n = cacheless::conv::fit(size - got, c.len());
         got += n as u64;
         if tx.send(Msg::Data(Piece::Chunk(c, n))).is_err() {
             return Ok(None);
@@ -218,7 +218,7 @@ fn read_sparse(reader: &mut Reader, map: &SparseMap, budget: &Budget, tx: &SyncS
             }
             // At most CHANNEL + 1 buffers are out (channel and writer), so one is free.
             let mut b = lease.get().unwrap_or_else(|| AlignedBuf::new(block, 4096));
-            let want = ((len - done) as usize).min(block);
+            let want = cacheless::conv::fit(len - done, block);
             let n = reader.read_at(&mut b[..want], off + done)?;
             got += n as u64;
             done += n as u64;

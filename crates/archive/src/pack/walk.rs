@@ -195,18 +195,19 @@ impl Walker<'_> {
         let o = self.opts;
         // --numeric-owner stores no names, given owners included (as GNU tar).
         let (uid, uname) = match &o.owner {
-            Some(Owner { id, .. }) if o.numeric_owner => (*id as u64, Vec::new()),
-            Some(Owner { id, name }) => (*id as u64, name.clone().into_bytes()),
-            None if o.numeric_owner => (md.uid() as u64, Vec::new()),
-            None => (md.uid() as u64, self.names.user(md.uid())),
+            Some(Owner { id, .. }) if o.numeric_owner => (u64::from(*id), Vec::new()),
+            Some(Owner { id, name }) => (u64::from(*id), name.clone().into_bytes()),
+            None if o.numeric_owner => (u64::from(md.uid()), Vec::new()),
+            None => (u64::from(md.uid()), self.names.user(md.uid())),
         };
         let (gid, gname) = match &o.group {
-            Some(Owner { id, .. }) if o.numeric_owner => (*id as u64, Vec::new()),
-            Some(Owner { id, name }) => (*id as u64, name.clone().into_bytes()),
-            None if o.numeric_owner => (md.gid() as u64, Vec::new()),
-            None => (md.gid() as u64, self.names.group(md.gid())),
+            Some(Owner { id, .. }) if o.numeric_owner => (u64::from(*id), Vec::new()),
+            Some(Owner { id, name }) => (u64::from(*id), name.clone().into_bytes()),
+            None if o.numeric_owner => (u64::from(md.gid()), Vec::new()),
+            None => (u64::from(md.gid()), self.names.group(md.gid())),
         };
-        let mtime = o.mtime.unwrap_or((md.mtime(), md.mtime_nsec() as u32));
+        // st_mtime_nsec is 0..1e9 (the kernel's timespec).
+        let mtime = o.mtime.unwrap_or((md.mtime(), u32::try_from(md.mtime_nsec()).unwrap_or(0)));
         let rdev = md.rdev();
         Fields {
             kind,

@@ -1,5 +1,6 @@
 //! Shared helpers: tree generation, GNU tar invocation, tree comparison, a tiny tar header builder.
-#![allow(dead_code)]
+#![allow(dead_code)] // Each test crate uses its own subset.
+#![allow(clippy::unwrap_used)] // A failed step in a test is a failed test.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -9,6 +10,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cacheless_archive::{extract, ExtractOptions, ExtractReport, Input, IoMode};
+pub use cacheless_testkit::{require, scratch};
+
+/// Mounts a tmpfs with `options` (such as `size=2m`) on `dir`: `Err` says why not (it needs root).
+pub fn mount_tmpfs(dir: &Path, options: &str) -> Result<(), String> {
+    cacheless_testkit::root()?;
+    let out = Command::new("mount").args(["-t", "tmpfs", "-o", options, "tmpfs"]).arg(dir).output().map_err(|e| format!("mount: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("cannot mount a tmpfs: {}", String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
 
 /// Runs a command, panicking with its stderr on failure.
 pub fn run(cmd: &mut Command) -> String {
@@ -17,7 +30,8 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn rnd(seed: u64, n: usize) -> Vec<u8> {
+/// `n` deterministic pseudo-random bytes from `seed`.
+pub fn rnd(seed: u64, n: usize) -> Vec<u8> {
     // xorshift: deterministic, fast, no dependency on rand's API.
     let mut x = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
     let mut v = Vec::with_capacity(n + 8);
@@ -33,7 +47,7 @@ fn rnd(seed: u64, n: usize) -> Vec<u8> {
 
 fn set_mtime(p: &Path, secs: i64, nsec: i64, follow: bool) {
     use rustix::fs::{AtFlags, Timespec, Timestamps, CWD};
-    let t = Timestamps { last_access: Timespec { tv_sec: secs, tv_nsec: nsec as _ }, last_modification: Timespec { tv_sec: secs, tv_nsec: nsec as _ } };
+    let t = Timestamps { last_access: Timespec { tv_sec: secs, tv_nsec: nsec }, last_modification: Timespec { tv_sec: secs, tv_nsec: nsec } };
     let fl = if follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
     rustix::fs::utimensat(CWD, p, &t, fl).unwrap();
 }
@@ -122,9 +136,9 @@ pub fn make_tree(root: &Path, spec: &TreeSpec) {
     // mtimes: fixed, with fractions, pre-1970 excluded (v7/ustar cannot hold them).
     let mut all = Vec::new();
     walk(root, &mut all);
-    for (i, p) in all.iter().enumerate() {
+    for (i, p) in (0i64..).zip(&all) {
         let md = fs::symlink_metadata(p).unwrap();
-        set_mtime(p, 1_600_000_000 + i as i64 * 3677, 123_456_789, !md.file_type().is_symlink());
+        set_mtime(p, 1_600_000_000 + i * 3677, 123_456_789, !md.file_type().is_symlink());
     }
     set_mtime(root, 1_500_000_000, 0, true);
     fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
@@ -169,6 +183,7 @@ pub fn gnu_tar_extract(archive: &Path, dest: &Path) {
 
 /// Extracts with ours.
 /// `None` when the filesystem refuses a forced mode (skipped unless CACHELESS_REQUIRE names it).
+#[track_caller]
 pub fn ours(archive: &Path, dest: &Path, mode: IoMode, walk: bool) -> Option<ExtractReport> {
     let mut o = ExtractOptions::new(dest);
     o.mode = mode;
@@ -179,14 +194,12 @@ pub fn ours(archive: &Path, dest: &Path, mode: IoMode, walk: bool) -> Option<Ext
         Ok(r) => r,
         Err(why) if why.is_unsupported() => {
             let feature = if mode == IoMode::Direct { "direct" } else { "dontcache" };
-            let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
-            assert!(!required.split(',').any(|f| f == feature), "CACHELESS_REQUIRE={required}: {why}");
             assert!(
                 matches!(why.hint(), Some(cacheless::Hint::Modes(m)) if m.first() == Some(&IoMode::Auto)),
                 "a refused mode says which to ask for instead: {why} {:?}",
                 why.hint()
             );
-            println!("skipping mode {mode:?}: {why}");
+            require(feature, Err(why.to_string()));
             return None;
         }
         Err(e) => panic!("{archive:?}: {e}"),
@@ -220,7 +233,7 @@ pub fn data_segments(p: &Path) -> Vec<(u64, Vec<u8>)> {
             Err(e) => panic!("{e}"),
         };
         let h = seek(&f, S::Hole(d)).unwrap();
-        let mut b = vec![0u8; (h - d) as usize];
+        let mut b = vec![0u8; usize::try_from(h - d).unwrap()];
         rustix::io::pread(&f, &mut b, d).unwrap();
         out.push((d, b));
         off = h;
@@ -309,7 +322,7 @@ pub fn assert_same_tree(a: &Path, b: &Path, what: &str) {
     let (ma, mb) = (fs::metadata(a).unwrap(), fs::metadata(b).unwrap());
     assert_eq!(ma.mode(), mb.mode(), "{what}: root dir mode");
     // Its mtime comes from the archive only when it has a "./" entry; else both are "now".
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let now = i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()).unwrap();
     if ma.mtime() < now - 60 || mb.mtime() < now - 60 {
         assert_eq!(ma.mtime(), mb.mtime(), "{what}: root dir mtime");
     }
@@ -347,7 +360,7 @@ pub fn header(name: &[u8], typeflag: u8, size_field: &[u8; 12], link: &[u8], mod
 /// Recomputes the checksum field.
 pub fn fix_checksum(h: &mut [u8; 512]) {
     h[148..156].copy_from_slice(b"        ");
-    let sum: u32 = h.iter().map(|&b| b as u32).sum();
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
     h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
 }
 

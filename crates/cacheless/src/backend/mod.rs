@@ -316,7 +316,8 @@ pub(crate) fn run_sync(mut op: Op) -> Completion {
             break Ok(0);
         }
         let fd = op.file.clone();
-        let flags = rustix::io::ReadWriteFlags::from_bits_retain(op.rw_flags as u32);
+        // io_uring takes the RWF_* bits as an i32, preadv2/pwritev2 as a u32: the same bits.
+        let flags = rustix::io::ReadWriteFlags::from_bits_retain(u32::from_ne_bytes(op.rw_flags.to_ne_bytes()));
         let (ptr, len, off) = (op.ptr(), op.len, op.offset);
         let r = match op.kind {
             OpKind::Read => {
@@ -464,11 +465,13 @@ pub(crate) fn read_into<D: Driver>(
                 break;
             }
             d.before(offset + next as u64, piece);
+            // `next < len`: the address stays inside `mem` (no wrapping happens).
+            let at = ptr.wrapping_add(next);
             // SAFETY: `mem` is exclusively borrowed for this call and `next + piece <= len`.
             // Each op pushed here carries this call's unique `owner`, and the loop below does
             // not return until every one of them has come back from the lane, which returns an
             // op only once its I/O has finished (or the process aborts).
-            let op = unsafe { Op::borrowed(OpKind::Read, file.clone(), offset + next as u64, ptr.add(next), piece, rw_flags, next as u64, owner) };
+            let op = unsafe { Op::borrowed(OpKind::Read, file.clone(), offset + next as u64, at, piece, rw_flags, next as u64, owner) };
             d.lane().push(op);
             mine += 1;
             next += piece;
@@ -476,17 +479,14 @@ pub(crate) fn read_into<D: Driver>(
         if mine == 0 {
             break;
         }
-        let c = match d.lane().wait() {
-            Ok(c) => c,
-            Err(_) => std::process::abort(),
-        };
+        let Ok(c) = d.lane().wait() else { std::process::abort() };
         if c.op.owner != owner {
             if let Err(e) = d.other(c) {
                 first_err.get_or_insert(e);
             }
             continue;
         }
-        let rel = c.op.tag as usize;
+        let rel = crate::conv::usize_of(c.op.tag);
         let piece = block.min(len - rel);
         match c.result {
             Ok(n) if n < piece && n > 0 && n % align.max(1) == 0 && first_err.is_none() => {

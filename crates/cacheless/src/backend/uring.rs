@@ -45,7 +45,8 @@ impl UringQueue {
     /// Sets up a ring with room for `depth` requests.
     pub(crate) fn new(depth: usize) -> io::Result<UringQueue> {
         let depth = depth.max(1);
-        let ring = IoUring::new(depth.next_power_of_two() as u32)?;
+        let entries = u32::try_from(depth.next_power_of_two()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "io_uring queue too deep"))?;
+        let ring = IoUring::new(entries)?;
         Ok(UringQueue {
             ring,
             slots: (0..depth).map(|_| None).collect(),
@@ -68,11 +69,11 @@ impl UringQueue {
         let fd = types::Fd(op.file.as_raw_fd());
         let len = u32::try_from(op.len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "request over 4 GiB"))?;
         // The kernel checks the range against the registered buffer it names.
-        let fixed = op.owned_base().and_then(|b| fixed_bufs.binary_search(&b).ok());
+        let fixed = op.owned_base().and_then(|b| fixed_bufs.binary_search(&b).ok()).and_then(|i| u16::try_from(i).ok());
         let ptr = op.ptr();
         let sqe = match (op.kind, fixed) {
-            (OpKind::Read, Some(i)) => opcode::ReadFixed::new(fd, ptr, len, i as u16).offset(op.offset).rw_flags(op.rw_flags).build(),
-            (OpKind::Write, Some(i)) => opcode::WriteFixed::new(fd, ptr, len, i as u16).offset(op.offset).rw_flags(op.rw_flags).build(),
+            (OpKind::Read, Some(i)) => opcode::ReadFixed::new(fd, ptr, len, i).offset(op.offset).rw_flags(op.rw_flags).build(),
+            (OpKind::Write, Some(i)) => opcode::WriteFixed::new(fd, ptr, len, i).offset(op.offset).rw_flags(op.rw_flags).build(),
             (OpKind::Read, None) => opcode::Read::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
             (OpKind::Write, None) => opcode::Write::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
         }
@@ -135,7 +136,7 @@ impl UringQueue {
     fn reap(&mut self) {
         let cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
         for (ud, res) in cqes {
-            let slot = ud as usize;
+            let slot = crate::conv::usize_of(ud);
             let Some(Some(s)) = self.slots.get_mut(slot) else {
                 self.fault.get_or_insert_with(|| io::Error::other(format!("io_uring completed request {ud}, which is not in flight")));
                 continue;
@@ -145,14 +146,16 @@ impl UringQueue {
                     self.start(slot);
                     continue;
                 }
-                if s.op.kind == OpKind::Write && res > 0 && (res as usize) < s.op.len {
+                let done = usize::try_from(res).unwrap_or(0);
+                if s.op.kind == OpKind::Write && done > 0 && done < s.op.len {
                     // Short write: carry on from where it stopped; the op counts what is done.
-                    s.op.advance(res as usize);
+                    s.op.advance(done);
                     self.start(slot);
                     continue;
                 }
             }
-            let result = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(res as usize) };
+            // A negative result is the errno; the rest is the byte count.
+            let result = usize::try_from(res).map_err(|_| io::Error::from_raw_os_error(-res));
             self.complete(slot, result);
         }
     }
@@ -258,9 +261,11 @@ impl Drop for UringQueue {
                     // Cannot wait: leaking the ops (their buffers, their lease and files) is
                     // the only memory-safe choice.
                     self.reap();
+                    #[allow(clippy::mem_forget)] // The leak is the point: the kernel may still use them.
                     for s in self.slots.drain(..) {
                         std::mem::forget(s);
                     }
+                    #[allow(clippy::mem_forget)] // As above: the registered buffers stay mapped.
                     if let Some(l) = self._fixed_lease.take() {
                         std::mem::forget(l);
                     }
@@ -313,12 +318,9 @@ pub(crate) mod fault {
 
         /// True (after saying why) when io_uring is missing and the test cannot run; a failure
         /// instead when `CACHELESS_REQUIRE` names it.
+        #[track_caller]
         fn no_uring() -> bool {
-            let Err(u) = &crate::caps::system().uring else { return false };
-            let required = std::env::var("CACHELESS_REQUIRE").unwrap_or_default();
-            assert!(!required.split(',').any(|f| f.trim() == "uring"), "io_uring required but unavailable: {}", u.reason);
-            eprintln!("skipping: io_uring unavailable: {}", u.reason);
-            true
+            !cacheless_testkit::require("uring", crate::caps::system().uring.as_ref().map(|_| ()).map_err(|u| u.reason.clone()))
         }
 
         fn data(len: usize) -> Vec<u8> {
@@ -328,7 +330,7 @@ pub(crate) mod fault {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    x as u8
+                    x.to_le_bytes()[0]
                 })
                 .collect()
         }
@@ -366,7 +368,7 @@ pub(crate) mod fault {
             let err = loop {
                 match r.next_chunk() {
                     Ok(Some(c)) => {
-                        let off = c.offset() as usize;
+                        let off = crate::conv::usize_of(c.offset());
                         assert!(c[..] == bytes[off..off + c.len()], "chunk at {off} differs");
                         good += 1;
                     }
@@ -433,8 +435,7 @@ pub(crate) mod fault {
         /// A completion the queue does not know is an error on the next completion, not a panic.
         #[test]
         fn a_stray_completion_is_an_error() {
-            if crate::caps::system().uring.is_err() {
-                eprintln!("skipping: io_uring unavailable");
+            if no_uring() {
                 return;
             }
             let mut q = UringQueue::new(4).unwrap();

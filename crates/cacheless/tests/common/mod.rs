@@ -1,35 +1,17 @@
-//! Shared helpers for the engine's integration tests.
-#![allow(dead_code)]
+//! Helpers shared by the engine's and the safetensors crate's integration tests, on top of the
+//! workspace's testkit (scratch folders, feature requirements).
+#![allow(dead_code)] // Each test crate uses its own subset.
+#![allow(clippy::unwrap_used)] // A failed step in a test is a failed test.
 
 use std::path::{Path, PathBuf};
 
 use cacheless::{BackendKind, Mode};
+pub use cacheless_testkit::{require, scratch, skip};
 use rand::{Rng, RngCore, SeedableRng};
 
-/// Features named in CACHELESS_REQUIRE must be present: a skip becomes a failure.
-pub fn required(feature: &str) -> bool {
-    std::env::var("CACHELESS_REQUIRE").map(|v| v.split(',').any(|f| f.trim() == feature)).unwrap_or(false)
-}
-
-/// Skips (returns true) when `feature` is unavailable for `reason`, unless it is required.
-pub fn skip_unless(feature: &str, available: Result<(), String>) -> bool {
-    match available {
-        Ok(()) => false,
-        Err(reason) => {
-            if required(feature) {
-                panic!("{feature} is required by CACHELESS_REQUIRE but unavailable: {reason}");
-            }
-            eprintln!("skipping: {feature} unavailable: {reason}");
-            true
-        }
-    }
-}
-
-/// A scratch directory on the real disk (not tmpfs), under the target directory.
-pub fn scratch() -> tempfile::TempDir {
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(base).unwrap();
-    tempfile::tempdir_in(base).unwrap()
+/// `Ok`, or why the feature is unavailable, from a probe's verdict.
+pub fn support<T>(s: &Result<T, cacheless::caps::Unavailable>) -> Result<(), String> {
+    s.as_ref().map(|_| ()).map_err(|u| u.reason.clone())
 }
 
 /// A file of `len` pseudo-random bytes.
@@ -49,18 +31,19 @@ pub fn rng(seed: u64) -> rand::rngs::StdRng {
 
 /// Every concrete mode and backend whose features are present (probed on `dir`), failing if
 /// a required one is missing.
+#[track_caller]
 pub fn matrix(dir: &Path) -> Vec<(Mode, BackendKind)> {
     let caps = cacheless::caps::for_dir(dir).unwrap();
     let sys = cacheless::caps::system();
     let mut backends = vec![BackendKind::Threads];
-    if !skip_unless("uring", sys.uring.clone().map_err(|u| u.reason)) {
+    if require("uring", support(&sys.uring)) {
         backends.push(BackendKind::Uring);
     }
     let mut modes = vec![Mode::Auto, Mode::Buffered, Mode::WriteBehind];
-    if !skip_unless("direct", caps.direct.clone().map(|_| ()).map_err(|u| u.reason)) {
+    if require("direct", support(&caps.direct)) {
         modes.push(Mode::Direct);
     }
-    if !skip_unless("dontcache", caps.dontcache.clone().map_err(|u| u.reason)) {
+    if require("dontcache", support(&caps.dontcache)) {
         modes.push(Mode::DontCache);
     }
     let mut v = Vec::new();
@@ -76,9 +59,7 @@ pub fn matrix(dir: &Path) -> Vec<(Mode, BackendKind)> {
 pub fn sizes(align: usize, seed: u64) -> Vec<usize> {
     let mut v = vec![0, 1];
     for k in 1..=3 {
-        for d in [-1i64, 0, 1] {
-            v.push((k as i64 * align as i64 + d) as usize);
-        }
+        v.extend([k * align - 1, k * align, k * align + 1]);
     }
     let mut r = rng(seed);
     for _ in 0..3 {
@@ -93,11 +74,11 @@ pub fn sizes(align: usize, seed: u64) -> Vec<usize> {
 pub fn tmpfs_without_dontcache() -> Option<tempfile::TempDir> {
     let shm = Path::new("/dev/shm");
     let Ok(caps) = cacheless::caps::for_dir(shm) else {
-        eprintln!("skipping: no /dev/shm");
+        skip("no /dev/shm");
         return None;
     };
     if caps.fs_type != "tmpfs" || caps.dontcache.is_ok() {
-        eprintln!("skipping: /dev/shm is {} with dontcache {:?}", caps.fs_type, caps.dontcache.is_ok());
+        skip(&format!("/dev/shm is {} with dontcache {:?}", caps.fs_type, caps.dontcache.is_ok()));
         return None;
     }
     Some(tempfile::tempdir_in(shm).unwrap())

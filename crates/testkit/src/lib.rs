@@ -1,0 +1,148 @@
+//! Helpers shared by every test crate of the workspace (a dev-dependency only).
+//!
+//! - [`scratch`]: a scratch folder on a real disk (O_DIRECT and RWF_DONTCACHE need one; tmpfs
+//!   has neither), removed when dropped.
+//! - [`bin`] / [`cacheless`]: the workspace's built binaries, found beside the test executable.
+//! - [`require`] / [`skip`]: a test that cannot run here says why on the terminal (not in
+//!   libtest's captured output, so the reason shows under plain `cargo test`), and fails instead
+//!   when `CACHELESS_REQUIRE` names the feature it needs (CI sets it: its machine has them all).
+//! - [`interrupt`]: sends a signal to a running child and collects its output.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::Duration;
+
+/// The features named in `CACHELESS_REQUIRE` (comma-separated).
+pub fn required(feature: &str) -> bool {
+    std::env::var("CACHELESS_REQUIRE").is_ok_and(|v| v.split(',').any(|f| f.trim() == feature))
+}
+
+/// Writes one line to the process's standard error handle itself: libtest captures the print
+/// macros of a passing test, not writes to the handle, so the line reaches the terminal.
+fn say(line: &str) {
+    let mut e = std::io::stderr().lock();
+    let _ = e.write_all(format!("{line}\n").as_bytes());
+    let _ = e.flush();
+}
+
+/// Whether a test that needs `feature` can run: true when `available` is `Ok`. Otherwise it
+/// says on the terminal why the test is skipped and returns false, or panics (the test fails)
+/// when `CACHELESS_REQUIRE` names `feature`.
+///
+/// ```no_run
+/// # fn probe() -> Result<(), String> { Ok(()) }
+/// if !cacheless_testkit::require("uring", probe()) {
+///     return;
+/// }
+/// ```
+#[track_caller]
+pub fn require(feature: &str, available: Result<(), String>) -> bool {
+    match verdict(feature, available, required(feature)) {
+        Verdict::Run => true,
+        Verdict::Fail(msg) => panic!("{msg}"),
+        Verdict::Skip(msg) => {
+            say(&format!("skipped ({}): {msg}", std::panic::Location::caller()));
+            false
+        }
+    }
+}
+
+/// What [`require`] does.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Run,
+    Skip(String),
+    Fail(String),
+}
+
+fn verdict(feature: &str, available: Result<(), String>, required: bool) -> Verdict {
+    match available {
+        Ok(()) => Verdict::Run,
+        Err(reason) if required => Verdict::Fail(format!("{feature} is required by CACHELESS_REQUIRE but unavailable: {reason}")),
+        Err(reason) => Verdict::Skip(format!("{feature} unavailable: {reason}")),
+    }
+}
+
+/// Says on the terminal why a test (or part of it) is skipped, for a reason that is no kernel
+/// feature (a tool that is not installed, a run that is not root).
+#[track_caller]
+pub fn skip(reason: &str) {
+    say(&format!("skipped ({}): {reason}", std::panic::Location::caller()));
+}
+
+/// `Ok` when this process runs as root, else why a test that needs root cannot run.
+pub fn root() -> Result<(), String> {
+    if rustix::process::geteuid().is_root() {
+        Ok(())
+    } else {
+        Err("needs root".into())
+    }
+}
+
+/// The target directory of this build (`target/`), found from the test executable's path
+/// (`target/<profile>/deps/<test>`).
+fn target_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.ancestors().find(|a| a.file_name().is_some_and(|n| n == "deps"))?;
+    Some(deps.parent()?.parent()?.to_path_buf())
+}
+
+/// A fresh scratch folder on a real disk, removed when dropped: under `CACHELESS_TEST_DIR` if
+/// set, else `target/tmp` (where cargo puts integration tests' scratch), else the system's
+/// temporary folder.
+pub fn scratch() -> tempfile::TempDir {
+    let base = std::env::var_os("CACHELESS_TEST_DIR").map(PathBuf::from).or_else(|| target_dir().map(|t| t.join("tmp"))).unwrap_or_else(std::env::temp_dir);
+    scratch_in(&base)
+}
+
+/// A fresh scratch folder under `base` (created if missing), removed when dropped.
+pub fn scratch_in(base: &Path) -> tempfile::TempDir {
+    std::fs::create_dir_all(base).unwrap_or_else(|e| panic!("create {}: {e}", base.display()));
+    tempfile::Builder::new().prefix("cacheless-test-").tempdir_in(base).unwrap_or_else(|e| panic!("scratch folder in {}: {e}", base.display()))
+}
+
+/// The path of the workspace binary `name` built with this test (`target/<profile>/<name>`).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    let deps = exe.ancestors().find(|a| a.file_name().is_some_and(|n| n == "deps")).unwrap_or_else(|| panic!("{} is not under a deps folder", exe.display()));
+    let p = deps.parent().unwrap_or(deps).join(name);
+    assert!(p.exists(), "{} not built: run the tests with cargo test", p.display());
+    p
+}
+
+/// A command for the `cacheless` binary.
+pub fn cacheless() -> Command {
+    Command::new(bin("cacheless"))
+}
+
+/// Lets `child` run for `after`, sends it `signal`, and returns its output once it exits.
+pub fn interrupt(child: Child, after: Duration, signal: rustix::process::Signal) -> Output {
+    std::thread::sleep(after);
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), signal).unwrap_or_else(|e| panic!("kill: {e}"));
+    child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_is_under_the_target_folder_and_removed_when_dropped() {
+        let d = scratch();
+        let p = d.path().to_path_buf();
+        assert!(p.is_dir());
+        if std::env::var_os("CACHELESS_TEST_DIR").is_none() {
+            assert!(p.starts_with(target_dir().unwrap_or_default().join("tmp")), "{}", p.display());
+        }
+        drop(d);
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn a_missing_feature_skips_unless_it_is_required() {
+        assert_eq!(verdict("uring", Ok(()), true), Verdict::Run);
+        assert_eq!(verdict("uring", Err("EPERM".into()), false), Verdict::Skip("uring unavailable: EPERM".into()));
+        assert_eq!(verdict("uring", Err("EPERM".into()), true), Verdict::Fail("uring is required by CACHELESS_REQUIRE but unavailable: EPERM".into()));
+    }
+}
