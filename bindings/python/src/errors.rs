@@ -93,6 +93,17 @@ pub fn archive(e: cacheless_archive::Error, archive: &Path) -> PyErr {
     }
 }
 
+/// Some members of an archive job failed while the rest went on: an `OSError` naming the
+/// archive and the first failure, with the job's report in its `report` attribute.
+pub fn members_failed(archive: &Path, what: &str, failures: &[String], report: Bound<'_, PyAny>) -> PyErr {
+    let msg = format!("{what}; first: {}", failures.first().map(String::as_str).unwrap_or("?"));
+    let err = os_error(None, msg, archive);
+    if let Err(e) = err.value(report.py()).setattr("report", report) {
+        return e;
+    }
+    err
+}
+
 /// A worker thread panicked: a bug, reported as such.
 pub fn panicked(what: &str) -> PyErr {
     PyRuntimeError::new_err(format!("internal error: {what} panicked (please report it)"))

@@ -141,15 +141,8 @@ pub fn extract<'py>(
     }
     let report = to_py(py, &rep)?;
     if rep.failure_count > 0 {
-        let msg = format!(
-            "{} of {} members could not be extracted; first: {}",
-            rep.failure_count,
-            rep.entries,
-            rep.failures.first().map(String::as_str).unwrap_or("?")
-        );
-        let err = pyo3::exceptions::PyOSError::new_err((Option::<i32>::None, msg, archive.to_string_lossy().into_owned()));
-        err.value(py).setattr("report", report)?;
-        return Err(err);
+        let what = format!("{} of {} members could not be extracted", rep.failure_count, rep.entries);
+        return Err(errors::members_failed(&archive, &what, &rep.failures, report));
     }
     Ok(report)
 }
@@ -255,14 +248,8 @@ pub fn pack<'py>(
     let rep = job::run(py, &progress, o.callback(), || cacheless_archive::pack(po))?.map_err(|e| errors::archive(e, &archive))?;
     let report = to_py(py, &rep)?;
     if rep.failure_count > 0 {
-        let msg = format!(
-            "{} members could not be stored (the archive was written without them); first: {}",
-            rep.failure_count,
-            rep.failures.first().map(String::as_str).unwrap_or("?")
-        );
-        let err = pyo3::exceptions::PyOSError::new_err((Option::<i32>::None, msg, archive.to_string_lossy().into_owned()));
-        err.value(py).setattr("report", report)?;
-        return Err(err);
+        let what = format!("{} members could not be stored (the archive was written without them)", rep.failure_count);
+        return Err(errors::members_failed(&archive, &what, &rep.failures, report));
     }
     Ok(report)
 }
