@@ -431,13 +431,27 @@ pub(crate) trait Driver {
 /// Ids of [`read_into`] calls, so each recognises its own completions (0 is "no call").
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 
+/// The count of a [`read_into`] call's requests in flight, which aborts the process if it is
+/// dropped while any remain: a panic in one of the [`Driver`]'s hooks must not unwind out of
+/// `read_into` and give back memory the kernel or a worker thread may still write into.
+struct InFlight(usize);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            std::process::abort();
+        }
+    }
+}
+
 /// Reads `mem.len()` bytes at file `offset` straight into `mem`, in pieces of `block` with up
 /// to `depth` in flight, resubmitting short reads that stop on an `align` boundary before the
 /// end. Returns the bytes read (short only at end of file).
 ///
 /// Every piece in flight borrows `mem`; this function does not return, on success or error,
-/// until each of them has come back. If the lane can no longer be waited on, the process aborts
-/// rather than let the kernel write into memory that has been given back.
+/// until each of them has come back. If the lane can no longer be waited on, or a hook of `d`
+/// panics while pieces are in flight, the process aborts rather than let the kernel write into
+/// memory that has been given back.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_into<D: Driver>(
     d: &mut D,
@@ -454,11 +468,11 @@ pub(crate) fn read_into<D: Driver>(
     let ptr = mem.as_mut_ptr();
     let block = block.max(1);
     let mut next = 0usize;
-    let mut mine = 0usize;
+    let mut mine = InFlight(0);
     let mut short_at = len;
     let mut first_err: Option<D::Error> = None;
     loop {
-        while first_err.is_none() && next < len && mine < depth.max(1) {
+        while first_err.is_none() && next < len && mine.0 < depth.max(1) {
             let piece = block.min(len - next);
             if let Err(e) = d.prepare(piece) {
                 first_err = Some(e);
@@ -473,10 +487,10 @@ pub(crate) fn read_into<D: Driver>(
             // op only once its I/O has finished (or the process aborts).
             let op = unsafe { Op::borrowed(OpKind::Read, file.clone(), offset + next as u64, at, piece, rw_flags, next as u64, owner) };
             d.lane().push(op);
-            mine += 1;
+            mine.0 += 1;
             next += piece;
         }
-        if mine == 0 {
+        if mine.0 == 0 {
             break;
         }
         let Ok(c) = d.lane().wait() else { std::process::abort() };
@@ -495,14 +509,14 @@ pub(crate) fn read_into<D: Driver>(
                 d.lane().push(op);
             }
             Ok(n) => {
-                mine -= 1;
+                mine.0 -= 1;
                 d.after(offset + rel as u64, n.min(piece));
                 if n < piece {
                     short_at = short_at.min(rel + n);
                 }
             }
             Err(e) => {
-                mine -= 1;
+                mine.0 -= 1;
                 let e = d.error(e);
                 first_err.get_or_insert(e);
             }
@@ -511,5 +525,79 @@ pub(crate) fn read_into<D: Driver>(
     match first_err {
         Some(e) => Err(e),
         None => Ok(short_at),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn an_owned_op_outside_its_buffer_or_the_file_range_is_refused() {
+        let f = Arc::new(tempfile::tempfile().unwrap());
+        let op = |start, len, offset| Op::owned(OpKind::Read, f.clone(), offset, AlignedBuf::new(4096, 4096), start, len, 0, 0);
+        assert!(op(0, 4096, 0).is_ok());
+        assert!(op(4095, 1, 0).is_ok());
+        for (start, len, offset) in [(0, 4097, 0), (4096, 1, 0), (1, 4096, 0), (usize::MAX, 2, 0), (0, 4096, u64::MAX - 10), (0, 1, i64::MAX as u64)] {
+            let e = op(start, len, offset).err().unwrap_or_else(|| panic!("{start}+{len} at {offset} accepted"));
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{start}+{len} at {offset}");
+        }
+    }
+
+    /// A [`Driver`] on a thread queue whose `after` hook panics once a piece has come back while
+    /// others may still be in flight.
+    struct PanicsAfterFirst {
+        lane: Lane,
+    }
+
+    impl Driver for PanicsAfterFirst {
+        type Error = io::Error;
+        fn prepare(&mut self, _len: usize) -> io::Result<()> {
+            self.lane.open(Box::new(ThreadQueue::new(8)));
+            Ok(())
+        }
+        fn lane(&mut self) -> &mut Lane {
+            &mut self.lane
+        }
+        fn other(&mut self, _c: Completion) -> io::Result<()> {
+            Ok(())
+        }
+        fn error(&mut self, e: io::Error) -> io::Error {
+            e
+        }
+        fn after(&mut self, _off: u64, _n: usize) {
+            panic!("hook panicked");
+        }
+    }
+
+    const CHILD: &str = "CACHELESS_TEST_PANICKING_HOOK_CHILD";
+
+    /// A hook that panics while `read_into`'s pieces borrow the caller's memory must not unwind
+    /// out of it (the memory would be given back while workers still write into it): the
+    /// process aborts instead. Checked in a child process, which the abort ends.
+    #[test]
+    fn a_hook_panicking_with_pieces_in_flight_aborts_rather_than_unwinds() {
+        if std::env::var_os(CHILD).is_some() {
+            let mut f = tempfile::tempfile().unwrap();
+            f.write_all(&vec![7u8; 8 << 20]).unwrap();
+            let file = Arc::new(f);
+            let mut mem = vec![0u8; 8 << 20];
+            let mut d = PanicsAfterFirst { lane: Lane::new() };
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_into(&mut d, &file, &mut mem, 0, 64 << 10, 8, 512, 0)));
+            // Reached only if the panic unwound out of read_into: the child then exits 0.
+            assert!(r.is_err());
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args(["--exact", "backend::tests::a_hook_panicking_with_pieces_in_flight_aborts_rather_than_unwinds", "--test-threads=1", "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("hook panicked"), "the child never reached the hook: {stderr}");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "expected an abort, got {:?}: {stderr}", out.status);
     }
 }
