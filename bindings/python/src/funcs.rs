@@ -1,9 +1,9 @@
-//! Module-level calls: info, residency, evict, read_file, copy, extract, pack, hash.
+//! Module-level calls: info, residency, evict, read_file, write_file, copy, extract, pack, hash.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cacheless::{copy_file, Mode, Progress};
+use cacheless::{copy_file, CreateOptions, FileAttrs, FileCreator, Mode, Progress};
 use cacheless_safetensors::arena::read_whole;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -14,6 +14,7 @@ use crate::arena::PyArena;
 use crate::errors;
 use crate::job::{self, Measure};
 use crate::opts::{size_bytes, to_py, Options, ARENA, READ};
+use crate::pybuf::Pinned;
 
 fn mode(m: &str) -> PyResult<Mode> {
     m.parse().map_err(|e: String| PyValueError::new_err(format!("mode=: {e}")))
@@ -71,6 +72,19 @@ pub fn read_file(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDic
     let len = arena.len();
     let d = sr.decision();
     Ok((PyArena::new(Arc::new(arena), len), (d.mode.to_string(), d.reason.clone())))
+}
+
+/// Writes a whole bytes-like object to a new file that replaces `path`, through the engine's
+/// small-file path (the one extraction uses): a temporary name beside it, the best mode for its
+/// size, fdatasync unless `sync=False`, then a rename. Returns the report.
+#[pyfunction]
+#[pyo3(signature = (path, data, **options))]
+pub fn write_file<'py>(py: Python<'py>, path: PathBuf, data: &Bound<'py, PyAny>, options: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
+    let o = Options::parse("write_file", options, &["mode", "sync"])?;
+    let pin = Pinned::readable(data)?;
+    let creator = FileCreator::new(CreateOptions { mode: o.mode, sync: o.sync, ..CreateOptions::default() });
+    let rep = py.detach(|| creator.replace(&path, pin.bytes(), &FileAttrs::default())).map_err(|e| errors::engine(&e))?;
+    to_py(py, &rep)
 }
 
 /// Copies one file (durable and atomic); returns the report.

@@ -27,6 +27,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(funcs::residency, m)?)?;
     m.add_function(wrap_pyfunction!(funcs::evict, m)?)?;
     m.add_function(wrap_pyfunction!(funcs::read_file, m)?)?;
+    m.add_function(wrap_pyfunction!(funcs::write_file, m)?)?;
     m.add_function(wrap_pyfunction!(funcs::copy, m)?)?;
     m.add_function(wrap_pyfunction!(funcs::hash, m)?)?;
     m.add_function(wrap_pyfunction!(funcs::extract, m)?)?;

@@ -225,6 +225,36 @@ def test_read_file_copy_and_hash(disk):
         cacheless.hash(p, "md4")
 
 
+@pytest.mark.parametrize("mode", ["auto", "direct", "dontcache", "writebehind", "buffered"])
+def test_write_file_replaces_whole_files_in_every_mode_and_leaves_no_cache(disk, mode):
+    if mode == "direct":
+        require_direct(disk)
+    rng = np.random.default_rng(11)
+    target = disk / "w.bin"
+    target.write_bytes(b"old contents")
+    for size in (0, 1, 4095, 4096 + 3, (3 << 20) + 5):
+        data = rng.integers(0, 256, size, dtype=np.uint8)
+        rep = cacheless.write_file(target, data if size % 2 else data.tobytes(), mode=mode)
+        assert rep["bytes"] == size and rep["synced"] is True
+        if mode != "buffered":
+            assert fraction_cached(target) < 0.02, (mode, size, cacheless.residency(target))
+        assert target.read_bytes() == data.tobytes(), size
+        if mode != "auto":
+            assert rep["decision"]["mode"] == mode
+    assert sorted(p.name for p in disk.iterdir()) == ["w.bin"]
+
+
+def test_write_file_errors_name_the_file_and_leave_the_old_one(disk):
+    with pytest.raises(FileNotFoundError) as e:
+        cacheless.write_file(disk / "missing" / "x.bin", b"abc")
+    assert e.value.filename == str(disk / "missing")
+    with pytest.raises(TypeError, match="bytes-like"):
+        cacheless.write_file(disk / "x.bin", "text, not bytes")
+    with pytest.raises(ValueError, match="mode"):
+        cacheless.write_file(disk / "x.bin", b"abc", mode="fast")
+    assert list(disk.iterdir()) == []
+
+
 def test_extract_matches_the_archive(disk):
     tree = disk / "tree"
     (tree / "a" / "b").mkdir(parents=True)

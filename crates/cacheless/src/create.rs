@@ -140,6 +140,37 @@ impl FileCreator {
         }
     }
 
+    /// Writes all of `data` to `path` as a new file that replaces any file of that name: under
+    /// a temporary name beside it (as [`FileCreator::write_file`] writes), renamed over `path`
+    /// once complete (and durable, with the directory entry, if the options sync). On error
+    /// the temporary is removed and `path` is untouched.
+    pub fn replace(&self, path: &Path, data: &[u8], attrs: &FileAttrs) -> Result<WriteReport> {
+        let (dir, name) = setup::open_parent(path)?;
+        let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
+        let (fd, tmp) = setup::create_temp(dir.as_fd(), name, path, perm)?;
+        let mut draft = self.draft(fd, path, data.len() as u64);
+        let done = draft.write_at(data, 0).and_then(|()| draft.finish(attrs)).and_then(|report| {
+            rustix::fs::renameat(&dir, tmp.as_os_str(), &dir, name).map_err(|e| Error::io("rename", path, e.into()))?;
+            if self.shared.opts.sync {
+                rustix::fs::fsync(&dir).map_err(|e| Error::io("fsync directory", path, e.into()))?;
+            }
+            Ok(report)
+        });
+        match done {
+            Ok(report) => {
+                draft.close();
+                Ok(report)
+            }
+            Err(e) => {
+                // After a failed directory fsync the rename has happened: the file is whole,
+                // only its durability is in doubt, and the error says so. Otherwise the
+                // temporary is still there and goes.
+                draft.discard(dir.as_fd(), &tmp);
+                Err(e)
+            }
+        }
+    }
+
     /// Creates `name` in `dir` now and returns it open, to be written and finished later,
     /// on any thread: for callers that must create entries in order but write them in
     /// parallel. `size_hint` is the number of bytes that will be written (it picks the mode).
@@ -160,7 +191,11 @@ impl FileCreator {
         let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
         let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(dir, name, flags, FMode::from_raw_mode(perm)).map_err(|e| Error::io("create", path, e.into()))?;
-        Ok(Draft {
+        Ok(self.draft(fd, path, size_hint))
+    }
+
+    fn draft(&self, fd: OwnedFd, path: &Path, size_hint: u64) -> Draft {
+        Draft {
             file: Arc::new(File::from(fd)),
             path: path.to_path_buf(),
             shared: self.shared.clone(),
@@ -170,7 +205,7 @@ impl FileCreator {
             tail_bytes: 0,
             end: 0,
             cached: false,
-        })
+        }
     }
 }
 

@@ -2,13 +2,16 @@
 //! error, switching O_DIRECT on, the queue with its registered buffers, and the hints attached
 //! to I/O errors of the chosen mode.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
+
+use rustix::fs::{Mode as FMode, OFlags};
 
 use crate::backend::{self, BackendChoice, BackendKind, Queue};
 use crate::buf::Lease;
@@ -29,6 +32,38 @@ pub(crate) struct Chosen {
     pub mem_align: usize,
     /// preadv2/pwritev2 flags for every request (RWF_DONTCACHE in dontcache mode).
     pub flags: i32,
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Creates a new file (`O_CREAT | O_EXCL | O_NOFOLLOW`, read-write) under a temporary name
+/// beside `name` in `dir` (`.NAME.cacheless-PID-N.tmp`, a name no other writer uses), with
+/// permission bits `perm`; returns it and the name. `path` names it in errors.
+pub(crate) fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, perm: u32) -> Result<(OwnedFd, OsString)> {
+    let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut tries = 0;
+    loop {
+        let mut t = OsString::from(".");
+        t.push(name);
+        t.push(format!(".cacheless-{}-{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
+        match rustix::fs::openat(dir, t.as_os_str(), flags, FMode::from_raw_mode(perm)) {
+            Ok(fd) => return Ok((fd, t)),
+            Err(e) if e == rustix::io::Errno::EXIST && tries < 100 => tries += 1,
+            Err(e) => return Err(Error::io("create", path, e.into())),
+        }
+    }
+}
+
+/// Opens the directory `path` would be created in, and returns it with `path`'s file name.
+pub(crate) fn open_parent(path: &Path) -> Result<(OwnedFd, &OsStr)> {
+    let name = path.file_name().ok_or_else(|| Error::new(ErrorKind::InvalidInput, "create", path, "no file name"))?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = rustix::fs::open(parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty())
+        .map_err(|e| Error::io("open directory", parent, e.into()))?;
+    Ok((dir, name))
 }
 
 /// The error for a forced mode that `path`'s filesystem cannot honour.

@@ -5,9 +5,8 @@ use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -96,8 +95,6 @@ pub struct WriteReport {
     pub backend: Option<BackendChoice>,
 }
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 /// A file being written. Drop it without [`Writer::finish`] and it is removed.
 pub struct Writer {
     file: Arc<File>,
@@ -137,13 +134,7 @@ impl Writer {
     /// Creates `path` (atomically by default: see [`WriteOptions::atomic`]).
     pub fn create(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<Writer> {
         let path = path.as_ref();
-        let name = path.file_name().ok_or_else(|| Error::new(ErrorKind::InvalidInput, "create", path, "no file name"))?;
-        let parent = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let dir = rustix::fs::open(parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty())
-            .map_err(|e| Error::io("open directory", parent, e.into()))?;
+        let (dir, name) = setup::open_parent(path)?;
         Writer::create_in_owned(dir, name, path, opts)
     }
 
@@ -157,20 +148,11 @@ impl Writer {
     fn create_in_owned(dir: OwnedFd, name: &OsStr, path: &Path, opts: &WriteOptions) -> Result<Writer> {
         setup::check_name("create", path, name)?;
         setup::check_block_size("create", path, opts.block_size)?;
-        let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let (fd, tmp) = if opts.atomic {
-            let mut tries = 0;
-            loop {
-                let mut t = OsString::from(".");
-                t.push(name);
-                t.push(format!(".cacheless-{}-{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
-                match rustix::fs::openat(&dir, t.as_os_str(), flags, FMode::from_raw_mode(0o666)) {
-                    Ok(fd) => break (fd, Some(t)),
-                    Err(e) if e == rustix::io::Errno::EXIST && tries < 100 => tries += 1,
-                    Err(e) => return Err(Error::io("create", path, e.into())),
-                }
-            }
+            let (fd, t) = setup::create_temp(dir.as_fd(), name, path, 0o666)?;
+            (fd, Some(t))
         } else {
+            let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
             let fd = rustix::fs::openat(&dir, name, flags, FMode::from_raw_mode(0o666)).map_err(|e| Error::io("create", path, e.into()))?;
             (fd, None)
         };

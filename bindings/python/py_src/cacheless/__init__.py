@@ -40,6 +40,7 @@ __all__ = [
     "open",
     "pack",
     "read_file",
+    "write_file",
     "residency",
 ]
 
@@ -88,6 +89,17 @@ def read_file(path: PathLike, *, mode: str = "auto", memory: Memory = None, prog
     """
     arena, _decision = _native.read_file(os.fspath(path), mode=mode, memory=memory, progress=progress, **options)
     return memoryview(np.asarray(arena))
+
+
+def write_file(path: PathLike, data: Any, *, mode: str = "auto", sync: bool = True) -> Dict[str, Any]:
+    """Writes a whole bytes-like object (bytes, bytearray, memoryview, numpy array) to ``path``.
+
+    The file is written under a temporary name beside ``path`` in the best mode for its size
+    (RWF_DONTCACHE or write-behind for small files, O_DIRECT for large ones), fdatasync'ed
+    (unless ``sync=False``) and renamed over ``path``: readers see the old file or the whole new
+    one, and nothing is left in the page cache. Returns the report (bytes, mode and why).
+    """
+    return _native.write_file(os.fspath(path), data, mode=mode, sync=sync)
 
 
 def copy(src: PathLike, dst: PathLike, *, mode: str = "auto", memory: Memory = None, progress: Progress = None, sync: bool = True, **options: Any) -> Dict[str, Any]:
