@@ -96,6 +96,29 @@ def test_packed_f4_is_a_clear_error_in_numpy(disk):
         assert f.get_slice("q").get_shape() == [2, 8] and f.get_slice("q").get_dtype() == "F4"
 
 
+def test_packed_f6_is_a_clear_error_in_either_framework(disk):
+    # Four 6-bit values in three bytes; neither numpy nor torch has a type for them.
+    header = json.dumps({"q": {"dtype": "F6_E2M3", "shape": [4], "data_offsets": [0, 3]}}).encode()
+    p = disk / "f6.safetensors"
+    p.write_bytes(struct.pack("<Q", len(header)) + header + bytes(3))
+    with pytest.raises(TypeError, match="F6_E2M3.*neither numpy nor torch"):
+        cst.load_file(p)
+    with cst.safe_open(p, "np") as f:
+        assert f.get_slice("q").get_dtype() == "F6_E2M3"
+        with pytest.raises(TypeError, match="F6_E2M3"):
+            f.get_tensor("q")
+
+
+def test_small_tensors_from_safe_open_are_independent_arrays(disk):
+    tensors = {f"t{i}": sample("float32", (4,), i) for i in range(8)}
+    p = disk / "small.safetensors"
+    stn.save_file(tensors, p)
+    with cst.safe_open(p, "np") as f:
+        a, again, b = f.get_tensor("t1"), f.get_tensor("t1"), f.get_tensor("t2")
+        a[:] = 0
+        assert same(again, tensors["t1"]) and same(b, tensors["t2"]) and same(f.get_tensor("t1"), tensors["t1"])
+
+
 def test_thousands_of_tiny_tensors_and_odd_header_lengths(disk):
     tensors = {f"layer.{i}.w": sample("float32", (i % 5 + 1,), i) for i in range(3000)}
     p = disk / "tiny.safetensors"

@@ -64,6 +64,9 @@ _TO_CODE = {v: k for k, v in {**_NUMPY, **_ML_DTYPES}.items()}
 _TORCH = {**_NUMPY, **_ML_DTYPES, "F4": "float4_e2m1fn_x2"}
 
 _Entry = Tuple[str, str, List[int], int, int]
+# safe_open reads a small tensor together with the tensors after it, up to this many bytes
+# (the engine's read window).
+_WINDOW = 4 << 20
 
 
 def _framework(framework: str) -> str:
@@ -83,7 +86,9 @@ def _numpy_dtype(code: str, where: str) -> np.dtype:
         except ImportError:
             raise TypeError(f"{where} is {code}, which numpy holds only as an ml_dtypes type: pip install ml_dtypes (or load with framework='pt')") from None
         return np.dtype(getattr(ml_dtypes, _ML_DTYPES[code]))
-    raise TypeError(f"{where} is {code} (packed values narrower than a byte), which has no numpy type: load it with framework='pt'")
+    if code in _TORCH:
+        raise TypeError(f"{where} is {code} (packed values narrower than a byte), which has no numpy type: load it with framework='pt'")
+    raise TypeError(f"{where} is {code} (packed values narrower than a byte), which neither numpy nor torch has a type for")
 
 
 def _torch_dtype(code: str, where: str) -> Any:
@@ -354,7 +359,13 @@ class safe_open:
         """One tensor (``KeyError`` if there is none of that name)."""
         code, shape, nbytes = self._n.describe(name)
         arena, off = self._n.tensor(name)
-        return self._builder.build(arena, [(name, code, shape, off, nbytes)])[name]
+        t = self._builder.build(arena, [(name, code, shape, off, nbytes)])[name]
+        if nbytes > _WINDOW:
+            return t
+        # A small tensor lies in a read window shared with its neighbours (and with a later
+        # get_tensor of the same name): hand out its own copy, so writing into one array never
+        # changes another, as with the safetensors package.
+        return t.copy() if self._builder.framework == "np" else t.clone()
 
     def get_slice(self, name: str) -> _Slice:
         """A sliceable handle: ``f.get_slice(name)[a:b]`` reads only the rows asked for."""
