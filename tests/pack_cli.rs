@@ -138,7 +138,7 @@ fn a_budget_smaller_than_a_frame_is_exceeded_with_a_warning_not_waited_on() {
     let out = cacheless(&["pack", "--memory", "1M", "--frame-size", "1M", "-o", s(&a), "-C", s(&src), "."]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("warning: --memory 1 MiB is less than pack needs"), "{err}");
+    assert!(err.contains("warning: the memory budget of 1 MiB is less than pack needs"), "{err}");
     assert_eq!(tar_list(&a).len(), 21);
 }
 

@@ -7,15 +7,16 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An I/O error on a file of the benchmark, /proc, or the cgroup file system.
-    #[error("{op} {}: {source}", path.display())]
+    // The OS error is part of the message and not also the `source()`: a front end that prints
+    // the chain of causes would say it twice.
+    #[error("{op} {}: {error}", path.display())]
     Io {
         /// The file or directory involved.
         path: PathBuf,
         /// The operation that failed (`read`, `create cgroup`, ...).
         op: &'static str,
         /// The operating-system error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// An error from the cacheless engine.
     #[error(transparent)]
@@ -57,8 +58,8 @@ pub enum Error {
 
 impl Error {
     /// An I/O error on `path` during `op`.
-    pub fn io(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> Self {
-        Error::Io { path: path.into(), op, source }
+    pub fn io(path: impl Into<PathBuf>, op: &'static str, error: io::Error) -> Self {
+        Error::Io { path: path.into(), op, error }
     }
 }
 
@@ -81,4 +82,16 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub(crate) fn read_text(path: impl AsRef<std::path::Path>) -> Result<String> {
     let path = path.as_ref();
     std::fs::read_to_string(path).map_err(|e| Error::io(path, "read", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_says_the_os_error_once_and_source_does_not_repeat_it() {
+        let e = Error::io("/proc/vmstat", "read", io::Error::from_raw_os_error(libc::EACCES));
+        assert_eq!(e.to_string(), "read /proc/vmstat: Permission denied (os error 13)");
+        assert!(std::error::Error::source(&e).is_none());
+    }
 }

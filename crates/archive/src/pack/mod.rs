@@ -198,7 +198,7 @@ pub fn check_level(c: Compression, level: i32) -> std::result::Result<(), String
         }
         Compression::Gzip | Compression::Xz => (0, 9),
         Compression::Bzip2 => (1, 9),
-        Compression::Lz4 | Compression::None => return Err(format!("{} has no compression levels here; leave out --level", c.name())),
+        Compression::Lz4 | Compression::None => return Err(format!("{} has no compression levels here; give no level", c.name())),
     };
     if (lo..=hi).contains(&level) {
         Ok(())
@@ -760,7 +760,7 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
     };
     if sh.over > 0 {
         counts.warn(format!(
-            "--memory {} MiB is less than pack needs with {} MiB frames (one per compression stage, plus the writer's and the read-ahead's buffers): using {} MiB more",
+            "the memory budget of {} MiB is less than pack needs with {} MiB frames (one per compression stage, plus the writer's and the read-ahead's buffers): using {} MiB more",
             opts.budget.limit() >> 20,
             frame >> 20,
             sh.over.div_ceil(1 << 20)
