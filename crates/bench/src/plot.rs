@@ -211,7 +211,7 @@ mod tests {
             return;
         }
         let r = crate::report::tests::sample_report();
-        let dir = tempfile::tempdir().unwrap();
+        let dir = cacheless_testkit::scratch();
         let svg = dir.path().join("p.svg");
         plot(&r, &svg).unwrap();
         let text = std::fs::read_to_string(&svg).unwrap();

@@ -197,8 +197,8 @@ mod tests {
 
     #[test]
     fn a_cold_start_leaves_nothing_resident_and_reports_its_wait() {
-        // Beside the sources rather than in /tmp, which may be a tmpfs whose pages cannot be evicted.
-        let dir = tempfile::Builder::new().prefix(".cold-start-test-").tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        // Under target/ rather than in /tmp, which may be a tmpfs whose pages cannot be evicted.
+        let dir = cacheless_testkit::scratch();
         let p = dir.path().join("f");
         std::fs::write(&p, make_block(3, 1 << 20)).unwrap();
         // Written through the page cache: resident and dirty now.

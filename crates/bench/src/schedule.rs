@@ -9,7 +9,7 @@
 //! so that the first round runs the kinds in the order given. With fewer than N rounds no kind runs twice in
 //! the same position.
 //!
-//! `bench/rotate.sh` computes the same orders for the shell scripts.
+//! `rotate` in `bench/lib.sh` computes the same orders for the shell scripts.
 
 /// The first row of Williams' square for `n` symbols: 0, 1, n-1, 2, n-2, 3, ...
 fn williams_row(n: usize) -> Vec<usize> {

@@ -340,7 +340,7 @@ pub(crate) mod fault {
         /// An 8 MiB scratch file (its directory, path and bytes) and a reader on it through
         /// io_uring, with the budget its buffers come from.
         fn uring_reader() -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>, Budget, Reader) {
-            let dir = tempfile::tempdir().unwrap();
+            let dir = cacheless_testkit::scratch();
             let p = dir.path().join("src");
             let bytes = data(8 << 20);
             std::fs::write(&p, &bytes).unwrap();
@@ -408,7 +408,7 @@ pub(crate) mod fault {
             if no_uring() {
                 return;
             }
-            let dir = tempfile::tempdir().unwrap();
+            let dir = cacheless_testkit::scratch();
             let p = dir.path().join("dst");
             let bytes = data(8 << 20);
             let budget = Budget::new(8 << 20);
