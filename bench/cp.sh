@@ -108,7 +108,7 @@ series host "$TREE" "$WORK/out" $TOOLS
 # source, two copies' metadata and slack), O_DIRECT loop so the image file itself stays uncached.
 for fs in $REFLINK_FS; do
     img=$WORK/$fs.img mnt=$WORK/$fs-mnt
-    size=$((TREE_BYTES * 3 / 2 + (512 << 20)))
+    size=$(((TREE_BYTES * 3 / 2 + (512 << 20)) >> 20 << 20))
     ((size >= 400 << 20)) || size=$((400 << 20))
     rm -f "$img"; truncate -s "$size" "$img"
     dev=$(losetup --direct-io=on -f --show "$img")

@@ -393,6 +393,40 @@ fn update_resumes_an_interrupted_tree_copy_without_rewriting_finished_files() {
     assert_eq!(std::fs::read(dst.join("f1")).unwrap(), b"mine");
 }
 
+#[test]
+fn an_interrupted_tree_copy_leaves_only_whole_files_and_update_finishes_it() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..24 {
+        std::fs::write(src.join(format!("big{i:02}")), random_bytes((2 << 20) + i, i as u64)).unwrap();
+    }
+    for i in 0..300 {
+        std::fs::write(src.join(format!("small{i:03}")), random_bytes(3000 + i, 100 + i as u64)).unwrap();
+    }
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let dst = out.join("src");
+    // Rate-limited so that it is still running when the signal comes.
+    let child = cacheless_testkit::cacheless().args(["cp", "-a", "--bwlimit", "8M", s(&src), s(&out)]).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let o = cacheless_testkit::interrupt(child, std::time::Duration::from_millis(1500), rustix::process::Signal::INT);
+    assert_eq!(o.status.code(), Some(130), "{}", String::from_utf8_lossy(&o.stderr));
+    no_temp_files(&out);
+    let done: Vec<(PathBuf, u64)> = walk(&dst).into_iter().map(|r| (r.clone(), std::fs::metadata(dst.join(&r)).unwrap().ino())).collect();
+    assert!(done.len() < 324, "the copy finished before the signal");
+    for (r, _) in &done {
+        assert!(std::fs::read(src.join(r)).unwrap() == std::fs::read(dst.join(r)).unwrap(), "{} is not whole", r.display());
+    }
+    let j = ok(&cacheless(&["--json", "cp", "-a", "-u", s(&src), s(&out)]));
+    assert_eq!(j["skipped"], done.len(), "{j}");
+    let gnu = d.path().join("gnu");
+    assert!(Command::new("cp").args(["-a", s(&src), s(&gnu)]).status().unwrap().success());
+    assert_same_as_gnu(&gnu, &dst);
+    for (r, ino) in done {
+        assert_eq!(std::fs::metadata(dst.join(&r)).unwrap().ino(), ino, "{} was rewritten", r.display());
+    }
+}
+
 // ---- loop images: xfs and btrfs ----
 
 /// A filesystem image on a loop device, mounted; unmounted and detached when dropped (also when

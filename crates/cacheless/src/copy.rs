@@ -500,7 +500,18 @@ impl Job<'_> {
             self.moved(&c);
         }
         self.extra(reader.file(), f.file(), &reader.file().metadata().map_err(|e| Error::io("stat", self.src, e))?)?;
-        Ok((Method::Copy, f.finish()?, data))
+        Ok((Method::Copy, self.finish(f)?, data))
+    }
+
+    /// Finishes a file from the creator, durable if the write options ask for it (a shared
+    /// creator may not sync: a tree copy makes its small files durable in batches).
+    fn finish(&self, f: NewFile) -> Result<WriteReport> {
+        if self.wo.sync {
+            rustix::fs::fdatasync(f.file()).map_err(|e| Error::io("fdatasync", self.dst, e.into()))?;
+        }
+        let mut w = f.finish()?;
+        w.synced |= self.wo.sync;
+        Ok(w)
     }
 
     fn new_file(&self, creator: Option<&FileCreator>, len: u64) -> Result<NewFile> {
@@ -592,7 +603,7 @@ impl Job<'_> {
         self.hole(len.saturating_sub(pos));
         f.set_len(len)?;
         self.extra(reader.file(), f.file(), &reader.file().metadata().map_err(|e| Error::io("stat", self.src, e))?)?;
-        let mut w = f.finish()?;
+        let mut w = self.finish(f)?;
         w.bytes = len;
         Ok((Method::Sparse, w, data))
     }

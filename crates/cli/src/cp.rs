@@ -58,8 +58,8 @@ pub struct CpArgs {
     #[arg(long, value_name = "WHEN", default_value = "auto")]
     pub sparse: Sparse,
     /// Once each copy is durable, read it back from the disk (not the cache) and compare its
-    /// checksum with the source's, hashed while it was read; a mismatch is an error and the
-    /// copy is removed.
+    /// checksum with the source's, hashed while it was read; a mismatch is an error, and the
+    /// copy is removed before it takes the destination's name.
     #[arg(long)]
     pub verify: bool,
     /// Checksum for --verify (xxh3 detects corruption; sha256 or blake3 to keep the digests).
@@ -210,9 +210,9 @@ impl Copier {
             return;
         }
         if let Err(e) = rustix::fs::syncfs(&**b.files[0].dir()) {
-            let e = Error::io("syncfs", b.files[0].path(), e.into());
-            for _ in &b.files {
-                self.fail(&e);
+            // Not durable: none of them takes its final name (dropping them removes them).
+            for s in &b.files {
+                self.fail(&Error::io("syncfs", s.path(), e.into()));
             }
             return;
         }
