@@ -451,8 +451,8 @@ fn total_bytes(p: &Path, recursive: bool) -> (u64, u64) {
     }
 }
 
-/// Samples the bytes done once a second while a limit is set, for the report: the limit is
-/// checked against our own counters.
+/// Samples the bytes done once a second from the first byte on, while a limit is set, for the
+/// report: the limit is checked against our own counters.
 struct Sampler {
     stop: Arc<AtomicBool>,
     handle: Option<std::thread::JoinHandle<Vec<(f64, u64)>>>,
@@ -463,6 +463,10 @@ impl Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let (p, s) = (progress.clone(), stop.clone());
         let handle = std::thread::spawn(move || {
+            // Seconds count from the first byte moved, not from the start of the walk.
+            while p.bytes() == 0 && !s.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             let t0 = Instant::now();
             let mut v = vec![(0.0, p.bytes())];
             let mut next = Duration::from_secs(1);
