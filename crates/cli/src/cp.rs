@@ -310,6 +310,9 @@ impl Walker<'_> {
     /// -n: the destination exists; -u: it is as new as the source and the same size (a
     /// symlink: it names the same target).
     fn skip(&self, src: &std::fs::Metadata, dst: &Path) -> bool {
+        if !self.args.no_clobber && !self.args.update {
+            return false;
+        }
         let Ok(d) = std::fs::symlink_metadata(dst) else { return false };
         if self.args.no_clobber {
             return true;
@@ -647,7 +650,7 @@ pub fn run(args: &CpArgs, common: &CommonOpts) -> Result<ExitCode> {
     } else if common.verbose {
         let v = if args.verify { format!(", verify {verify_s:.2} s") } else { String::new() };
         eprintln!(
-            "cacheless: {} files copied ({reflinked} reflinked), {} hard links, {} skipped, {} errors, {} in {:.2} s{v}",
+            "cacheless: copied {} (reflinked {reflinked}), hard links {}, skipped {}, errors {}, {} of data in {:.2} s{v}",
             reports.len(),
             w.hardlinks,
             w.skipped,
