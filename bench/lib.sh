@@ -64,3 +64,18 @@ settle() {
     done
     echo "settle: writeback ($dirty KiB) or kswapd still busy after 10 s; starting anyway" >&2
 }
+
+# Page-cache size now (Cached in /proc/meminfo), KiB.
+cached_kib() { awk '/^Cached:/ {print $2}' /proc/meminfo; }
+
+# timed TOOL CMD: runs CMD under bash with GNU time and prints "wall_s,user_s,sys_s,cache_growth_kib"; stops the
+# script, showing CMD's stderr, if it fails. Needs WORK (where its output and times go).
+timed() {
+    local tool=$1 cmd=$2 before after t
+    before=$(cached_kib)
+    /usr/bin/time -f "%e %U %S" -o "$WORK/time.txt" bash -c "$cmd" >/dev/null 2>"$WORK/stderr-$tool.txt" \
+        || { echo "$tool failed:" >&2; cat "$WORK/stderr-$tool.txt" >&2; exit 1; }
+    t=$(tail -1 "$WORK/time.txt")
+    after=$(cached_kib)
+    echo "${t// /,},$((after - before))"
+}

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cacheless::{copy_file, CreateOptions, FileAttrs, FileCreator, Mode, Progress};
+use cacheless::{copy_file_with, CopyOptions, CreateOptions, FileAttrs, FileCreator, Mode, Progress};
 use cacheless_safetensors::arena::read_whole;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -87,17 +87,39 @@ pub fn write_file<'py>(py: Python<'py>, path: PathBuf, data: &Bound<'py, PyAny>,
     to_py(py, &rep)
 }
 
-/// Copies one file (durable and atomic); returns the report.
+/// Copies one file (durable and atomic; a reflink where the filesystem has them, holes kept,
+/// optionally verified from the disk, optionally rate-limited); returns the report.
 #[pyfunction]
-#[pyo3(signature = (src, dst, **options))]
-pub fn copy<'py>(py: Python<'py>, src: PathBuf, dst: PathBuf, options: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
+#[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
+#[pyo3(signature = (src, dst, reflink = "auto", sparse = "auto", verify = None, bwlimit = None, **options))]
+pub fn copy<'py>(
+    py: Python<'py>,
+    src: PathBuf,
+    dst: PathBuf,
+    reflink: &str,
+    sparse: &str,
+    verify: Option<&str>,
+    bwlimit: Option<&Bound<'py, PyAny>>,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
     let o = Options::parse("copy", options, &["mode", "backend", "memory", "block_size", "queue_depth", "progress", "sync"])?;
     let (ro, wo) = (o.read(), o.write());
+    let mut co = CopyOptions::new();
+    co.reflink = reflink.parse().map_err(|e: String| PyValueError::new_err(format!("reflink=: {e}")))?;
+    co.sparse = sparse.parse().map_err(|e: String| PyValueError::new_err(format!("sparse=: {e}")))?;
+    co.verify = verify.map(|a| a.parse::<cacheless::digest::Algo>()).transpose().map_err(|e: String| PyValueError::new_err(format!("verify=: {e}")))?;
+    if let Some(b) = bwlimit {
+        let rate = size_bytes("bwlimit", b)?;
+        if rate == 0 {
+            return Err(PyValueError::new_err("bwlimit= must be positive"));
+        }
+        co.rate = Some(Arc::new(cacheless::RateLimit::new(rate as u64)));
+    }
     let p = Progress::new();
     if let Ok(m) = std::fs::metadata(&src) {
         p.add_total_bytes(m.len());
     }
-    let rep = job::run(py, &p, o.callback(), || copy_file(&src, &dst, &ro, &wo, &p))?.map_err(|e| errors::engine(&e))?;
+    let rep = job::run(py, &p, o.callback(), || copy_file_with(&src, &dst, &ro, &wo, &co, &p))?.map_err(|e| errors::engine(&e))?;
     to_py(py, &rep)
 }
 

@@ -198,6 +198,31 @@ except KeyboardInterrupt:
         assert (out / "dst.bin").read_bytes() == src.read_bytes(), "a copy that finished before the signal is whole"
 
 
+def test_copy_keeps_holes_verifies_and_refuses_bad_keywords(disk):
+    p = disk / "holes.bin"
+    with open(p, "wb") as f:
+        f.write(b"x" * 4096)
+        f.seek(8 << 20)
+        f.write(b"y" * 4096)
+    data = p.read_bytes()
+    rep = cacheless.copy(p, disk / "h2.bin", verify="sha256", bwlimit="1G")
+    assert (disk / "h2.bin").read_bytes() == data
+    assert rep["verify"]["digest"] == hashlib.sha256(data).hexdigest()
+    assert rep["method"] in ("sparse", "reflink"), rep
+    if rep["method"] == "sparse":
+        assert os.stat(disk / "h2.bin").st_blocks * 512 < 1 << 20, "the hole was filled"
+        assert "FICLONE" in rep["reflink_fallback"]
+        with pytest.raises(OSError, match="reflink=always"):
+            cacheless.copy(p, disk / "h3.bin", reflink="always")
+        assert not (disk / "h3.bin").exists()
+    dense = cacheless.copy(p, disk / "h4.bin", sparse="never", reflink="never")
+    assert dense["method"] == "copy" and os.stat(disk / "h4.bin").st_blocks * 512 >= len(data)
+    with pytest.raises(ValueError, match="reflink="):
+        cacheless.copy(p, disk / "x", reflink="sometimes")
+    with pytest.raises(ValueError, match="verify="):
+        cacheless.copy(p, disk / "x", verify="md4")
+
+
 def test_read_file_copy_and_hash(disk):
     p = disk / "r.bin"
     data = random_file(p, (2 << 20) + 5, 5)

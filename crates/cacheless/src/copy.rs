@@ -1,59 +1,752 @@
-//! Copying one file: direct reads handed to the writer in the same aligned buffers, no copy.
+//! Copying one file: a reflink where the filesystem shares extents, else direct reads handed to
+//! the writer in the same aligned buffers; holes kept; optionally verified from the disk.
+//!
+//! Every copy is written under a temporary name beside its destination ([`stage_copy`] returns
+//! it as a [`Staged`] file) and renamed into place by [`Staged::commit`], so that a tree copy
+//! can make a batch of files durable with one `syncfs` before renaming them. [`copy_file_with`]
+//! does both steps for one file.
 
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
+use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use serde::Serialize;
 
+use crate::buf::AlignedBuf;
+use crate::create::{CreateOptions, FileAttrs, FileCreator, NewFile};
+use crate::digest::{Algo, Hasher};
 use crate::error::{Error, ErrorKind, Result};
-use crate::policy::Decision;
+use crate::policy::{self, Decision};
 use crate::progress::Progress;
+use crate::rate::RateLimit;
 use crate::read::{ReadOptions, Reader};
 use crate::write::{WriteOptions, WriteReport, Writer};
 use crate::BackendChoice;
+
+/// Whether to clone the source's extents (FICLONE) instead of copying its bytes; GNU cp's
+/// `--reflink` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reflink {
+    /// Clone where the filesystem can (same filesystem, reflink support), else copy.
+    #[default]
+    Auto,
+    /// Clone or fail.
+    Always,
+    /// Always copy the bytes.
+    Never,
+}
+
+/// Whether holes are kept; GNU cp's `--sparse` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sparse {
+    /// A source with holes (fewer blocks than its size) is copied extent by extent
+    /// (SEEK_DATA/SEEK_HOLE) and its holes stay holes.
+    #[default]
+    Auto,
+    /// As auto, and runs of zeros (whole 4 KiB blocks) in the data become holes too.
+    Always,
+    /// Every byte is written: holes come out as allocated zeros.
+    Never,
+}
+
+macro_rules! named_enum {
+    ($t:ty, $what:literal, $($v:ident = $s:literal),+) => {
+        impl $t {
+            /// The lowercase name used on the command line and in reports.
+            pub fn name(self) -> &'static str {
+                match self { $(<$t>::$v => $s),+ }
+            }
+        }
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> std::result::Result<$t, String> {
+                match s.to_ascii_lowercase().as_str() {
+                    $($s => Ok(<$t>::$v),)+
+                    o => Err(format!(concat!("unknown ", $what, " '{}': expected auto, always or never"), o)),
+                }
+            }
+        }
+    };
+}
+named_enum!(Reflink, "reflink value", Auto = "auto", Always = "always", Never = "never");
+named_enum!(Sparse, "sparse value", Auto = "auto", Always = "always", Never = "never");
+
+/// Called with the destination (open read-write, under its temporary name, durable) between
+/// the write and the verification read: a fault-injection point for tests.
+pub type VerifyHook = Arc<dyn Fn(&File, &Path) -> io::Result<()> + Send + Sync>;
+
+/// What a copy does beyond moving the bytes.
+#[derive(Clone, Default)]
+pub struct CopyOptions {
+    /// Clone instead of copying (default auto).
+    pub reflink: Reflink,
+    /// Keep holes (default auto).
+    pub sparse: Sparse,
+    /// Hash the source while reading it, then read the durable destination back past the page
+    /// cache and compare; a mismatch is an error and the destination is not kept.
+    pub verify: Option<Algo>,
+    /// Limit on the bytes moved per second, shared by every copy holding it.
+    pub rate: Option<Arc<RateLimit>>,
+    /// Give the destination the source's owner and group (needs root, or CAP_CHOWN).
+    pub owner: bool,
+    /// Copy extended attributes (POSIX ACLs among them) where both filesystems have them.
+    pub xattrs: bool,
+    /// Files up to this size are written whole by a [`FileCreator`] (one read, one write);
+    /// larger ones stream through a [`Writer`]. Default [`policy::SMALL_WRITE`].
+    pub small_file: u64,
+    /// Test hook run before verification (see [`VerifyHook`]).
+    pub before_verify: Option<VerifyHook>,
+}
+
+impl CopyOptions {
+    /// Defaults: reflink and sparse auto, no verification, no limit, no owner or xattrs.
+    pub fn new() -> CopyOptions {
+        CopyOptions { small_file: policy::SMALL_WRITE, ..CopyOptions::default() }
+    }
+}
+
+impl fmt::Debug for CopyOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CopyOptions")
+            .field("reflink", &self.reflink)
+            .field("sparse", &self.sparse)
+            .field("verify", &self.verify)
+            .field("rate", &self.rate.as_ref().map(|r| r.rate()))
+            .field("owner", &self.owner)
+            .field("xattrs", &self.xattrs)
+            .field("small_file", &self.small_file)
+            .field("before_verify", &self.before_verify.is_some())
+            .finish()
+    }
+}
+
+/// How the bytes got there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// FICLONE: the destination shares the source's extents; no data moved.
+    Reflink,
+    /// Read and written in full.
+    Copy,
+    /// Data extents read and written, holes left as holes.
+    Sparse,
+}
+
+impl Method {
+    /// The lowercase name used in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Reflink => "reflink",
+            Method::Copy => "copy",
+            Method::Sparse => "sparse",
+        }
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The verification of a copy.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    /// The algorithm.
+    pub algo: Algo,
+    /// The digest of the source (as read) and of the destination (read back), equal.
+    pub digest: String,
+    /// How the destination was read back, and why.
+    pub read: Decision,
+    /// Seconds spent reading the destination back and hashing it.
+    pub seconds: f64,
+}
 
 /// What a copy did.
 #[derive(Debug, Clone, Serialize)]
 pub struct CopyReport {
     /// Source path.
     pub src: PathBuf,
+    /// How the bytes got there.
+    pub method: Method,
+    /// Why no reflink was made, when one was allowed (`None` for a reflink, and for
+    /// `--reflink never`).
+    pub reflink_fallback: Option<String>,
     /// How the source was read.
     pub read: Decision,
     /// The read backend, if a queue was used.
     pub read_backend: Option<BackendChoice>,
-    /// What the write did.
+    /// What the write did (for a reflink: the file's size, no data written).
     pub write: WriteReport,
+    /// Bytes of data read and written (0 for a reflink; less than the size for a sparse file).
+    pub data_bytes: u64,
+    /// The verification, when asked for.
+    pub verify: Option<VerifyReport>,
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Errnos on which FICLONE means "cannot clone here" rather than a failure: the filesystem has
+/// no reflinks (EOPNOTSUPP, ENOTTY where the ioctl is unknown), source and destination are on
+/// different filesystems (EXDEV), or this file cannot be cloned (EINVAL).
+fn clone_refused(e: rustix::io::Errno) -> bool {
+    matches!(e, rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::XDEV | rustix::io::Errno::INVAL | rustix::io::Errno::NOTTY)
+}
+
+/// Verdicts of FICLONE between pairs of devices that cannot clone at all (EOPNOTSUPP, EXDEV,
+/// ENOTTY), so a tree copy asks once per pair.
+fn clone_verdicts() -> &'static Mutex<HashMap<(u64, u64), rustix::io::Errno>> {
+    static V: OnceLock<Mutex<HashMap<(u64, u64), rustix::io::Errno>>> = OnceLock::new();
+    V.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// A copy written and closed under a temporary name beside its destination, with its
+/// attributes; [`Staged::commit`] renames it into place. Dropped uncommitted, it is removed.
+#[derive(Debug)]
+pub struct Staged {
+    dir: Arc<OwnedFd>,
+    tmp: OsString,
+    name: OsString,
+    path: PathBuf,
+    sync: bool,
+    committed: bool,
+    /// What the copy did.
+    pub report: CopyReport,
+}
+
+impl Staged {
+    /// The destination directory (for a `syncfs` covering a batch).
+    pub fn dir(&self) -> &Arc<OwnedFd> {
+        &self.dir
+    }
+
+    /// The final path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the file into place (fsyncing the directory if the copy was durable) and
+    /// returns its report.
+    pub fn commit(mut self) -> Result<CopyReport> {
+        rustix::fs::renameat(&*self.dir, self.tmp.as_os_str(), &*self.dir, self.name.as_os_str()).map_err(|e| Error::io("rename", &self.path, e.into()))?;
+        self.committed = true;
+        if self.sync {
+            rustix::fs::fsync(&*self.dir).map_err(|e| Error::io("fsync directory", &self.path, e.into()))?;
+        }
+        Ok(self.report.clone())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = rustix::fs::unlinkat(&*self.dir, self.tmp.as_os_str(), AtFlags::empty());
+        }
+    }
+}
+
+/// Removes a temporary file unless disarmed.
+struct TmpGuard<'a> {
+    dir: &'a OwnedFd,
+    name: &'a OsStr,
+    armed: bool,
+}
+
+impl Drop for TmpGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = rustix::fs::unlinkat(self.dir, self.name, AtFlags::empty());
+        }
+    }
+}
+
+/// Opens the directory `dst` lives in.
+pub fn open_parent(dst: &Path) -> Result<(Arc<OwnedFd>, OsString)> {
+    let name = dst.file_name().ok_or_else(|| Error::new(ErrorKind::InvalidInput, "copy", dst, "the destination has no file name"))?.to_os_string();
+    let parent = match dst.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let fd = rustix::fs::open(parent, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty())
+        .map_err(|e| Error::io("open directory", parent, e.into()))?;
+    Ok((Arc::new(fd), name))
 }
 
 /// Copies the regular file `src` to `dst`: written under a temporary name, made durable (per
 /// `wo.sync`), then renamed over `dst`. Refuses to copy a file onto itself. Checks
 /// `progress` for cancellation between requests; an interrupted copy leaves `dst` untouched.
 pub fn copy_file(src: &Path, dst: &Path, ro: &ReadOptions, wo: &WriteOptions, progress: &Progress) -> Result<CopyReport> {
+    copy_file_with(src, dst, ro, wo, &CopyOptions::new(), progress)
+}
+
+/// [`copy_file`] with reflinks, holes, verification, a rate limit, owner and xattrs as `co`
+/// says. The permissions and times to give the copy are in `wo`.
+pub fn copy_file_with(src: &Path, dst: &Path, ro: &ReadOptions, wo: &WriteOptions, co: &CopyOptions, progress: &Progress) -> Result<CopyReport> {
+    let (dir, name) = open_parent(dst)?;
+    stage_copy(src, &dir, &name, dst, ro, wo, co, None, progress)?.commit()
+}
+
+/// Copies `src` into a temporary file beside `name` in `dir` (`dst` is the final path, for
+/// messages), with the attributes `wo` and `co` ask for, and returns it unrenamed. The data is
+/// durable when `wo.sync` is set or a verification was asked for (the verification reads the
+/// durable file). Small files go through `creator` when given (else one made for the call).
+#[allow(clippy::too_many_arguments)] // Each is a distinct part of the job; a struct of them would only be rebuilt per file.
+pub fn stage_copy(
+    src: &Path,
+    dir: &Arc<OwnedFd>,
+    name: &OsStr,
+    dst: &Path,
+    ro: &ReadOptions,
+    wo: &WriteOptions,
+    co: &CopyOptions,
+    creator: Option<&FileCreator>,
+    progress: &Progress,
+) -> Result<Staged> {
     let mut ro = ro.clone();
     // The reader's lease also covers the chunks the writer holds in flight.
     ro.extra_buffers = wo.queue_depth.max(1) + 1;
+    if let Some(r) = &co.rate {
+        // Read-ahead bounded to a tenth of a second's worth keeps the reads within the limit too.
+        let tenth = (r.rate() / 10).max(64 << 10);
+        let cap = crate::conv::usize_of(1u64 << (63 - tenth.leading_zeros()));
+        ro.block_size = ro.block_size.min(cap);
+        ro.queue_depth = ro.queue_depth.min(2);
+    }
     let mut reader = Reader::open(src, &ro)?;
     let smeta = reader.file().metadata().map_err(|e| Error::io("stat", src, e))?;
-    if let Ok(dmeta) = std::fs::metadata(dst) {
-        if dmeta.dev() == smeta.dev() && dmeta.ino() == smeta.ino() {
+    if let Ok(d) = rustix::fs::statat(&**dir, name, AtFlags::empty()) {
+        if d.st_dev == smeta.dev() && d.st_ino == smeta.ino() {
             return Err(Error::new(ErrorKind::SameFile, "copy", dst, format!("'{}' and '{}' are the same file", src.display(), dst.display())));
         }
     }
-    let mut wo = wo.clone();
-    wo.size_hint = Some(reader.len());
-    // Under a budget smaller than asked for, the writer may only hold what the reader's lease
-    // leaves beyond its read-ahead and the chunk in hand; none left means write-through.
-    wo.queue_depth = wo.queue_depth.min(reader.buffers().saturating_sub(reader.queue_depth() + 1));
-    let mut writer = Writer::create(dst, &wo)?;
-    while let Some(chunk) = reader.next_chunk()? {
-        if progress.is_cancelled() {
-            return Err(Error::new(ErrorKind::Interrupted, "copy", dst, "interrupted"));
+    let mut tmp = OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".cacheless-{}-{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
+    let len = reader.len();
+    let mut job = Job { src, dst, dir, tmp: &tmp, co, wo, progress, hasher: co.verify.map(Hasher::new) };
+
+    let mut fallback = None;
+    if co.reflink != Reflink::Never && len > 0 {
+        match job.reflink(&mut reader, &smeta)? {
+            Ok(write) => return job.staged(name, Method::Reflink, None, &reader, write, 0),
+            Err(why) => fallback = Some(why),
         }
-        let n = chunk.len() as u64;
-        writer.write_chunk(chunk)?;
-        progress.add_bytes(n);
     }
-    let write = writer.finish()?;
-    progress.file_done();
-    Ok(CopyReport { src: src.to_path_buf(), read: reader.decision().clone(), read_backend: reader.backend().cloned(), write })
+    let dense = smeta.blocks().saturating_mul(512) >= len;
+    let (method, write, data) = if co.sparse == Sparse::Always || (co.sparse == Sparse::Auto && !dense && len > 0) {
+        job.sparse(&mut reader, creator)?
+    } else if len <= co.small_file {
+        job.small(&mut reader, creator)?
+    } else {
+        job.stream(&mut reader)?
+    };
+    job.staged(name, method, fallback, &reader, write, data)
+}
+
+/// One file's copy in progress.
+struct Job<'a> {
+    src: &'a Path,
+    dst: &'a Path,
+    dir: &'a Arc<OwnedFd>,
+    tmp: &'a OsString,
+    co: &'a CopyOptions,
+    wo: &'a WriteOptions,
+    progress: &'a Progress,
+    hasher: Option<Hasher>,
+}
+
+impl Job<'_> {
+    fn interrupted(&self) -> Result<()> {
+        if self.progress.is_cancelled() {
+            return Err(Error::new(ErrorKind::Interrupted, "copy", self.dst, "interrupted"));
+        }
+        Ok(())
+    }
+
+    /// Counts `n` bytes moved: the rate limit, the hash, the progress.
+    fn moved(&mut self, data: &[u8]) {
+        if let Some(r) = &self.co.rate {
+            r.take(data.len() as u64);
+        }
+        if let Some(h) = &mut self.hasher {
+            h.update(data);
+        }
+        self.progress.add_bytes(data.len() as u64);
+    }
+
+    /// Feeds `n` zero bytes (a hole) to the hash and counts them as done.
+    fn hole(&mut self, mut n: u64) {
+        self.progress.add_bytes(n);
+        if let Some(h) = &mut self.hasher {
+            static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+            while n > 0 {
+                let k = crate::conv::fit(n, ZEROS.len());
+                h.update(&ZEROS[..k]);
+                n -= k as u64;
+            }
+        }
+    }
+
+    fn attrs(&self) -> FileAttrs {
+        FileAttrs { permissions: self.wo.permissions, mtime: self.wo.mtime, atime: self.wo.atime }
+    }
+
+    /// Owner and extended attributes, before the engine applies mode and times (fchown clears
+    /// setuid and setgid, which the mode then restores).
+    fn extra(&self, src: &File, dst: &File, meta: &std::fs::Metadata) -> Result<()> {
+        if self.co.owner {
+            let (u, g) = (rustix::fs::Uid::from_raw(meta.uid()), rustix::fs::Gid::from_raw(meta.gid()));
+            rustix::fs::fchown(dst, Some(u), Some(g)).map_err(|e| Error::io("fchown", self.dst, e.into()))?;
+        }
+        if self.co.xattrs {
+            copy_xattrs(src, dst, self.dst)?;
+        }
+        Ok(())
+    }
+
+    /// Tries FICLONE into a fresh temporary file. `Ok(Err(why))`: cloning is impossible here
+    /// (a named errno) and reflink is auto: copy instead.
+    fn reflink(&mut self, reader: &mut Reader, smeta: &std::fs::Metadata) -> Result<std::result::Result<WriteReport, String>> {
+        let ddev = rustix::fs::fstat(&**self.dir).map(|s| s.st_dev).unwrap_or(0);
+        let key = (smeta.dev(), ddev);
+        let known = clone_verdicts().lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
+        let errno = match known {
+            Some(e) => Some(e),
+            None => {
+                let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let fd = rustix::fs::openat(&**self.dir, self.tmp.as_os_str(), flags, FMode::from_raw_mode(0o600))
+                    .map_err(|e| Error::io("create", self.dst, e.into()))?;
+                let mut guard = TmpGuard { dir: self.dir, name: self.tmp, armed: true };
+                let file = File::from(fd);
+                match rustix::fs::ioctl_ficlone(&file, reader.file()) {
+                    Ok(()) => {
+                        self.extra(reader.file(), &file, smeta)?;
+                        crate::setup::apply_attrs(&file, self.wo.permissions, self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
+                        if self.wo.sync {
+                            rustix::fs::fdatasync(&file).map_err(|e| Error::io("fdatasync", self.dst, e.into()))?;
+                        }
+                        self.progress.add_bytes(reader.len());
+                        if let Some(h) = &mut self.hasher {
+                            // The hash of the source, read as any copy reads it.
+                            while let Some(c) = reader.next_chunk()? {
+                                if let Some(r) = &self.co.rate {
+                                    r.take(c.len() as u64);
+                                }
+                                h.update(&c);
+                            }
+                        }
+                        guard.armed = false;
+                        let decision = Decision { mode: crate::Mode::Auto, reason: "FICLONE: extents shared with the source, no data written".into() };
+                        return Ok(Ok(WriteReport {
+                            path: self.dst.to_path_buf(),
+                            bytes: reader.len(),
+                            decision,
+                            direct_bytes: 0,
+                            tail_bytes: 0,
+                            synced: self.wo.sync,
+                            backend: None,
+                        }));
+                    }
+                    Err(e) if clone_refused(e) => {
+                        if e != rustix::io::Errno::INVAL {
+                            clone_verdicts().lock().unwrap_or_else(|p| p.into_inner()).insert(key, e);
+                        }
+                        Some(e)
+                    }
+                    Err(e) => return Err(Error::io("clone (FICLONE)", self.dst, e.into())),
+                }
+            }
+        };
+        let e = errno.unwrap_or(rustix::io::Errno::OPNOTSUPP);
+        let why = match e {
+            rustix::io::Errno::XDEV => "FICLONE: EXDEV (source and destination on different filesystems)",
+            rustix::io::Errno::INVAL => "FICLONE: EINVAL (this file cannot be cloned here)",
+            rustix::io::Errno::NOTTY => "FICLONE: ENOTTY (the filesystem has no reflinks)",
+            _ => "FICLONE: EOPNOTSUPP (the filesystem has no reflinks)",
+        }
+        .to_string();
+        if self.co.reflink == Reflink::Always {
+            return Err(Error::io("clone (FICLONE)", self.dst, e.into()).with_kind(ErrorKind::Unsupported).with_note(format!("--reflink=always: {why}")));
+        }
+        Ok(Err(why))
+    }
+
+    /// A small file: read whole, written whole by the file creator.
+    fn small(&mut self, reader: &mut Reader, creator: Option<&FileCreator>) -> Result<(Method, WriteReport, u64)> {
+        let len = reader.len();
+        let mut f = self.new_file(creator, len)?;
+        let mut data = 0;
+        while let Some(c) = reader.next_chunk()? {
+            self.interrupted()?;
+            f.write_at(&c, c.offset())?;
+            data += c.len() as u64;
+            self.moved(&c);
+        }
+        self.extra(reader.file(), f.file(), &reader.file().metadata().map_err(|e| Error::io("stat", self.src, e))?)?;
+        Ok((Method::Copy, self.finish(f)?, data))
+    }
+
+    /// Finishes a file from the creator, durable if the write options ask for it (a shared
+    /// creator may not sync: a tree copy makes its small files durable in batches).
+    fn finish(&self, f: NewFile) -> Result<WriteReport> {
+        if self.wo.sync {
+            rustix::fs::fdatasync(f.file()).map_err(|e| Error::io("fdatasync", self.dst, e.into()))?;
+        }
+        let mut w = f.finish()?;
+        w.synced |= self.wo.sync;
+        Ok(w)
+    }
+
+    fn new_file(&self, creator: Option<&FileCreator>, len: u64) -> Result<NewFile> {
+        let own;
+        let creator = match creator {
+            Some(c) => c,
+            None => {
+                own = FileCreator::new(CreateOptions { mode: self.wo.mode, sync: self.wo.sync, deferred_drops: 0 });
+                &own
+            }
+        };
+        creator.create(self.dir.clone(), self.tmp.as_os_str(), self.dst, len, self.attrs())
+    }
+
+    /// A large file: streamed through the writer's queue.
+    fn stream(&mut self, reader: &mut Reader) -> Result<(Method, WriteReport, u64)> {
+        let mut wo = self.wo.clone();
+        wo.atomic = false;
+        wo.size_hint = Some(reader.len());
+        // Under a budget smaller than asked for, the writer may only hold what the reader's lease
+        // leaves beyond its read-ahead and the chunk in hand; none left means write-through.
+        wo.queue_depth = wo.queue_depth.min(reader.buffers().saturating_sub(reader.queue_depth() + 1));
+        let mut writer = Writer::create_in(self.dir.as_fd(), self.tmp.as_os_str(), self.dst, &wo)?;
+        let mut data = 0;
+        while let Some(chunk) = reader.next_chunk()? {
+            self.interrupted()?;
+            data += chunk.len() as u64;
+            self.moved(&chunk);
+            writer.write_chunk(chunk)?;
+        }
+        self.extra(reader.file(), writer.file(), &reader.file().metadata().map_err(|e| Error::io("stat", self.src, e))?)?;
+        let mut w = writer.finish()?;
+        w.path = self.dst.to_path_buf();
+        Ok((Method::Copy, w, data))
+    }
+
+    /// A file with holes: its data extents (SEEK_DATA/SEEK_HOLE) read and written at their
+    /// offsets, the holes left unwritten; with `Sparse::Always`, whole zero blocks too.
+    fn sparse(&mut self, reader: &mut Reader, creator: Option<&FileCreator>) -> Result<(Method, WriteReport, u64)> {
+        const ZBLOCK: usize = 4096;
+        let len = reader.len();
+        let mut f = self.new_file(creator, len)?;
+        let piece = reader.block_size().max(ZBLOCK);
+        let mut buf = AlignedBuf::try_new(piece, 4096).ok_or_else(|| Error::new(ErrorKind::Io, "copy", self.src, "out of memory for a read buffer"))?;
+        let zeros_too = self.co.sparse == Sparse::Always;
+        let (mut pos, mut data) = (0u64, 0u64);
+        while pos < len {
+            self.interrupted()?;
+            let start = match data_at(reader.file(), pos).map_err(|e| Error::io("seek (SEEK_DATA)", self.src, e))? {
+                Some(s) if s < len => s,
+                _ => break,
+            };
+            let end = hole_at(reader.file(), start).map_err(|e| Error::io("seek (SEEK_HOLE)", self.src, e))?.min(len);
+            self.hole(start - pos);
+            let mut off = start;
+            while off < end {
+                self.interrupted()?;
+                let want = crate::conv::fit(end - off, piece);
+                let n = reader.read_at(&mut buf[..want], off)?;
+                if n == 0 {
+                    break;
+                }
+                let got = &buf[..n];
+                if zeros_too {
+                    let mut i = 0;
+                    while i < n {
+                        let j = (i + ZBLOCK).min(n);
+                        if got[i..j].iter().all(|&b| b == 0) {
+                            i = j;
+                            continue;
+                        }
+                        let mut k = j;
+                        while k < n && !got[k..(k + ZBLOCK).min(n)].iter().all(|&b| b == 0) {
+                            k = (k + ZBLOCK).min(n);
+                        }
+                        f.write_at(&got[i..k], off + i as u64)?;
+                        data += (k - i) as u64;
+                        i = k;
+                    }
+                } else {
+                    f.write_at(got, off)?;
+                    data += n as u64;
+                }
+                self.moved(got);
+                off += n as u64;
+            }
+            pos = off.max(end);
+        }
+        self.hole(len.saturating_sub(pos));
+        f.set_len(len)?;
+        self.extra(reader.file(), f.file(), &reader.file().metadata().map_err(|e| Error::io("stat", self.src, e))?)?;
+        let mut w = self.finish(f)?;
+        w.bytes = len;
+        Ok((Method::Sparse, w, data))
+    }
+
+    /// Verifies if asked, and wraps up the staged file.
+    fn staged(mut self, name: &OsStr, method: Method, fallback: Option<String>, reader: &Reader, write: WriteReport, data_bytes: u64) -> Result<Staged> {
+        let mut staged = Staged {
+            dir: self.dir.clone(),
+            tmp: self.tmp.clone(),
+            name: name.to_os_string(),
+            path: self.dst.to_path_buf(),
+            sync: self.wo.sync,
+            committed: false,
+            report: CopyReport {
+                src: self.src.to_path_buf(),
+                method,
+                reflink_fallback: fallback,
+                read: reader.decision().clone(),
+                read_backend: reader.backend().cloned(),
+                write,
+                data_bytes,
+                verify: None,
+            },
+        };
+        if let (Some(algo), Some(h)) = (self.co.verify, self.hasher.take()) {
+            let want = h.hex();
+            staged.report.verify = Some(self.verify(algo, want, reader)?);
+        }
+        self.progress.file_done();
+        Ok(staged)
+    }
+
+    /// Reads the durable temporary file back past the page cache and compares its digest with
+    /// the source's.
+    fn verify(&self, algo: Algo, want: String, reader: &Reader) -> Result<VerifyReport> {
+        let t = Instant::now();
+        let fd = rustix::fs::openat(&**self.dir, self.tmp.as_os_str(), OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty())
+            .map_err(|e| Error::io("open for verify", self.dst, e.into()))?;
+        let file = File::from(fd);
+        rustix::fs::fdatasync(&file).map_err(|e| Error::io("fdatasync", self.dst, e.into()))?;
+        if let Some(hook) = &self.co.before_verify {
+            hook(&file, self.dst).map_err(|e| Error::io("verify hook", self.dst, e))?;
+        }
+        // Whatever of the copy is still cached goes first, so the read comes from the disk.
+        crate::residency::evict(&file, 0, 0).map_err(|e| Error::io("evict", self.dst, e))?;
+        let mut ro = ReadOptions::new(self.wo.budget.clone());
+        ro.mode = self.wo.mode;
+        ro.backend = self.wo.backend;
+        ro.block_size = reader.block_size().max(1 << 20);
+        let mut back = Reader::from_file(file, self.dst, &ro)?;
+        let mut h = Hasher::new(algo);
+        while let Some(c) = back.next_chunk()? {
+            self.interrupted()?;
+            if let Some(r) = &self.co.rate {
+                r.take(c.len() as u64);
+            }
+            h.update(&c);
+        }
+        let got = h.hex();
+        if got != want {
+            return Err(Error::new(
+                ErrorKind::Io,
+                "verify",
+                self.dst,
+                format!("{algo} of the copy read back from the disk is {got}, the source's was {want}; the copy was removed"),
+            ));
+        }
+        Ok(VerifyReport { algo, digest: got, read: back.decision().clone(), seconds: t.elapsed().as_secs_f64() })
+    }
+}
+
+/// lseek(SEEK_DATA) from `pos` (Linux 3.1+): the next data offset, `None` past the last data.
+/// A filesystem without it (EINVAL) reports the whole file as data, as the kernel's default does.
+fn data_at(f: &File, pos: u64) -> io::Result<Option<u64>> {
+    match rustix::fs::seek(f, rustix::fs::SeekFrom::Data(pos)) {
+        Ok(o) => Ok(Some(o)),
+        Err(rustix::io::Errno::NXIO) => Ok(None),
+        Err(rustix::io::Errno::INVAL) => Ok(Some(pos)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// lseek(SEEK_HOLE) from `pos` (Linux 3.1+): the next hole (the end of the file if none).
+fn hole_at(f: &File, pos: u64) -> io::Result<u64> {
+    match rustix::fs::seek(f, rustix::fs::SeekFrom::Hole(pos)) {
+        Ok(o) => Ok(o),
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NXIO) => Ok(u64::MAX),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Copies every extended attribute of `src` to `dst` (POSIX ACLs are the `system.posix_acl_*`
+/// ones). Attributes the destination's filesystem does not take (EOPNOTSUPP) or this user may
+/// not set (EPERM: `trusted.*`, `security.*` without privilege) are left out, as GNU cp -a does.
+pub fn copy_xattrs(src: impl AsFd, dst: impl AsFd, path: &Path) -> Result<()> {
+    let (src, dst) = (src.as_fd(), dst.as_fd());
+    let list = match xattr_vec(|b| rustix::fs::flistxattr(src, b), || rustix::fs::flistxattr_query(src)) {
+        Ok(l) => l,
+        Err(rustix::io::Errno::OPNOTSUPP) => return Ok(()),
+        Err(e) => return Err(Error::io("listxattr", path, e.into())),
+    };
+    for name in list.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let name = <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name);
+        let value = match xattr_vec(|b| rustix::fs::fgetxattr(src, name, b), || rustix::fs::fgetxattr_query(src, name)) {
+            Ok(v) => v,
+            // Removed since it was listed.
+            Err(rustix::io::Errno::NODATA) => continue,
+            Err(e) => return Err(Error::io("getxattr", path, e.into())),
+        };
+        match rustix::fs::fsetxattr(dst, name, &value, rustix::fs::XattrFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::PERM) => {}
+            Err(e) => return Err(Error::io("setxattr", path, e.into()).with_note(format!("attribute {}", name.to_string_lossy()))),
+        }
+    }
+    // An ACL the destination inherited from its directory's default ACL, which the source does
+    // not have, goes: the copy gets the source's ACL exactly, as with GNU cp -a.
+    for acl in [&b"system.posix_acl_access"[..], b"system.posix_acl_default"] {
+        if list.split(|&b| b == 0).any(|n| n == acl) {
+            continue;
+        }
+        let name = <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(acl);
+        match rustix::fs::fremovexattr(dst, name) {
+            Ok(()) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => {}
+            Err(e) => return Err(Error::io("removexattr", path, e.into()).with_note(format!("attribute {}", name.to_string_lossy()))),
+        }
+    }
+    Ok(())
+}
+
+/// Reads a variable-size attribute value or list: asks its size, then reads it (again if it
+/// grew in between).
+fn xattr_vec(get: impl Fn(&mut [u8]) -> rustix::io::Result<usize>, query: impl Fn() -> rustix::io::Result<usize>) -> rustix::io::Result<Vec<u8>> {
+    for _ in 0..4 {
+        let n = query()?;
+        let mut v = vec![0u8; n];
+        match get(&mut v) {
+            Ok(k) => {
+                v.truncate(k);
+                return Ok(v);
+            }
+            Err(rustix::io::Errno::RANGE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(rustix::io::Errno::RANGE)
 }

@@ -37,6 +37,7 @@ pub mod error;
 pub mod info;
 pub mod policy;
 mod progress;
+pub mod rate;
 pub mod read;
 pub mod residency;
 mod setup;
@@ -44,11 +45,14 @@ pub mod write;
 
 pub use backend::{BackendChoice, BackendKind};
 pub use buf::{AlignedBuf, Budget};
-pub use copy::{copy_file, CopyReport};
+pub use copy::{
+    copy_file, copy_file_with, copy_xattrs, open_parent, stage_copy, CopyOptions, CopyReport, Method, Reflink, Sparse, Staged, VerifyHook, VerifyReport,
+};
 pub use create::{CreateOptions, FileAttrs, FileCreator, NewFile};
 pub use error::{Error, ErrorKind, Hint, Result};
 pub use policy::{Decision, Mode};
 pub use progress::Progress;
+pub use rate::RateLimit;
 pub use read::{Chunk, ReadOptions, Reader};
 pub use write::{WriteOptions, WriteReport, Writer};
 

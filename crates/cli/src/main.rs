@@ -36,7 +36,7 @@ enum Cmd {
     Info(info::InfoArgs),
     /// Stream files to standard output.
     Cat(cat::CatArgs),
-    /// Copy files and trees (durable, atomic per file, mode and mtime kept).
+    /// Copy files and trees: reflinks, holes kept, many files at once, verified from the disk on request; durable and atomic per file.
     Cp(cp::CpArgs),
     /// Print checksums like sha256sum.
     Hash(hash::HashArgs),

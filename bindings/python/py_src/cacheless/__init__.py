@@ -102,18 +102,36 @@ def write_file(path: PathLike, data: Any, *, mode: str = "auto", sync: bool = Tr
     return _native.write_file(os.fspath(path), data, mode=mode, sync=sync)
 
 
-def copy(src: PathLike, dst: PathLike, *, mode: str = "auto", memory: Memory = None, progress: Progress = None, sync: bool = True, **options: Any) -> Dict[str, Any]:
+def copy(
+    src: PathLike,
+    dst: PathLike,
+    *,
+    mode: str = "auto",
+    memory: Memory = None,
+    progress: Progress = None,
+    sync: bool = True,
+    reflink: str = "auto",
+    sparse: str = "auto",
+    verify: Optional[str] = None,
+    bwlimit: Union[int, str, None] = None,
+    **options: Any,
+) -> Dict[str, Any]:
     """Copies the file ``src`` to ``dst`` (into it, if ``dst`` is a directory), like ``shutil.copy``.
 
     The copy is written under a temporary name beside ``dst``, fdatasync'ed (unless
     ``sync=False``) and renamed into place, so an interrupted copy never leaves a partial file.
-    Copying a file onto itself raises ``shutil.SameFileError``. Returns the report (how each
-    side was read and written, and why).
+    ``reflink`` ("auto", "always", "never", as GNU cp): clone the extents (FICLONE) where the
+    filesystem can; "always" raises OSError where it cannot. ``sparse`` ("auto", "always",
+    "never"): keep holes. ``verify`` ("xxh3", "sha256" or "blake3"): read the durable copy back
+    from the disk and compare digests; a mismatch raises OSError and leaves ``dst`` as it was.
+    ``bwlimit`` (bytes per second, or "200M"): limit the copy's rate. Copying a file onto itself
+    raises ``shutil.SameFileError``. Returns the report (the method: reflink, copy or sparse; how
+    each side was read and written, and why; the verification).
     """
     s, d = os.fspath(src), os.fspath(dst)
     if os.path.isdir(d):
         d = os.path.join(d, os.path.basename(s))
-    return _native.copy(s, d, mode=mode, memory=memory, progress=progress, sync=sync, **options)
+    return _native.copy(s, d, reflink=reflink, sparse=sparse, verify=verify, bwlimit=bwlimit, mode=mode, memory=memory, progress=progress, sync=sync, **options)
 
 
 def extract(

@@ -21,7 +21,7 @@
 mod entry;
 mod jobs;
 mod options;
-mod pool;
+pub mod pool;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,4 +1,5 @@
-//! The worker pool that writes file data and metadata, and how many descriptors it may hold.
+//! The worker pool that writes file data and metadata (extract's, and the tree copy's), and how many
+//! descriptors it may hold.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -8,7 +9,7 @@ use std::thread::JoinHandle;
 use crate::error::{panic_message, Error, Result};
 
 /// What the pool's threads do with each job.
-pub(super) trait Work: Send + Sync + 'static {
+pub trait Work: Send + Sync + 'static {
     /// A unit of work.
     type Job: Send + 'static;
     /// Does one job.
@@ -22,14 +23,14 @@ pub(super) trait Work: Send + Sync + 'static {
 
 /// Threads taking jobs from a bounded queue. A job that panics becomes a failure naming it; the
 /// thread goes on with the next job, and the extraction with it.
-pub(super) struct Pool<W: Work> {
+pub struct Pool<W: Work> {
     tx: Option<SyncSender<W::Job>>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl<W: Work> Pool<W> {
     /// Starts `n` threads (at least one) taking jobs from a queue of `queue` places.
-    pub(super) fn new(n: usize, queue: usize, work: &Arc<W>) -> Result<Pool<W>> {
+    pub fn new(n: usize, queue: usize, work: &Arc<W>) -> Result<Pool<W>> {
         let (tx, rx) = sync_channel::<W::Job>(queue);
         let rx = Arc::new(Mutex::new(rx));
         let mut threads = Vec::new();
@@ -48,14 +49,14 @@ impl<W: Work> Pool<W> {
 
     /// Queues a job, waiting for a place. A job no thread can take any more (they all exited)
     /// is dropped, which removes what it created.
-    pub(super) fn send(&self, job: W::Job) {
+    pub fn send(&self, job: W::Job) {
         if let Some(tx) = &self.tx {
             let _ = tx.send(job);
         }
     }
 
     /// Waits for every queued job to be done.
-    pub(super) fn finish(mut self) {
+    pub fn finish(mut self) {
         self.tx = None;
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -80,7 +81,7 @@ fn worker<W: Work>(rx: &Mutex<Receiver<W::Job>>, work: &W) {
 /// holds an open file and its directory, a large file's writer a few more), files kept open for
 /// a second page drop, and resolved directories kept open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct FdPlan {
+pub struct FdPlan {
     /// Worker threads.
     pub threads: usize,
     /// Places in the job queue.
@@ -99,7 +100,7 @@ const RESERVE: usize = 32;
 
 /// Shares out `limit - open_now` descriptors (the soft RLIMIT_NOFILE less those already open)
 /// for an extraction asking for `threads` workers.
-pub(super) fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
+pub fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
     let avail = usize::try_from(limit.saturating_sub(open_now)).unwrap_or(usize::MAX).saturating_sub(RESERVE);
     // Jobs (running, queued and the one being built) get at most half.
     let jobs_max = (avail / 2 / PER_JOB).max(3);
@@ -112,7 +113,7 @@ pub(super) fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
 }
 
 /// Descriptors open in this process now (from /proc/self/fd; a guess where it is missing).
-pub(super) fn open_fds() -> u64 {
+pub fn open_fds() -> u64 {
     std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(16)
 }
 

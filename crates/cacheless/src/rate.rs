@@ -1,0 +1,76 @@
+//! A bandwidth limit shared by every thread of a job: a token bucket refilled continuously at
+//! the rate, holding at most a tenth of a second's worth, so that any one-second window moves
+//! at most 1.1 times the rate and the flow stays smooth within the second.
+//!
+//! Written here rather than taken from a crate: the few rate-limiting crates are async or
+//! count requests, not bytes from many blocking threads; this is twenty lines.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A byte-rate limit. [`RateLimit::take`] blocks the calling thread until the bytes may move.
+#[derive(Debug)]
+pub struct RateLimit {
+    rate: u64,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Bytes that may move now (negative: owed, the caller sleeps it off).
+    tokens: f64,
+    at: Instant,
+}
+
+impl RateLimit {
+    /// A limit of `bytes_per_sec` (at least 1).
+    pub fn new(bytes_per_sec: u64) -> RateLimit {
+        RateLimit { rate: bytes_per_sec.max(1), state: Mutex::new(State { tokens: 0.0, at: Instant::now() }) }
+    }
+
+    /// The limit in bytes per second.
+    pub fn rate(&self) -> u64 {
+        self.rate
+    }
+
+    /// The largest burst the bucket holds: a tenth of a second's worth.
+    fn burst(&self) -> f64 {
+        self.rate as f64 / 10.0
+    }
+
+    /// Accounts for `n` bytes, sleeping as long as they take at the rate beyond what the
+    /// bucket holds. Threads share the bucket: together they move at most the rate.
+    pub fn take(&self, n: u64) {
+        let wait = {
+            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            let elapsed = now.saturating_duration_since(s.at).as_secs_f64();
+            s.at = now;
+            s.tokens = (s.tokens + elapsed * self.rate as f64).min(self.burst()) - n as f64;
+            if s.tokens >= 0.0 {
+                return;
+            }
+            -s.tokens / self.rate as f64
+        };
+        std::thread::sleep(Duration::from_secs_f64(wait));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_beyond_the_burst_are_owed() {
+        let r = RateLimit::new(1000);
+        r.take(0);
+        let s = r.state.lock().unwrap();
+        assert!(s.tokens <= r.burst());
+        drop(s);
+        // 10 bytes fit in a burst of 100 once refilled; the bucket never exceeds the burst.
+        std::thread::sleep(Duration::from_millis(200));
+        r.take(10);
+        let s = r.state.lock().unwrap();
+        assert!(s.tokens <= r.burst() - 10.0 + 1e-9, "{}", s.tokens);
+    }
+}
