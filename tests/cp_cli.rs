@@ -334,6 +334,42 @@ fn verify_passes_and_catches_a_corruption_injected_after_the_write() {
     }
 }
 
+/// Verified copies on several threads under a budget that holds only a few leases at once:
+/// each copy gives its buffers back before its read-back takes new ones, so none waits for
+/// ever on another's (the run is killed and the test fails if it does not end).
+#[test]
+fn verified_copies_on_many_threads_share_a_small_budget_without_waiting_for_ever() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let files: Vec<(String, Vec<u8>)> = (0..8).map(|i| (format!("f{i}"), random_bytes((8 << 20) + i * 4097, 100 + i as u64))).collect();
+    for (n, data) in &files {
+        std::fs::write(src.join(n), data).unwrap();
+    }
+    let dst = d.path().join("dst");
+    let mut child = cacheless_testkit::cacheless()
+        .args(["cp", "-a", "--verify", "--threads", "4", "--memory", "16M", s(&src), s(&dst)])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().unwrap();
+            panic!("cp -a --verify still running after 120 s: its threads wait on each other's buffers");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(status.success(), "exit {:?}", status.code());
+    for (n, data) in &files {
+        assert_eq!(&std::fs::read(dst.join(n)).unwrap(), data, "{n}");
+    }
+    no_temp_files(&dst);
+}
+
 #[test]
 fn bwlimit_keeps_every_second_within_a_fifth_of_the_limit() {
     let d = scratch();

@@ -345,7 +345,7 @@ pub fn stage_copy(
     let mut fallback = None;
     if co.reflink != Reflink::Never && len > 0 {
         match job.reflink(&mut reader, &smeta)? {
-            Ok(write) => return job.staged(name, Method::Reflink, None, &reader, write, 0),
+            Ok(write) => return job.staged(name, Method::Reflink, None, reader, write, 0),
             Err(why) => fallback = Some(why),
         }
     }
@@ -357,7 +357,7 @@ pub fn stage_copy(
     } else {
         job.stream(&mut reader)?
     };
-    job.staged(name, method, fallback, &reader, write, data)
+    job.staged(name, method, fallback, reader, write, data)
 }
 
 /// One file's copy in progress.
@@ -608,8 +608,10 @@ impl Job<'_> {
         Ok((Method::Sparse, w, data))
     }
 
-    /// Verifies if asked, and wraps up the staged file.
-    fn staged(mut self, name: &OsStr, method: Method, fallback: Option<String>, reader: &Reader, write: WriteReport, data_bytes: u64) -> Result<Staged> {
+    /// Verifies if asked, and wraps up the staged file. The source's reader is given back (and
+    /// its buffers to the budget) before the read-back takes buffers of its own: copies on many
+    /// threads each holding one lease while waiting for a second would wait for ever.
+    fn staged(mut self, name: &OsStr, method: Method, fallback: Option<String>, reader: Reader, write: WriteReport, data_bytes: u64) -> Result<Staged> {
         let mut staged = Staged {
             dir: self.dir.clone(),
             tmp: self.tmp.clone(),
@@ -628,9 +630,11 @@ impl Job<'_> {
                 verify: None,
             },
         };
+        let block = reader.block_size();
+        drop(reader);
         if let (Some(algo), Some(h)) = (self.co.verify, self.hasher.take()) {
             let want = h.hex();
-            staged.report.verify = Some(self.verify(algo, want, reader)?);
+            staged.report.verify = Some(self.verify(algo, want, block)?);
         }
         self.progress.file_done();
         Ok(staged)
@@ -638,7 +642,7 @@ impl Job<'_> {
 
     /// Reads the durable temporary file back past the page cache and compares its digest with
     /// the source's.
-    fn verify(&self, algo: Algo, want: String, reader: &Reader) -> Result<VerifyReport> {
+    fn verify(&self, algo: Algo, want: String, block: usize) -> Result<VerifyReport> {
         let t = Instant::now();
         let fd = rustix::fs::openat(&**self.dir, self.tmp.as_os_str(), OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty())
             .map_err(|e| Error::io("open for verify", self.dst, e.into()))?;
@@ -652,7 +656,7 @@ impl Job<'_> {
         let mut ro = ReadOptions::new(self.wo.budget.clone());
         ro.mode = self.wo.mode;
         ro.backend = self.wo.backend;
-        ro.block_size = reader.block_size().max(1 << 20);
+        ro.block_size = block.max(1 << 20);
         let mut back = Reader::from_file(file, self.dst, &ro)?;
         let mut h = Hasher::new(algo);
         while let Some(c) = back.next_chunk()? {
