@@ -547,3 +547,27 @@ fn info_names_filesystems_by_their_magic() {
     let name = v["paths"][0]["fs"]["fs_type"].as_str().unwrap().to_string();
     assert!(!name.starts_with("0x") && !name.is_empty(), "the test disk's filesystem is one we know: {name}");
 }
+
+/// Where a seccomp filter denies io_uring_setup with EPERM (Docker's default profile), every
+/// test of this file passes on the thread backend, and `info` says why io_uring is not used.
+#[test]
+fn the_suite_passes_where_seccomp_denies_io_uring() {
+    let info = cacheless_testkit::without_io_uring(|| run(&["info", "--json"]));
+    if !require("seccomp", info.as_ref().map(|_| ()).map_err(Clone::clone)) {
+        return;
+    }
+    let info: serde_json::Value = serde_json::from_slice(&info.unwrap().stdout).unwrap();
+    let uring = &info["system"]["uring"]["Err"];
+    assert_eq!(uring["errno"], libc::EPERM, "{info}");
+    let why = uring["reason"].as_str().unwrap();
+    assert!(why.contains("EPERM") && why.contains("seccomp"), "info says why: {why}");
+    let d = scratch();
+    let f = d.path().join("f");
+    std::fs::write(&f, random_bytes(8 << 20, 30)).unwrap();
+    let out = cacheless_testkit::without_io_uring(|| run(&["-v", "--block-size", "1M", "cp", s(&f), s(&d.path().join("g"))])).unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stderr).contains("threads (io_uring unavailable"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cacheless_testkit::rerun_without_io_uring("the_suite_passes_where_seccomp_denies_io_uring").unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the suite under seccomp: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("test result: ok"), "{text}");
+}

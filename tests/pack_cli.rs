@@ -167,3 +167,17 @@ fn interrupted_pack_exits_with_the_signal_and_leaves_no_archive() {
         assert!(left.is_empty(), "temporaries left: {left:?}");
     }
 }
+
+/// Where a seccomp filter denies io_uring_setup with EPERM (Docker's default profile), every
+/// test of this file passes on the thread backend.
+#[test]
+fn the_suite_passes_where_seccomp_denies_io_uring() {
+    let out = cacheless_testkit::rerun_without_io_uring("the_suite_passes_where_seccomp_denies_io_uring");
+    if !cacheless_testkit::require("seccomp", out.as_ref().map(|_| ()).map_err(Clone::clone)) {
+        return;
+    }
+    let out = out.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the suite under seccomp: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("test result: ok"), "{text}");
+}

@@ -5,11 +5,18 @@
 //! confirms support (EINVAL: unsupported). RWF_DONTCACHE (Linux 6.14+) is probed with a 1-byte
 //! preadv2, which the kernel refuses with EOPNOTSUPP before doing any I/O when either the
 //! kernel or the filesystem lacks it. io_uring is probed by setting up a small ring.
+//!
+//! Where O_DIRECT opens, one more probe asks whether direct *writes* really bypass the cache:
+//! btrfs (Linux 6.15+) turns O_DIRECT writes to files with data checksums into buffered ones,
+//! silently. An anonymous file beside the probed one gets a page mapped, then one O_DIRECT write
+//! over it: a real direct write invalidates the mapped page, a buffered one writes into it and
+//! leaves it resident (the kernel's fallback drops only unmapped pages), which cachestat sees.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -30,7 +37,8 @@ pub struct Unavailable {
 }
 
 impl Unavailable {
-    fn errno(what: &str, e: &io::Error) -> Unavailable {
+    /// `what` failed with errno `e`.
+    pub(crate) fn errno(what: &str, e: &io::Error) -> Unavailable {
         Unavailable { reason: format!("{what}: {}", errno_name(e)), errno: e.raw_os_error() }
     }
     fn disabled(what: &str) -> Unavailable {
@@ -82,6 +90,10 @@ pub struct FsCaps {
     pub direct: Support<DioAlign>,
     /// RWF_DONTCACHE.
     pub dontcache: Support,
+    /// Set when O_DIRECT opens but writes go through the page cache all the same (btrfs with
+    /// data checksums, Linux 6.15+): what the probe write showed. Auto writes with another
+    /// mode there; a forced direct write is still done as asked.
+    pub direct_write_cached: Option<String>,
 }
 
 /// What the kernel supports, independent of files.
@@ -148,20 +160,32 @@ fn probe_cachestat() -> Support {
     }
 }
 
-fn cache() -> &'static Mutex<HashMap<u64, Arc<FsCaps>>> {
-    static C: OnceLock<Mutex<HashMap<u64, Arc<FsCaps>>>> = OnceLock::new();
+/// What the verdicts are cached under: the device, and the filesystem's magic and id, so that a
+/// device that is unmounted and mounted again with another filesystem (a reused loop device) is
+/// probed afresh.
+type Key = (u64, u64, u64);
+
+fn cache() -> &'static Mutex<HashMap<Key, Arc<FsCaps>>> {
+    static C: OnceLock<Mutex<HashMap<Key, Arc<FsCaps>>>> = OnceLock::new();
     C.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+fn key(fd: BorrowedFd<'_>, dev: u64) -> Key {
+    let magic = rustix::fs::fstatfs(fd).map(|st| magic(st.f_type)).unwrap_or(0);
+    let fsid = rustix::fs::fstatvfs(fd).map(|st| st.f_fsid).unwrap_or(0);
+    (dev, magic, fsid)
+}
+
 /// The capabilities of the filesystem holding the open regular file `file`, probed with it on
-/// first use of its device and cached.
+/// first use of its filesystem and cached.
 pub fn for_file(file: &File) -> io::Result<Arc<FsCaps>> {
     let dev = file.metadata()?.dev();
-    if let Some(c) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&dev) {
+    let key = key(file.as_fd(), dev);
+    if let Some(c) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(c.clone());
     }
     let caps = Arc::new(probe(file.as_fd(), dev));
-    cache().lock().unwrap_or_else(|e| e.into_inner()).insert(dev, caps.clone());
+    cache().lock().unwrap_or_else(|e| e.into_inner()).insert(key, caps.clone());
     Ok(caps)
 }
 
@@ -170,7 +194,9 @@ pub fn for_file(file: &File) -> io::Result<Arc<FsCaps>> {
 /// where O_TMPFILE is unsupported.
 pub fn for_dir(dir: &Path) -> io::Result<Arc<FsCaps>> {
     let dev = std::fs::metadata(dir)?.dev();
-    if let Some(c) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&dev) {
+    let magic = rustix::fs::statfs(dir).map(|st| magic(st.f_type)).unwrap_or(0);
+    let fsid = rustix::fs::statvfs(dir).map(|st| st.f_fsid).unwrap_or(0);
+    if let Some(c) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&(dev, magic, fsid)) {
         return Ok(c.clone());
     }
     use rustix::fs::{Mode as FMode, OFlags};
@@ -194,13 +220,15 @@ pub fn unprobed(dir: &Path, why: &io::Error) -> io::Result<FsCaps> {
     let dev = std::fs::metadata(dir)?.dev();
     let st = rustix::fs::statfs(dir)?;
     let not = Unavailable { reason: format!("not probed: no file can be created here ({})", errno_name(why)), errno: why.raw_os_error() };
-    Ok(FsCaps { dev, fs_type: fs_name(magic(st.f_type)), direct: Err(not.clone()), dontcache: Err(not) })
+    Ok(FsCaps { dev, fs_type: fs_name(magic(st.f_type)), direct: Err(not.clone()), dontcache: Err(not), direct_write_cached: None })
 }
 
-/// Replaces the cached verdicts for `caps.dev` (tests of verdicts only a write can reveal).
+/// Replaces the cached verdicts for the filesystem of `file` (tests of verdicts only a write
+/// can reveal).
 #[cfg(test)]
-pub(crate) fn set_cached(caps: FsCaps) {
-    cache().lock().unwrap_or_else(|e| e.into_inner()).insert(caps.dev, Arc::new(caps));
+pub(crate) fn set_cached(file: &File, caps: FsCaps) {
+    let k = key(file.as_fd(), caps.dev);
+    cache().lock().unwrap_or_else(|e| e.into_inner()).insert(k, Arc::new(caps));
 }
 
 /// Forgets cached verdicts (tests use this after changing `CACHELESS_DISABLE`).
@@ -210,7 +238,54 @@ pub fn clear_cache() {
 
 fn probe(fd: BorrowedFd<'_>, dev: u64) -> FsCaps {
     let fs_type = fs_type_name(fd);
-    FsCaps { dev, fs_type, direct: probe_direct(fd, dev), dontcache: probe_dontcache(fd) }
+    let direct = probe_direct(fd, dev);
+    let direct_write_cached = match &direct {
+        Ok(a) => probe_direct_write(fd, a).map(|pages| {
+            let why = match fs_type.as_str() {
+                "btrfs" => " (btrfs buffers O_DIRECT writes to files with data checksums, Linux 6.15+)",
+                "tmpfs" => " (tmpfs keeps file data in the page cache)",
+                _ => "",
+            };
+            format!("an O_DIRECT write left {pages} in the page cache{why}")
+        }),
+        Err(_) => None,
+    };
+    FsCaps { dev, fs_type, direct, dontcache: probe_dontcache(fd), direct_write_cached }
+}
+
+/// Whether an O_DIRECT write in the directory of `fd` leaves its pages in the cache: one write
+/// of one aligned block to an anonymous O_TMPFILE file there whose page is mapped (see the
+/// module doc). `None` when the write bypassed the cache, and also when the probe cannot run
+/// (a read-only filesystem, no O_TMPFILE, no space): nothing then says otherwise.
+#[allow(unsafe_code)]
+fn probe_direct_write(fd: BorrowedFd<'_>, align: &DioAlign) -> Option<String> {
+    use rustix::fs::{Mode as FMode, OFlags};
+    use rustix::mm::{MapFlags, ProtFlags};
+    let link = rustix::fs::readlink(format!("/proc/self/fd/{}", fd.as_raw_fd()), Vec::new()).ok()?;
+    let dir = Path::new(std::ffi::OsStr::from_bytes(link.as_bytes())).parent()?.to_path_buf();
+    let tmp: File = rustix::fs::open(&dir, OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(0o600)).ok()?.into();
+    let len = align.both().max(rustix::param::page_size());
+    tmp.set_len(u64::try_from(len).ok()?).ok()?;
+    // SAFETY: a fresh shared read-only mapping of `len` bytes of a file we own, at an address the
+    // kernel chooses; MAP_POPULATE maps its pages now, so nothing is ever read through it.
+    let map = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, ProtFlags::READ, MapFlags::SHARED | MapFlags::POPULATE, &tmp, 0) }.ok()?;
+    let verdict = direct_write_left_pages(&tmp, len, align);
+    // SAFETY: exactly the mapping made above; nothing references it.
+    let _ = unsafe { rustix::mm::munmap(map, len) };
+    verdict
+}
+
+/// One O_DIRECT write of `len` bytes at offset 0 of `tmp` (whose pages are mapped); how many of
+/// its pages it left in the page cache, if any.
+fn direct_write_left_pages(tmp: &File, len: usize, align: &DioAlign) -> Option<String> {
+    use rustix::fs::{Mode as FMode, OFlags};
+    let direct: File =
+        rustix::fs::open(format!("/proc/self/fd/{}", tmp.as_raw_fd()).as_str(), OFlags::RDWR | OFlags::DIRECT | OFlags::CLOEXEC, FMode::empty()).ok()?.into();
+    let mut buf = crate::buf::AlignedBuf::new(len, align.both());
+    buf[..len].fill(0x5a);
+    let n = rustix::io::pwrite(&direct, &buf[..len], 0).ok()?;
+    let left = crate::residency::residency(tmp, 0, u64::try_from(len).ok()?).ok()?;
+    (n == len && left.cached_pages > 0).then(|| format!("{} of {} pages", left.cached_pages, left.total_pages))
 }
 
 fn probe_direct(fd: BorrowedFd<'_>, dev: u64) -> Support<DioAlign> {
@@ -353,11 +428,11 @@ pub fn fs_name(magic: u64) -> String {
 /// (it could not read the file), so later files there take the next mode at once.
 pub(crate) fn refuse_dontcache(dev: u64, e: &io::Error) {
     let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(old) = c.get(&dev) {
+    for old in c.values_mut().filter(|v| v.dev == dev) {
         if old.dontcache.is_ok() {
             let mut caps = (**old).clone();
             caps.dontcache = Err(Unavailable::errno("pwritev2(RWF_DONTCACHE)", e));
-            c.insert(dev, Arc::new(caps));
+            *old = Arc::new(caps);
         }
     }
 }

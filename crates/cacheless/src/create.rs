@@ -490,7 +490,7 @@ mod tests {
         let dir = rustix::fs::open(d.path(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap();
         let mut blind = (*real).clone();
         blind.dontcache = Ok(());
-        caps::set_cached(blind);
+        caps::set_cached(&File::open(d.path()).unwrap(), blind);
         let c = FileCreator::new(CreateOptions::default());
         let rep = c.write_file(dir.as_fd(), OsStr::new("f"), Path::new("f"), b"some data", &FileAttrs::default()).unwrap();
         assert_eq!(rep.decision.mode, Mode::WriteBehind, "{}", rep.decision.reason);

@@ -152,12 +152,19 @@ pub fn decide_read(requested: Mode, caps: &FsCaps, len: u64, cached: Option<u64>
 }
 
 /// Chooses how to write a file; `size_hint` is the final size when known.
+///
+/// Where O_DIRECT writes go through the page cache all the same ([`FsCaps::direct_write_cached`]),
+/// auto takes the next mode, and a forced direct write is done as asked, its reason saying so.
 pub fn decide_write(requested: Mode, caps: &FsCaps, size_hint: Option<u64>) -> Result<Decision, Refusal> {
     if requested != Mode::Auto {
         if let Some(reason) = unsupported(requested, caps) {
             return Err(refuse(requested, caps, reason));
         }
-        return Ok(Decision { mode: requested, reason: "requested".into() });
+        let reason = match (&caps.direct_write_cached, requested) {
+            (Some(why), Mode::Direct) => format!("requested, though O_DIRECT writes here go through the page cache ({why})"),
+            _ => "requested".into(),
+        };
+        return Ok(Decision { mode: requested, reason });
     }
     match size_hint {
         Some(n) if n < SMALL_WRITE => {
@@ -173,7 +180,16 @@ pub fn decide_write(requested: Mode, caps: &FsCaps, size_hint: Option<u64>) -> R
                 })
             }
         }
-        _ => fallback_chain(caps, "write"),
+        _ => match (&caps.direct, &caps.direct_write_cached, &caps.dontcache) {
+            (Ok(_), Some(why), Ok(())) => {
+                Ok(Decision { mode: Mode::DontCache, reason: format!("O_DIRECT writes go through the page cache here ({why}): RWF_DONTCACHE") })
+            }
+            (Ok(_), Some(why), Err(u)) => Ok(Decision {
+                mode: Mode::WriteBehind,
+                reason: format!("O_DIRECT writes go through the page cache here ({why}) and RWF_DONTCACHE unavailable ({}): write-behind", u.reason),
+            }),
+            _ => fallback_chain(caps, "write"),
+        },
     }
 }
 
@@ -192,5 +208,38 @@ fn fallback_chain(caps: &FsCaps, what: &str) -> Result<Decision, Refusal> {
                 if what == "read" { "drop-behind" } else { "write-behind" }
             ),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caps::{AlignSource, DioAlign, Unavailable};
+
+    fn caps(dontcache: bool, cached: Option<&str>) -> FsCaps {
+        let no = Unavailable { reason: "preadv2(RWF_DONTCACHE): EOPNOTSUPP".into(), errno: Some(libc::EOPNOTSUPP) };
+        FsCaps {
+            dev: 1,
+            fs_type: "btrfs".into(),
+            direct: Ok(DioAlign { mem: 4096, offset: 4096, source: AlignSource::Default }),
+            dontcache: if dontcache { Ok(()) } else { Err(no) },
+            direct_write_cached: cached.map(String::from),
+        }
+    }
+
+    #[test]
+    fn direct_writes_that_go_through_the_cache_make_auto_take_the_next_mode_and_forced_direct_say_so() {
+        let why = "an O_DIRECT write left 1 of 1 pages in the page cache";
+        let wb = decide_write(Mode::Auto, &caps(false, Some(why)), None).unwrap();
+        assert_eq!(wb.mode, Mode::WriteBehind);
+        assert!(wb.reason.contains(why) && wb.reason.contains("EOPNOTSUPP"), "{}", wb.reason);
+        assert_eq!(decide_write(Mode::Auto, &caps(true, Some(why)), Some(1 << 30)).unwrap().mode, Mode::DontCache);
+        let forced = decide_write(Mode::Direct, &caps(false, Some(why)), None).unwrap();
+        assert_eq!(forced.mode, Mode::Direct, "a forced mode is honoured");
+        assert!(forced.reason.starts_with("requested, though") && forced.reason.contains(why), "{}", forced.reason);
+        // Reads are unaffected, and without the finding large writes stay direct.
+        assert_eq!(decide_read(Mode::Auto, &caps(false, Some(why)), 1 << 30, Some(0)).unwrap().mode, Mode::Direct);
+        assert_eq!(decide_write(Mode::Auto, &caps(false, None), None).unwrap().mode, Mode::Direct);
+        assert_eq!(decide_write(Mode::Direct, &caps(false, None), None).unwrap().reason, "requested");
     }
 }

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Read};
 use std::ops::Deref;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -115,6 +116,9 @@ pub struct Reader {
     /// Bytes of the next chunk that `Read` skips (a seek to an unaligned offset).
     skip: usize,
     before: HashMap<u64, Before>,
+    /// Direct mode on a file with nothing cached at open: whatever is cached at the end came in
+    /// through this read (btrfs reads small inline files buffered even with O_DIRECT).
+    cold_direct: bool,
 }
 
 impl Reader {
@@ -144,6 +148,7 @@ impl Reader {
             // turned off for this descriptor: our own queue does the read-ahead.
             let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
         }
+        let cold_direct = decision.mode == Mode::Direct && len > 0 && residency::cachestat(file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache == 0);
         let page = rustix::param::page_size();
         let mut block = round_up(opts.block_size.max(align), align);
         if len > 0 && crate::conv::usize_of(len) < block {
@@ -178,6 +183,7 @@ impl Reader {
             cur_pos: 0,
             skip: 0,
             before: HashMap::new(),
+            cold_direct,
         })
     }
 
@@ -521,6 +527,20 @@ impl Drop for Reader {
                 Ok(_) => {}
                 Err(_) => break,
             }
+        }
+        // Best effort, as drop-behind: failing to drop pages loses no data.
+        match self.decision.mode {
+            // Pages past the end hold no data of the file, yet some filesystems fill them when
+            // they decompress a whole block (squashfs caches its 128 KiB block in the file's
+            // mapping): drop them too.
+            Mode::WriteBehind if self.len > 0 => {
+                let page = rustix::param::page_size() as u64;
+                let _ = residency::drop_range(&self.file, self.len.div_ceil(page) * page, 0);
+            }
+            Mode::Direct if self.cold_direct && residency::cachestat(self.file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache > 0) => {
+                let _ = residency::drop_range(&self.file, 0, 0);
+            }
+            _ => {}
         }
     }
 }

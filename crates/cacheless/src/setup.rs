@@ -81,15 +81,26 @@ pub(crate) fn check_block_size(op: &'static str, path: &Path, block: usize) -> R
 
 /// Probes `file`'s filesystem, decides with `decide`, and turns O_DIRECT on if chosen. A mode
 /// the caller forced that cannot be honoured is an `Unsupported` error for `op` on `path`.
-pub(crate) fn choose(file: &File, path: &Path, op: &'static str, decide: impl FnOnce(&FsCaps) -> Result<Decision, Refusal>) -> Result<Chosen> {
-    let caps = caps::for_file(file).map_err(|e| Error::io("probe", path, e))?;
-    let decision = decide(&caps).map_err(|r| refused(op, path, r))?;
-    let (align, mem_align) = match (decision.mode, &caps.direct) {
-        (Mode::Direct, Ok(a)) => {
-            set_direct(file, true)
-                .map_err(|e| Error::io("fcntl(O_DIRECT)", path, e).with_kind(ErrorKind::Unsupported).with_hint(policy::alternatives(Mode::Direct, &caps)))?;
-            (a.offset.max(1) as usize, a.mem.max(1) as usize)
+///
+/// The probe is per filesystem, but some refuse O_DIRECT per file (erofs for compressed files,
+/// with EINVAL from fcntl): then `decide` is asked again with O_DIRECT marked unavailable for
+/// this file, so auto takes its next mode (saying why) and a forced direct is refused.
+pub(crate) fn choose(file: &File, path: &Path, op: &'static str, decide: impl Fn(&FsCaps) -> Result<Decision, Refusal>) -> Result<Chosen> {
+    let mut caps = caps::for_file(file).map_err(|e| Error::io("probe", path, e))?;
+    let mut decision = decide(&caps).map_err(|r| refused(op, path, r))?;
+    if decision.mode == Mode::Direct {
+        if let Err(e) = set_direct(file, true) {
+            if e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(Error::io("fcntl(O_DIRECT)", path, e).with_kind(ErrorKind::Unsupported).with_hint(policy::alternatives(Mode::Direct, &caps)));
+            }
+            let mut this_file = (*caps).clone();
+            this_file.direct = Err(caps::Unavailable::errno("fcntl(O_DIRECT) on this file", &e));
+            decision = decide(&this_file).map_err(|r| refused(op, path, r))?;
+            caps = Arc::new(this_file);
         }
+    }
+    let (align, mem_align) = match (decision.mode, &caps.direct) {
+        (Mode::Direct, Ok(a)) => (a.offset.max(1) as usize, a.mem.max(1) as usize),
         _ => (1, 1),
     };
     let flags = if decision.mode == Mode::DontCache { RWF_DONTCACHE } else { 0 };

@@ -69,6 +69,9 @@ pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
                 ))
             );
             println!("  RWF_DONTCACHE  {}", support(&i.fs.dontcache, |_| String::new()));
+            if let Some(why) = &i.fs.direct_write_cached {
+                println!("  O_DIRECT write cached: {why}");
+            }
             if let (Some(r), Some(size)) = (&i.residency, i.size) {
                 println!(
                     "  resident       {} of {} ({:.1}%, {} pages dirty, via {:?})",

@@ -7,6 +7,14 @@
 //!   libtest's captured output, so the reason shows under plain `cargo test`), and fails instead
 //!   when `CACHELESS_REQUIRE` names the feature it needs (CI sets it: its machine has them all).
 //! - [`interrupt`]: sends a signal to a running child and collects its output.
+//! - [`without_io_uring`]: runs code (and the processes it starts) where io_uring_setup fails
+//!   with EPERM, as under Docker's default seccomp profile.
+//! - [`LoopFs`]: a real filesystem (ext4, xfs, btrfs, tmpfs, overlay, erofs, squashfs) mounted
+//!   for one test and taken down when dropped.
+
+mod loopfs;
+
+pub use loopfs::{kernel_has, FsKind, LoopFs};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -123,6 +131,37 @@ pub fn interrupt(child: Child, after: Duration, signal: rustix::process::Signal)
     child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"))
 }
 
+/// Runs `f` on a thread of its own under a seccomp filter that makes io_uring_setup fail with
+/// EPERM (what Docker's default profile does since 25.0) and lets every other call through;
+/// processes started from it inherit the filter. `Err` says why no filter could be installed.
+pub fn without_io_uring<R: Send>(f: impl FnOnce() -> R + Send) -> Result<R, String> {
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
+    let arch = std::env::consts::ARCH.try_into().map_err(|e| format!("seccomp on {}: {e:?}", std::env::consts::ARCH))?;
+    let rules = [(libc::SYS_io_uring_setup, vec![])].into_iter().collect();
+    let errno = u32::try_from(libc::EPERM).unwrap_or(1);
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(errno), arch).map_err(|e| format!("seccomp filter: {e:?}"))?;
+    let prog: BpfProgram = filter.try_into().map_err(|e| format!("seccomp program: {e:?}"))?;
+    std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            // Only this thread gets the filter (no TSYNC): the rest of the test process is untouched.
+            seccompiler::apply_filter(&prog).map_err(|e| format!("seccomp: {e:?}"))?;
+            Ok(f())
+        });
+        t.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
+}
+
+/// Runs this test executable's tests again, all but `skip` (the caller, which would recurse), in
+/// a process where io_uring_setup fails with EPERM ([`without_io_uring`]), and returns its
+/// output. `uring` is taken out of `CACHELESS_REQUIRE` there: the point is to run without it.
+pub fn rerun_without_io_uring(skip: &str) -> Result<Output, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let require: Vec<String> =
+        std::env::var("CACHELESS_REQUIRE").unwrap_or_default().split(',').map(str::trim).filter(|f| !f.is_empty() && *f != "uring").map(String::from).collect();
+    without_io_uring(|| Command::new(&exe).args(["--skip", skip]).env("CACHELESS_REQUIRE", require.join(",")).output())?
+        .map_err(|e| format!("run {}: {e}", exe.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +176,13 @@ mod tests {
         }
         drop(d);
         assert!(!p.exists());
+    }
+
+    #[test]
+    fn io_uring_setup_is_denied_with_eperm_only_under_the_filter() {
+        let ring = || io_uring::IoUring::new(2).err().and_then(|e| e.raw_os_error());
+        assert_eq!(without_io_uring(ring).unwrap(), Some(libc::EPERM), "io_uring_setup under the filter");
+        assert_eq!(ring(), None, "this thread has no filter");
     }
 
     #[test]
