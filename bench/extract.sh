@@ -1,70 +1,102 @@
 #!/usr/bin/env bash
-# bench/extract.sh: `cacheless extract` vs `tar -I zstd -xf ... && sync` on a snapshot-like tree.
+# bench/extract.sh: `cacheless extract` vs `tar -I zstd -xf ... && sync` and
+# `tar -I 'zstd -T0' -xf ... && sync`, each on a single-frame archive (`tar -I zstd -cf`) and on a
+# multi-frame one (`cacheless pack`: 32 MiB frames, each after a pzstd-style size frame), of a
+# snapshot-like tree.
 #
 # Cold every run (sync + drop_caches + bench/lib.sh's settle, needs root), RUNS interleaved runs
 # whose order rotates (bench/lib.sh; the position is recorded).
 # Per run: wall, user and sys CPU (GNU time, children included), page-cache growth (Cached in
 # /proc/meminfo after minus before) and the exact residency of the archive and the extracted
-# tree afterwards (fincore). Writes WORK/raw-NAME.csv and prints a markdown summary.
+# tree afterwards (fincore). Writes WORK/raw-NAME.csv and prints a markdown summary with CPU
+# seconds (user + sys) per GiB of tree, and for cacheless the frames and decompression threads
+# its --json report gives.
 #
 # Environment: CACHELESS (binary, default target/release/cacheless), WORK (scratch dir on the
 # filesystem under test, default /var/tmp/cacheless-bench-extract), RUNS (5), NAME (label),
 # LARGE (16 x 64 MiB), MEDIUM (4000 x 128 KiB), SMALL (20000 x 1..SMALL_MAX_KIB KiB),
-# SMALL_MAX_KIB (40), EXTRA (extra flags for cacheless extract).
+# SMALL_MAX_KIB (40), EXTRA (extra flags for cacheless extract), TOOLS (the tools to compare, a
+# subset of: cacheless tar tar-T0), ARCHIVES (single multi).
 # The 200,000-file variant: NAME=200k LARGE=0 MEDIUM=0 SMALL=200000 SMALL_MAX_KIB=8 bench/extract.sh
+# A smoke run: NAME=smoke RUNS=1 LARGE=1 MEDIUM=20 SMALL=200 bench/extract.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 WORK=${WORK:-/var/tmp/cacheless-bench-extract}
 . bench/snapshot-tree.sh
-ARCH=$WORK/$NAME.tar.zst
-[ "$TREE_BUILT" = 0 ] || rm -f "$ARCH"
-[ -f "$ARCH" ] || tar -I zstd -cf "$ARCH" -C "$TREE" .
+TOOLS=${TOOLS:-cacheless tar tar-T0}
+ARCHIVES=${ARCHIVES:-single multi}
+ARCH_single=$WORK/$NAME.tar.zst
+ARCH_multi=$WORK/$NAME.frames.tar.zst
+[ "$TREE_BUILT" = 0 ] || rm -f "$ARCH_single" "$ARCH_multi"
+[ -f "$ARCH_single" ] || tar -I zstd -cf "$ARCH_single" -C "$TREE" .
+[ -f "$ARCH_multi" ] || "$BIN" pack -o "$ARCH_multi" -C "$TREE" . >/dev/null
 TREE_BYTES=$(du -sb --apparent-size "$TREE" | cut -f1)
 FILES=$(find "$TREE" -type f | wc -l)
 OUT=$WORK/out
 RAW=$WORK/raw-$NAME.csv
-echo "tool,run,position,wall_s,user_s,sys_s,cache_growth_kib,resident_after_kib,tree_bytes,files" > "$RAW"
+echo "tool,archive,run,position,wall_s,user_s,sys_s,cache_growth_kib,resident_after_kib,tree_bytes,files,frames,decompress_threads" > "$RAW"
 
 cached_kib() { awk '/^Cached:/ {print $2}' /proc/meminfo; }
 resident_kib() { # archive + every extracted file, exact (fincore)
-    { echo "$ARCH"; find "$OUT" -type f; } | xargs -d '\n' fincore -b -n -o RES 2>/dev/null | awk '{s+=$1} END {print int(s/1024)}'
+    { echo "$1"; find "$OUT" -type f; } | xargs -d '\n' fincore -b -n -o RES 2>/dev/null | awk '{s+=$1} END {print int(s/1024)}'
 }
-one() { # tool run position
-    local tool=$1 run=$2 pos=$3 cmd
+one() { # tool@archive run position
+    local tool=${1%@*} kind=${1#*@} run=$2 pos=$3 cmd arch frames=- dthreads=-
+    arch=ARCH_$kind
+    arch=${!arch}
     rm -rf "$OUT"; mkdir -p "$OUT"; sync; echo 3 > /proc/sys/vm/drop_caches; settle
-    if [ "$tool" = cacheless ]; then
-        cmd="\"$BIN\" extract $EXTRA \"$ARCH\" -C \"$OUT\""
-    else
-        cmd="tar -I zstd -xf \"$ARCH\" -C \"$OUT\" && sync"
-    fi
+    case $tool in
+        cacheless) cmd="\"$BIN\" extract --json $EXTRA \"$arch\" -C \"$OUT\" > \"$WORK/report.json\"" ;;
+        tar) cmd="tar -I zstd -xf \"$arch\" -C \"$OUT\" && sync" ;;
+        tar-T0) cmd="tar -I 'zstd -T0' -xf \"$arch\" -C \"$OUT\" && sync" ;;
+        *) echo "unknown tool $tool" >&2; exit 2 ;;
+    esac
     local before after t
     before=$(cached_kib)
     /usr/bin/time -f "%e %U %S" -o "$WORK/time.txt" bash -c "$cmd" >/dev/null 2>"$WORK/stderr-$tool.txt" \
         || { echo "$tool failed:" >&2; cat "$WORK/stderr-$tool.txt" >&2; exit 1; }
     t=$(tail -1 "$WORK/time.txt")
     after=$(cached_kib)
-    echo "$tool,$run,$pos,${t// /,},$((after - before)),$(resident_kib),$TREE_BYTES,$FILES" | tee -a "$RAW"
+    if [ "$tool" = cacheless ]; then
+        read -r frames dthreads < <(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["source"]; print(s.get("frames") if s.get("frames") is not None else "-", s.get("decompress_threads", "-"))' "$WORK/report.json")
+    fi
+    echo "$tool,$kind,$run,$pos,${t// /,},$((after - before)),$(resident_kib "$arch"),$TREE_BYTES,$FILES,$frames,$dthreads" | tee -a "$RAW"
 }
+ITEMS=()
+for a in $ARCHIVES; do for t in $TOOLS; do ITEMS+=("$t@$a"); done; done
 for run in $(seq 1 "$RUNS"); do
     pos=0
-    for tool in $(rotate "$run" cacheless tar); do
+    for item in $(rotate "$run" "${ITEMS[@]}"); do
         pos=$((pos + 1))
-        one "$tool" "$run" "$pos"
+        one "$item" "$run" "$pos"
     done
 done
 rm -rf "$OUT"
 python3 - "$RAW" <<'PY'
 import csv, statistics as st, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-def med(tool, k): return st.median(float(r[k]) for r in rows if r["tool"] == tool)
-tb = float(rows[0]["tree_bytes"]); n = rows[0]["files"]
-print(f"\ntree: {tb/2**30:.2f} GiB apparent, {n} files; medians of {len([r for r in rows if r['tool']=='tar'])} cold interleaved runs\n")
-print("| tool | wall s | user s | sys s | page-cache growth | resident after (archive+tree) |")
-print("|---|---|---|---|---|---|")
-for t, label in [("cacheless", "cacheless extract"), ("tar", "tar -I zstd -xf && sync")]:
-    g = med(t, "cache_growth_kib") * 1024
-    print(f"| {label} | {med(t,'wall_s'):.2f} | {med(t,'user_s'):.2f} | {med(t,'sys_s'):.2f} | {g/2**20:.0f} MiB ({100*g/tb:.1f} %) | {med(t,'resident_after_kib')/1024:.0f} MiB |")
-print(f"\nspeed-up (tar wall / cacheless wall): {med('tar','wall_s')/med('cacheless','wall_s'):.2f}x; "
-      f"sys CPU ratio (cacheless/tar): {med('cacheless','sys_s')/max(med('tar','sys_s'),1e-9):.2f}")
+keys = list(dict.fromkeys((r["tool"], r["archive"]) for r in rows))
+def sel(k): return [r for r in rows if (r["tool"], r["archive"]) == k]
+def med(k, f): return st.median(float(r[f]) for r in sel(k))
+def cpu(k): return st.median(float(r["user_s"]) + float(r["sys_s"]) for r in sel(k))
+tb = float(rows[0]["tree_bytes"]); n = rows[0]["files"]; gib = tb / 2**30
+labels = {"cacheless": "cacheless extract", "tar": "tar -I zstd -xf && sync", "tar-T0": "tar -I 'zstd -T0' -xf && sync"}
+print(f"\ntree: {gib:.2f} GiB apparent, {n} files; medians of {len(sel(keys[0]))} cold interleaved runs\n")
+print("| tool | archive | wall s | user s | sys s | CPU s/GiB | page-cache growth | resident after (archive+tree) | frames / decompression threads |")
+print("|---|---|---|---|---|---|---|---|---|")
+for k in keys:
+    g = med(k, "cache_growth_kib") * 1024
+    r0 = sel(k)[0]
+    fr = f"{r0['frames']} / {r0['decompress_threads']}" if k[0] == "cacheless" else "-"
+    print(f"| {labels[k[0]]} | {k[1]}-frame | {med(k,'wall_s'):.2f} | {med(k,'user_s'):.2f} | {med(k,'sys_s'):.2f} | {cpu(k)/gib:.2f} | "
+          f"{g/2**20:.0f} MiB ({100*g/tb:.1f} %) | {med(k,'resident_after_kib')/1024:.0f} MiB | {fr} |")
+for a in dict.fromkeys(k[1] for k in keys):
+    c = ("cacheless", a)
+    if c not in keys:
+        continue
+    for t in ("tar", "tar-T0"):
+        if (t, a) in keys:
+            print(f"\n{a}-frame archive: {labels[t]} wall / cacheless wall: {med((t,a),'wall_s')/med(c,'wall_s'):.2f}x; "
+                  f"CPU (user+sys) cacheless/{t}: {cpu(c)/max(cpu((t,a)),1e-9):.2f}")
 PY

@@ -25,8 +25,9 @@ pub mod fsops;
 pub mod pack;
 pub mod source;
 pub mod tarparse;
+mod zframes;
 
 pub use error::{Error, Result};
 pub use extract::{extract, ExtractOptions, ExtractReport, IoMode, ModeCounts};
 pub use pack::{pack, Output, PackOptions, PackReport};
-pub use source::{Compression, Input, SourceInfo};
+pub use source::{Compression, Decompress, Input, SourceInfo};

@@ -1,6 +1,9 @@
 //! The archive source: reads the (compressed) archive off the page cache on its own thread,
-//! detects the compression by magic bytes and decompresses on another thread, so parsing and
-//! file creation overlap with both.
+//! detects the compression by magic bytes and decompresses on other threads, so parsing and
+//! file creation overlap with both. zstd archives are cut at frame boundaries and their frames
+//! decoded in parallel (`zframes`; a single-frame archive on one thread); the other formats,
+//! and zstd when one decompression thread is asked for, are decoded on one thread by a
+//! streaming decoder that reads concatenated frames (members, streams) to the end.
 //!
 //! A path is read with the engine's [`cacheless::Reader`] (direct I/O with read-ahead, or buffered
 //! when the archive is already cached, as its auto policy decides and reports); a stream (stdin,
@@ -15,6 +18,7 @@ use std::thread::JoinHandle;
 use cacheless::Progress;
 
 use crate::error::{Error, Result};
+use crate::zframes::{self, FrameReader, Stats, OUT_CHUNK};
 
 /// Compression formats recognised by their magic bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -79,6 +83,12 @@ pub struct SourceInfo {
     pub reason: String,
     /// Size of the archive file, if known.
     pub archive_len: Option<u64>,
+    /// Threads that decompressed (0 for a plain tar; for zstd decoded frame by frame, those
+    /// that decoded at least one frame).
+    pub decompress_threads: usize,
+    /// zstd frames decoded frame by frame (skippable frames not counted); `None` where the
+    /// stream was decoded by one streaming decoder, which does not count them.
+    pub frames: Option<u64>,
 }
 
 /// Where the archive comes from.
@@ -91,7 +101,6 @@ pub enum Input {
 
 /// Size of the reads from a stream.
 const READ_CHUNK: usize = 4 << 20;
-const OUT_CHUNK: usize = 1 << 20;
 
 /// Reads from `r` until `buf` is full or the stream ends, retrying EINTR. Returns the bytes read
 /// and the error that stopped it early, if any (the bytes before it are still in `buf`).
@@ -147,35 +156,70 @@ impl Read for ChanReader {
     }
 }
 
+/// Where the decompressed stream comes from: one channel, or one channel per zstd frame.
+enum Decoded {
+    Chan(ChanReader),
+    Frames(FrameReader),
+}
+
 /// The decompressed tar stream plus the threads feeding it.
 pub struct TarStream {
-    reader: ChanReader,
+    reader: Decoded,
     threads: Vec<JoinHandle<()>>,
+    stats: Option<Arc<Stats>>,
     /// How the archive is read and what compression it has.
     pub info: SourceInfo,
 }
 
+impl TarStream {
+    /// The counts of frames and decompression threads so far (final once the stream has been
+    /// read to its end).
+    pub fn source_info(&self) -> SourceInfo {
+        let mut info = self.info.clone();
+        if let Some(s) = &self.stats {
+            info.frames = Some(s.frames.load(std::sync::atomic::Ordering::Relaxed));
+            info.decompress_threads = s.threads_used();
+        }
+        info
+    }
+}
+
 impl Read for TarStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.reader.read(buf)
+        match &mut self.reader {
+            Decoded::Chan(r) => r.read(buf),
+            Decoded::Frames(r) => r.read(buf),
+        }
     }
 }
 
 impl Drop for TarStream {
     fn drop(&mut self) {
-        // Closing our receiver makes the producers' sends fail, so they exit.
+        // Closing our receivers makes the producers' sends fail, so they exit.
         let (_tx, rx) = sync_channel(1);
-        drop(std::mem::replace(&mut self.reader.rx, rx));
+        drop(std::mem::replace(&mut self.reader, Decoded::Chan(ChanReader::new(rx))));
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
 }
 
+/// How many threads decompress, and the share of the memory budget they may hold.
+#[derive(Clone, Debug)]
+pub struct Decompress {
+    /// Threads decoding zstd frames (1: one streaming decoder, as for the other formats).
+    pub threads: usize,
+    /// The budget whose eighth the frames in flight may hold.
+    pub budget: cacheless::Budget,
+}
+
 /// Opens the archive: starts the reader thread, detects the compression and, unless the archive is
 /// plain tar, starts the decompressor thread. The archive bytes read are counted as `progress`'s
 /// input bytes, against the archive's size when it is known.
-pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::ReadOptions) -> Result<TarStream> {
+/// A zstd archive is decoded by `decompress.threads` threads when that is more than one: its
+/// frames in parallel, with an eighth of the budget for their input and output in flight (the
+/// caller gives the archive's read-ahead the other eighth of its quarter).
+pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::ReadOptions, decompress: &Decompress) -> Result<TarStream> {
     let (tx, rx) = sync_channel::<io::Result<Vec<u8>>>(4);
     let mut threads = Vec::new();
     let (read_mode, reason, archive_len) = match input {
@@ -225,9 +269,21 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
     let mut raw = ChanReader::new(rx);
     let head = raw.peek().map_err(|e| Error::from_engine_io(e).unwrap_or_else(|e| Error::io("read", "archive", e)))?;
     let compression = Compression::detect(head);
-    let info = SourceInfo { compression, read_mode, reason, archive_len };
+    let mut info = SourceInfo { compression, read_mode, reason, archive_len, decompress_threads: 0, frames: None };
     if compression == Compression::None {
-        return Ok(TarStream { reader: raw, threads, info });
+        return Ok(TarStream { reader: Decoded::Chan(raw), threads, stats: None, info });
+    }
+    info.decompress_threads = 1;
+    if compression == Compression::Zstd && decompress.threads > 1 {
+        // The frames' buffers are sized to an eighth of the budget, taken from the read-ahead's
+        // quarter (see the caller): not leased, so that they never wait on the file writers'
+        // leases (which wait on the parser, which waits on the frames).
+        let share = (decompress.budget.limit() / 8).max(1);
+        let plan = zframes::Plan::new(decompress.threads, share);
+        let ChanReader { rx, cur, pos, .. } = raw;
+        let (frames, more, stats) = zframes::start(zframes::RawIn::new(rx, cur, pos), plan).map_err(|e| Error::io("spawn", "decompressor", e))?;
+        threads.extend(more);
+        return Ok(TarStream { reader: Decoded::Frames(frames), threads, stats: Some(stats), info });
     }
     let (dtx, drx) = sync_channel::<io::Result<Vec<u8>>>(8);
     threads.push(
@@ -244,7 +300,7 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
             })
             .map_err(|e| Error::io("spawn", "decompressor", e))?,
     );
-    Ok(TarStream { reader: ChanReader::new(drx), threads, info })
+    Ok(TarStream { reader: Decoded::Chan(ChanReader::new(drx)), threads, stats: None, info })
 }
 
 fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<Vec<u8>>>) {

@@ -198,6 +198,11 @@ impl<R: Read> Parser<R> {
         self.pos
     }
 
+    /// The stream being parsed.
+    pub fn get_ref(&self) -> &R {
+        &self.r
+    }
+
     /// Reads exactly `buf.len()` bytes; `Ok(false)` on a clean EOF before the first byte.
     fn fill(&mut self, buf: &mut [u8], what: &'static str) -> Result<bool> {
         let mut got = 0;

@@ -189,6 +189,18 @@ pub fn for_file(file: &File) -> io::Result<Arc<FsCaps>> {
     Ok(caps)
 }
 
+/// The device of the filesystem holding `fd` (a directory, even one opened O_PATH, or any
+/// file): one fstat.
+pub fn dev_of(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    Ok(rustix::fs::fstat(fd)?.st_dev)
+}
+
+/// The capabilities already probed for device `dev` (see [`dev_of`]), without probing;
+/// `None` when it has not been probed yet.
+pub fn cached(dev: u64) -> Option<Arc<FsCaps>> {
+    cache().lock().unwrap_or_else(|e| e.into_inner()).get(&dev).cloned()
+}
+
 /// The capabilities of the filesystem holding directory `dir`, probed through an anonymous
 /// O_TMPFILE file in it (nothing visible is created). Falls back to a named temporary file
 /// where O_TMPFILE is unsupported.

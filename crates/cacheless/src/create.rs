@@ -78,6 +78,9 @@ pub struct FileCreator {
 struct Shared {
     opts: CreateOptions,
     deferred: Mutex<VecDeque<Arc<File>>>,
+    /// The last directory files were created in and its device: files created one after
+    /// another in one directory cost one fstat for all, not one each.
+    last_dir: Mutex<Option<(Arc<OwnedFd>, u64)>>,
 }
 
 impl Shared {
@@ -115,7 +118,7 @@ impl Drop for Shared {
 impl FileCreator {
     /// A creator writing with `opts`.
     pub fn new(opts: CreateOptions) -> FileCreator {
-        FileCreator { shared: Arc::new(Shared { opts, deferred: Mutex::new(VecDeque::new()) }) }
+        FileCreator { shared: Arc::new(Shared { opts, deferred: Mutex::new(VecDeque::new()), last_dir: Mutex::new(None) }) }
     }
 
     /// The options it writes with.
@@ -176,8 +179,25 @@ impl FileCreator {
     /// parallel. `size_hint` is the number of bytes that will be written (it picks the mode).
     /// Dropped without [`NewFile::finish`], the file is removed.
     pub fn create(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<NewFile> {
-        let draft = self.open(dir.as_fd(), name, display_path, size_hint, &attrs)?;
+        let mut draft = self.open(dir.as_fd(), name, display_path, size_hint, &attrs)?;
+        draft.caps = self.dir_caps(&dir);
         Ok(NewFile { draft, dir, name: name.to_os_string(), attrs, finished: false })
+    }
+
+    /// The capabilities of the filesystem of `dir` (that of every file created in it), when its
+    /// device was probed already; `None` leaves it to the file's own fstat.
+    fn dir_caps(&self, dir: &Arc<OwnedFd>) -> Option<Arc<FsCaps>> {
+        let mut last = self.shared.last_dir.lock().unwrap_or_else(|e| e.into_inner());
+        let dev = match &*last {
+            Some((d, dev)) if Arc::ptr_eq(d, dir) => *dev,
+            _ => {
+                let dev = caps::dev_of(dir.as_fd()).ok()?;
+                *last = Some((dir.clone(), dev));
+                dev
+            }
+        };
+        // Looked up each time: a verdict learnt since (RWF_DONTCACHE refused by a write) counts.
+        caps::cached(dev)
     }
 
     /// Drops now the pages of every file kept for a later drop (call it once their writeback
@@ -200,6 +220,7 @@ impl FileCreator {
             path: path.to_path_buf(),
             shared: self.shared.clone(),
             size_hint,
+            caps: None,
             plan: None,
             direct_bytes: 0,
             tail_bytes: 0,
@@ -290,6 +311,8 @@ struct Draft {
     path: PathBuf,
     shared: Arc<Shared>,
     size_hint: u64,
+    /// The filesystem's capabilities when known at creation (from its directory).
+    caps: Option<Arc<FsCaps>>,
     plan: Option<Plan>,
     direct_bytes: u64,
     tail_bytes: u64,
@@ -310,7 +333,10 @@ impl Draft {
     /// Decides the mode on first use.
     fn plan(&mut self) -> Result<&mut Plan> {
         if self.plan.is_none() {
-            let caps = caps::for_file(&self.file).map_err(|e| Error::io("probe", &self.path, e))?;
+            let caps = match self.caps.take() {
+                Some(c) => c,
+                None => caps::for_file(&self.file).map_err(|e| Error::io("probe", &self.path, e))?,
+            };
             let decision = policy::decide_write(self.shared.opts.mode, &caps, Some(self.size_hint)).map_err(|r| setup::refused("create", &self.path, r))?;
             self.plan = Some(Plan { caps, decision, direct: DirectState::Off });
         }

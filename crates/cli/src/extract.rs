@@ -40,6 +40,10 @@ pub struct ExtractArgs {
     /// Worker threads writing file data (default: 2 per CPU, 4 to 16).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Threads decoding a multi-frame zstd archive, a frame each (default: one per CPU, at most
+    /// 8; 1: one thread). A single-frame archive, and the other formats, use one.
+    #[arg(long, value_name = "N")]
+    pub decompress_threads: Option<usize>,
 }
 
 /// Runs `cacheless extract`: exit 0 when every member was extracted, 1 otherwise, 130 or 143
@@ -60,6 +64,9 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     opts.budget = budget;
     if let Some(t) = args.threads {
         opts.threads = t.max(1);
+    }
+    if let Some(t) = args.decompress_threads {
+        opts.decompress_threads = t.max(1);
     }
     opts.progress = Some(progress.clone());
     if common.verbose && common.backend.to_string() != "auto" {
@@ -94,7 +101,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     } else if common.verbose {
         let m = &report.modes;
         eprintln!(
-            "extracted {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s ({}); archive {} read {} ({}); files: direct {}, dontcache {}, writebehind {}, buffered {}; {}; {}",
+            "extracted {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s ({}); archive {} read {} ({}), {}; files: direct {}, dontcache {}, writebehind {}, buffered {}; {}; {}",
             report.files,
             ui::size(report.bytes),
             report.dirs,
@@ -105,6 +112,10 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
             report.source.compression.name(),
             report.source.read_mode,
             report.source.reason,
+            match report.source.frames {
+                Some(f) => format!("{f} frames decoded on {} threads", report.source.decompress_threads),
+                None => format!("decoded on {} thread(s)", report.source.decompress_threads),
+            },
             m.direct,
             m.dontcache,
             m.writebehind,

@@ -13,7 +13,7 @@ use cacheless::AlignedBuf;
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
-use super::jobs::{attrs, chown, system_time, times, Data, Job, Meta, Msg, Shared, CHUNK};
+use super::jobs::{attrs, chown, system_time, times, Data, Job, Meta, Msg, Shared, Small, CHUNK};
 use super::options::{ExtractOptions, ExtractReport, IoMode};
 use super::pool::Pool;
 use crate::error::Error;
@@ -54,7 +54,17 @@ pub(super) struct Ctx<'a> {
     pub dirs: Vec<(RelPath, Meta)>,
     pub report: ExtractReport,
     pub warned_abs: bool,
+    /// Small files read whole and not yet handed to a worker, and the lease they fill.
+    pub batch: Vec<Small>,
+    pub batch_bytes: usize,
 }
+
+/// Files up to this size are handed to the workers in batches.
+const BATCHED_MAX: u64 = 64 << 10;
+/// A batch holds at most this many files...
+const BATCH_FILES: usize = 32;
+/// ... and this many bytes of data.
+const BATCH_BYTES: usize = 256 << 10;
 
 /// Leases `n` bytes, at most a quarter of the budget: the archive's read-ahead and a large
 /// file's Writer are each held to a quarter too (see `extract`), so a lease always fits once the
@@ -74,6 +84,25 @@ pub(super) fn quarter_depth(limit: usize, block: usize, depth: usize, extra: usi
 }
 
 impl Ctx<'_> {
+    /// Hands the batch of small files waiting to the workers, with one lease for their bytes
+    /// (as much as their leases one each would hold).
+    pub(super) fn flush_batch(&mut self) {
+        let files = std::mem::take(&mut self.batch);
+        let bytes = std::mem::take(&mut self.batch_bytes);
+        if !files.is_empty() {
+            let lease = acquire(&self.budget, bytes as u64);
+            self.pool.send(Job::Batch(files, lease));
+        }
+    }
+
+    /// Hands the batch over first if `n` more bytes would not fit in it.
+    fn batch_room(&mut self, n: usize) {
+        if !self.batch.is_empty() && (self.batch_bytes + n > BATCH_BYTES || self.batch.len() >= BATCH_FILES) {
+            self.flush_batch();
+        }
+        self.batch_bytes += n;
+    }
+
     pub(super) fn warn(&mut self, w: String) {
         if self.report.warnings.len() < 1000 {
             self.report.warnings.push(w);
@@ -233,6 +262,10 @@ impl Ctx<'_> {
         if rel.split().is_none() {
             return Err(Fail::Entry(Error::io("refused", "member", std::io::Error::from_raw_os_error(libc::EISDIR))));
         }
+        if e.size > BATCHED_MAX {
+            // Its buffers are leased while the batch's lease is not held back by the parser.
+            self.flush_batch();
+        }
         if e.size >= self.opts.direct_min.max(1) {
             return self.stream_file(parser, e, rel, meta);
         }
@@ -242,8 +275,17 @@ impl Ctx<'_> {
         if e.size <= CHUNK as u64 {
             // O_DIRECT (forced, or chosen for a large file) writes from aligned memory.
             let align = if self.opts.mode == IoMode::Direct || e.size >= cacheless::policy::SMALL_WRITE { 4096 } else { 1 };
-            let lease = acquire(&self.budget, e.size);
             let size = cacheless::conv::fit(e.size, CHUNK);
+            if e.size <= BATCHED_MAX {
+                self.batch_room(size);
+                let mut buf = AlignedBuf::new(size, align);
+                // Dropping `file` on error removes it.
+                parser.read_data_exact(&mut buf[..size]).map_err(fatal)?;
+                self.sh.progress.add_bytes(e.size);
+                self.batch.push(Small { rel, file, meta, buf, len: size });
+                return Ok(());
+            }
+            let lease = acquire(&self.budget, e.size);
             let mut buf = AlignedBuf::new(size, align);
             // Dropping `file` on error removes it.
             parser.read_data_exact(&mut buf[..size]).map_err(fatal)?;
@@ -306,6 +348,7 @@ impl Ctx<'_> {
     /// A sparse entry, written here: each data segment at its offset through the engine, the
     /// holes left as holes, the length set at the end.
     fn sparse_file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, map: &[(u64, u64)], rel: RelPath, meta: Meta) -> Result<(), Fail> {
+        self.flush_batch();
         let data_len: u64 = map.iter().map(|&(_, len)| len).sum();
         let display = rel.to_path();
         let creator = self.sh.creator.clone();

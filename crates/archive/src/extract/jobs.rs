@@ -76,14 +76,27 @@ pub(super) enum Msg {
     End,
 }
 
-/// A small file's data: whole, or streamed in chunks.
+/// A small file's data: whole, whole under a batch's lease, or streamed in chunks.
 pub(super) enum Data {
     Whole(AlignedBuf, usize, cacheless::buf::Lease),
+    Owned(AlignedBuf, usize),
     Stream(Receiver<Msg>),
 }
 
-/// What a worker does for one entry.
+/// A small file read whole, waiting in a batch.
+pub(super) struct Small {
+    pub rel: RelPath,
+    pub file: NewFile,
+    pub meta: Meta,
+    pub buf: AlignedBuf,
+    pub len: usize,
+}
+
+/// What a worker does for one entry, or for a batch of small ones.
 pub(super) enum Job {
+    /// Small files handed over together (one queue message and one budget lease for all,
+    /// where one each cost a wake-up and a lock each), written one after the other.
+    Batch(Vec<Small>, cacheless::buf::Lease),
     /// A file below `direct_min`, created by the engine's file creator and written whole.
     File { rel: RelPath, file: Box<NewFile>, meta: Meta, data: Data },
     /// A large file streamed through the engine's `Writer` (its queue of writes in flight, its
@@ -162,6 +175,7 @@ impl Shared {
     fn file_job(&self, rel: &RelPath, mut file: NewFile, meta: &Meta, data: Data) {
         let res = match data {
             Data::Whole(buf, len, _lease) => file.write_at(&buf[..len], 0).map_err(Some),
+            Data::Owned(buf, len) => file.write_at(&buf[..len], 0).map_err(Some),
             Data::Stream(rx) => {
                 let mut off = 0u64;
                 self.take_chunks(&rx, |s| {
@@ -212,12 +226,28 @@ impl Work for Shared {
     type Job = Job;
     fn run(&self, job: Job) {
         match job {
+            Job::Batch(files, _lease) => {
+                for f in files {
+                    let name = f.rel.to_path().display().to_string();
+                    // One file's panic fails that file (dropped while unwinding: removed), not the rest.
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        self.file_job(&f.rel, f.file, &f.meta, Data::Owned(f.buf, f.len));
+                    }));
+                    if let Err(p) = r {
+                        self.panicked(name, crate::error::panic_message(&*p));
+                    }
+                }
+            }
             Job::File { rel, file, meta, data } => self.file_job(&rel, *file, &meta, data),
             Job::Stream { rel, writer, rx, meta } => self.stream_job(&rel, *writer, rx, &meta),
         }
     }
     fn name(job: &Job) -> String {
         match job {
+            Job::Batch(files, _) => match files.first() {
+                Some(f) => format!("{} (and {} more files)", f.rel.to_path().display(), files.len() - 1),
+                None => "an empty batch".into(),
+            },
             Job::File { rel, .. } | Job::Stream { rel, .. } => rel.to_path().display().to_string(),
         }
     }

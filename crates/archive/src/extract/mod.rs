@@ -59,7 +59,10 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let progress = opts.progress.clone().unwrap_or_default();
     let mut ro = opts.read_options.clone();
     ro.budget = opts.budget.clone();
-    ro.queue_depth = quarter_depth(opts.budget.limit(), ro.block_size, ro.queue_depth, ro.extra_buffers);
+    // The archive's read-ahead gets a quarter of the budget, or an eighth when a zstd archive
+    // may be decoded frame by frame: the other eighth is the decoding's (see `source::open`).
+    let read_share = if opts.decompress_threads > 1 { opts.budget.limit() / 2 } else { opts.budget.limit() };
+    ro.queue_depth = quarter_depth(read_share, ro.block_size, ro.queue_depth, ro.extra_buffers);
     let mut warnings = Vec::new();
     let umask = match opts.umask.or_else(process_umask) {
         Some(u) => u,
@@ -81,7 +84,8 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         let e = cacheless::Error::new(cacheless::ErrorKind::Unsupported, "extract", &root.path, format!("{} unavailable: {}", r.mode, r.reason));
         return Err(Error::Engine(e.with_hint(r.hint)));
     }
-    let stream = source::open(input, progress.clone(), &ro)?;
+    let decompress = source::Decompress { threads: opts.decompress_threads, budget: opts.budget.clone() };
+    let stream = source::open(input, progress.clone(), &ro, &decompress)?;
     let info = stream.info.clone();
     let is_root = rustix::process::geteuid().is_root();
     let creator = FileCreator::new(CreateOptions { mode: opts.mode, sync: false, deferred_drops: plan.deferred });
@@ -112,7 +116,20 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         sync_s: 0.0,
         fatal_error: None,
     };
-    let mut ctx = Ctx { opts, root, sh: sh.clone(), pool, budget: opts.budget.clone(), is_root, umask, dirs: Vec::new(), report, warned_abs: false };
+    let mut ctx = Ctx {
+        opts,
+        root,
+        sh: sh.clone(),
+        pool,
+        budget: opts.budget.clone(),
+        is_root,
+        umask,
+        dirs: Vec::new(),
+        report,
+        warned_abs: false,
+        batch: Vec::new(),
+        batch_bytes: 0,
+    };
     let mut parser = Parser::new(stream);
     loop {
         if progress.is_cancelled() {
@@ -149,7 +166,10 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         }
     }
     ctx.report.tar_bytes = parser.position();
+    ctx.report.source = parser.get_ref().source_info();
     drop(parser);
+    // Small files read whole before the run stopped are complete: written like the rest.
+    ctx.flush_batch();
     let Ctx { pool, mut root, mut dirs, mut report, .. } = ctx;
     pool.finish();
     report.interrupted = matches!(report.fatal_error, Some(Error::Interrupted { .. }));

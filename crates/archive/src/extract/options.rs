@@ -28,6 +28,10 @@ pub struct ExtractOptions {
     pub special_files: bool,
     /// Worker threads for file data and metadata (fewer when the open-file limit is low).
     pub threads: usize,
+    /// Threads decoding a zstd archive's frames in parallel (default: one per CPU, at most 8;
+    /// 1 decodes on one thread). An archive of one frame is decoded on one thread whatever this
+    /// says; the other formats always are.
+    pub decompress_threads: usize,
     /// The engine's memory budget: every in-flight buffer (archive read-ahead, decompressed
     /// chunks handed to workers, small files' data) is leased from it.
     pub budget: cacheless::Budget,
@@ -66,6 +70,7 @@ impl ExtractOptions {
             same_owner: false,
             special_files: false,
             threads: (cpus * 2).clamp(4, 16),
+            decompress_threads: cpus.clamp(1, 8),
             read_options: cacheless::ReadOptions::new(budget.clone()),
             budget,
             direct_min: 1 << 20,
