@@ -352,8 +352,12 @@ fn split(
                     return Err(truncated(seq, at));
                 }
                 hint = Some(u32::from_le_bytes(h));
-            } else if !raw.take(size.into(), nothing)? {
-                return Err(truncated(seq, at));
+            } else {
+                // A size frame speaks of the frame right after it only.
+                hint = None;
+                if !raw.take(size.into(), nothing)? {
+                    return Err(truncated(seq, at));
+                }
             }
             continue;
         }
