@@ -16,6 +16,7 @@ use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use crate::buf::AlignedBuf;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fault::Site;
 use crate::policy::{self, Decision, Mode};
 use crate::residency;
 use crate::setup;
@@ -159,7 +160,7 @@ impl FileCreator {
         setup::check_name("create", path, name)?;
         let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
         let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(dir, name, flags, FMode::from_raw_mode(perm)).map_err(|e| Error::io("create", path, e.into()))?;
+        let fd = setup::call(Site::Open, || rustix::fs::openat(dir, name, flags, FMode::from_raw_mode(perm))).map_err(|e| Error::io("create", path, e))?;
         Ok(Draft {
             file: Arc::new(File::from(fd)),
             path: path.to_path_buf(),
@@ -398,7 +399,7 @@ impl Draft {
         let decision = self.plan()?.decision.clone();
         let sync = self.shared.opts.sync;
         if sync {
-            rustix::fs::fdatasync(&self.file).map_err(|e| self.err("fdatasync", e.into()))?;
+            setup::call(Site::Sync, || rustix::fs::fdatasync(&self.file)).map_err(|e| self.err("fdatasync", e))?;
         }
         setup::apply_attrs(&self.file, attrs.permissions, attrs.atime, attrs.mtime).map_err(|(op, e)| self.err(op, e))?;
         Ok(WriteReport {

@@ -34,6 +34,10 @@ mod copy;
 pub mod create;
 pub mod digest;
 pub mod error;
+#[cfg(feature = "fault-injection")]
+pub mod fault;
+#[cfg(not(feature = "fault-injection"))]
+mod fault;
 pub mod info;
 pub mod policy;
 mod progress;

@@ -18,6 +18,7 @@ use crate::backend::{BackendChoice, BackendKind, Completion, Lane, Op, OpKind};
 use crate::buf::{round_up, AlignedBuf, Budget, Lease};
 use crate::caps::FsCaps;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fault::Site;
 use crate::policy::{self, Decision, Mode};
 use crate::read::{Chunk, DEFAULT_BLOCK_SIZE, DEFAULT_QUEUE_DEPTH};
 use crate::residency;
@@ -142,8 +143,8 @@ impl Writer {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        let dir = rustix::fs::open(parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty())
-            .map_err(|e| Error::io("open directory", parent, e.into()))?;
+        let dir = setup::call(Site::Open, || rustix::fs::open(parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()))
+            .map_err(|e| Error::io("open directory", parent, e))?;
         Writer::create_in_owned(dir, name, path, opts)
     }
 
@@ -164,14 +165,15 @@ impl Writer {
                 let mut t = OsString::from(".");
                 t.push(name);
                 t.push(format!(".cacheless-{}-{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
-                match rustix::fs::openat(&dir, t.as_os_str(), flags, FMode::from_raw_mode(0o666)) {
+                match setup::call(Site::Open, || rustix::fs::openat(&dir, t.as_os_str(), flags, FMode::from_raw_mode(0o666))) {
                     Ok(fd) => break (fd, Some(t)),
-                    Err(e) if e == rustix::io::Errno::EXIST && tries < 100 => tries += 1,
-                    Err(e) => return Err(Error::io("create", path, e.into())),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
+                    Err(e) => return Err(Error::io("create", path, e)),
                 }
             }
         } else {
-            let fd = rustix::fs::openat(&dir, name, flags, FMode::from_raw_mode(0o666)).map_err(|e| Error::io("create", path, e.into()))?;
+            let fd =
+                setup::call(Site::Open, || rustix::fs::openat(&dir, name, flags, FMode::from_raw_mode(0o666))).map_err(|e| Error::io("create", path, e))?;
             (fd, None)
         };
         let file = File::from(fd);
@@ -465,7 +467,7 @@ impl Writer {
             self.file.set_len(total).map_err(|e| self.err("truncate", e))?;
         }
         if self.opts.sync {
-            rustix::fs::fdatasync(&*self.file).map_err(|e| self.err("fdatasync", e.into()))?;
+            setup::call(Site::Sync, || rustix::fs::fdatasync(&*self.file)).map_err(|e| self.err("fdatasync", e))?;
         }
         // Drop what went through the cache: the direct tail, the last write-behind windows.
         match self.decision.mode {
@@ -481,10 +483,14 @@ impl Writer {
         }
         setup::apply_attrs(&self.file, self.opts.permissions, self.opts.atime, self.opts.mtime).map_err(|(op, e)| self.err(op, e))?;
         if let Some(tmp) = self.tmp.clone() {
-            rustix::fs::renameat(&self.dir, tmp.as_os_str(), &self.dir, self.name.as_os_str()).map_err(|e| self.err("rename", e.into()))?;
+            setup::call(Site::Rename, || rustix::fs::renameat(&self.dir, tmp.as_os_str(), &self.dir, self.name.as_os_str()))
+                .map_err(|e| self.err("rename", e))?;
+            // The complete, durable file is in place: whatever fails from here on, it stays
+            // (removing it would also lose the file it replaced).
             self.tmp = None;
+            self.finished = true;
             if self.opts.sync {
-                rustix::fs::fsync(&self.dir).map_err(|e| self.err("fsync directory", e.into()))?;
+                setup::call(Site::Sync, || rustix::fs::fsync(&self.dir)).map_err(|e| self.err("fsync directory", e))?;
             }
         }
         self.finished = true;
