@@ -198,9 +198,7 @@ impl Drop for TarStream {
         // Closing our receivers makes the producers' sends fail, so they exit.
         let (_tx, rx) = sync_channel(1);
         drop(std::mem::replace(&mut self.reader, Decoded::Chan(ChanReader::new(rx))));
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        join(std::mem::take(&mut self.threads));
     }
 }
 
@@ -267,8 +265,14 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
         }
     };
     let mut raw = ChanReader::new(rx);
-    let head = raw.peek().map_err(|e| Error::from_engine_io(e).unwrap_or_else(|e| Error::io("read", "archive", e)))?;
-    let compression = Compression::detect(head);
+    if let Err(e) = raw.peek() {
+        // The reader thread holds the archive and its buffers: they are given back before the
+        // error is.
+        drop(raw);
+        join(threads);
+        return Err(Error::from_engine_io(e).unwrap_or_else(|e| Error::io("read", "archive", e)));
+    }
+    let compression = Compression::detect(raw.peek().unwrap_or_default());
     let mut info = SourceInfo { compression, read_mode, reason, archive_len, decompress_threads: 0, frames: None };
     if compression == Compression::None {
         return Ok(TarStream { reader: Decoded::Chan(raw), threads, stats: None, info });
@@ -286,21 +290,31 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
         return Ok(TarStream { reader: Decoded::Frames(frames), threads, stats: Some(stats), info });
     }
     let (dtx, drx) = sync_channel::<io::Result<Vec<u8>>>(8);
-    threads.push(
-        std::thread::Builder::new()
-            .name("cacheless-decompress".into())
-            .spawn(move || {
-                // A decoder fed a hostile stream must not take the run down: its panic is an
-                // error of the stream, reported where it broke.
-                let failed = dtx.clone();
-                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decompress_thread(compression, raw, dtx))) {
-                    let msg = format!("{} decoder failed: {}", compression.name(), crate::error::panic_message(&*p));
-                    let _ = failed.send(Err(io::Error::new(io::ErrorKind::InvalidData, msg)));
-                }
-            })
-            .map_err(|e| Error::io("spawn", "decompressor", e))?,
-    );
+    let spawned = std::thread::Builder::new().name("cacheless-decompress".into()).spawn(move || {
+        // A decoder fed a hostile stream must not take the run down: its panic is an
+        // error of the stream, reported where it broke.
+        let failed = dtx.clone();
+        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decompress_thread(compression, raw, dtx))) {
+            let msg = format!("{} decoder failed: {}", compression.name(), crate::error::panic_message(&*p));
+            let _ = failed.send(Err(io::Error::new(io::ErrorKind::InvalidData, msg)));
+        }
+    });
+    match spawned {
+        Ok(t) => threads.push(t),
+        Err(e) => {
+            // The failed spawn dropped the receiver: the reader thread's sends fail, it exits.
+            join(threads);
+            return Err(Error::io("spawn", "decompressor", e));
+        }
+    }
     Ok(TarStream { reader: Decoded::Chan(ChanReader::new(drx)), threads, stats: None, info })
+}
+
+/// Waits for the threads that fed a receiver now closed (their sends fail, so they exit).
+fn join(threads: Vec<JoinHandle<()>>) {
+    for t in threads {
+        let _ = t.join();
+    }
 }
 
 fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<Vec<u8>>>) {

@@ -189,16 +189,20 @@ pub fn for_file(file: &File) -> io::Result<Arc<FsCaps>> {
     Ok(caps)
 }
 
-/// The device of the filesystem holding `fd` (a directory, even one opened O_PATH, or any
-/// file): one fstat.
-pub fn dev_of(fd: BorrowedFd<'_>) -> io::Result<u64> {
-    Ok(rustix::fs::fstat(fd)?.st_dev)
+/// What identifies the filesystem holding `fd` (a directory, or any file) in the cache of
+/// verdicts: its device, magic and id (an fstat, an fstatfs and an fstatvfs). Opaque.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FsKey(Key);
+
+/// The [`FsKey`] of the filesystem holding `fd`.
+pub fn fs_key(fd: BorrowedFd<'_>) -> io::Result<FsKey> {
+    Ok(FsKey(key(fd, rustix::fs::fstat(fd)?.st_dev)))
 }
 
-/// The capabilities already probed for device `dev` (see [`dev_of`]), without probing;
+/// The capabilities already probed for the filesystem `k` (see [`fs_key`]), without probing;
 /// `None` when it has not been probed yet.
-pub fn cached(dev: u64) -> Option<Arc<FsCaps>> {
-    cache().lock().unwrap_or_else(|e| e.into_inner()).get(&dev).cloned()
+pub fn cached(k: FsKey) -> Option<Arc<FsCaps>> {
+    cache().lock().unwrap_or_else(|e| e.into_inner()).get(&k.0).cloned()
 }
 
 /// The capabilities of the filesystem holding directory `dir`, probed through an anonymous

@@ -16,6 +16,7 @@ use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use crate::buf::AlignedBuf;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fault::Site;
 use crate::policy::{self, Decision, Mode};
 use crate::residency;
 use crate::setup;
@@ -80,7 +81,7 @@ struct Shared {
     deferred: Mutex<VecDeque<Arc<File>>>,
     /// The last directory files were created in and its device: files created one after
     /// another in one directory cost one fstat for all, not one each.
-    last_dir: Mutex<Option<(Arc<OwnedFd>, u64)>>,
+    last_dir: Mutex<Option<(Arc<OwnedFd>, caps::FsKey)>>,
 }
 
 impl Shared {
@@ -153,9 +154,9 @@ impl FileCreator {
         let (fd, tmp) = setup::create_temp(dir.as_fd(), name, path, perm)?;
         let mut draft = self.draft(fd, path, data.len() as u64);
         let done = draft.write_at(data, 0).and_then(|()| draft.finish(attrs)).and_then(|report| {
-            rustix::fs::renameat(&dir, tmp.as_os_str(), &dir, name).map_err(|e| Error::io("rename", path, e.into()))?;
+            setup::call(Site::Rename, || rustix::fs::renameat(&dir, tmp.as_os_str(), &dir, name)).map_err(|e| Error::io("rename", path, e))?;
             if self.shared.opts.sync {
-                rustix::fs::fsync(&dir).map_err(|e| Error::io("fsync directory", path, e.into()))?;
+                setup::call(Site::Sync, || rustix::fs::fsync(&dir)).map_err(|e| Error::io("fsync directory", path, e))?;
             }
             Ok(report)
         });
@@ -185,19 +186,19 @@ impl FileCreator {
     }
 
     /// The capabilities of the filesystem of `dir` (that of every file created in it), when its
-    /// device was probed already; `None` leaves it to the file's own fstat.
+    /// filesystem was probed already; `None` leaves it to the file's own probe.
     fn dir_caps(&self, dir: &Arc<OwnedFd>) -> Option<Arc<FsCaps>> {
         let mut last = self.shared.last_dir.lock().unwrap_or_else(|e| e.into_inner());
-        let dev = match &*last {
-            Some((d, dev)) if Arc::ptr_eq(d, dir) => *dev,
+        let key = match &*last {
+            Some((d, key)) if Arc::ptr_eq(d, dir) => *key,
             _ => {
-                let dev = caps::dev_of(dir.as_fd()).ok()?;
-                *last = Some((dir.clone(), dev));
-                dev
+                let key = caps::fs_key(dir.as_fd()).ok()?;
+                *last = Some((dir.clone(), key));
+                key
             }
         };
         // Looked up each time: a verdict learnt since (RWF_DONTCACHE refused by a write) counts.
-        caps::cached(dev)
+        caps::cached(key)
     }
 
     /// Drops now the pages of every file kept for a later drop (call it once their writeback
@@ -210,7 +211,7 @@ impl FileCreator {
         setup::check_name("create", path, name)?;
         let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
         let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(dir, name, flags, FMode::from_raw_mode(perm)).map_err(|e| Error::io("create", path, e.into()))?;
+        let fd = setup::call(Site::Open, || rustix::fs::openat(dir, name, flags, FMode::from_raw_mode(perm))).map_err(|e| Error::io("create", path, e))?;
         Ok(self.draft(fd, path, size_hint))
     }
 
@@ -459,7 +460,7 @@ impl Draft {
         let decision = self.plan()?.decision.clone();
         let sync = self.shared.opts.sync;
         if sync {
-            rustix::fs::fdatasync(&self.file).map_err(|e| self.err("fdatasync", e.into()))?;
+            setup::call(Site::Sync, || rustix::fs::fdatasync(&self.file)).map_err(|e| self.err("fdatasync", e))?;
         }
         setup::apply_attrs(&self.file, attrs.permissions, attrs.atime, attrs.mtime).map_err(|(op, e)| self.err(op, e))?;
         Ok(WriteReport {

@@ -12,6 +12,7 @@ use crate::backend::{BackendChoice, BackendKind, Completion, Driver, Lane, Op, O
 use crate::buf::{round_up, AlignedBuf, Budget, Lease};
 use crate::caps::FsCaps;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fault::Site;
 use crate::policy::{self, Decision, Mode};
 use crate::residency;
 use crate::setup::{self, check_block_size, Chosen};
@@ -125,8 +126,9 @@ impl Reader {
     /// Opens `path` and chooses its mode.
     pub fn open(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<Reader> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
-        Reader::from_file(file, path, opts)
+        let fd = setup::call(Site::Open, || rustix::fs::open(path, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()))
+            .map_err(|e| Error::io("open", path, e))?;
+        Reader::from_file(File::from(fd), path, opts)
     }
 
     /// Wraps an already open regular file; `path` is for messages.

@@ -12,11 +12,13 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use rustix::fs::{Mode as FMode, OFlags};
+use rustix::io::Errno;
 
 use crate::backend::{self, BackendChoice, BackendKind, Queue};
 use crate::buf::Lease;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Hint, Result};
+use crate::fault::{self, Injected, Site};
 use crate::policy::{self, Decision, Mode, Refusal};
 
 /// The largest request size accepted (a read or write syscall moves at most 2 GiB at once).
@@ -46,10 +48,10 @@ pub(crate) fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, perm: 
         let mut t = OsString::from(".");
         t.push(name);
         t.push(format!(".cacheless-{}-{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
-        match rustix::fs::openat(dir, t.as_os_str(), flags, FMode::from_raw_mode(perm)) {
+        match call(Site::Open, || rustix::fs::openat(dir, t.as_os_str(), flags, FMode::from_raw_mode(perm))) {
             Ok(fd) => return Ok((fd, t)),
-            Err(e) if e == rustix::io::Errno::EXIST && tries < 100 => tries += 1,
-            Err(e) => return Err(Error::io("create", path, e.into())),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
+            Err(e) => return Err(Error::io("create", path, e)),
         }
     }
 }
@@ -147,30 +149,58 @@ pub(crate) fn check_name(op: &'static str, path: &Path, name: &OsStr) -> Result<
     Ok(())
 }
 
-/// pwrite/pwritev2 until all of `data` is written at `off`.
+/// pwrite/pwritev2 until all of `data` is written at `off`: short counts carry on from where
+/// they stopped, EINTR and EAGAIN are retried (as the backends do).
 pub(crate) fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: i32) -> io::Result<()> {
     while !data.is_empty() {
-        let r = if flags == 0 {
-            rustix::io::pwrite(file.as_fd(), data, off)
-        } else {
-            rustix::io::pwritev2(
-                file.as_fd(),
-                &[io::IoSlice::new(data)],
-                off,
-                rustix::io::ReadWriteFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes())),
-            )
+        let mut len = data.len();
+        let r = match fault::check(Site::Write, Some(file), len) {
+            Some(Injected::Errno(e)) => Err(Errno::from_raw_os_error(e)),
+            Some(Injected::Short(n)) => {
+                len = n.min(len);
+                Ok(())
+            }
+            None => Ok(()),
         };
+        let r = r.and_then(|()| {
+            if flags == 0 {
+                rustix::io::pwrite(file.as_fd(), &data[..len], off)
+            } else {
+                rustix::io::pwritev2(
+                    file.as_fd(),
+                    &[io::IoSlice::new(&data[..len])],
+                    off,
+                    rustix::io::ReadWriteFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes())),
+                )
+            }
+        });
         match r {
             Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0")),
             Ok(n) => {
                 data = &data[n..];
                 off += n as u64;
             }
-            Err(e) if e == rustix::io::Errno::INTR => {}
+            Err(e) if e == Errno::INTR || e == Errno::AGAIN => {}
             Err(e) => return Err(e.into()),
         }
     }
     Ok(())
+}
+
+/// Makes an open, fsync or rename call (`site` says which), retrying it when interrupted
+/// (EINTR: FUSE and network filesystems return it from open and fsync when a signal arrives).
+/// Under the `fault-injection` feature a planned fault takes the call's place.
+pub(crate) fn call<T>(site: Site, mut f: impl FnMut() -> rustix::io::Result<T>) -> io::Result<T> {
+    loop {
+        let r = match fault::check(site, None, 0) {
+            Some(Injected::Errno(e)) => Err(Errno::from_raw_os_error(e)),
+            _ => f(),
+        };
+        match r {
+            Err(Errno::INTR) => {}
+            r => return r.map_err(io::Error::from),
+        }
+    }
 }
 
 /// Whether a write's error says the filesystem refuses RWF_DONTCACHE (it does so before any

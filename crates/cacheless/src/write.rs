@@ -17,6 +17,7 @@ use crate::backend::{BackendChoice, BackendKind, Completion, Lane, Op, OpKind};
 use crate::buf::{round_up, AlignedBuf, Budget, Lease};
 use crate::caps::FsCaps;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fault::Site;
 use crate::policy::{self, Decision, Mode};
 use crate::read::{Chunk, DEFAULT_BLOCK_SIZE, DEFAULT_QUEUE_DEPTH};
 use crate::residency;
@@ -153,7 +154,8 @@ impl Writer {
             (fd, Some(t))
         } else {
             let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let fd = rustix::fs::openat(&dir, name, flags, FMode::from_raw_mode(0o666)).map_err(|e| Error::io("create", path, e.into()))?;
+            let fd =
+                setup::call(Site::Open, || rustix::fs::openat(&dir, name, flags, FMode::from_raw_mode(0o666))).map_err(|e| Error::io("create", path, e))?;
             (fd, None)
         };
         let file = File::from(fd);
@@ -447,7 +449,7 @@ impl Writer {
             self.file.set_len(total).map_err(|e| self.err("truncate", e))?;
         }
         if self.opts.sync {
-            rustix::fs::fdatasync(&*self.file).map_err(|e| self.err("fdatasync", e.into()))?;
+            setup::call(Site::Sync, || rustix::fs::fdatasync(&*self.file)).map_err(|e| self.err("fdatasync", e))?;
         }
         // Drop what went through the cache: the direct tail, the last write-behind windows.
         match self.decision.mode {
@@ -471,10 +473,14 @@ impl Writer {
         }
         setup::apply_attrs(&self.file, self.opts.permissions, self.opts.atime, self.opts.mtime).map_err(|(op, e)| self.err(op, e))?;
         if let Some(tmp) = self.tmp.clone() {
-            rustix::fs::renameat(&self.dir, tmp.as_os_str(), &self.dir, self.name.as_os_str()).map_err(|e| self.err("rename", e.into()))?;
+            setup::call(Site::Rename, || rustix::fs::renameat(&self.dir, tmp.as_os_str(), &self.dir, self.name.as_os_str()))
+                .map_err(|e| self.err("rename", e))?;
+            // The complete, durable file is in place: whatever fails from here on, it stays
+            // (removing it would also lose the file it replaced).
             self.tmp = None;
+            self.finished = true;
             if self.opts.sync {
-                rustix::fs::fsync(&self.dir).map_err(|e| self.err("fsync directory", e.into()))?;
+                setup::call(Site::Sync, || rustix::fs::fsync(&self.dir)).map_err(|e| self.err("fsync directory", e))?;
             }
         }
         self.finished = true;

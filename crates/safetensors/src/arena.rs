@@ -133,7 +133,6 @@ pub struct SpanReader {
 impl SpanReader {
     /// Opens `path` and decides its mode.
     pub fn open(path: &Path, opts: &ArenaOptions) -> Result<SpanReader> {
-        let file = File::open(path).map_err(|e| cacheless::Error::io("open", path, e))?;
         let page = rustix::param::page_size();
         let ro = &opts.read;
         let admission = ro.budget.lease(ro.block_size.max(page), page, ro.queue_depth.max(1), 1);
@@ -143,8 +142,9 @@ impl SpanReader {
         let mut each = ro.clone();
         each.budget = Budget::new(usize::MAX / 2);
         each.queue_depth = (admission.count() / threads).max(1);
-        let dup = file.try_clone().map_err(|e| cacheless::Error::io("dup", path, e))?;
-        let primary = Reader::from_file(dup, path, &each)?;
+        // The engine's open (its retries, its errors); the workers read through duplicates.
+        let primary = Reader::open(path, &each)?;
+        let file = primary.file().try_clone().map_err(|e| cacheless::Error::io("dup", path, e))?;
         let decision = primary.decision();
         let mut align = page;
         if decision.mode == Mode::Direct {

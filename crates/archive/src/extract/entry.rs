@@ -13,7 +13,7 @@ use cacheless::AlignedBuf;
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
-use super::jobs::{attrs, chown, system_time, times, Data, Job, Meta, Msg, Shared, Small, CHUNK};
+use super::jobs::{attrs, chown, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Small, CHUNK};
 use super::options::{ExtractOptions, ExtractReport, IoMode};
 use super::pool::Pool;
 use crate::error::Error;
@@ -157,6 +157,9 @@ impl Ctx<'_> {
             return Ok(());
         };
         let meta = self.meta(&e);
+        // A worker still writing a file under this name removes it if it fails: let it finish
+        // before the name is used again.
+        self.settle(&rel, &e)?;
         match e.kind {
             Kind::Dir => {
                 self.root.mkdir(&rel)?;
@@ -202,6 +205,15 @@ impl Ctx<'_> {
                     // GNU tar: a link to itself is a no-op.
                     return Ok(());
                 }
+                // Linked only once its target is complete: a link to a file that then failed
+                // would keep its partial data under the link's name.
+                if self.settle(&trel, &e)? == Settled::Failed {
+                    return Err(Fail::Entry(Error::io(
+                        "not linking to a file that failed",
+                        rel.to_path(),
+                        std::io::Error::new(std::io::ErrorKind::NotFound, format!("hard link target {} was not extracted", trel.to_path().display())),
+                    )));
+                }
                 let tfd = self.root.existing_dir(tparent)?;
                 let tname = tname.to_vec();
                 self.root.create_with(&rel, self.opts.keep_old_files, "linkat", |d, n| {
@@ -234,6 +246,19 @@ impl Ctx<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Waits until no worker is writing a file named `rel`, and says how the last one ended. A
+    /// file of that name still in the batch is handed to the workers first (else nothing would
+    /// ever settle it).
+    fn settle(&mut self, rel: &RelPath, e: &Entry) -> Result<Settled, Fail> {
+        if self.sh.in_flight.pending(rel) {
+            self.flush_batch();
+        }
+        match self.sh.in_flight.settle(rel, &self.sh.progress) {
+            Settled::Cancelled => Err(Fail::Fatal(Error::Interrupted { entry: e.display() })),
+            s => Ok(s),
+        }
     }
 
     /// Creates a file entry with an engine call, in archive order, replacing what is there as
@@ -282,7 +307,8 @@ impl Ctx<'_> {
                 // Dropping `file` on error removes it.
                 parser.read_data_exact(&mut buf[..size]).map_err(fatal)?;
                 self.sh.progress.add_bytes(e.size);
-                self.batch.push(Small { rel, file, meta, buf, len: size });
+                let ticket = self.sh.in_flight.begin(&rel);
+                self.batch.push(Small { rel, file, meta, buf, len: size, ticket });
                 return Ok(());
             }
             let lease = acquire(&self.budget, e.size);
@@ -290,10 +316,12 @@ impl Ctx<'_> {
             // Dropping `file` on error removes it.
             parser.read_data_exact(&mut buf[..size]).map_err(fatal)?;
             self.sh.progress.add_bytes(e.size);
-            self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Whole(buf, size, lease) });
+            let ticket = self.sh.in_flight.begin(&rel);
+            self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Whole(buf, size, lease), ticket });
         } else {
             let (tx, rx) = sync_channel::<Msg>(4);
-            self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Stream(rx) });
+            let ticket = self.sh.in_flight.begin(&rel);
+            self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Stream(rx), ticket });
             self.send_chunks(parser, e, tx, true)?;
         }
         Ok(())
@@ -340,7 +368,8 @@ impl Ctx<'_> {
         let display = self.root.path.join(rel.to_path());
         let w = self.create_entry(&rel, |d, n| cacheless::Writer::create_in(d.as_fd(), n, &display, &wo))?;
         let (tx, rx) = sync_channel::<Msg>(4);
-        self.pool.send(Job::Stream { rel, writer: Box::new(w), rx, meta });
+        let ticket = self.sh.in_flight.begin(&rel);
+        self.pool.send(Job::Stream { rel, writer: Box::new(w), rx, meta, ticket });
         // Returning early drops `tx`: the worker drops the Writer, which removes the file.
         self.send_chunks(parser, e, tx, false)
     }

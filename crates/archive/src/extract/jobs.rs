@@ -2,10 +2,12 @@
 //! creator for small files, the streaming `Writer` for large ones), its owner, mode and times,
 //! and what the workers share with the parser's thread.
 
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use cacheless::{AlignedBuf, FileAttrs, FileCreator, Mode, NewFile, Progress};
 use rustix::fs::{Timespec, Timestamps};
@@ -83,25 +85,122 @@ pub(super) enum Data {
     Stream(Receiver<Msg>),
 }
 
-/// A small file read whole, waiting in a batch.
+/// A small file read whole, waiting in a batch; its ticket says when it is complete or gone.
 pub(super) struct Small {
     pub rel: RelPath,
     pub file: NewFile,
     pub meta: Meta,
     pub buf: AlignedBuf,
     pub len: usize,
+    pub ticket: Ticket,
 }
 
-/// What a worker does for one entry, or for a batch of small ones.
+/// What a worker does for one entry, or for a batch of small ones. Each file's ticket says when
+/// it is complete or gone.
 pub(super) enum Job {
     /// Small files handed over together (one queue message and one budget lease for all,
     /// where one each cost a wake-up and a lock each), written one after the other.
     Batch(Vec<Small>, cacheless::buf::Lease),
     /// A file below `direct_min`, created by the engine's file creator and written whole.
-    File { rel: RelPath, file: Box<NewFile>, meta: Meta, data: Data },
+    File { rel: RelPath, file: Box<NewFile>, meta: Meta, data: Data, ticket: Ticket },
     /// A large file streamed through the engine's `Writer` (its queue of writes in flight, its
     /// mode), fed by chunks from the parser. The Writer owns its file.
-    Stream { rel: RelPath, writer: Box<cacheless::Writer>, rx: Receiver<Msg>, meta: Meta },
+    Stream { rel: RelPath, writer: Box<cacheless::Writer>, rx: Receiver<Msg>, meta: Meta, ticket: Ticket },
+}
+
+/// The files being written on the workers, by name: a hard link to one of them is made only once
+/// it is complete (never to a file that failed, whose partial data the link would keep under
+/// another name), and an entry replacing one waits until its worker is done with the name.
+#[derive(Default)]
+pub(super) struct InFlight {
+    state: Mutex<Names>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Names {
+    /// Tickets issued so far.
+    issued: u64,
+    /// The name of each file in flight, and its latest ticket.
+    pending: HashMap<Vec<Vec<u8>>, u64>,
+    /// Names whose latest file failed (and was removed).
+    failed: HashSet<Vec<Vec<u8>>>,
+}
+
+/// What became of the file last written under a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Settled {
+    /// Complete, or never written by this extraction.
+    Ok,
+    /// Failed and removed.
+    Failed,
+    /// The extraction was cancelled while waiting.
+    Cancelled,
+}
+
+impl InFlight {
+    /// Records that the file `rel` is being written; its ticket settles it.
+    pub(super) fn begin(self: &Arc<Self>, rel: &RelPath) -> Ticket {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.issued += 1;
+        let seq = st.issued;
+        st.pending.insert(rel.0.clone(), seq);
+        st.failed.remove(&rel.0);
+        Ticket { names: self.clone(), key: rel.0.clone(), seq, ok: false }
+    }
+
+    /// Whether a file named `rel` is being written (its ticket not yet settled).
+    pub(super) fn pending(&self, rel: &RelPath) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).pending.contains_key(&rel.0)
+    }
+
+    /// Waits until no worker is writing `rel`, and says how its last file ended. Checks
+    /// `progress` for cancellation while it waits.
+    pub(super) fn settle(&self, rel: &RelPath, progress: &Progress) -> Settled {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while st.pending.contains_key(&rel.0) {
+            if progress.is_cancelled() {
+                return Settled::Cancelled;
+            }
+            // Woken when a file settles; the timeout only bounds how late a cancel is seen.
+            st = self.changed.wait_timeout(st, Duration::from_millis(100)).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        if st.failed.contains(&rel.0) {
+            Settled::Failed
+        } else {
+            Settled::Ok
+        }
+    }
+}
+
+/// A file in flight. Dropped without [`Ticket::ok`] (the job failed, panicked or never ran),
+/// its name counts as failed. Drop it only after the file is finished or removed.
+pub(super) struct Ticket {
+    names: Arc<InFlight>,
+    key: Vec<Vec<u8>>,
+    seq: u64,
+    ok: bool,
+}
+
+impl Ticket {
+    /// Settles the file as complete.
+    pub(super) fn ok(mut self) {
+        self.ok = true;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut st = self.names.state.lock().unwrap_or_else(|e| e.into_inner());
+        // A later file under the same name has its own ticket.
+        if st.pending.get(&self.key) == Some(&self.seq) {
+            st.pending.remove(&self.key);
+            if !self.ok {
+                st.failed.insert(std::mem::take(&mut self.key));
+            }
+        }
+        self.names.changed.notify_all();
+    }
 }
 
 /// What the parser's thread and the workers share.
@@ -112,11 +211,13 @@ pub(super) struct Shared {
     modes: [AtomicU64; 4],
     /// Chunk buffers given back by the workers, for the next streamed entry.
     pub bufs: Mutex<Vec<AlignedBuf>>,
+    /// The files the workers are writing.
+    pub in_flight: Arc<InFlight>,
 }
 
 impl Shared {
     pub(super) fn new(creator: FileCreator, progress: Arc<Progress>) -> Shared {
-        Shared { creator, progress, failures: Mutex::new((Vec::new(), 0)), modes: Default::default(), bufs: Mutex::new(Vec::new()) }
+        Shared { creator, progress, failures: Mutex::new((Vec::new(), 0)), modes: Default::default(), bufs: Mutex::new(Vec::new()), in_flight: Arc::default() }
     }
 
     /// Counts and records a failed entry (the first 1000 messages are kept).
@@ -172,7 +273,8 @@ impl Shared {
         }
     }
 
-    fn file_job(&self, rel: &RelPath, mut file: NewFile, meta: &Meta, data: Data) {
+    /// Writes and finishes a small file; true when it is complete (else it was removed).
+    fn file_job(&self, rel: &RelPath, mut file: NewFile, meta: &Meta, data: Data) -> bool {
         let res = match data {
             Data::Whole(buf, len, _lease) => file.write_at(&buf[..len], 0).map_err(Some),
             Data::Owned(buf, len) => file.write_at(&buf[..len], 0).map_err(Some),
@@ -188,25 +290,32 @@ impl Shared {
         let res = res
             .and_then(|()| chown(file.file(), meta).map_err(|e| Some(cacheless::Error::io("fchown", file.path(), e.into()))))
             .and_then(|()| file.finish().map_err(Some));
-        self.done(rel, res);
+        self.done(rel, res)
     }
 
-    fn stream_job(&self, rel: &RelPath, mut w: cacheless::Writer, rx: Receiver<Msg>, meta: &Meta) {
+    /// Writes and finishes a large file; true when it is complete (else it was removed).
+    fn stream_job(&self, rel: &RelPath, mut w: cacheless::Writer, rx: Receiver<Msg>, meta: &Meta) -> bool {
         let res = self
             .take_chunks(&rx, |s| w.write_bytes(s))
             .and_then(|()| chown(w.file(), meta).map_err(|e| Some(cacheless::Error::io("fchown", w.path(), e.into()))))
             // Permissions and mtime are applied by finish (after the fchown above).
             .and_then(|()| w.finish().map_err(Some));
-        self.done(rel, res);
+        self.done(rel, res)
     }
 
     /// Counts a file's outcome. A failed file was removed (dropped unfinished); `Err(None)`:
     /// the parser stopped inside it and reports why.
-    fn done(&self, rel: &RelPath, res: Result<cacheless::WriteReport, Option<cacheless::Error>>) {
+    fn done(&self, rel: &RelPath, res: Result<cacheless::WriteReport, Option<cacheless::Error>>) -> bool {
         match res {
-            Ok(rep) => self.file_done(rep.decision.mode),
-            Err(Some(e)) => self.fail(named(rel, &e.to_string(), true)),
-            Err(None) => {}
+            Ok(rep) => {
+                self.file_done(rep.decision.mode);
+                true
+            }
+            Err(Some(e)) => {
+                self.fail(named(rel, &e.to_string(), true));
+                false
+            }
+            Err(None) => false,
         }
     }
 }
@@ -229,17 +338,30 @@ impl Work for Shared {
             Job::Batch(files, _lease) => {
                 for f in files {
                     let name = f.rel.to_path().display().to_string();
-                    // One file's panic fails that file (dropped while unwinding: removed), not the rest.
+                    // One file's panic fails that file (dropped while unwinding: removed, and its
+                    // ticket unsettled after it), not the rest.
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        self.file_job(&f.rel, f.file, &f.meta, Data::Owned(f.buf, f.len));
+                        if self.file_job(&f.rel, f.file, &f.meta, Data::Owned(f.buf, f.len)) {
+                            f.ticket.ok();
+                        }
                     }));
                     if let Err(p) = r {
                         self.panicked(name, crate::error::panic_message(&*p));
                     }
                 }
             }
-            Job::File { rel, file, meta, data } => self.file_job(&rel, *file, &meta, data),
-            Job::Stream { rel, writer, rx, meta } => self.stream_job(&rel, *writer, rx, &meta),
+            // The file is finished or removed when the job returns: only then is it settled
+            // (a panicking job drops its ticket unsettled, after its file).
+            Job::File { rel, file, meta, data, ticket } => {
+                if self.file_job(&rel, *file, &meta, data) {
+                    ticket.ok();
+                }
+            }
+            Job::Stream { rel, writer, rx, meta, ticket } => {
+                if self.stream_job(&rel, *writer, rx, &meta) {
+                    ticket.ok();
+                }
+            }
         }
     }
     fn name(job: &Job) -> String {

@@ -140,8 +140,10 @@ pub fn parse_time(s: &str) -> std::result::Result<(i64, u32), String> {
     let mp = (i64::from(m) + 9) % 12;
     let doy = (153 * mp + 2) / 5 + i64::from(day) - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146097 + doe - 719468;
-    Ok((days * 86400 + secs, nanos))
+    // A year too far out for seconds in an i64 is refused, not wrapped into another date.
+    let days = era.checked_mul(146097).and_then(|d| d.checked_add(doe - 719468));
+    let t = days.and_then(|d| d.checked_mul(86400)).and_then(|t| t.checked_add(secs));
+    t.map(|t| (t, nanos)).ok_or_else(|| format!("invalid time '{s}': out of range"))
 }
 
 /// The compression an output name asks for: `.tar.zst`/`.tzst`, `.gz`/`.tgz`, `.xz`/`.txz`,
@@ -824,6 +826,10 @@ mod tests {
         assert_eq!(parse_time("2000-03-01T00:00:00Z"), Ok((951_868_800, 0)));
         assert_eq!(parse_time("2024-02-29 12:34:56.5"), Ok((1_709_210_096, 500_000_000)));
         assert_eq!(parse_time("1969-12-31T23:59:59"), Ok((-1, 0)));
+        // Found by the parse_args fuzz target: a year this large wrapped around i64.
+        assert!(parse_time("020281021000024-1-04").is_err());
+        assert!(parse_time("9223372036854775807-12-31").is_err());
+        assert_eq!(parse_time("292277026596-12-04T15:30:07"), Ok((i64::MAX, 0)), "the last second an i64 holds");
         for bad in ["yesterday", "2024-13-01", "2024-01-01T25:00", "2024-01", ""] {
             assert!(parse_time(bad).is_err(), "{bad}");
         }

@@ -23,6 +23,15 @@ pub fn mount_tmpfs(dir: &Path, options: &str) -> Result<(), String> {
     }
 }
 
+/// Unmounts its folder when dropped (after [`mount_tmpfs`]).
+pub struct Umount(pub PathBuf);
+
+impl Drop for Umount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
 /// Runs a command, panicking with its stderr on failure.
 pub fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));

@@ -24,6 +24,7 @@ use serde::Serialize;
 
 use crate::buf::{AlignedBuf, Lease};
 use crate::caps;
+use crate::fault::{self, Injected, Site};
 
 mod threads;
 mod uring;
@@ -318,8 +319,17 @@ pub(crate) fn run_sync(mut op: Op) -> Completion {
         let fd = op.file.clone();
         // io_uring takes the RWF_* bits as an i32, preadv2/pwritev2 as a u32: the same bits.
         let flags = rustix::io::ReadWriteFlags::from_bits_retain(u32::from_ne_bytes(op.rw_flags.to_ne_bytes()));
-        let (ptr, len, off) = (op.ptr(), op.len, op.offset);
-        let r = match op.kind {
+        let (ptr, mut len, off) = (op.ptr(), op.len, op.offset);
+        let site = if op.kind == OpKind::Read { Site::Read } else { Site::Write };
+        let r = match fault::check(site, Some(&*fd), len) {
+            Some(Injected::Errno(e)) => Err(rustix::io::Errno::from_raw_os_error(e)),
+            Some(Injected::Short(n)) => {
+                len = n.min(len);
+                Ok(())
+            }
+            None => Ok(()),
+        };
+        let r = r.and_then(|()| match op.kind {
             OpKind::Read => {
                 // SAFETY: ptr..ptr+len lies within the op's memory (the Op invariant), which the
                 // op owns or has been lent exclusively until its completion.
@@ -339,7 +349,7 @@ pub(crate) fn run_sync(mut op: Op) -> Completion {
                     rustix::io::pwritev2(&*fd, &[io::IoSlice::new(s)], off, flags)
                 }
             }
-        };
+        });
         match r {
             Ok(0) if op.kind == OpKind::Write => break Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0")),
             // A read is done at its first short count: EOF, or the caller decides.

@@ -12,11 +12,15 @@ use std::os::fd::AsRawFd;
 use io_uring::{opcode, types, IoUring};
 
 use super::{Completion, Op, OpKind, Queue};
+use crate::fault::{Injected, Site};
 
 /// An op in flight and the submission error to report with its completion, if any.
 struct Slot {
     op: Op,
     error: Option<io::Error>,
+    /// A fault planned for this submission (the `fault-injection` feature), applied to its
+    /// completion: the result the kernel gave is replaced, as if the kernel had given that.
+    fault: Option<Injected>,
 }
 
 /// A queue backed by an io_uring instance.
@@ -66,6 +70,7 @@ impl UringQueue {
             return Err(io::Error::other("io_uring slot is empty"));
         };
         let op = &mut s.op;
+        s.fault = crate::fault::check(if op.kind == OpKind::Read { Site::Read } else { Site::Write }, Some(&*op.file), op.len);
         let fd = types::Fd(op.file.as_raw_fd());
         let len = u32::try_from(op.len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "request over 4 GiB"))?;
         // The kernel checks the range against the registered buffer it names.
@@ -135,12 +140,17 @@ impl UringQueue {
     /// Moves every available CQE into `ready`, restarting short writes and EAGAIN/EINTR.
     fn reap(&mut self) {
         let cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
-        for (ud, res) in cqes {
+        for (ud, mut res) in cqes {
             let slot = crate::conv::usize_of(ud);
             let Some(Some(s)) = self.slots.get_mut(slot) else {
                 self.fault.get_or_insert_with(|| io::Error::other(format!("io_uring completed request {ud}, which is not in flight")));
                 continue;
             };
+            match s.fault.take() {
+                Some(Injected::Errno(e)) => res = -e,
+                Some(Injected::Short(n)) if res > 0 => res = res.min(i32::try_from(n).unwrap_or(i32::MAX)),
+                _ => {}
+            }
             if s.error.is_none() {
                 if res == -libc::EAGAIN || res == -libc::EINTR {
                     self.start(slot);
@@ -181,7 +191,7 @@ unsafe impl Queue for UringQueue {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        self.slots[slot] = Some(Slot { op, error: None });
+        self.slots[slot] = Some(Slot { op, error: None, fault: None });
         self.in_flight += 1;
         self.start(slot);
     }
