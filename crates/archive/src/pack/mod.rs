@@ -125,7 +125,7 @@ pub fn parse_time(s: &str) -> std::result::Result<(i64, u32), String> {
             return Err(bad());
         }
         let v: Vec<i64> = p.iter().map(|x| x.parse::<i64>().map_err(|_| bad())).collect::<std::result::Result<_, _>>()?;
-        if v[0] > 23 || v[1] > 59 || v.get(2).is_some_and(|&s| s > 60) {
+        if v.iter().any(|&x| x < 0) || v[0] > 23 || v[1] > 59 || v.get(2).is_some_and(|&s| s > 60) {
             return Err(bad());
         }
         secs = v[0] * 3600 + v[1] * 60 + v.get(2).copied().unwrap_or(0);
@@ -829,6 +829,9 @@ mod tests {
         // Found by the parse_args fuzz target: a year this large wrapped around i64.
         assert!(parse_time("020281021000024-1-04").is_err());
         assert!(parse_time("9223372036854775807-12-31").is_err());
+        // And a negative hour overflowed when turned into seconds.
+        assert!(parse_time("20407199-01-01T-8044444444444444443:00").is_err());
+        assert!(parse_time("2024-01-01T-1:00").is_err());
         assert_eq!(parse_time("292277026596-12-04T15:30:07"), Ok((i64::MAX, 0)), "the last second an i64 holds");
         for bad in ["yesterday", "2024-13-01", "2024-01-01T25:00", "2024-01", ""] {
             assert!(parse_time(bad).is_err(), "{bad}");
