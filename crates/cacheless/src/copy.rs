@@ -26,10 +26,12 @@ use crate::buf::AlignedBuf;
 use crate::create::{CreateOptions, FileAttrs, FileCreator, NewFile};
 use crate::digest::{Algo, Hasher};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fault::Site;
 use crate::policy::{self, Decision};
 use crate::progress::Progress;
 use crate::rate::RateLimit;
 use crate::read::{ReadOptions, Reader};
+use crate::setup;
 use crate::write::{WriteOptions, WriteReport, Writer};
 use crate::BackendChoice;
 
@@ -245,10 +247,11 @@ impl Staged {
     /// Renames the file into place (fsyncing the directory if the copy was durable) and
     /// returns its report.
     pub fn commit(mut self) -> Result<CopyReport> {
-        rustix::fs::renameat(&*self.dir, self.tmp.as_os_str(), &*self.dir, self.name.as_os_str()).map_err(|e| Error::io("rename", &self.path, e.into()))?;
+        setup::call(Site::Rename, || rustix::fs::renameat(&*self.dir, self.tmp.as_os_str(), &*self.dir, self.name.as_os_str()))
+            .map_err(|e| Error::io("rename", &self.path, e))?;
         self.committed = true;
         if self.sync {
-            rustix::fs::fsync(&*self.dir).map_err(|e| Error::io("fsync directory", &self.path, e.into()))?;
+            setup::call(Site::Sync, || rustix::fs::fsync(&*self.dir)).map_err(|e| Error::io("fsync directory", &self.path, e))?;
         }
         Ok(self.report.clone())
     }
@@ -277,16 +280,10 @@ impl Drop for TmpGuard<'_> {
     }
 }
 
-/// Opens the directory `dst` lives in.
+/// Opens the directory `dst` lives in; returns it with `dst`'s file name.
 pub fn open_parent(dst: &Path) -> Result<(Arc<OwnedFd>, OsString)> {
-    let name = dst.file_name().ok_or_else(|| Error::new(ErrorKind::InvalidInput, "copy", dst, "the destination has no file name"))?.to_os_string();
-    let parent = match dst.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let fd = rustix::fs::open(parent, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty())
-        .map_err(|e| Error::io("open directory", parent, e.into()))?;
-    Ok((Arc::new(fd), name))
+    let (fd, name) = setup::open_parent(dst)?;
+    Ok((Arc::new(fd), name.to_os_string()))
 }
 
 /// Copies the regular file `src` to `dst`: written under a temporary name, made durable (per
@@ -438,7 +435,7 @@ impl Job<'_> {
                 match rustix::fs::ioctl_ficlone(&file, reader.file()) {
                     Ok(()) => {
                         self.extra(reader.file(), &file, smeta)?;
-                        crate::setup::apply_attrs(&file, self.wo.permissions, self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
+                        setup::apply_attrs(&file, self.wo.permissions, self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
                         if self.wo.sync {
                             rustix::fs::fdatasync(&file).map_err(|e| Error::io("fdatasync", self.dst, e.into()))?;
                         }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use cacheless::fault::{self, Plan, Site, Swept};
-use cacheless::{copy_file, BackendKind, Budget, Mode, Progress, ReadOptions, Reader, WriteOptions, Writer};
+use cacheless::{copy_file, copy_file_with, BackendKind, Budget, CopyOptions, Mode, Progress, ReadOptions, Reader, Sparse, WriteOptions, Writer};
 use common::*;
 
 /// One case injects at a time.
@@ -177,6 +177,39 @@ fn a_copy_replaces_its_destination_whole_or_not_at_all() {
             check_outcome(&r, plan, &[&src, &dst, d.path()], &what);
             let now = std::fs::read(&dst).unwrap();
             // A failure leaves the old file; success (or a failure after the rename) the copy.
+            let expect: &[u8] = if now == old { &old } else { &data };
+            if r.is_ok() {
+                assert!(now == data, "{what}: {plan:?}: copied, yet the destination differs");
+            }
+            check_left(d.path(), &src, &data, Some((&dst, expect)), &budget, &what);
+        });
+        report(&what, &s);
+    }
+}
+
+/// The copy's other paths under every fault: extent by extent with verification from the disk,
+/// and whole through the small-file creator with verification.
+#[test]
+fn every_copy_path_replaces_its_destination_whole_or_not_at_all() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (d, src, data) = setup();
+    let dst = d.path().join("dst");
+    let old = b"the destination as it was".to_vec();
+    let mut sparse = CopyOptions::new();
+    sparse.sparse = Sparse::Always;
+    sparse.verify = Some(cacheless::digest::Algo::Xxh3);
+    let mut small = CopyOptions::new();
+    small.small_file = u64::MAX;
+    small.verify = Some(cacheless::digest::Algo::Xxh3);
+    for (path, co) in [("sparse, verified", &sparse), ("small-file, verified", &small)] {
+        let (mode, backend) = (Mode::Auto, BackendKind::Threads);
+        let what = format!("copy_file_with ({path})");
+        let s = fault::sweep(&Site::ALL, |plan| {
+            std::fs::write(&dst, &old).unwrap();
+            let budget = Budget::new(16 << 20);
+            let r = copy_file_with(&src, &dst, &ro(mode, backend, &budget), &wo(mode, backend, &budget), co, &Progress::new());
+            check_outcome(&r, plan, &[&src, &dst, d.path()], &what);
+            let now = std::fs::read(&dst).unwrap();
             let expect: &[u8] = if now == old { &old } else { &data };
             if r.is_ok() {
                 assert!(now == data, "{what}: {plan:?}: copied, yet the destination differs");
