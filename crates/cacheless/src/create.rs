@@ -432,7 +432,12 @@ impl Draft {
 
     fn write_dontcache(&mut self, data: &[u8], off: u64) -> Result<()> {
         match setup::write_full(&self.file, data, off, RWF_DONTCACHE) {
-            Ok(()) => Ok(()),
+            // RWF_DONTCACHE drops pages as their writeback ends, but not always every one: the
+            // file is dropped again when it is closed (or once written back, when not synced).
+            Ok(()) => {
+                self.cached = true;
+                Ok(())
+            }
             // The probe could not tell (it could not read the file): the first write does.
             // Under auto, remember it for the filesystem and take the next mode.
             Err(e) if setup::dontcache_refused(&e) && self.shared.opts.mode == Mode::Auto => {

@@ -216,6 +216,8 @@ impl Copier {
             }
             return;
         }
+        // Written back now: what the small files' writes left in the cache can go.
+        self.creator.drop_deferred();
         for s in b.files {
             match s.commit() {
                 Ok(r) => self.done(r),
