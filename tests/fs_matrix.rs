@@ -216,6 +216,37 @@ fn matrix(fs: &LoopFs, files: &[(PathBuf, Vec<u8>)], out_base: &Path) {
     }
 }
 
+/// pack of the sources into an archive beside the copies (on this filesystem, or on the scratch
+/// disk for a read-only one), then extract of it: byte-exact, and neither the inputs nor the
+/// archive left in the cache.
+fn pack_round_trip(fs: &LoopFs, files: &[(PathBuf, Vec<u8>)], out_base: &Path) {
+    let tag = format!("[{}] pack", fs.kind().name());
+    let tmpfs = fs.kind() == FsKind::Tmpfs;
+    let dir = files[0].0.parent().unwrap();
+    let real_srcs: Vec<PathBuf> = files.iter().map(|(p, _)| real(fs, p)).collect();
+    if !tmpfs {
+        evict(&real_srcs);
+    }
+    let archive = out_base.join("all.tar.zst");
+    let mut args = vec!["pack", "-o", s(&archive), "-C", s(dir)];
+    let names: Vec<String> = files.iter().map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    args.extend(names.iter().map(String::as_str));
+    let o = run(&args);
+    assert!(o.status.success(), "{tag}: {}", stderr(&o));
+    if !tmpfs {
+        assert_eq!(pages(&real(fs, &archive)).0, 0, "{tag}: the archive left cached");
+        for p in &real_srcs {
+            assert_eq!(pages(p).0, 0, "{tag}: input {} left cached", p.display());
+        }
+    }
+    let back = out_base.join("unpacked");
+    let o = run(&["extract", s(&archive), "-C", s(&back)]);
+    assert!(o.status.success(), "{tag}: extract: {}", stderr(&o));
+    for ((_, data), n) in files.iter().zip(&names) {
+        assert!(std::fs::read(back.join(n)).unwrap() == *data, "{tag}: {n} differs after pack and extract");
+    }
+}
+
 fn read_only(fs: &LoopFs) -> bool {
     fs.kind().read_only()
 }
@@ -271,6 +302,7 @@ fn writable(kind: FsKind) {
     }
     expectations(&fs, &files.last().unwrap().0);
     matrix(&fs, &files, &fs.path().join("out"));
+    pack_round_trip(&fs, &files, &fs.path().join("out"));
 }
 
 fn read_only_image(kind: FsKind) {
@@ -289,6 +321,7 @@ fn read_only_image(kind: FsKind) {
     let files: Vec<(PathBuf, Vec<u8>)> = files.into_iter().map(|(p, data)| (fs.path().join(p.file_name().unwrap()), data)).collect();
     expectations(&fs, &files.last().unwrap().0);
     matrix(&fs, &files, &d.path().join("out"));
+    pack_round_trip(&fs, &files, &d.path().join("out"));
 }
 
 /// What each filesystem is expected to support on this kernel, checked where the kernel is new
