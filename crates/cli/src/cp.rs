@@ -203,10 +203,11 @@ impl Copier {
         }
     }
 
-    /// Makes a batch durable with one syncfs, then renames its files into place. Interrupted,
-    /// the batch is dropped, which removes its temporary files.
+    /// Makes a batch durable with one syncfs, then renames its files into place. Its files are
+    /// complete (each was written whole before it joined the batch), so an interrupted copy
+    /// still keeps them, as it keeps every other file it finished.
     fn flush(&self, b: Batch) {
-        if self.progress.is_cancelled() || b.files.is_empty() {
+        if b.files.is_empty() {
             return;
         }
         if let Err(e) = rustix::fs::syncfs(&**b.files[0].dir()) {
