@@ -162,28 +162,43 @@ fn a_write_is_complete_under_its_name_or_absent() {
     }
 }
 
+/// Sweeps every fault through `copy` (given the budget's read and write options) of `src` over
+/// an existing `dst`: a failure leaves the old destination, success (or a failure after the
+/// rename) the copy, byte-exact.
+fn copy_sweep(
+    d: &Path,
+    src: &Path,
+    data: &[u8],
+    what: &str,
+    copy: impl Fn(&ReadOptions, &WriteOptions) -> cacheless::Result<cacheless::CopyReport>,
+    mode: Mode,
+    backend: BackendKind,
+) {
+    let dst = d.join("dst");
+    let old = b"the destination as it was".to_vec();
+    let s = fault::sweep(&Site::ALL, |plan| {
+        std::fs::write(&dst, &old).unwrap();
+        let budget = Budget::new(16 << 20);
+        let r = copy(&ro(mode, backend, &budget), &wo(mode, backend, &budget));
+        check_outcome(&r, plan, &[src, &dst, d], what);
+        let now = std::fs::read(&dst).unwrap();
+        let expect: &[u8] = if now == old { &old } else { data };
+        if r.is_ok() {
+            assert!(now == data, "{what}: {plan:?}: copied, yet the destination differs");
+        }
+        check_left(d, src, data, Some((&dst, expect)), &budget, what);
+    });
+    report(what, &s);
+}
+
 #[test]
 fn a_copy_replaces_its_destination_whole_or_not_at_all() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (d, src, data) = setup();
     let dst = d.path().join("dst");
-    let old = b"the destination as it was".to_vec();
     for (mode, backend) in configs(d.path()) {
         let what = format!("copy_file ({mode}, {backend})");
-        let s = fault::sweep(&Site::ALL, |plan| {
-            std::fs::write(&dst, &old).unwrap();
-            let budget = Budget::new(16 << 20);
-            let r = copy_file(&src, &dst, &ro(mode, backend, &budget), &wo(mode, backend, &budget), &Progress::new());
-            check_outcome(&r, plan, &[&src, &dst, d.path()], &what);
-            let now = std::fs::read(&dst).unwrap();
-            // A failure leaves the old file; success (or a failure after the rename) the copy.
-            let expect: &[u8] = if now == old { &old } else { &data };
-            if r.is_ok() {
-                assert!(now == data, "{what}: {plan:?}: copied, yet the destination differs");
-            }
-            check_left(d.path(), &src, &data, Some((&dst, expect)), &budget, &what);
-        });
-        report(&what, &s);
+        copy_sweep(d.path(), &src, &data, &what, |ro, wo| copy_file(&src, &dst, ro, wo, &Progress::new()), mode, backend);
     }
 }
 
@@ -193,29 +208,15 @@ fn a_copy_replaces_its_destination_whole_or_not_at_all() {
 fn every_copy_path_replaces_its_destination_whole_or_not_at_all() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (d, src, data) = setup();
-    let dst = d.path().join("dst");
-    let old = b"the destination as it was".to_vec();
     let mut sparse = CopyOptions::new();
     sparse.sparse = Sparse::Always;
     sparse.verify = Some(cacheless::digest::Algo::Xxh3);
     let mut small = CopyOptions::new();
     small.small_file = u64::MAX;
     small.verify = Some(cacheless::digest::Algo::Xxh3);
+    let dst = d.path().join("dst");
     for (path, co) in [("sparse, verified", &sparse), ("small-file, verified", &small)] {
-        let (mode, backend) = (Mode::Auto, BackendKind::Threads);
         let what = format!("copy_file_with ({path})");
-        let s = fault::sweep(&Site::ALL, |plan| {
-            std::fs::write(&dst, &old).unwrap();
-            let budget = Budget::new(16 << 20);
-            let r = copy_file_with(&src, &dst, &ro(mode, backend, &budget), &wo(mode, backend, &budget), co, &Progress::new());
-            check_outcome(&r, plan, &[&src, &dst, d.path()], &what);
-            let now = std::fs::read(&dst).unwrap();
-            let expect: &[u8] = if now == old { &old } else { &data };
-            if r.is_ok() {
-                assert!(now == data, "{what}: {plan:?}: copied, yet the destination differs");
-            }
-            check_left(d.path(), &src, &data, Some((&dst, expect)), &budget, &what);
-        });
-        report(&what, &s);
+        copy_sweep(d.path(), &src, &data, &what, |ro, wo| copy_file_with(&src, &dst, ro, wo, co, &Progress::new()), Mode::Auto, BackendKind::Threads);
     }
 }
