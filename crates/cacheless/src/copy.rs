@@ -15,7 +15,6 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -203,8 +202,6 @@ pub struct CopyReport {
     pub verify: Option<VerifyReport>,
 }
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 /// Errnos on which FICLONE means "cannot clone here" rather than a failure: the filesystem has
 /// no reflinks (EOPNOTSUPP, ENOTTY where the ioctl is unknown), source and destination are on
 /// different filesystems (EXDEV), or this file cannot be cloned (EINVAL).
@@ -333,9 +330,7 @@ pub fn stage_copy(
             return Err(Error::new(ErrorKind::SameFile, "copy", dst, format!("'{}' and '{}' are the same file", src.display(), dst.display())));
         }
     }
-    let mut tmp = OsString::from(".");
-    tmp.push(name);
-    tmp.push(format!(".cacheless-{}-{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
+    let tmp = setup::temp_name(name);
     let len = reader.len();
     let mut job = Job { src, dst, dir, tmp: &tmp, co, wo, progress, hasher: co.verify.map(Hasher::new) };
 

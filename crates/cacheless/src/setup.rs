@@ -38,16 +38,23 @@ pub(crate) struct Chosen {
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// A temporary name beside `name`, `.NAME.cacheless-PID-N.tmp`, that no other writer of this
+/// process uses.
+pub(crate) fn temp_name(name: &OsStr) -> OsString {
+    let mut t = OsString::from(".");
+    t.push(name);
+    t.push(format!(".cacheless-{}-{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
+    t
+}
+
 /// Creates a new file (`O_CREAT | O_EXCL | O_NOFOLLOW`, read-write) under a temporary name
-/// beside `name` in `dir` (`.NAME.cacheless-PID-N.tmp`, a name no other writer uses), with
+/// beside `name` in `dir` (see [`temp_name`]), with
 /// permission bits `perm`; returns it and the name. `path` names it in errors.
 pub(crate) fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, perm: u32) -> Result<(OwnedFd, OsString)> {
     let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut tries = 0;
     loop {
-        let mut t = OsString::from(".");
-        t.push(name);
-        t.push(format!(".cacheless-{}-{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
+        let t = temp_name(name);
         match call(Site::Open, || rustix::fs::openat(dir, t.as_os_str(), flags, FMode::from_raw_mode(perm))) {
             Ok(fd) => return Ok((fd, t)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
