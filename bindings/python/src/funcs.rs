@@ -153,7 +153,7 @@ pub fn extract<'py>(
     keep_old_files: bool,
     options: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let o = Options::parse("extract", options, &["mode", "memory", "threads", "progress", "sync"])?;
+    let o = Options::parse("extract", options, &["mode", "memory", "threads", "decompress_threads", "progress", "sync"])?;
     let mut eo = cacheless_archive::ExtractOptions::new(&dest);
     eo.mode = o.mode;
     eo.sync = o.sync;
@@ -164,6 +164,9 @@ pub fn extract<'py>(
     eo.budget = o.budget.clone();
     if let Some(t) = o.threads {
         eo.threads = t;
+    }
+    if let Some(t) = o.decompress_threads {
+        eo.decompress_threads = t;
     }
     // One progress for the whole extraction: the archive's bytes read (its size is the total,
     // set by the extraction once it has opened it) are what the callback is given.

@@ -19,6 +19,8 @@ pub struct Options<'py> {
     pub block_size: Option<usize>,
     pub queue_depth: Option<usize>,
     pub threads: Option<usize>,
+    /// Threads decoding a multi-frame zstd archive (extract).
+    pub decompress_threads: Option<usize>,
     /// `progress(done, total)`, called from the calling thread.
     pub progress: Option<Bound<'py, PyAny>>,
     pub sync: bool,
@@ -55,6 +57,7 @@ impl<'py> Options<'py> {
             block_size: None,
             queue_depth: None,
             threads: None,
+            decompress_threads: None,
             progress: None,
             sync: true,
             size_hint: None,
@@ -86,6 +89,7 @@ impl<'py> Options<'py> {
                 "block_size" => o.block_size = Some(positive("block_size", &v)?),
                 "queue_depth" => o.queue_depth = Some(positive("queue_depth", &v)?),
                 "threads" => o.threads = Some(positive("threads", &v)?),
+                "decompress_threads" => o.decompress_threads = Some(positive("decompress_threads", &v)?),
                 "parallel" => o.parallel = positive("parallel", &v)?,
                 "progress" if v.is_callable() => o.progress = Some(v),
                 "progress" => return Err(PyTypeError::new_err("progress= must be a callable taking (done_bytes, total_bytes)")),

@@ -93,6 +93,24 @@ def test_extract_reads_back_every_compression_and_many_frames(disk):
         assert got["empty"][0] == "dir" and got["sub/link"] == ("link", "../f0.bin", None, None)
 
 
+def test_decompress_threads_decode_the_frames_in_parallel_or_on_one_thread(disk):
+    src = disk / "src"
+    src.mkdir()
+    files = make_tree(src)
+    arc = disk / "a.tar.zst"
+    packed = cacheless.pack(arc, ".", directory=src, frame_size="64k")
+    assert packed["frames"] >= 4, packed
+    for threads, want in ((3, (packed["frames"], 3)), (1, (None, 1))):
+        out = disk / f"out-{threads}"
+        rep = cacheless.extract(arc, out, decompress_threads=threads)
+        assert (rep["source"]["frames"], rep["source"]["decompress_threads"]) == want, rep["source"]
+        got = tree_of(out)
+        for name, data in files.items():
+            assert got[name] == ("file", data, got[name][2], got[name][3]), (threads, name)
+    with pytest.raises(ValueError, match="decompress_threads"):
+        cacheless.extract(arc, disk / "bad", decompress_threads=0)
+
+
 def test_the_report_has_the_cli_json_fields(disk):
     src = disk / "src"
     src.mkdir()

@@ -20,6 +20,17 @@ use cacheless::Progress;
 use crate::error::{Error, Result};
 use crate::zframes::{self, FrameReader, Stats, OUT_CHUNK};
 
+const LZ4_MAGIC: &[u8] = &[0x04, 0x22, 0x4d, 0x18];
+
+/// The length of the skippable frame's payload that `b` begins with (after its 8-byte header),
+/// or `None` when `b` does not begin with a whole skippable frame header.
+fn skippable_len(b: &[u8]) -> Option<usize> {
+    match b {
+        [m, 0x2a, 0x4d, 0x18, l0, l1, l2, l3, ..] if m & 0xf0 == 0x50 => usize::try_from(u32::from_le_bytes([*l0, *l1, *l2, *l3])).ok(),
+        _ => None,
+    }
+}
+
 /// Compression formats recognised by their magic bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -40,17 +51,33 @@ pub enum Compression {
 
 impl Compression {
     /// Detects the compression from the first bytes of the archive.
+    ///
+    /// Skippable frames (magic 0x184D2A50..5F, then a 4-byte little-endian length) belong to both
+    /// zstd and LZ4: pzstd and `cacheless pack` begin zstd streams with one, and an LZ4 stream may
+    /// carry them too. They are stepped over and the frame after them decides; where that frame
+    /// lies beyond `head`, or nothing follows, the stream is taken as zstd.
     pub fn detect(head: &[u8]) -> Compression {
-        // A zstd stream may start with a skippable frame (magic 0x184D2A50..5F), as pzstd's and
-        // `cacheless pack`'s do.
-        let skippable = head.len() >= 4 && head[0] & 0xf0 == 0x50 && head[1..4] == [0x2a, 0x4d, 0x18];
-        if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) || skippable {
+        let mut at = 0usize;
+        let mut skipped = false;
+        while let Some(len) = skippable_len(&head[at..]) {
+            skipped = true;
+            match at.checked_add(8).and_then(|a| a.checked_add(len)) {
+                Some(next) if next < head.len() => at = next,
+                _ => return Compression::Zstd,
+            }
+        }
+        let head = &head[at..];
+        if head.len() >= 4 && head[0] & 0xf0 == 0x50 && head[1..4] == [0x2a, 0x4d, 0x18] {
+            // A skippable frame whose header `head` cuts short.
+            return Compression::Zstd;
+        }
+        if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) || (skipped && !head.starts_with(LZ4_MAGIC)) {
             Compression::Zstd
         } else if head.starts_with(&[0x1f, 0x8b]) {
             Compression::Gzip
         } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
             Compression::Xz
-        } else if head.starts_with(&[0x04, 0x22, 0x4d, 0x18]) {
+        } else if head.starts_with(LZ4_MAGIC) {
             Compression::Lz4
         } else if head.len() >= 4 && head.starts_with(b"BZh") && (b'1'..=b'9').contains(&head[3]) {
             Compression::Bzip2
@@ -142,6 +169,36 @@ impl ChanReader {
             }
         }
         Ok(&self.cur[self.pos..])
+    }
+
+    /// Peeks at least `n` bytes (fewer only at the end of the stream), joining chunks if the
+    /// current one holds fewer.
+    fn peek_n(&mut self, n: usize) -> io::Result<&[u8]> {
+        self.peek()?;
+        while self.cur.len() - self.pos < n && !self.done {
+            match self.rx.recv() {
+                Ok(Ok(c)) => {
+                    self.cur.drain(..self.pos);
+                    self.pos = 0;
+                    self.cur.extend_from_slice(&c);
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => self.done = true,
+            }
+        }
+        Ok(&self.cur[self.pos..])
+    }
+
+    /// Consumes the skippable frames (zstd's and LZ4's, magic 0x184D2A50..5F) that come next.
+    fn skip_skippable_frames(&mut self) -> io::Result<()> {
+        while let Some(len) = skippable_len(self.peek_n(8)?) {
+            self.pos += 8;
+            let want = len as u64;
+            if io::copy(&mut self.by_ref().take(want), &mut io::sink())? < want {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "skippable frame cut short"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -328,7 +385,7 @@ fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<
         },
         Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
         Compression::Xz => Box::new(xz2::read::XzDecoder::new_multi_decoder(raw)),
-        Compression::Lz4 => Box::new(Lz4Frames(lz4_flex::frame::FrameDecoder::new(raw))),
+        Compression::Lz4 => Box::new(Lz4Frames::new(raw)),
         Compression::Bzip2 => Box::new(bzip2::read::MultiBzDecoder::new(raw)),
         Compression::None => Box::new(raw),
     };
@@ -355,16 +412,38 @@ fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<
 }
 
 /// Concatenated LZ4 frames (as `lz4` and `cacheless pack` write them): lz4_flex's decoder
-/// returns end of stream at the end of each frame, so go on while input remains.
-struct Lz4Frames(lz4_flex::frame::FrameDecoder<ChanReader>);
+/// returns end of stream at the end of each frame, so go on while input remains. Skippable
+/// frames, which lz4_flex refuses, are stepped over before each frame.
+struct Lz4Frames {
+    dec: lz4_flex::frame::FrameDecoder<ChanReader>,
+    /// At the start of the stream or just after a frame's end.
+    between: bool,
+}
+
+impl Lz4Frames {
+    fn new(raw: ChanReader) -> Self {
+        Lz4Frames { dec: lz4_flex::frame::FrameDecoder::new(raw), between: true }
+    }
+}
 
 impl Read for Lz4Frames {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
         loop {
-            let n = self.0.read(buf)?;
-            if n > 0 || buf.is_empty() || self.0.get_mut().peek()?.is_empty() {
+            if self.between {
+                self.dec.get_mut().skip_skippable_frames()?;
+                if self.dec.get_mut().peek()?.is_empty() {
+                    return Ok(0);
+                }
+                self.between = false;
+            }
+            let n = self.dec.read(buf)?;
+            if n > 0 {
                 return Ok(n);
             }
+            self.between = true;
         }
     }
 }

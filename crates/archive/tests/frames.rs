@@ -142,6 +142,62 @@ fn concatenated_zstd_outputs_with_skippable_frames_of_every_magic() {
     assert_eq!(r.source.decompress_threads, 1);
 }
 
+/// A skippable frame (magic 0x184D2A50 + `nibble`) with a payload of `len` bytes.
+fn skippable(nibble: u32, len: usize) -> Vec<u8> {
+    let magic = 0x184D_2A50 + nibble;
+    let mut f = magic.to_le_bytes().to_vec();
+    f.extend_from_slice(&u32::try_from(len).unwrap().to_le_bytes());
+    f.extend_from_slice(&rnd(u64::from(magic), len));
+    f
+}
+
+#[test]
+fn lz4_with_skippable_frames_first_and_between_is_lz4() {
+    if !tool("lz4") {
+        return;
+    }
+    let d = scratch();
+    // LZ4's frame format shares zstd's skippable frames: one leads the stream (so its first
+    // bytes are not LZ4's magic), more sit between the members, one ends it.
+    let mut z = skippable(0, 12);
+    for (i, p) in parts(3).iter().enumerate() {
+        z.extend_from_slice(&compress("lz4 -c", p, d.path()));
+        z.extend_from_slice(&skippable(u32::try_from(i).unwrap() + 1, 1000 * i));
+    }
+    let a = d.path().join("skip.tar.lz4");
+    fs::write(&a, &z).unwrap();
+    // The reference decoder reads it as the plain tar.
+    let out = Command::new("sh").arg("-c").arg(format!("lz4 -dc < '{}'", a.display())).output().unwrap();
+    assert!(out.status.success(), "lz4 -d: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout == fs::read(&fixture().tar).unwrap(), "lz4 -d does not give the tar back");
+    let r = same_as_gnu(&a, 2, "lz4 with skippable frames");
+    assert_eq!(r.source.compression, Compression::Lz4);
+}
+
+#[test]
+fn the_frame_after_leading_skippable_frames_decides_the_format() {
+    let zstd = compress_bytes(&[0x28, 0xb5, 0x2f, 0xfd, 0, 0]);
+    let lz4 = compress_bytes(&[0x04, 0x22, 0x4d, 0x18, 0x64, 0x40]);
+    for (head, want, what) in [
+        (zstd.clone(), Compression::Zstd, "skippable then zstd"),
+        (lz4.clone(), Compression::Lz4, "skippable then lz4"),
+        // A skippable frame that runs past what was peeked: zstd, the usual writer of them.
+        (skippable(3, 4096)[..100].to_vec(), Compression::Zstd, "skippable cut short"),
+        (skippable(3, 4)[..6].to_vec(), Compression::Zstd, "skippable header cut short"),
+        ([0x04, 0x22, 0x4d, 0x18].to_vec(), Compression::Lz4, "lz4 alone"),
+    ] {
+        assert_eq!(Compression::detect(&head), want, "{what}");
+    }
+}
+
+/// Two skippable frames, then `frame`.
+fn compress_bytes(frame: &[u8]) -> Vec<u8> {
+    let mut v = skippable(0, 4);
+    v.extend_from_slice(&skippable(15, 0));
+    v.extend_from_slice(frame);
+    v
+}
+
 #[test]
 fn concatenated_members_of_every_other_format() {
     for (cmd, name) in [("gzip -c", "gzip"), ("xz -c", "xz"), ("lz4 -c", "lz4"), ("bzip2 -c", "bzip2")] {

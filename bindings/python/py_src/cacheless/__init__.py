@@ -145,15 +145,30 @@ def extract(
     progress: Progress = None,
     sync: bool = True,
     threads: Optional[int] = None,
+    decompress_threads: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Unpacks a tar archive (zstd, gzip, xz, lz4, bzip2 or none, detected from its bytes) into ``dest``.
 
     Members are never created outside ``dest`` or through a symlink. Returns the report (as
     ``cacheless extract --json``). A corrupt or truncated archive raises ``ValueError``; members
     that could not be written raise ``OSError`` with the report in its ``report`` attribute.
-    ``progress`` counts compressed bytes read out of the archive's size.
+    ``progress`` counts compressed bytes read out of the archive's size. ``threads`` are the
+    file writers; ``decompress_threads`` decode a zstd archive of several frames (as pzstd and
+    ``pack`` write) in parallel (default one per CPU, at most 8; 1 decodes on one thread). The
+    report's ``source`` says how many frames were decoded on how many threads.
     """
-    return _native.extract(os.fspath(archive), os.fspath(dest), strip_components, keep_old_files, mode=mode, memory=memory, progress=progress, sync=sync, threads=threads)
+    return _native.extract(
+        os.fspath(archive),
+        os.fspath(dest),
+        strip_components,
+        keep_old_files,
+        mode=mode,
+        memory=memory,
+        progress=progress,
+        sync=sync,
+        threads=threads,
+        decompress_threads=decompress_threads,
+    )
 
 
 def pack(
