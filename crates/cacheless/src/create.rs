@@ -37,11 +37,21 @@ pub struct CreateOptions {
     /// drop once their writeback is done; the first drop, right after the write, starts the
     /// writeback. 0 drops once only (pages still under writeback then stay cached). Default 64.
     pub deferred_drops: usize,
+    /// Write small files back together (0, the default: each on its own). When more than 0
+    /// and `sync` is off, files under [`policy::SMALL_WRITE`] that auto would write uncached
+    /// are written plainly instead, kept open, and once this many bytes of them (or
+    /// `deferred_drops` files) are waiting, the filesystem is synced (syncfs, which writes them
+    /// back in a few large requests rather than one or more each) and their pages are
+    /// dropped. For callers that make the whole tree durable at the end anyway (extract):
+    /// the cache never holds more than about this many bytes of theirs, and the device sees a
+    /// fraction of the requests. Dirty pages of other programs on the same filesystem are
+    /// written back by the same syncfs (they stay cached).
+    pub batch_writeback: u64,
 }
 
 impl Default for CreateOptions {
     fn default() -> CreateOptions {
-        CreateOptions { mode: Mode::Auto, sync: true, deferred_drops: 64 }
+        CreateOptions { mode: Mode::Auto, sync: true, deferred_drops: 64, batch_writeback: 0 }
     }
 }
 
@@ -79,6 +89,9 @@ pub struct FileCreator {
 struct Shared {
     opts: CreateOptions,
     deferred: Mutex<VecDeque<Arc<File>>>,
+    /// Small files written plainly, waiting to be written back together (see
+    /// [`CreateOptions::batch_writeback`]), and their bytes.
+    batch: Mutex<(Vec<Arc<File>>, u64)>,
     /// The last directory files were created in and its device: files created one after
     /// another in one directory cost one fstat for all, not one each.
     last_dir: Mutex<Option<(Arc<OwnedFd>, caps::FsKey)>>,
@@ -103,9 +116,41 @@ impl Shared {
     }
 
     fn drop_deferred(&self) {
+        self.write_back_batch();
         let files: Vec<Arc<File>> = self.deferred.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
         for f in files {
             let _ = residency::drop_range(&f, 0, 0);
+        }
+    }
+
+    /// Whether a file of `size_hint` bytes that auto writes uncached is batched instead.
+    fn batches(&self, size_hint: u64) -> bool {
+        self.opts.batch_writeback > 0 && !self.opts.sync && self.opts.mode == Mode::Auto && size_hint < policy::SMALL_WRITE
+    }
+
+    /// Adds a finished small file to the batch, writing the batch back once it is full.
+    fn add_to_batch(&self, file: Arc<File>, bytes: u64) {
+        let full = {
+            let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
+            b.0.push(file);
+            b.1 += bytes;
+            b.1 >= self.opts.batch_writeback || b.0.len() >= self.opts.deferred_drops.max(1)
+        };
+        if full {
+            self.write_back_batch();
+        }
+    }
+
+    /// Syncs the filesystem of the batched files, then drops their (now clean) pages. Best
+    /// effort, like every page drop: the data is in the files whatever happens here, and a
+    /// writeback error is reported to whoever makes them durable (syncfs reports it to every
+    /// descriptor of the filesystem opened before it).
+    fn write_back_batch(&self) {
+        let (files, _) = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|e| e.into_inner()));
+        let Some(first) = files.first() else { return };
+        let _ = rustix::fs::syncfs(first);
+        for f in &files {
+            let _ = residency::drop_range(f, 0, 0);
         }
     }
 }
@@ -119,7 +164,7 @@ impl Drop for Shared {
 impl FileCreator {
     /// A creator writing with `opts`.
     pub fn new(opts: CreateOptions) -> FileCreator {
-        FileCreator { shared: Arc::new(Shared { opts, deferred: Mutex::new(VecDeque::new()), last_dir: Mutex::new(None) }) }
+        FileCreator { shared: Arc::new(Shared { opts, deferred: Mutex::new(VecDeque::new()), batch: Mutex::new((Vec::new(), 0)), last_dir: Mutex::new(None) }) }
     }
 
     /// The options it writes with.
@@ -227,6 +272,7 @@ impl FileCreator {
             tail_bytes: 0,
             end: 0,
             cached: false,
+            batched: false,
         }
     }
 }
@@ -321,6 +367,9 @@ struct Draft {
     end: u64,
     /// Some bytes went through the page cache: their pages are dropped at the end.
     cached: bool,
+    /// Written plainly, to be written back with other small files (see
+    /// [`CreateOptions::batch_writeback`]).
+    batched: bool,
 }
 
 impl Draft {
@@ -338,7 +387,21 @@ impl Draft {
                 Some(c) => c,
                 None => caps::for_file(&self.file).map_err(|e| Error::io("probe", &self.path, e))?,
             };
-            let decision = policy::decide_write(self.shared.opts.mode, &caps, Some(self.size_hint)).map_err(|r| setup::refused("create", &self.path, r))?;
+            let mut decision = policy::decide_write(self.shared.opts.mode, &caps, Some(self.size_hint)).map_err(|r| setup::refused("create", &self.path, r))?;
+            if self.shared.batches(self.size_hint) && matches!(decision.mode, Mode::DontCache | Mode::WriteBehind) {
+                let window = self.shared.opts.batch_writeback;
+                decision = Decision {
+                    mode: Mode::WriteBehind,
+                    reason: format!(
+                        "small file ({} B < {} B): written back with the others (a syncfs per {} MiB or {} files), then dropped",
+                        self.size_hint,
+                        policy::SMALL_WRITE,
+                        window >> 20,
+                        self.shared.opts.deferred_drops.max(1)
+                    ),
+                };
+                self.batched = true;
+            }
             self.plan = Some(Plan { caps, decision, direct: DirectState::Off });
         }
         match self.plan.as_mut() {
@@ -456,7 +519,10 @@ impl Draft {
     /// later (see [`CreateOptions::deferred_drops`]).
     fn write_behind(&mut self, data: &[u8], off: u64) -> Result<()> {
         setup::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?;
-        let _ = residency::drop_range(&self.file, off, data.len() as u64);
+        // A batched file's pages are written back and dropped with its batch's.
+        if !self.batched {
+            let _ = residency::drop_range(&self.file, off, data.len() as u64);
+        }
         self.cached = true;
         Ok(())
     }
@@ -487,6 +553,8 @@ impl Draft {
         }
         if self.shared.opts.sync {
             let _ = residency::drop_range(&self.file, 0, 0);
+        } else if self.batched {
+            self.shared.add_to_batch(self.file.clone(), self.end);
         } else {
             self.shared.defer(self.file.clone());
         }

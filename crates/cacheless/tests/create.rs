@@ -139,6 +139,57 @@ fn many_threads_share_one_creator() {
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 800);
 }
 
+/// Small files written back together (unsynced, `batch_writeback` on): auto writes them plainly
+/// and says why; each full batch is written back by one syncfs and dropped, so the files of a
+/// batch that filled are out of the cache while the last ones still wait in it; after
+/// `drop_deferred` none is cached and every one is byte-exact. Synced, or with batching off,
+/// the same files are not batched.
+#[test]
+fn small_files_written_back_in_batches_leave_no_cache() {
+    let d = scratch();
+    let dir = open_dir(d.path());
+    let batched = |len: u64| matches!(auto_mode(d.path(), len), Mode::DontCache | Mode::WriteBehind);
+    if !batched(4096) {
+        skip("auto writes small files directly here: nothing to batch");
+        return;
+    }
+    let window = 768u64 << 10;
+    let creator = FileCreator::new(CreateOptions { sync: false, deferred_drops: 1000, batch_writeback: window, ..CreateOptions::default() });
+    let mut written = Vec::new();
+    let mut total = 0u64;
+    for i in 0..100u64 {
+        let data = bytes(usize::try_from(4096 + i * 331 + i % 7).unwrap(), 7000 + i);
+        total += data.len() as u64;
+        let name = format!("s{i}");
+        let rep = creator.write_file(dir.as_fd(), OsStr::new(&name), Path::new(&name), &data, &attrs()).unwrap();
+        assert_eq!(rep.decision.mode, Mode::WriteBehind, "{name}: {}", rep.decision.reason);
+        assert!(rep.decision.reason.contains("written back with the others"), "{name}: {}", rep.decision.reason);
+        written.push((d.path().join(&name), data));
+    }
+    assert!(total > 2 * window, "the files fill at least two batches ({total} B)");
+    let cached = |p: &Path| residency_of(p).unwrap().cached_pages;
+    assert_eq!(cached(&written[0].0), 0, "the first batch was written back and dropped when it filled");
+    assert!(cached(&written[99].0) > 0, "the last file waits in the cache for its batch");
+    creator.drop_deferred();
+    for (p, _) in &written {
+        assert_eq!(cached(p), 0, "{} is still cached", p.display());
+    }
+    for (p, data) in &written {
+        assert!(std::fs::read(p).unwrap() == *data, "{}", p.display());
+        assert_eq!(std::fs::metadata(p).unwrap().mode() & 0o777, 0o640);
+    }
+    // Synced files, or batching off: each file on its own.
+    for opts in [
+        CreateOptions { sync: true, batch_writeback: window, ..CreateOptions::default() },
+        CreateOptions { sync: false, batch_writeback: 0, ..CreateOptions::default() },
+    ] {
+        let creator = FileCreator::new(opts.clone());
+        let name = format!("one-{}", opts.sync);
+        let rep = creator.write_file(dir.as_fd(), OsStr::new(&name), Path::new(&name), &bytes(5000, 1), &attrs()).unwrap();
+        assert!(!rep.decision.reason.contains("written back with the others"), "{opts:?}: {}", rep.decision.reason);
+    }
+}
+
 /// An existing file or a symlink at the name is never written through; a name with a slash
 /// is refused; a file dropped unfinished is removed.
 #[test]

@@ -554,7 +554,7 @@ pub fn run(args: &CpArgs, common: &CommonOpts) -> Result<ExitCode> {
         ro: common.read_options(&budget),
         wo,
         co,
-        creator: FileCreator::new(CreateOptions { mode: common.mode, sync: false, deferred_drops: plan.deferred }),
+        creator: FileCreator::new(CreateOptions { mode: common.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: 0 }),
         progress: progress.clone(),
         verbose: common.verbose,
         batched: !args.no_sync && !args.verify,

@@ -44,6 +44,11 @@ pub struct ExtractArgs {
     /// 8; 1: one thread). A single-frame archive, and the other formats, use one.
     #[arg(long, value_name = "N")]
     pub decompress_threads: Option<usize>,
+    /// Small files (under 1 MiB) are written back together once this much of them waits: one
+    /// syncfs writes them in a few large requests, then their pages are dropped (default 32M;
+    /// 0: each file on its own, with RWF_DONTCACHE).
+    #[arg(long, value_name = "SIZE", value_parser = crate::common::parse_size)]
+    pub writeback_batch: Option<u64>,
 }
 
 /// Runs `cacheless extract`: exit 0 when every member was extracted, 1 otherwise, 130 or 143
@@ -67,6 +72,9 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     }
     if let Some(t) = args.decompress_threads {
         opts.decompress_threads = t.max(1);
+    }
+    if let Some(b) = args.writeback_batch {
+        opts.batch_writeback = b;
     }
     opts.progress = Some(progress.clone());
     if common.verbose && common.backend.to_string() != "auto" {

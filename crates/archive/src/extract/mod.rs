@@ -88,7 +88,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let stream = source::open(input, progress.clone(), &ro, &decompress)?;
     let info = stream.info.clone();
     let is_root = rustix::process::geteuid().is_root();
-    let creator = FileCreator::new(CreateOptions { mode: opts.mode, sync: false, deferred_drops: plan.deferred });
+    let creator = FileCreator::new(CreateOptions { mode: opts.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: opts.batch_writeback });
     let sh = Arc::new(Shared::new(creator, progress.clone()));
     let pool = Pool::new(plan.threads, plan.queue, &sh)?;
     let report = ExtractReport {

@@ -42,6 +42,12 @@ pub struct ExtractOptions {
     /// writes in flight; smaller ones are written whole by the engine's `FileCreator`. Either
     /// way the engine's policy picks the mode (O_DIRECT for large files in auto mode).
     pub direct_min: u64,
+    /// Small files that auto would write uncached are written plainly and written back together
+    /// once this many bytes of them wait (a syncfs, then their pages dropped): the device sees
+    /// a few large requests rather than one or more per file, and the cache holds at most
+    /// about this much of them. 0 writes each back on its own (RWF_DONTCACHE). Default 32 MiB.
+    /// See `cacheless::CreateOptions::batch_writeback`.
+    pub batch_writeback: u64,
     /// Use the O_NOFOLLOW walk even where openat2 works (tests of the fallback).
     pub force_walk: bool,
     /// Engine write options for large files (mode is taken from `mode`, budget from `budget`;
@@ -74,6 +80,7 @@ impl ExtractOptions {
             read_options: cacheless::ReadOptions::new(budget.clone()),
             budget,
             direct_min: 1 << 20,
+            batch_writeback: 32 << 20,
             force_walk: false,
             write_options: None,
             umask: None,
