@@ -93,11 +93,18 @@ pub fn archive(e: cacheless_archive::Error, archive: &Path) -> PyErr {
     }
 }
 
+/// The errno of an OS error's text (its " (os error N)" suffix, as `io::Error` writes it).
+fn errno_in(msg: &str) -> Option<i32> {
+    let at = msg.rfind(" (os error ")? + " (os error ".len();
+    msg[at..].split(')').next()?.parse().ok()
+}
+
 /// Some members of an archive job failed while the rest went on: an `OSError` naming the
-/// archive and the first failure, with the job's report in its `report` attribute.
+/// archive and the first failure (its errno, where that failure was an OS error: ENOSPC when
+/// the disk filled), with the job's report in its `report` attribute.
 pub fn members_failed(archive: &Path, what: &str, failures: &[String], report: Bound<'_, PyAny>) -> PyErr {
-    let msg = format!("{what}; first: {}", failures.first().map(String::as_str).unwrap_or("?"));
-    let err = os_error(None, msg, archive);
+    let first = failures.first().map(String::as_str).unwrap_or("?");
+    let err = os_error(errno_in(first), format!("{what}; first: {first}"), archive);
     if let Err(e) = err.value(report.py()).setattr("report", report) {
         return e;
     }

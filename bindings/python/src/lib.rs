@@ -6,6 +6,8 @@
 
 mod arena;
 mod errors;
+#[cfg(feature = "fault-injection")]
+mod fault;
 mod files;
 mod funcs;
 mod job;
@@ -37,5 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(st::st_parse, m)?)?;
     m.add_function(wrap_pyfunction!(st::st_save, m)?)?;
     m.add_function(wrap_pyfunction!(st::st_serialize, m)?)?;
+    #[cfg(feature = "fault-injection")]
+    fault::register(m)?;
     Ok(())
 }

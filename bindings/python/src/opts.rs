@@ -50,6 +50,13 @@ impl<'py> Options<'py> {
     /// Parses the keyword arguments `kw` of `call`, which accepts the keys in `allowed`; any
     /// other key is a `TypeError`, a bad value a `ValueError` that says what is accepted.
     pub fn parse(call: &str, kw: Option<&Bound<'py, PyDict>>, allowed: &[&str]) -> PyResult<Options<'py>> {
+        let o = Self::parse_keys(call, kw, allowed)?;
+        #[cfg(feature = "fault-injection")]
+        crate::fault::track(&o.budget);
+        Ok(o)
+    }
+
+    fn parse_keys(call: &str, kw: Option<&Bound<'py, PyDict>>, allowed: &[&str]) -> PyResult<Options<'py>> {
         let mut o = Options {
             mode: Mode::Auto,
             backend: BackendKind::Auto,

@@ -2,6 +2,7 @@
 CLI's report, reproducible bytes, progress, errors, and nothing left behind when it fails."""
 
 import datetime
+import errno
 import json
 import os
 import signal
@@ -184,6 +185,8 @@ def test_an_unreadable_member_is_an_os_error_with_the_report_and_the_rest_is_arc
         cacheless.pack(arc, ["here.bin", "missing.bin"], directory=src)
     rep = e.value.report
     assert rep["failure_count"] == 1 and "missing.bin: cannot stat" in rep["failures"][0] and rep["files"] == 1
+    # The first failure's errno, as an OSError of its own would carry it.
+    assert isinstance(e.value, FileNotFoundError) and e.value.errno == errno.ENOENT, repr(e.value)
     with tarfile.open(arc) as t:
         assert t.getnames() == ["here.bin"] and t.extractfile("here.bin").read() == b"here"
 

@@ -67,3 +67,9 @@ def test_stub_signatures_match_the_module():
 
 def test_unsupported_error_is_an_os_error():
     assert issubclass(cacheless.UnsupportedError, OSError)
+
+
+def test_the_shipped_module_has_no_fault_injection():
+    # The fault plan is a test build's (the bindings crate's `fault-injection` feature); the
+    # module this suite runs against is the one a wheel ships.
+    assert not hasattr(_native, "_fault")

@@ -17,6 +17,11 @@
 //! [`sweep`] runs a workload once clean, to count its operations, then once for every position
 //! of every kind of operation with every fault that applies there, under a watchdog that aborts
 //! the process if one run hangs.
+//!
+//! The Python package's calls are swept the same way from pytest: the bindings crate's own
+//! `fault-injection` feature exposes this plan as `cacheless._native._fault`, and
+//! `bindings/python/tests/test_faults.py` drives every call through it (scripts/test builds that
+//! extension into `target/python-fault` and runs the file against it).
 #![cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 
 use std::fs::File;

@@ -213,8 +213,9 @@ def pack(
     beside it, fdatasync'ed (unless ``sync=False``) and renamed into place, so a failed or
     interrupted pack leaves no archive and no temporary. Returns the report (as
     ``cacheless pack --json``). Members that could not be read, or changed while read, raise
-    ``OSError`` with the report in its ``report`` attribute (the archive is complete without
-    them). ``progress`` counts file bytes read out of the bytes walked so far.
+    ``OSError`` with the report in its ``report`` attribute (the archive is valid without
+    them, except that one whose read failed part way holds the bytes read, padded with zeros to
+    its size, as with tar). ``progress`` counts file bytes read out of the bytes walked so far.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
