@@ -60,6 +60,24 @@ pub enum Scenario {
     Normal,
     /// Inside a memory cgroup limited to [`BenchConfig::memory_limit`].
     LowMemory,
+    /// Machine-wide memory pressure: a helper process holds anonymous memory (touched, locked when allowed)
+    /// so that only [`BenchConfig::free`] stays available during each trial (see [`crate::scenario`]).
+    Pressure,
+    /// A co-tenant process re-reads a hot file of [`BenchConfig::hot_size`] bytes, fully cached before the
+    /// trial, while the trial runs (see [`crate::scenario`]).
+    Neighbour,
+}
+
+impl Scenario {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Normal => "normal",
+            Scenario::LowMemory => "low-memory",
+            Scenario::Pressure => "pressure",
+            Scenario::Neighbour => "neighbour",
+        }
+    }
 }
 
 impl FromStr for Scenario {
@@ -68,7 +86,9 @@ impl FromStr for Scenario {
         match s {
             "normal" => Ok(Scenario::Normal),
             "low-memory" | "lowmem" | "low_memory" => Ok(Scenario::LowMemory),
-            _ => Err(format!("unknown scenario '{s}': expected normal or low-memory")),
+            "pressure" => Ok(Scenario::Pressure),
+            "neighbour" | "neighbor" => Ok(Scenario::Neighbour),
+            _ => Err(format!("unknown scenario '{s}': expected normal, low-memory, pressure or neighbour")),
         }
     }
 }
@@ -101,6 +121,14 @@ pub struct BenchConfig {
     pub scenario: Scenario,
     /// cgroup limit for the low-memory scenario.
     pub memory_limit: u64,
+    /// Bytes left available machine-wide (MemAvailable) during each trial of the pressure scenario.
+    pub free: u64,
+    /// Size of the co-tenant's hot file in the neighbour scenario.
+    pub hot_size: u64,
+    /// The program whose `bench-helper` subcommand runs the helper processes of the pressure and neighbour
+    /// scenarios (the `cacheless` binary); `None`: this executable, which must then call
+    /// [`crate::helper::main`] for that subcommand as `cacheless` does.
+    pub helper: Option<PathBuf>,
     /// Directory for the files; `None`: a temporary folder under the current directory, removed at the end.
     pub dir: Option<PathBuf>,
     /// Also drop all caches system-wide before each trial (root only).
@@ -136,6 +164,9 @@ impl BenchConfig {
             runs: None,
             scenario: Scenario::Normal,
             memory_limit: 1 << 30,
+            free: 1 << 30,
+            hot_size: 1 << 30,
+            helper: None,
             dir: None,
             drop_caches: false,
             vs_fio: false,
@@ -154,6 +185,16 @@ pub(crate) fn validate(cfg: &BenchConfig) -> Result<()> {
     if cfg.scenario == Scenario::LowMemory && cfg.memory_limit < (16 << 20) {
         return Err(Error::Usage("--memory-limit must be at least 16 MiB".into()));
     }
+    if cfg.scenario == Scenario::Pressure && cfg.free < crate::scenario::MIN_FREE {
+        return Err(Error::Usage(format!(
+            "--free {} is below {} MiB: leaving less than that available risks the OOM killer",
+            cfg.free,
+            crate::scenario::MIN_FREE >> 20
+        )));
+    }
+    if cfg.scenario == Scenario::Neighbour && cfg.hot_size < (1 << 20) {
+        return Err(Error::Usage("--hot-size must be at least 1 MiB".into()));
+    }
     let mut seen = HashSet::new();
     if let Some(m) = cfg.modes.iter().find(|m| !seen.insert(**m)) {
         return Err(Error::Usage(format!("--modes names {m} twice")));
@@ -170,6 +211,12 @@ mod tests {
         assert_eq!("randread".parse::<Rw>().unwrap(), Rw::RandRead);
         assert!("sideways".parse::<Rw>().is_err());
         assert_eq!("low-memory".parse::<Scenario>().unwrap(), Scenario::LowMemory);
+        for s in [Scenario::Normal, Scenario::LowMemory, Scenario::Pressure, Scenario::Neighbour] {
+            assert_eq!(s.name().parse::<Scenario>().unwrap(), s);
+        }
+        assert_eq!("neighbor".parse::<Scenario>().unwrap(), Scenario::Neighbour);
+        let e = "crowded".parse::<Scenario>().unwrap_err();
+        assert!(e.contains("pressure or neighbour"), "{e}");
     }
 
     #[test]
@@ -191,5 +238,15 @@ mod tests {
         c.modes = vec![Mode::Direct, Mode::Buffered, Mode::Direct];
         let e = validate(&c).unwrap_err().to_string();
         assert!(e.contains("--modes names direct twice"), "{e}");
+        let mut c = ok.clone();
+        c.scenario = Scenario::Pressure;
+        c.free = 100 << 20;
+        let e = validate(&c).unwrap_err().to_string();
+        assert!(e.contains("--free 104857600 is below 256 MiB"), "{e}");
+        c.free = 1 << 30;
+        assert!(validate(&c).is_ok());
+        c.scenario = Scenario::Neighbour;
+        c.hot_size = 4096;
+        assert!(matches!(validate(&c), Err(Error::Usage(_))));
     }
 }

@@ -32,6 +32,14 @@ pub enum Error {
     /// The low-memory scenario needs something this system does not offer.
     #[error("low-memory scenario: {0}")]
     Cgroup(String),
+    /// The pressure or neighbour scenario cannot run as asked (too little memory to hold, a helper process
+    /// that failed or went away).
+    #[error("{0}")]
+    Scenario(String),
+    /// The run was interrupted (Ctrl-C, SIGTERM): the trial in progress stopped, its helpers were ended and
+    /// its written files removed.
+    #[error("interrupted")]
+    Interrupted,
     /// A bad option value or combination.
     #[error("invalid benchmark option: {0}")]
     Usage(String),

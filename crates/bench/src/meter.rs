@@ -1,6 +1,8 @@
-//! Measures one trial: runs the workload on its own thread, samples progress, page cache and dirty memory
-//! every 100 ms from the calling thread, and takes CPU, kswapd and reclaim deltas around it.
+//! Measures one trial: runs the workload on its own thread, samples progress, page cache, dirty memory,
+//! MemAvailable and kswapd's CPU time every 100 ms from the calling thread, and takes CPU, kswapd and reclaim
+//! deltas around it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cacheless::Progress;
@@ -58,17 +60,32 @@ pub fn measure<W>(cg: Option<&MemoryCgroup>, kswapd: &[u32], work: W) -> Result<
 where
     W: FnOnce(&Progress) -> Result<()> + Send,
 {
+    measure_cancellable(cg, kswapd, &AtomicBool::new(false), work)
+}
+
+/// [`measure`], passing `cancel` on: once it is set, the progress given to `work` reports
+/// [`Progress::is_cancelled`] (within one sampling interval), and `work` should stop.
+pub fn measure_cancellable<W>(cg: Option<&MemoryCgroup>, kswapd: &[u32], cancel: &AtomicBool, work: W) -> Result<TrialReport>
+where
+    W: FnOnce(&Progress) -> Result<()> + Send,
+{
     let progress = Progress::new();
     let start = snapshot(cg, kswapd)?;
     let (cache_start, dirty_start) = cache_and_dirty(start.cg.as_ref(), || start.mem);
     let mut peak_cache = cache_start;
     let mut peak_dirty = dirty_start;
-    let mut samples: Vec<(f64, u64)> = vec![(0.0, 0)];
+    let mut available_min = start.mem.available;
+    let mut samples: Vec<(f64, f64)> = vec![(0.0, 0.0)];
+    let kswapd_start = start.kswapd.total_s();
+    let mut kswapd_samples: Vec<(f64, f64)> = vec![(0.0, 0.0)];
     let t0 = Instant::now();
     let (result, seconds) = std::thread::scope(|s| {
         let h = s.spawn(|| work(&progress));
         let mut next = t0 + SAMPLE_EVERY;
         while !h.is_finished() {
+            if cancel.load(Ordering::Relaxed) {
+                progress.cancel();
+            }
             let now = Instant::now();
             if now < next {
                 // Poll for the end a few times per interval so that the clock stops promptly.
@@ -76,8 +93,16 @@ where
                 continue;
             }
             next += SAMPLE_EVERY;
-            samples.push((t0.elapsed().as_secs_f64(), progress.bytes()));
-            let (c, d) = cache_and_dirty(cg.and_then(|c| c.stat().ok()).as_ref(), || read_meminfo().unwrap_or_default());
+            let at = t0.elapsed().as_secs_f64();
+            samples.push((at, progress.bytes() as f64));
+            kswapd_samples.push((at, kswapd_cpu(kswapd).total_s() - kswapd_start));
+            let (c, d) = cache_and_dirty(cg.and_then(|c| c.stat().ok()).as_ref(), || {
+                let m = read_meminfo().unwrap_or_default();
+                if m.total > 0 {
+                    available_min = available_min.min(m.available);
+                }
+                m
+            });
             peak_cache = peak_cache.max(c);
             peak_dirty = peak_dirty.max(d);
         }
@@ -86,16 +111,20 @@ where
     });
     result?;
     let bytes = progress.bytes();
-    samples.push((seconds, bytes));
+    samples.push((seconds, bytes as f64));
     let end = snapshot(cg, kswapd)?;
+    kswapd_samples.push((seconds, end.kswapd.total_s() - kswapd_start));
     let (cache_end, dirty_end) = cache_and_dirty(end.cg.as_ref(), || end.mem);
     peak_cache = peak_cache.max(cache_end);
     peak_dirty = peak_dirty.max(dirty_end);
+    let interval = if seconds >= 5.0 { 1.0 } else { 0.1 };
 
     let mut t = TrialReport {
         bytes,
         seconds,
-        series: series_from_samples(&samples, if seconds >= 5.0 { 1.0 } else { 0.1 }),
+        series: series_from_samples(&samples, interval),
+        kswapd_cpu_pct_series: per_interval(&kswapd_samples, interval).into_iter().map(|s| s / interval * 100.0).collect(),
+        mem_available_min_bytes: available_min.min(end.mem.available),
         cpu: end.cpu.since(&start.cpu),
         kswapd_cpu_s: end.kswapd.since(&start.kswapd).total_s(),
         reclaim: end.vm.since(&start.vm),
@@ -132,24 +161,30 @@ fn signed_diff(a: u64, b: u64) -> i64 {
 
 /// Turns cumulative `(seconds, bytes)` samples into MiB/s per complete interval, interpolating linearly
 /// between samples.
-pub fn series_from_samples(samples: &[(f64, u64)], interval: f64) -> Series {
+pub fn series_from_samples(samples: &[(f64, f64)], interval: f64) -> Series {
+    Series::new(interval, per_interval(samples, interval).into_iter().map(|d| d / MIB / interval).collect())
+}
+
+/// How much a cumulative figure sampled at `(seconds, value)` grew in each complete interval, interpolating
+/// linearly between samples.
+pub fn per_interval(samples: &[(f64, f64)], interval: f64) -> Vec<f64> {
     let Some(&(end, _)) = samples.last() else {
-        return Series::new(interval, vec![]);
+        return vec![];
     };
     let at = |t: f64| -> f64 {
         let i = samples.partition_point(|s| s.0 < t);
         if i == 0 {
-            return samples[0].1 as f64;
+            return samples[0].1;
         }
         if i >= samples.len() {
-            return samples[samples.len() - 1].1 as f64;
+            return samples[samples.len() - 1].1;
         }
         let (t1, b1) = samples[i - 1];
         let (t2, b2) = samples[i];
         if t2 <= t1 {
-            return b2 as f64;
+            return b2;
         }
-        b1 as f64 + (b2 as f64 - b1 as f64) * (t - t1) / (t2 - t1)
+        b1 + (b2 - b1) * (t - t1) / (t2 - t1)
     };
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // A count of whole intervals of a run: small and not negative.
     let n = (end / interval + 1e-9).floor().max(0.0) as usize;
@@ -157,10 +192,10 @@ pub fn series_from_samples(samples: &[(f64, u64)], interval: f64) -> Series {
     let mut prev = at(0.0);
     for k in 1..=n {
         let cur = at(k as f64 * interval);
-        out.push((cur - prev) / MIB / interval);
+        out.push(cur - prev);
         prev = cur;
     }
-    Series::new(interval, out)
+    out
 }
 
 #[cfg(test)]
@@ -169,14 +204,16 @@ mod tests {
 
     #[test]
     fn series_interpolates_complete_intervals() {
-        let m = 1 << 20;
-        let s = series_from_samples(&[(0.0, 0), (0.5, 50 * m), (1.0, 100 * m), (2.0, 300 * m), (2.5, 350 * m)], 1.0);
+        let m = 1048576.0;
+        let s = series_from_samples(&[(0.0, 0.0), (0.5, 50.0 * m), (1.0, 100.0 * m), (2.0, 300.0 * m), (2.5, 350.0 * m)], 1.0);
         assert_eq!(s.mib_s, vec![100.0, 200.0]);
         assert_eq!(s.spread.median, 150.0);
         assert!((s.cov - 1.0 / 3.0).abs() < 1e-12);
-        let s = series_from_samples(&[(0.0, 0), (0.25, 0), (0.75, 100 * m)], 0.5);
+        let s = series_from_samples(&[(0.0, 0.0), (0.25, 0.0), (0.75, 100.0 * m)], 0.5);
         assert_eq!(s.mib_s, vec![100.0]);
         assert!(series_from_samples(&[], 1.0).mib_s.is_empty());
+        // kswapd CPU seconds sampled the same way: 0.25 s in the first second, 0.5 s in the second.
+        assert_eq!(per_interval(&[(0.0, 0.0), (1.0, 0.25), (2.0, 0.75), (2.4, 0.8)], 1.0), vec![0.25, 0.5]);
     }
 
     #[test]
@@ -195,6 +232,26 @@ mod tests {
         assert!(t.series.interval_s == 0.1 && t.series.mib_s.len() >= 2);
         assert_eq!(t.cache.source, CacheSource::Meminfo);
         assert!(t.cgroup_peak_bytes.is_none());
+        // kswapd's CPU is sampled on the same intervals as the throughput.
+        assert_eq!(t.kswapd_cpu_pct_series.len(), t.series.mib_s.len());
+        assert!(t.kswapd_cpu_pct_series.iter().all(|p| *p >= 0.0));
+        assert!(t.mem_available_min_bytes > 0);
+    }
+
+    #[test]
+    fn cancel_reaches_the_workload() {
+        let cancel = AtomicBool::new(true);
+        let r = measure_cancellable(None, &[], &cancel, |p| {
+            let t0 = Instant::now();
+            while !p.is_cancelled() {
+                if t0.elapsed() > Duration::from_secs(10) {
+                    return Err(Error::Usage("never cancelled".into()));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(Error::Interrupted)
+        });
+        assert!(matches!(r, Err(Error::Interrupted)), "{r:?}");
     }
 
     #[test]

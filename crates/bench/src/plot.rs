@@ -1,5 +1,6 @@
 //! `--plot F.png|F.svg`: per-second throughput lines, one per mode (the run closest to the median), and bars
-//! for CPU per GiB and page-cache growth, so that one picture shows what buffered I/O costs.
+//! for CPU per GiB and page-cache growth, so that one picture shows what buffered I/O costs. Under the
+//! pressure and neighbour scenarios a second line chart shows kswapd's CPU per second of the same runs.
 //!
 //! Text needs a TrueType font (plotters' ab_glyph backend has no built-in font and the workspace avoids system
 //! freetype): we load `$CACHELESS_FONT`, else DejaVu Sans or Liberation Sans, else any .ttf under
@@ -87,7 +88,7 @@ pub fn mode_color(mode: &str) -> RGBColor {
 pub fn plot(report: &BenchReport, path: &Path) -> Result<()> {
     let err = |what: String| Error::Plot { path: path.to_path_buf(), what };
     ensure_font().map_err(err)?;
-    let size = (1200, 900);
+    let size = (1200, if kswapd_panel(report) { 1200 } else { 900 });
     let svg = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg"));
     if svg { render(report, SVGBackend::new(path, size).into_drawing_area()) } else { render(report, BitMapBackend::new(path, size).into_drawing_area()) }
         .map_err(err)
@@ -111,23 +112,65 @@ where
     let c = &r.config;
     let title = format!("cacheless bench: {}, {}{}", c.workload(), c.scenario, c.limit_note());
     let root = root.titled(&title, (FAMILY, 24)).map_err(e)?;
-    let (top, bottom) = root.split_vertically(540);
-    let (left, right) = bottom.split_horizontally(600);
+    let (top, rest) = root.split_vertically(540);
 
     // Per-second throughput of each mode's median run.
     let lines: Vec<(&str, f64, &Vec<f64>)> =
         r.modes.iter().filter_map(|m| m.representative().map(|t| (m.mode.as_str(), t.series.interval_s, &t.series.mib_s))).collect();
+    line_chart(&top, "throughput per interval (run closest to the median), MiB/s", "MiB/s", &lines)?;
+    let bottom = if kswapd_panel(r) {
+        let (mid, bottom) = rest.split_vertically(300);
+        let lines: Vec<(&str, f64, &Vec<f64>)> =
+            r.modes.iter().filter_map(|m| m.representative().map(|t| (m.mode.as_str(), t.series.interval_s, &t.kswapd_cpu_pct_series))).collect();
+        line_chart(&mid, "kswapd CPU per interval (same runs), % of one CPU", "kswapd CPU %", &lines)?;
+        bottom
+    } else {
+        rest
+    };
+    let (left, right) = bottom.split_horizontally(600);
+
+    let names: Vec<String> = r.modes.iter().map(|m| m.mode.clone()).collect();
+    let cpu: Vec<f64> = r.modes.iter().map(|m| m.summary.cpu_s_per_gib.median).collect();
+    let kswapd: Vec<f64> = r.modes.iter().map(|m| m.summary.kswapd_cpu_s.median).collect();
+    bars(&left, &format!("CPU s/GiB (kswapd s: {})", kswapd.iter().map(|k| format!("{k:.1}")).collect::<Vec<_>>().join(" / ")), &names, &cpu)?;
+    let cache: Vec<f64> = r.modes.iter().map(|m| m.summary.cache_peak_growth_bytes.median.max(0.0) / (1024.0 * 1024.0)).collect();
+    bars(&right, "peak page-cache growth, MiB", &names, &cache)?;
+    Ok(())
+}
+
+/// Whether the plot has the kswapd CPU chart: under the pressure and neighbour scenarios.
+fn kswapd_panel(r: &BenchReport) -> bool {
+    matches!(r.config.scenario.as_str(), "pressure" | "neighbour")
+}
+
+/// One line per mode: `(mode, interval in seconds, value per interval)`.
+fn line_chart<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    caption: &str,
+    y_desc: &str,
+    lines: &[(&str, f64, &Vec<f64>)],
+) -> std::result::Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
     let max_t = lines.iter().map(|(_, dt, v)| dt * v.len() as f64).fold(1.0, f64::max);
     let max_y = lines.iter().flat_map(|(_, _, v)| v.iter().copied()).fold(1.0, f64::max) * 1.1;
-    let mut ch = ChartBuilder::on(&top)
-        .caption("throughput per interval (run closest to the median), MiB/s", (FAMILY, 18))
+    let mut ch = ChartBuilder::on(area)
+        .caption(caption, (FAMILY, 18))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..max_t, 0f64..max_y)
         .map_err(e)?;
-    ch.configure_mesh().x_desc("seconds").y_desc("MiB/s").y_label_formatter(&|v| format!("{v:.0}")).label_style((FAMILY, 14)).draw().map_err(e)?;
-    for (mode, dt, v) in &lines {
+    ch.configure_mesh()
+        .x_desc("seconds")
+        .y_desc(y_desc)
+        .y_label_formatter(&|v| if max_y >= 10.0 { format!("{v:.0}") } else { format!("{v:.1}") })
+        .label_style((FAMILY, 14))
+        .draw()
+        .map_err(e)?;
+    for (mode, dt, v) in lines {
         let color = mode_color(mode);
         let pts: Vec<(f64, f64)> = v.iter().enumerate().map(|(i, y)| ((i as f64 + 0.5) * dt, *y)).collect();
         ch.draw_series(LineSeries::new(pts, color.stroke_width(2)))
@@ -142,13 +185,6 @@ where
         .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(e)?;
-
-    let names: Vec<String> = r.modes.iter().map(|m| m.mode.clone()).collect();
-    let cpu: Vec<f64> = r.modes.iter().map(|m| m.summary.cpu_s_per_gib.median).collect();
-    let kswapd: Vec<f64> = r.modes.iter().map(|m| m.summary.kswapd_cpu_s.median).collect();
-    bars(&left, &format!("CPU s/GiB (kswapd s: {})", kswapd.iter().map(|k| format!("{k:.1}")).collect::<Vec<_>>().join(" / ")), &names, &cpu)?;
-    let cache: Vec<f64> = r.modes.iter().map(|m| m.summary.cache_peak_growth_bytes.median.max(0.0) / (1024.0 * 1024.0)).collect();
-    bars(&right, "peak page-cache growth, MiB", &names, &cache)?;
     Ok(())
 }
 
@@ -223,5 +259,25 @@ mod tests {
         if let Some(keep) = std::env::var_os("CACHELESS_BENCH_KEEP_PLOT") {
             std::fs::copy(&png, keep).unwrap();
         }
+    }
+
+    #[test]
+    fn pressure_plots_kswapd_per_second() {
+        if !cacheless_testkit::require("font", ensure_font().map(|_| ())) {
+            return;
+        }
+        let mut r = crate::report::tests::sample_report();
+        assert!(!kswapd_panel(&r));
+        r.config.scenario = "pressure".into();
+        for m in &mut r.modes {
+            for t in &mut m.runs {
+                t.kswapd_cpu_pct_series = vec![5.0, 80.0];
+            }
+        }
+        let dir = cacheless_testkit::scratch();
+        let svg = dir.path().join("p.svg");
+        plot(&r, &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains("kswapd CPU per interval") && text.contains("height=\"1200\""), "no kswapd chart");
     }
 }

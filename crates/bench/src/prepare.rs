@@ -3,6 +3,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cacheless::residency::{evict_path, residency_of};
@@ -56,35 +57,44 @@ pub(crate) fn make_block(seed: u64, len: usize) -> Vec<u8> {
 
 /// Creates (or reuses, when the size matches) the source files, written with the engine in auto mode so that
 /// preparing them does not fill the page cache.
-pub(crate) fn prepare_sources(cfg: &BenchConfig, dir: &Path, log: Log<'_>) -> Result<Vec<PathBuf>> {
-    let budget = Budget::new(cfg.budget_bytes);
+pub(crate) fn prepare_sources(cfg: &BenchConfig, dir: &Path, cancel: &AtomicBool, log: Log<'_>) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for i in 0..cfg.files {
         let p = source_path(dir, i);
-        if std::fs::metadata(&p).map(|m| m.len() == cfg.file_size).unwrap_or(false) {
-            out.push(p);
-            continue;
-        }
-        log(&format!("creating {} ({} bytes)", p.display(), cfg.file_size));
-        let mut wo = WriteOptions::new(budget.clone());
-        wo.size_hint = Some(cfg.file_size);
-        wo.block_size = cfg.block_size.max(1 << 20);
-        let mut w = Writer::create(&p, &wo)?;
-        let mut block = make_block(0x9e37_79b9 + i as u64, wo.block_size);
-        let mut left = cfg.file_size;
-        let mut n = 0u64;
-        while left > 0 {
-            let k = cacheless::conv::fit(left, block.len());
-            // Make every block different, so that nothing below us can deduplicate it.
-            block[..8].copy_from_slice(&n.to_le_bytes());
-            w.write_all(&block[..k]).map_err(|e| Error::io(&p, "write", e))?;
-            left -= k as u64;
-            n += 1;
-        }
-        w.finish()?;
+        prepare_file(cfg, &p, cfg.file_size, 0x9e37_79b9 + i as u64, cancel, log)?;
         out.push(p);
     }
     Ok(out)
+}
+
+/// Creates `path` with `size` pseudo-random bytes from `seed` as [`prepare_sources`] does, unless it exists
+/// with that size already.
+pub(crate) fn prepare_file(cfg: &BenchConfig, path: &Path, size: u64, seed: u64, cancel: &AtomicBool, log: Log<'_>) -> Result<()> {
+    if std::fs::metadata(path).map(|m| m.len() == size).unwrap_or(false) {
+        return Ok(());
+    }
+    log(&format!("creating {} ({size} bytes)", path.display()));
+    let mut wo = WriteOptions::new(Budget::new(cfg.budget_bytes));
+    wo.size_hint = Some(size);
+    wo.block_size = cfg.block_size.max(1 << 20);
+    let mut w = Writer::create(path, &wo)?;
+    let mut block = make_block(seed, wo.block_size);
+    let mut left = size;
+    let mut n = 0u64;
+    while left > 0 {
+        if cancel.load(Ordering::Relaxed) {
+            // The unfinished file never takes its name: the writer removes its temporary when dropped.
+            return Err(Error::Interrupted);
+        }
+        let k = cacheless::conv::fit(left, block.len());
+        // Make every block different, so that nothing below us can deduplicate it.
+        block[..8].copy_from_slice(&n.to_le_bytes());
+        w.write_all(&block[..k]).map_err(|e| Error::io(path, "write", e))?;
+        left -= k as u64;
+        n += 1;
+    }
+    w.finish()?;
+    Ok(())
 }
 
 fn remove_if_exists(p: &Path) -> Result<()> {
@@ -145,7 +155,7 @@ pub(crate) struct ColdStart {
 /// and a CPU with them, so the trial after a buffered one would pay for it. sync() waits for writeback of
 /// what was dirty when it was called; the wait below also covers what got dirty since, and kswapd. Each
 /// trial records the wait and the Dirty + Writeback it started with, and the files' residency.
-pub(crate) fn make_cold(files: &[PathBuf], drop_caches: bool, kswapd: &[u32]) -> Result<ColdStart> {
+pub(crate) fn make_cold(files: &[PathBuf], drop_caches: bool, kswapd: &[u32], cancel: &AtomicBool) -> Result<ColdStart> {
     rustix::fs::sync();
     if drop_caches {
         let p = "/proc/sys/vm/drop_caches";
@@ -154,19 +164,23 @@ pub(crate) fn make_cold(files: &[PathBuf], drop_caches: bool, kswapd: &[u32]) ->
     for f in files {
         evict_path(f)?;
     }
-    let mut cold = settle(kswapd)?;
+    let mut cold = settle(kswapd, cancel)?;
     cold.resident = resident_bytes(files).0;
     Ok(cold)
 }
 
 /// Waits until Dirty + Writeback is at most [`SETTLED_DIRTY_BYTES`] and kswapd has been idle for
 /// [`SETTLE_QUIET_POLLS`] polls, or [`SETTLE_MAX`] has passed. While too much is dirty it syncs again (which
-/// waits for that writeback) rather than waiting for the flusher's timer.
-fn settle(kswapd: &[u32]) -> Result<ColdStart> {
+/// waits for that writeback) rather than waiting for the flusher's timer. Stops with [`Error::Interrupted`]
+/// once `cancel` is set.
+pub(crate) fn settle(kswapd: &[u32], cancel: &AtomicBool) -> Result<ColdStart> {
     let t0 = Instant::now();
     let mut quiet = 0;
     let mut ksw = kswapd_cpu(kswapd).total_s();
     loop {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(Error::Interrupted);
+        }
         let m = read_meminfo()?;
         let dirty = m.dirty + m.writeback;
         let settled = dirty <= SETTLED_DIRTY_BYTES && quiet >= SETTLE_QUIET_POLLS;
@@ -203,7 +217,7 @@ mod tests {
         std::fs::write(&p, make_block(3, 1 << 20)).unwrap();
         // Written through the page cache: resident and dirty now.
         assert!(resident_bytes(std::slice::from_ref(&p)).0 > 0);
-        let c = make_cold(std::slice::from_ref(&p), false, &crate::procfs::kswapd_pids()).unwrap();
+        let c = make_cold(std::slice::from_ref(&p), false, &crate::procfs::kswapd_pids(), &AtomicBool::new(false)).unwrap();
         assert_eq!(c.resident, 0);
         assert!(c.settle_s >= 0.0 && c.settle_s <= SETTLE_MAX.as_secs_f64() + 1.0);
         if c.settled {

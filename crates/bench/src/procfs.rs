@@ -47,6 +47,10 @@ pub struct Reclaim {
     pub pgscan_total: u64,
     /// All pages reclaimed, memory-cgroup limit reclaim included (`pgsteal_anon + pgsteal_file`).
     pub pgsteal_total: u64,
+    /// Allocations that stalled in direct reclaim, all zones (`allocstall_*`, or `allocstall` before
+    /// Linux 4.10); 0 in a cgroup's memory.stat, which has no such counter.
+    #[serde(default)]
+    pub allocstall: u64,
 }
 
 impl Reclaim {
@@ -61,6 +65,7 @@ impl Reclaim {
             pgsteal_direct: g("pgsteal_direct"),
             pgscan_total: g("pgscan_anon") + g("pgscan_file"),
             pgsteal_total: g("pgsteal_anon") + g("pgsteal_file"),
+            allocstall: m.iter().filter(|(k, _)| k.as_str() == "allocstall" || k.starts_with("allocstall_")).map(|(_, v)| *v).sum(),
         };
         if !m.contains_key("pgscan_file") {
             r.pgscan_total = m.get("pgscan").copied().unwrap_or(r.pgscan_kswapd + r.pgscan_direct);
@@ -80,6 +85,7 @@ impl Reclaim {
             pgsteal_direct: self.pgsteal_direct.saturating_sub(earlier.pgsteal_direct),
             pgscan_total: self.pgscan_total.saturating_sub(earlier.pgscan_total),
             pgsteal_total: self.pgsteal_total.saturating_sub(earlier.pgsteal_total),
+            allocstall: self.allocstall.saturating_sub(earlier.allocstall),
         }
     }
 }
@@ -147,6 +153,17 @@ pub fn parse_meminfo(text: &str) -> Result<MemInfo> {
 /// Reads /proc/meminfo.
 pub fn read_meminfo() -> Result<MemInfo> {
     parse_meminfo(&read_text("/proc/meminfo")?)
+}
+
+/// Total size in bytes of the active swap areas listed in a /proc/swaps text (header line, then one line
+/// per area: `Filename Type Size(KiB) Used Priority`).
+pub fn parse_swaps(text: &str) -> u64 {
+    text.lines().skip(1).filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok()).map(|kib| kib.saturating_mul(1024)).sum()
+}
+
+/// Total size of the active swap areas (/proc/swaps); 0 when there is none or the file cannot be read.
+pub fn swap_bytes() -> u64 {
+    std::fs::read_to_string("/proc/swaps").map(|t| parse_swaps(&t)).unwrap_or(0)
 }
 
 /// CPU time in seconds.
@@ -334,6 +351,21 @@ mod tests {
         assert_eq!(d.pgscan_total, 5000);
         assert_eq!(d.pgsteal_total, 4000);
         assert_eq!(before.since(&after), Reclaim::default());
+    }
+
+    #[test]
+    fn allocation_stalls_are_summed_over_zones() {
+        let r = Reclaim::from_map(&parse_key_values("allocstall_dma 1\nallocstall_dma32 2\nallocstall_normal 30\nallocstall_movable 400\npgscan_kswapd 9\n"));
+        assert_eq!(r.allocstall, 433);
+        assert_eq!(Reclaim::from_map(&parse_key_values("allocstall 7\n")).allocstall, 7);
+        assert_eq!(Reclaim::from_map(&parse_key_values(include_str!("../tests/data/vmstat.txt"))).allocstall, 0);
+    }
+
+    #[test]
+    fn swap_areas_add_up() {
+        assert_eq!(parse_swaps("Filename\tType\tSize\tUsed\tPriority\n"), 0);
+        let t = "Filename Type Size Used Priority\n/swapfile file 1048572 0 -2\n/dev/vdb2 partition 2048 0 -3\n";
+        assert_eq!(parse_swaps(t), (1048572 + 2048) * 1024);
     }
 
     #[test]

@@ -52,6 +52,7 @@ impl BenchReport {
                 human_bytes(x.files_resident_bytes.median),
             );
         }
+        self.scenario_tables(&mut s);
         let disturbed: usize = self.modes.iter().flat_map(|m| &m.runs).filter(|t| t.caches_dropped_during > 0).count();
         if disturbed > 0 {
             let _ = writeln!(
@@ -91,6 +92,67 @@ impl BenchReport {
             }
         }
         s
+    }
+
+    /// The pressure scenario's reclaim table and the neighbour scenario's co-tenant table (medians), when
+    /// the trials have them.
+    fn scenario_tables(&self, s: &mut String) {
+        let runs = || self.modes.iter().flat_map(|m| &m.runs);
+        if runs().any(|t| t.pressure.is_some()) {
+            s.push_str(
+                "\nUnder pressure (medians per trial):\n\n| mode | held | MemAvailable min | kswapd CPU s | kswapd peak %/s | \
+                 pgscan kswapd | pgscan direct | pgsteal kswapd | pgsteal direct | allocstalls |\n",
+            );
+            s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+            for m in &self.modes {
+                let x = &m.summary;
+                let peak: Vec<f64> = m.runs.iter().map(|t| t.kswapd_cpu_pct_series.iter().copied().fold(0.0, f64::max)).collect();
+                let avail: Vec<f64> = m.runs.iter().map(|t| t.mem_available_min_bytes as f64).collect();
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {:.2} | {:.0}% | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                    m.mode,
+                    or_dash(x.pressure_held_bytes.map(|h| human_bytes(h.median))),
+                    human_bytes(crate::stats::median(&avail)),
+                    x.kswapd_cpu_s.median,
+                    crate::stats::median(&peak),
+                    x.pgscan_kswapd.median,
+                    x.pgscan_direct.median,
+                    x.pgsteal_kswapd.median,
+                    x.pgsteal_direct.median,
+                    x.allocstall.median,
+                );
+            }
+            let lost = runs().filter(|t| t.pressure.is_some_and(|p| p.holder_lost)).count();
+            if lost > 0 {
+                let _ = writeln!(s, "\nWARNING: the memory holder was gone before {lost} trial(s) ended (OOM killer?): their pressure did not last.");
+            }
+            if self.system.swap_bytes > 0 && runs().any(|t| t.pressure.is_some_and(|p| !p.locked)) {
+                let _ = writeln!(
+                    s,
+                    "\nWARNING: swap is on ({}) and the held memory could not be locked: the kernel may have swapped it out.",
+                    human_bytes(self.system.swap_bytes as f64)
+                );
+            }
+        }
+        if runs().any(|t| t.neighbour.is_some()) {
+            let hot = self.config.hot_size.map(|h| format!(" of {}", human_bytes(h as f64))).unwrap_or_default();
+            let _ = writeln!(s, "\nCo-tenant re-reading a hot set{hot} during each trial (medians):\n");
+            s.push_str("| mode | co-tenant MiB/s | hot set evicted | co-tenant disk reads |\n|---|---:|---:|---:|\n");
+            for m in &self.modes {
+                let x = &m.summary;
+                let disk: Vec<f64> = m.runs.iter().filter_map(|t| t.neighbour?.disk_read_bytes).map(|d| d as f64).collect();
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} |",
+                    m.mode,
+                    or_dash(x.neighbour_mib_s.map(|v| format!("{:.0}", v.median))),
+                    or_dash(x.neighbour_evicted_fraction.map(|v| format!("{:.1}%", v.median * 100.0))),
+                    or_dash((!disk.is_empty()).then(|| human_bytes(crate::stats::median(&disk)))),
+                );
+            }
+            s.push_str("\nCache figures are system-wide: they include what the hot file gained or lost.\n");
+        }
     }
 
     /// One warning line per mode (or fio run) whose per-position medians disagree beyond the run-to-run
@@ -139,14 +201,15 @@ impl BenchReport {
              pgscan_total,pgsteal_total,cache_source,cache_growth_bytes,cache_peak_growth_bytes,\
              peak_dirty_writeback_bytes,system_cache_growth_bytes,files_resident_start_bytes,\
              files_resident_end_bytes,files_total_bytes,cgroup_peak_bytes,caches_dropped_during,settle_s,\
-             start_dirty_writeback_bytes\n",
+             start_dirty_writeback_bytes,allocstall,mem_available_min_bytes,kswapd_cpu_pct_max,held_bytes,\
+             neighbour_mib_s,neighbour_evicted_fraction,neighbour_disk_read_bytes\n",
         );
         for m in &self.modes {
             for t in &m.runs {
                 let r = &t.reclaim;
                 let _ = writeln!(
                     s,
-                    "{},{},{},{},{:.6},{:.3},{:.3},{:.3},{:.3},{:.5},{:.3},{:.3},{:.4},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{}",
+                    "{},{},{},{},{:.6},{:.3},{:.3},{:.3},{:.3},{:.5},{:.3},{:.3},{:.4},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.1},{},{},{},{}",
                     m.mode,
                     t.run,
                     t.position,
@@ -179,6 +242,13 @@ impl BenchReport {
                     t.caches_dropped_during,
                     t.settle_s,
                     t.cache.start_dirty_writeback_bytes,
+                    r.allocstall,
+                    t.mem_available_min_bytes,
+                    t.kswapd_cpu_pct_series.iter().copied().fold(0.0, f64::max),
+                    t.pressure.map(|p| p.held_bytes.to_string()).unwrap_or_default(),
+                    t.neighbour.map(|n| format!("{:.3}", n.mib_s)).unwrap_or_default(),
+                    t.neighbour.map(|n| format!("{:.4}", n.evicted_fraction)).unwrap_or_default(),
+                    t.neighbour.and_then(|n| n.disk_read_bytes).map(|d| d.to_string()).unwrap_or_default(),
                 );
             }
         }
@@ -478,6 +548,34 @@ mod tests {
         r.config.runs = 4;
         let w = r.position_warnings();
         assert!(w[0].ends_with("(--runs a multiple of 3) weigh every position alike."), "{}", w[0]);
+    }
+
+    #[test]
+    fn scenario_tables_show_under_their_scenario_only() {
+        let mut r = sample_report();
+        assert!(!r.table().contains("Under pressure") && !r.table().contains("Co-tenant"));
+        for m in &mut r.modes {
+            for t in &mut m.runs {
+                t.kswapd_cpu_pct_series = vec![10.0, 55.0, 20.0];
+                t.mem_available_min_bytes = 1 << 30;
+                t.reclaim.allocstall = 7;
+                t.pressure = Some(crate::report::PressureReport { held_bytes: 20 << 30, locked: true, ..Default::default() });
+                t.neighbour =
+                    Some(crate::report::NeighbourReport { mib_s: 900.0, evicted_fraction: 0.25, disk_read_bytes: Some(1 << 20), ..Default::default() });
+            }
+            *m = ModeReport::summarize(m.mode.clone(), m.decisions.clone(), m.runs.clone());
+        }
+        r.config.hot_size = Some(1 << 30);
+        let t = r.table();
+        assert!(t.contains("| buffered | 20.0 GiB | 1.0 GiB | 0.25 | 55% | 0 | 0 | 0 | 0 | 7 |"), "{t}");
+        assert!(t.contains("Co-tenant re-reading a hot set of 1.0 GiB"), "{t}");
+        assert!(t.contains("| direct | 900 | 25.0% | 1.0 MiB |"), "{t}");
+        assert!(!t.contains("WARNING"), "{t}");
+        let c = r.to_csv();
+        let lines: Vec<&str> = c.lines().collect();
+        let n = lines[0].split(',').count();
+        assert!(lines.iter().all(|l| l.split(',').count() == n), "{c}");
+        assert!(lines[1].ends_with(",7,1073741824,55.0,21474836480,900.000,0.2500,1048576"), "{}", lines[1]);
     }
 
     #[test]

@@ -57,10 +57,19 @@ pub struct ConfigReport {
     /// so that every kind of trial runs in every position equally often over a full square.
     #[serde(default)]
     pub schedule: Vec<Vec<String>>,
-    /// `normal` or `low-memory`.
+    /// `normal`, `low-memory`, `pressure` or `neighbour`.
     pub scenario: String,
     /// Memory cgroup limit in bytes (low-memory scenario).
     pub memory_limit: Option<u64>,
+    /// Bytes left available machine-wide during each trial (pressure scenario, `--free`).
+    #[serde(default)]
+    pub free: Option<u64>,
+    /// Size of the co-tenant's hot file in bytes (neighbour scenario, `--hot-size`).
+    #[serde(default)]
+    pub hot_size: Option<u64>,
+    /// The co-tenant's hot file (neighbour scenario).
+    #[serde(default)]
+    pub hot_file: Option<String>,
     /// Whether caches were dropped system-wide before each trial.
     pub drop_caches: bool,
     /// Directory holding the files.
@@ -80,9 +89,13 @@ impl ConfigReport {
         )
     }
 
-    /// ` (limit 1.0 GiB)` in the low-memory scenario, else empty: the end of a one-line description.
+    /// ` (limit 1.0 GiB)` in the low-memory scenario, ` (1.0 GiB left free)` under pressure, ` (hot set
+    /// 1.0 GiB)` with a neighbour, else empty: the end of a one-line description.
     pub fn limit_note(&self) -> String {
-        self.memory_limit.map(|l| format!(" (limit {})", human_bytes(l as f64))).unwrap_or_default()
+        let limit = self.memory_limit.map(|l| format!(" (limit {})", human_bytes(l as f64)));
+        let free = self.free.map(|f| format!(" ({} left free)", human_bytes(f as f64)));
+        let hot = self.hot_size.map(|h| format!(" (hot set {})", human_bytes(h as f64)));
+        limit.or(free).or(hot).unwrap_or_default()
     }
 }
 
@@ -99,6 +112,10 @@ pub struct SystemReport {
     pub fs_type: Option<String>,
     /// Memory cgroup version used by the low-memory scenario (`v1`, `v2`).
     pub cgroup: Option<String>,
+    /// Total size of the active swap areas (/proc/swaps) in bytes; with swap, memory held by the pressure
+    /// scenario may be swapped out unless it was locked (`pressure.locked` of each trial).
+    #[serde(default)]
+    pub swap_bytes: u64,
 }
 
 /// One mode: its trials and their summary.
@@ -143,6 +160,30 @@ pub struct ModeSummary {
     pub pgscan_total: Spread,
     /// Pages reclaimed (all kinds).
     pub pgsteal_total: Spread,
+    /// Pages scanned by kswapd.
+    #[serde(default)]
+    pub pgscan_kswapd: Spread,
+    /// Pages scanned by direct reclaim.
+    #[serde(default)]
+    pub pgscan_direct: Spread,
+    /// Pages reclaimed by kswapd.
+    #[serde(default)]
+    pub pgsteal_kswapd: Spread,
+    /// Pages reclaimed by direct reclaim.
+    #[serde(default)]
+    pub pgsteal_direct: Spread,
+    /// Allocations that stalled in direct reclaim.
+    #[serde(default)]
+    pub allocstall: Spread,
+    /// Bytes the pressure scenario's helper held during the trials.
+    #[serde(default)]
+    pub pressure_held_bytes: Option<Spread>,
+    /// The co-tenant's throughput during the trials, MiB/s (neighbour scenario).
+    #[serde(default)]
+    pub neighbour_mib_s: Option<Spread>,
+    /// Share of the co-tenant's cached hot set that was evicted by the end of the trials (neighbour scenario).
+    #[serde(default)]
+    pub neighbour_evicted_fraction: Option<Spread>,
     /// Median throughput of the trials run at each position of the round (element 0: first), `None` where
     /// none ran there.
     #[serde(default)]
@@ -204,6 +245,56 @@ pub enum CacheSource {
     Cgroup,
 }
 
+/// The pressure scenario's side of a trial: what its helper held.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct PressureReport {
+    /// Process id of the helper that held the memory (gone when the trial ended).
+    pub holder_pid: u32,
+    /// MemAvailable measured after the cold start, before the helper grew.
+    pub mem_available_before_bytes: u64,
+    /// What the helper was asked to hold: that MemAvailable minus `--free`.
+    pub target_bytes: u64,
+    /// Anonymous memory the helper touched and held through the trial (less than the target when
+    /// MemAvailable fell under `--free` while it grew: something else was allocating).
+    pub held_bytes: u64,
+    /// Whether the held memory was locked (mlockall). Unlocked memory stays held without swap.
+    pub locked: bool,
+    /// MemAvailable when the clock started.
+    pub mem_available_start_bytes: u64,
+    /// Seconds waited after the helper grew for kswapd to go idle (part of `settle_s`).
+    pub settle_s: f64,
+    /// The helper was gone before the trial ended (killed by the OOM killer, or by another program): the
+    /// pressure did not last the whole trial.
+    pub holder_lost: bool,
+}
+
+/// The neighbour scenario's side of a trial: how the co-tenant fared.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct NeighbourReport {
+    /// Process id of the co-tenant (gone when the trial ended).
+    pub pid: u32,
+    /// Size of the hot file, rounded up to whole pages.
+    pub hot_bytes: u64,
+    /// Bytes of the hot file resident when the clock started (the co-tenant read it all first).
+    pub resident_start_bytes: u64,
+    /// Bytes of the hot file resident when the clock stopped.
+    pub resident_end_bytes: u64,
+    /// `(resident_start - resident_end) / resident_start`, in [0, 1]: the share of the cached hot set that
+    /// was gone at the end (pages the co-tenant read back in during the trial count as kept).
+    pub evicted_fraction: f64,
+    /// Bytes the co-tenant read (buffered, 1 MiB at a time, round and round the hot file) while the clock
+    /// ran.
+    pub bytes: u64,
+    /// Seconds between its two counter readings around the trial.
+    pub seconds: f64,
+    /// `bytes / seconds` in MiB/s.
+    pub mib_s: f64,
+    /// Bytes the co-tenant had to fetch from storage during the trial (`read_bytes` of its /proc/<pid>/io):
+    /// with its set fully cached at the start, every one was evicted by the trial. `None` without task I/O
+    /// accounting.
+    pub disk_read_bytes: Option<u64>,
+}
+
 /// One timed trial of one mode.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TrialReport {
@@ -223,6 +314,14 @@ pub struct TrialReport {
     pub mib_s: f64,
     /// Per-interval throughput.
     pub series: Series,
+    /// CPU of the kswapd threads in each interval of `series`, in percent of one CPU (all kswapd threads
+    /// together; sampled with throughput every 100 ms, with the kernel's 10 ms resolution).
+    #[serde(default)]
+    pub kswapd_cpu_pct_series: Vec<f64>,
+    /// Lowest MemAvailable seen while the clock ran (sampled every 100 ms; at start and end only in the
+    /// low-memory scenario).
+    #[serde(default)]
+    pub mem_available_min_bytes: u64,
     /// CPU time of the benchmark process (all threads, io_uring workers included) during the trial.
     pub cpu: CpuTime,
     /// `(user + sys) / GiB`.
@@ -249,6 +348,12 @@ pub struct TrialReport {
     /// ran: a trial with a non-zero figure was disturbed and its cache figures are not its own.
     #[serde(default)]
     pub caches_dropped_during: u64,
+    /// What the pressure scenario held (pressure scenario only).
+    #[serde(default)]
+    pub pressure: Option<PressureReport>,
+    /// How the co-tenant fared (neighbour scenario only).
+    #[serde(default)]
+    pub neighbour: Option<NeighbourReport>,
 }
 
 impl TrialReport {
@@ -292,6 +397,11 @@ impl ModeReport {
     pub fn summarize(mode: String, decisions: Vec<String>, runs: Vec<TrialReport>) -> ModeReport {
         let col = |f: &dyn Fn(&TrialReport) -> f64| Spread::of(&runs.iter().map(f).collect::<Vec<_>>());
         let gib = |t: &TrialReport| (t.bytes as f64 / GIB).max(f64::MIN_POSITIVE);
+        // A scenario's figure over the trials that have it, `None` when none has.
+        let some = |f: &dyn Fn(&TrialReport) -> Option<f64>| {
+            let v: Vec<f64> = runs.iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| Spread::of(&v))
+        };
         let summary = ModeSummary {
             mib_s: col(&|t| t.mib_s),
             diff_vs_buffered_pct: None,
@@ -306,6 +416,14 @@ impl ModeReport {
             files_resident_bytes: col(&|t| t.files_resident_end_bytes as f64),
             pgscan_total: col(&|t| t.reclaim.pgscan_total as f64),
             pgsteal_total: col(&|t| t.reclaim.pgsteal_total as f64),
+            pgscan_kswapd: col(&|t| t.reclaim.pgscan_kswapd as f64),
+            pgscan_direct: col(&|t| t.reclaim.pgscan_direct as f64),
+            pgsteal_kswapd: col(&|t| t.reclaim.pgsteal_kswapd as f64),
+            pgsteal_direct: col(&|t| t.reclaim.pgsteal_direct as f64),
+            allocstall: col(&|t| t.reclaim.allocstall as f64),
+            pressure_held_bytes: some(&|t| t.pressure.map(|p| p.held_bytes as f64)),
+            neighbour_mib_s: some(&|t| t.neighbour.map(|n| n.mib_s)),
+            neighbour_evicted_fraction: some(&|t| t.neighbour.map(|n| n.evicted_fraction)),
             mib_s_by_position: Vec::new(),
             position_effect: None,
         };
@@ -418,10 +536,13 @@ pub(crate) mod tests {
                 schedule: crate::schedule::schedule(kinds.len(), runs).into_iter().map(|o| o.into_iter().map(|k| kinds[k].clone()).collect()).collect(),
                 scenario: "normal".into(),
                 memory_limit: None,
+                free: None,
+                hot_size: None,
+                hot_file: None,
                 drop_caches: false,
                 dir: "/tmp/x".into(),
             },
-            system: SystemReport { kernel: "6.18".into(), cpus: 2, mem_total: 24 * G, fs_type: Some("ext4".into()), cgroup: None },
+            system: SystemReport { kernel: "6.18".into(), cpus: 2, mem_total: 24 * G, fs_type: Some("ext4".into()), cgroup: None, swap_bytes: 0 },
             modes,
             fio,
         };
@@ -553,6 +674,9 @@ pub(crate) mod tests {
                 "drop_caches",
                 "file_size",
                 "files",
+                "free",
+                "hot_file",
+                "hot_size",
                 "memory_limit",
                 "modes",
                 "queue_depth",
@@ -563,12 +687,13 @@ pub(crate) mod tests {
                 "threads"
             ]
         );
-        assert_eq!(keys(&v["system"]), ["cgroup", "cpus", "fs_type", "kernel", "mem_total"]);
+        assert_eq!(keys(&v["system"]), ["cgroup", "cpus", "fs_type", "kernel", "mem_total", "swap_bytes"]);
         let m = &v["modes"][0];
         assert_eq!(keys(m), ["decisions", "mode", "runs", "summary"]);
         assert_eq!(
             keys(&m["summary"]),
             [
+                "allocstall",
                 "cache_growth_bytes",
                 "cache_peak_growth_bytes",
                 "cpu_s_per_gib",
@@ -577,10 +702,17 @@ pub(crate) mod tests {
                 "kswapd_cpu_s",
                 "mib_s",
                 "mib_s_by_position",
+                "neighbour_evicted_fraction",
+                "neighbour_mib_s",
                 "peak_dirty_writeback_bytes",
+                "pgscan_direct",
+                "pgscan_kswapd",
                 "pgscan_total",
+                "pgsteal_direct",
+                "pgsteal_kswapd",
                 "pgsteal_total",
                 "position_effect",
+                "pressure_held_bytes",
                 "series_cov",
                 "sys_s_per_gib",
                 "user_s_per_gib"
@@ -601,9 +733,13 @@ pub(crate) mod tests {
                 "files_resident_end_bytes",
                 "files_resident_start_bytes",
                 "files_total_bytes",
+                "kswapd_cpu_pct_series",
                 "kswapd_cpu_s",
+                "mem_available_min_bytes",
                 "mib_s",
+                "neighbour",
                 "position",
+                "pressure",
                 "reclaim",
                 "run",
                 "seconds",
@@ -614,7 +750,20 @@ pub(crate) mod tests {
         );
         assert_eq!(keys(&t["series"]), ["cov", "interval_s", "mib_s", "spread"]);
         assert_eq!(keys(&t["cpu"]), ["sys_s", "user_s"]);
-        assert_eq!(keys(&t["reclaim"]), ["pgscan_direct", "pgscan_kswapd", "pgscan_total", "pgsteal_direct", "pgsteal_kswapd", "pgsteal_total"]);
+        assert_eq!(keys(&t["reclaim"]), ["allocstall", "pgscan_direct", "pgscan_kswapd", "pgscan_total", "pgsteal_direct", "pgsteal_kswapd", "pgsteal_total"]);
+        // The scenarios' objects, when a trial has them.
+        let mut tr = sample_report().modes[0].runs[0].clone();
+        tr.pressure = Some(PressureReport::default());
+        tr.neighbour = Some(NeighbourReport::default());
+        let tv = serde_json::to_value(&tr).unwrap();
+        assert_eq!(
+            keys(&tv["pressure"]),
+            ["held_bytes", "holder_lost", "holder_pid", "locked", "mem_available_before_bytes", "mem_available_start_bytes", "settle_s", "target_bytes"]
+        );
+        assert_eq!(
+            keys(&tv["neighbour"]),
+            ["bytes", "disk_read_bytes", "evicted_fraction", "hot_bytes", "mib_s", "pid", "resident_end_bytes", "resident_start_bytes", "seconds"]
+        );
         assert_eq!(
             keys(&t["cache"]),
             ["end_bytes", "growth_bytes", "peak_dirty_writeback_bytes", "peak_growth_bytes", "source", "start_bytes", "start_dirty_writeback_bytes"]

@@ -1,9 +1,11 @@
 //! The benchmark itself: prepares the files, runs cold trials of each mode (and of fio with `vs_fio`) in an
-//! order that rotates every round ([`crate::schedule`]), optionally inside a memory cgroup, and summarizes them
-//! into a [`BenchReport`]. The pieces: [`crate::config`] (options), `prepare` (files, cold start),
-//! `trial` (one trial), [`crate::fio`] (fio's jobs).
+//! order that rotates every round ([`crate::schedule`]), optionally inside a memory cgroup, under machine-wide
+//! memory pressure or beside a co-tenant ([`crate::scenario`]), and summarizes them into a [`BenchReport`].
+//! The pieces: [`crate::config`] (options), `prepare` (files, cold start), `trial` (one trial),
+//! [`crate::fio`] (fio's jobs).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cacheless::{Budget, Mode};
 
@@ -13,8 +15,10 @@ pub use crate::config::{BenchConfig, Rw, Scenario};
 use crate::error::{Error, Result};
 use crate::fio::FioJob;
 use crate::prepare::{prepare_sources, remove_all, target_path};
-use crate::procfs::{kswapd_pids, parse_mountinfo, read_meminfo};
+use crate::procfs::{kswapd_pids, parse_mountinfo, read_meminfo, swap_bytes};
+use crate::render::human_bytes;
 use crate::report::{BenchReport, ConfigReport, FioReport, ModeReport, SystemReport, TrialReport, SCHEMA};
+use crate::scenario::hot_path;
 use crate::schedule::{default_rounds, ordinal, schedule};
 use crate::stats::Spread;
 use crate::trial::Bench;
@@ -47,6 +51,7 @@ fn system_report(dir: &Path, cgroup: Option<String>) -> SystemReport {
         mem_total: read_meminfo().map(|m| m.total).unwrap_or(0),
         fs_type,
         cgroup,
+        swap_bytes: swap_bytes(),
     }
 }
 
@@ -109,6 +114,9 @@ fn run_rounds(bench: &Bench<'_>, kinds: &[Kind], fio: &[(Mode, FioJob)], schedul
     for (r, order) in schedule.iter().enumerate() {
         let run = ordinal(r);
         for (p, &k) in order.iter().enumerate() {
+            if bench.cancel.load(Ordering::Relaxed) {
+                return Err(Error::Interrupted);
+            }
             let position = ordinal(p);
             match kinds[k] {
                 Kind::Ours(mi) => {
@@ -155,25 +163,69 @@ fn config_report(cfg: &BenchConfig, schedule: Vec<Vec<String>>, dir: &Path) -> C
         modes: cfg.modes.iter().map(|m| m.to_string()).collect(),
         runs: u32::try_from(schedule.len()).unwrap_or(u32::MAX),
         schedule,
-        scenario: match cfg.scenario {
-            Scenario::Normal => "normal".into(),
-            Scenario::LowMemory => "low-memory".into(),
-        },
+        scenario: cfg.scenario.name().into(),
         memory_limit: (cfg.scenario == Scenario::LowMemory).then_some(cfg.memory_limit),
+        free: (cfg.scenario == Scenario::Pressure).then_some(cfg.free),
+        hot_size: (cfg.scenario == Scenario::Neighbour).then_some(cfg.hot_size),
+        hot_file: (cfg.scenario == Scenario::Neighbour).then(|| hot_path(dir).display().to_string()),
         drop_caches: cfg.drop_caches,
         dir: dir.display().to_string(),
     }
 }
 
+/// Checks before any file is made that the pressure scenario can hold memory now (see
+/// [`crate::scenario::hold_size`]), and says when swap could take what it holds.
+fn check_pressure(cfg: &BenchConfig, log: Log<'_>) -> Result<()> {
+    if cfg.scenario != Scenario::Pressure {
+        return Ok(());
+    }
+    crate::scenario::hold_size(read_meminfo()?.available, cfg.free)?;
+    let swap = swap_bytes();
+    if swap > 0 {
+        log(&format!(
+            "WARNING: swap is on ({}): memory the pressure scenario holds is only held if it can be locked \
+             (see pressure.locked in the JSON report); otherwise the kernel may swap it out",
+            human_bytes(swap as f64)
+        ));
+    }
+    Ok(())
+}
+
 /// Runs the benchmark.
 pub fn run(cfg: &BenchConfig, log: Log<'_>) -> Result<BenchReport> {
+    run_cancellable(cfg, log, &AtomicBool::new(false))
+}
+
+/// [`run`], stopping with [`Error::Interrupted`] soon after `cancel` is set (a signal handler sets it): the
+/// trial in progress stops between requests, the scenario's helper process is ended and waited for, and
+/// written files (and with `remove_files` the sources) are removed.
+///
+/// The pressure and neighbour scenarios' helpers die with the thread that calls this (PR_SET_PDEATHSIG).
+pub fn run_cancellable(cfg: &BenchConfig, log: Log<'_>, cancel: &AtomicBool) -> Result<BenchReport> {
     validate(cfg)?;
+    check_pressure(cfg, log)?;
     let (dir, _tmp) = work_dir(cfg)?;
     let (hierarchy, cgroup_version) = cgroup_for(cfg)?;
-    let sources = if cfg.rw.reads_sources() { prepare_sources(cfg, &dir, log)? } else { Vec::new() };
+    let prepared = prepare(cfg, &dir, cancel, log);
+    let hot = (cfg.scenario == Scenario::Neighbour).then(|| hot_path(&dir));
+    let remove_prepared = |sources: &[PathBuf]| -> Result<()> {
+        if cfg.remove_files {
+            remove_all(sources)?;
+            remove_all(hot.as_slice())?;
+        }
+        Ok(())
+    };
+    let sources = match prepared {
+        Ok(s) => s,
+        Err(e) => {
+            let all: Vec<PathBuf> = (0..cfg.files).map(|i| crate::prepare::source_path(&dir, i)).collect();
+            remove_prepared(&all)?;
+            return Err(e);
+        }
+    };
     let targets: Vec<PathBuf> = if cfg.rw.writes_targets() { (0..cfg.files).map(|i| target_path(&dir, i)).collect() } else { Vec::new() };
     let fio = fio_jobs(cfg, &dir, &sources, log);
-    let bench = Bench { cfg, sources, targets, budget: Budget::new(cfg.budget_bytes), kswapd: kswapd_pids(), hierarchy };
+    let bench = Bench { cfg, sources, targets, budget: Budget::new(cfg.budget_bytes), kswapd: kswapd_pids(), hierarchy, dir: dir.clone(), cancel };
     let kinds: Vec<Kind> = (0..cfg.modes.len()).map(Kind::Ours).chain((0..fio.len()).map(Kind::Fio)).collect();
     let names: Vec<String> = kinds
         .iter()
@@ -193,10 +245,9 @@ pub fn run(cfg: &BenchConfig, log: Log<'_>) -> Result<BenchReport> {
             cleanup = cleanup.and(remove_all(&job.files));
         }
     }
-    if cfg.remove_files {
-        cleanup = cleanup.and(remove_all(&bench.sources));
-    }
-    let results = results?;
+    cleanup = cleanup.and(remove_prepared(&bench.sources));
+    // Whatever failed once a signal came, the run was interrupted.
+    let results = results.map_err(|e| if cancel.load(Ordering::Relaxed) { Error::Interrupted } else { e })?;
     cleanup?;
 
     let mut report = BenchReport {
@@ -223,6 +274,15 @@ pub fn run(cfg: &BenchConfig, log: Log<'_>) -> Result<BenchReport> {
     };
     report.finish();
     Ok(report)
+}
+
+/// The source files (read, randread, copy) and the neighbour scenario's hot file.
+fn prepare(cfg: &BenchConfig, dir: &Path, cancel: &AtomicBool, log: Log<'_>) -> Result<Vec<PathBuf>> {
+    let sources = if cfg.rw.reads_sources() { prepare_sources(cfg, dir, cancel, log)? } else { Vec::new() };
+    if cfg.scenario == Scenario::Neighbour {
+        crate::prepare::prepare_file(cfg, &hot_path(dir), cfg.hot_size, 0x0070_6f74, cancel, log)?;
+    }
+    Ok(sources)
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! One timed trial of the engine in one mode: worker threads take files from a shared list and read, write
-//! or copy them whole, while [`measure`] samples the system.
+//! or copy them whole, while [`measure_cancellable`] samples the system, with the scenario's helper process
+//! ([`TrialScenario`]) around it.
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use cacheless::{copy_file, Budget, Mode, Progress, ReadOptions, Reader, WriteOptions, Writer};
@@ -14,10 +15,11 @@ use crate::cgroup::{MemoryCgroup, MemoryHierarchy};
 use crate::config::{BenchConfig, Rw};
 use crate::error::{Error, Result};
 use crate::fio::FioJob;
-use crate::meter::measure;
+use crate::meter::measure_cancellable;
 use crate::prepare::{make_block, make_cold, remove_all, resident_bytes, ColdStart, XorShift};
 use crate::report::TrialReport;
 use crate::run::Log;
+use crate::scenario::TrialScenario;
 
 /// What every trial of a run shares.
 pub(crate) struct Bench<'a> {
@@ -33,12 +35,16 @@ pub(crate) struct Bench<'a> {
     pub kswapd: Vec<u32>,
     /// Where each trial's memory cgroup goes (low-memory scenario).
     pub hierarchy: Option<MemoryHierarchy>,
+    /// The directory of the files (the neighbour scenario's hot file is there too).
+    pub dir: PathBuf,
+    /// Set by a signal handler to stop the run: the trial in progress stops between requests.
+    pub cancel: &'a AtomicBool,
 }
 
 impl Bench<'_> {
     /// Brings the sources cold before a trial (see [`make_cold`]), warning when that did not work.
     fn cold_start(&self, log: Log<'_>) -> Result<ColdStart> {
-        let cold = make_cold(&self.sources, self.cfg.drop_caches, &self.kswapd)?;
+        let cold = make_cold(&self.sources, self.cfg.drop_caches, &self.kswapd, self.cancel)?;
         let source_bytes = self.cfg.file_size * self.sources.len() as u64;
         if cold.resident > source_bytes / 100 {
             log(&format!(
@@ -63,9 +69,14 @@ impl Bench<'_> {
     pub fn ours(&self, mode: Mode, log: Log<'_>) -> Result<(TrialReport, Vec<String>)> {
         remove_all(&self.targets)?;
         let cold = self.cold_start(log)?;
+        // Its helper process ends with it, also when a step fails (dropped: killed and waited for).
+        let mut scenario = TrialScenario::start(self.cfg, &self.dir, &self.kswapd, self.cancel, log)?;
+        scenario.clock_starts(self.cancel)?;
+        let settle_s = cold.settle_s + scenario.settle_s();
         let (mut t, decisions) = self.timed(mode)?;
+        scenario.finish(&mut t, self.cancel)?;
         t.files_resident_start_bytes = cold.resident;
-        t.settle_s = cold.settle_s;
+        t.settle_s = settle_s;
         if t.caches_dropped_during > 0 {
             log(&format!("WARNING: another program dropped the page cache {} time(s) during this trial", t.caches_dropped_during));
         }
@@ -78,7 +89,12 @@ impl Bench<'_> {
             remove_all(&job.files)?;
         }
         self.cold_start(log)?;
-        job.run()
+        // The same scenario as the engine's trials: fio's figures are only comparable under the same pressure.
+        let mut scenario = TrialScenario::start(self.cfg, &self.dir, &self.kswapd, self.cancel, log)?;
+        scenario.clock_starts(self.cancel)?;
+        let bw = job.run()?;
+        scenario.finish(&mut TrialReport::default(), self.cancel)?;
+        Ok(bw)
     }
 
     /// The timed part of [`Bench::ours`].
@@ -92,7 +108,7 @@ impl Bench<'_> {
             }
             None => None,
         };
-        let result = measure(cg.as_ref(), &self.kswapd, |c| ctx.work(c));
+        let result = measure_cancellable(cg.as_ref(), &self.kswapd, self.cancel, |c| ctx.work(c));
         if let Some(cg) = cg.as_mut() {
             cg.leave()?;
         }
@@ -156,6 +172,9 @@ impl Ctx<'_> {
                             if i >= n {
                                 return Ok(());
                             }
+                            if progress.is_cancelled() {
+                                return Err(Error::Interrupted);
+                            }
                             catch_unwind(AssertUnwindSafe(|| self.one_file(i, t, progress))).map_err(|p| Error::panicked(self.describe(i), p.as_ref()))??;
                         }
                     })
@@ -192,6 +211,9 @@ impl Ctx<'_> {
                 self.note("read", r.decision().mode, &r.decision().reason);
                 while let Some(c) = r.next_chunk()? {
                     progress.add_bytes(c.len() as u64);
+                    if progress.is_cancelled() {
+                        return Err(Error::Interrupted);
+                    }
                 }
             }
             Rw::RandRead => {
@@ -202,6 +224,9 @@ impl Ctx<'_> {
                 let mut rng = XorShift(0x51_7cc1_b727_220a ^ ((i as u64) << 32) ^ thread as u64 | 1);
                 let mut buf = vec![0u8; cfg.block_size];
                 for _ in 0..blocks {
+                    if progress.is_cancelled() {
+                        return Err(Error::Interrupted);
+                    }
                     let off = (rng.next() % blocks) * bs;
                     let got = r.read_at(&mut buf, off)?;
                     progress.add_bytes(got as u64);
@@ -214,6 +239,9 @@ impl Ctx<'_> {
                 let block = make_block(0x1234_5678 + i as u64, cfg.block_size);
                 let mut left = cfg.file_size;
                 while left > 0 {
+                    if progress.is_cancelled() {
+                        return Err(Error::Interrupted);
+                    }
                     let k = cacheless::conv::fit(left, block.len());
                     w.write_all(&block[..k]).map_err(|e| Error::io(p, "write", e))?;
                     progress.add_bytes(k as u64);
@@ -243,7 +271,17 @@ mod tests {
         cfg.files = 1;
         cfg.threads = 1;
         // One file to read but no source: indexing it panics inside the worker.
-        let bench = Bench { cfg: &cfg, sources: Vec::new(), targets: Vec::new(), budget: Budget::new(1 << 20), kswapd: Vec::new(), hierarchy: None };
+        let cancel = AtomicBool::new(false);
+        let bench = Bench {
+            cfg: &cfg,
+            sources: Vec::new(),
+            targets: Vec::new(),
+            budget: Budget::new(1 << 20),
+            kswapd: Vec::new(),
+            hierarchy: None,
+            dir: PathBuf::from("."),
+            cancel: &cancel,
+        };
         let ctx = Ctx { bench: &bench, mode: Mode::Direct, decisions: Mutex::new(BTreeSet::new()) };
         match ctx.work(&Progress::new()) {
             Err(Error::Panic { what, message }) => {

@@ -3,6 +3,13 @@
 //! every round. With no arguments it runs the quick built-in comparison (`cacheless demo` runs the same). The
 //! text output is the table, its warnings, and a few sentences computed from the run.
 //!
+//! Scenarios: `normal`; `low-memory` (a memory cgroup per trial); `pressure` (a helper process holds all of
+//! MemAvailable but `--free` during each trial; kswapd CPU per second, reclaim and allocation stalls are
+//! reported); `neighbour` (a co-tenant re-reads a cached hot file of `--hot-size` during each trial; its
+//! throughput and the share of its set evicted are reported). Their helpers are this binary run again with
+//! the hidden `bench-helper` subcommand. Ctrl-C or SIGTERM stops the run (exit 130 or 143): the trial in
+//! progress stops, helpers are ended and written files removed.
+//!
 //! Flags shared with other commands come from [`CommonOpts`]: `--queue-depth`, `--backend`, `--memory`
 //! (engine buffer budget), `--block-size` (same as `--bs`) and `--json` (print the JSON report on stdout
 //! instead of the table). Because `--json` is that global switch, the JSON file is `--json-out F`.
@@ -17,6 +24,7 @@ use cacheless_bench::run::{BenchConfig, Rw, Scenario};
 use clap::Args;
 
 use crate::common::{parse_size, CommonOpts};
+use crate::ui;
 
 /// Options of `cacheless bench`. Everything is optional: unset values come from the quick comparison.
 #[derive(Args, Debug, Default, Clone)]
@@ -45,12 +53,25 @@ pub struct BenchArgs {
     /// as many rounds as modes compared, fio's included, and at least 3).
     #[arg(long, value_name = "R")]
     pub runs: Option<u32>,
-    /// normal, or low-memory: each trial runs in a memory cgroup limited to --memory-limit (needs root).
-    #[arg(long, value_name = "SCENARIO")]
+    /// normal; low-memory: each trial runs in a memory cgroup limited to --memory-limit (needs root);
+    /// pressure: a helper process holds anonymous memory so that only --free stays available machine-wide
+    /// during each trial (sized from MemAvailable right before it; refused when there is too little), and
+    /// kswapd CPU per second, pgscan/pgsteal and allocation stalls are reported; neighbour: a co-tenant
+    /// process re-reads a cached hot file of --hot-size during each trial, and its throughput and the share
+    /// of its set evicted are reported.
+    #[arg(long, value_name = "SCENARIO", verbatim_doc_comment)]
     pub scenario: Option<Scenario>,
     /// Memory cgroup limit for --scenario low-memory (default 1G).
     #[arg(long, value_name = "M", value_parser = parse_size)]
     pub memory_limit: Option<u64>,
+    /// Memory left available machine-wide during each trial of --scenario pressure (default 1G, at least
+    /// 256M); the trial's own buffers (--memory) come out of it.
+    #[arg(long, value_name = "M", value_parser = parse_size)]
+    pub free: Option<u64>,
+    /// Size of the co-tenant's hot file for --scenario neighbour (default 1G); it is kept beside the
+    /// benchmark's files (cacheless-bench-hot.dat) and reused.
+    #[arg(long, value_name = "S", value_parser = parse_size)]
+    pub hot_size: Option<u64>,
     /// Directory for the benchmark files; they are kept there and reused by later runs (default: a
     /// temporary folder under the current directory, removed at the end).
     #[arg(long, value_name = "D")]
@@ -110,6 +131,12 @@ pub fn config(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<BenchConf
     if let Some(m) = args.memory_limit {
         c.memory_limit = m;
     }
+    if let Some(f) = args.free {
+        c.free = f;
+    }
+    if let Some(h) = args.hot_size {
+        c.hot_size = h;
+    }
     c.dir = args.dir.clone();
     c.remove_files = args.dir.is_none() || args.clean;
     c.drop_caches = args.drop_caches;
@@ -117,13 +144,25 @@ pub fn config(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<BenchConf
     Ok(c)
 }
 
-/// Runs `cacheless bench`.
+/// Runs `cacheless bench`: exit 0, 2 on bad flags, 130 or 143 when interrupted by SIGINT or SIGTERM.
 pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
     let cfg = config(args, common)?;
     let mut log = |s: &str| {
         let _ = writeln!(std::io::stderr(), "{s}");
     };
-    let report = cacheless_bench::run::run(&cfg, &mut log)?;
+    // The signal handlers only set the flag; the run stops at its next check and cleans up.
+    let cancel = cacheless::Progress::new();
+    let signals = ui::Signals::register(&cancel);
+    let report = match cacheless_bench::run::run_cancellable(&cfg, &mut log, &cancel.cancel_flag()) {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(code) = signals.exit_code() {
+                eprintln!("cacheless: bench interrupted; helper processes ended and written files removed");
+                return Ok(code);
+            }
+            return Err(e.into());
+        }
+    };
     if let Some(p) = &args.json_out {
         std::fs::write(p, report.to_json()?).with_context(|| format!("write {}", p.display()))?;
     }
@@ -140,6 +179,18 @@ pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
         r => r.context("write to stdout")?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a helper process of the pressure or neighbour scenario (`cacheless bench-helper ...`, started by
+/// `cacheless bench` itself): exit 0 when the benchmark ended it normally, 2 on bad arguments, 1 otherwise.
+pub fn helper(args: &[String]) -> ExitCode {
+    match cacheless_bench::helper::main(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cacheless {}: {e}", cacheless_bench::helper::SUBCOMMAND);
+            ExitCode::from(if matches!(e, cacheless_bench::Error::Usage(_)) { 2 } else { 1 })
+        }
+    }
 }
 
 /// The quick built-in comparison: what `cacheless bench` does with no arguments (and `cacheless demo`).

@@ -50,6 +50,13 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// The quick built-in comparison of every mode (what `cacheless bench` does with no arguments).
     Demo,
+    /// A helper process of `cacheless bench --scenario pressure|neighbour`, started by the benchmark itself.
+    #[command(name = "bench-helper", hide = true)]
+    BenchHelper {
+        /// `hold FREE MAX PARENT` or `reread FILE PARENT`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Many files in flight need descriptors: the soft RLIMIT_NOFILE is raised to the hard limit
@@ -75,6 +82,7 @@ fn main() -> ExitCode {
         Cmd::Pack(a) => pack::run(a, &cli.common),
         Cmd::Bench(a) => bench::run(a, &cli.common),
         Cmd::Demo => bench::run_default(&cli.common),
+        Cmd::BenchHelper { args } => return bench::helper(args),
     };
     match r {
         Ok(code) => code,
