@@ -80,7 +80,7 @@ impl Budget {
                         size,
                         align,
                         count: n,
-                        state: Mutex::new(LeaseState { allocated: 0, free: Vec::new(), all: Vec::new() }),
+                        state: Mutex::new(LeaseState { allocated: 0, free: Vec::new(), all: Vec::new(), arena: None }),
                     }),
                 };
             }
@@ -114,6 +114,63 @@ struct LeaseState {
     free: Vec<Raw>,
     /// Start address of every buffer allocated so far (free or handed out).
     all: Vec<usize>,
+    /// One anonymous mapping holding every buffer of a large lease, mapped at the first
+    /// allocation (see [`Arena`]); `None` until then, and for small leases.
+    arena: Option<Arena>,
+}
+
+/// The memory of a lease of at least [`MAP_MIN`] bytes: one anonymous mapping, aligned to 2 MiB
+/// and offered for transparent huge pages, cut into the lease's buffers. A buffer that lies in
+/// huge pages is physically contiguous, so the kernel hands it to the device in one segment:
+/// a 1 MiB request of 4 KiB pages needs 256 segments, over the 254 a virtio disk takes, and is
+/// split in two requests; in huge pages it goes whole (fio's buffers mostly do). Pages are
+/// zero when first touched and only committed then, so the mapping costs nothing up front.
+struct Arena {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the arena is owned by its lease's state, behind its Mutex; it is only unmapped when
+// the lease (and so every buffer in it) is gone.
+unsafe impl Send for Arena {}
+
+const HUGE: usize = 2 << 20;
+
+impl Arena {
+    /// Maps `len` bytes (rounded up to 2 MiB) at a 2 MiB-aligned address; `None` if the kernel
+    /// refuses (the allocator is used instead).
+    fn map(len: usize) -> Option<Arena> {
+        use rustix::mm::{MapFlags, ProtFlags};
+        let len = len.checked_add(HUGE - 1)? & !(HUGE - 1);
+        let over = len.checked_add(HUGE)?;
+        // SAFETY: a fresh mapping at an address the kernel chooses; it overlaps nothing we own.
+        let p = unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), over, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE) }.ok()?;
+        let start = p as usize;
+        let aligned = (start + HUGE - 1) & !(HUGE - 1);
+        let (head, tail) = (aligned - start, over - len - (aligned - start));
+        if head > 0 {
+            // SAFETY: the part of the mapping just made before the aligned range; nothing
+            // references it.
+            let _ = unsafe { rustix::mm::munmap(p, head) };
+        }
+        if tail > 0 {
+            // SAFETY: the part of the mapping just made after the aligned range; nothing
+            // references it.
+            let _ = unsafe { rustix::mm::munmap((aligned + len) as *mut std::ffi::c_void, tail) };
+        }
+        let base = aligned as *mut std::ffi::c_void;
+        // Best effort: without transparent huge pages the buffers work the same, page by page.
+        // SAFETY: advice on the mapping just made; it changes no memory contents.
+        let _ = unsafe { rustix::mm::madvise(base, len, rustix::mm::Advice::LinuxHugepage) };
+        Some(Arena { base: NonNull::new(base.cast())?, len })
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: exactly the range `map` kept, unmapped once, after every buffer in it is gone.
+        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.len) };
+    }
 }
 
 struct Raw(NonNull<u8>);
@@ -139,9 +196,7 @@ impl Lease {
     pub(crate) fn preallocate(&self) -> Vec<(usize, usize)> {
         let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         while st.allocated < self.inner.count {
-            st.allocated += 1;
-            let p = alloc_zeroed(self.inner.size, self.inner.align);
-            st.all.push(p.as_ptr() as usize);
+            let p = self.inner.allocate(&mut st);
             st.free.push(Raw(p));
         }
         st.all.iter().map(|&p| (p, self.inner.size)).collect()
@@ -158,10 +213,7 @@ impl Lease {
         let ptr = if let Some(raw) = st.free.pop() {
             raw.0
         } else if st.allocated < self.inner.count {
-            st.allocated += 1;
-            let p = alloc_zeroed(self.inner.size, self.inner.align);
-            st.all.push(p.as_ptr() as usize);
-            p
+            self.inner.allocate(&mut st)
         } else {
             return None;
         };
@@ -169,12 +221,41 @@ impl Lease {
     }
 }
 
+impl LeaseInner {
+    /// The next buffer of the lease (the caller checked that fewer than `count` exist): a slice
+    /// of the arena for a large lease, else its own allocation.
+    fn allocate(&self, st: &mut LeaseState) -> NonNull<u8> {
+        let page = rustix::param::page_size();
+        if st.allocated == 0 && self.count * self.size >= MAP_MIN && self.align <= HUGE && self.size % page == 0 {
+            st.arena = Arena::map(self.count * self.size);
+        }
+        let i = st.allocated;
+        st.allocated += 1;
+        let p = match &st.arena {
+            Some(a) => {
+                // SAFETY: buffer `i` (< count) of the arena, which holds count * size bytes;
+                // the arena is 2 MiB-aligned and size a multiple of the alignment, so the
+                // slice is aligned.
+                let p = unsafe { a.base.as_ptr().add(i * self.size) };
+                NonNull::new(p).unwrap_or(a.base)
+            }
+            None => alloc_zeroed(self.size, self.align),
+        };
+        st.all.push(p.as_ptr() as usize);
+        p
+    }
+}
+
 impl Drop for LeaseInner {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let in_arena = st.arena.is_some();
         for raw in st.free.drain(..) {
-            dealloc(raw.0, self.size, self.align);
+            if !in_arena {
+                dealloc(raw.0, self.size, self.align);
+            }
         }
+        // The arena (if any) is unmapped when the state is dropped, after this.
         let mut used = self.budget.used.lock().unwrap_or_else(|e| e.into_inner());
         *used = used.saturating_sub(self.count * self.size);
         self.budget.freed.notify_all();
@@ -336,6 +417,38 @@ impl fmt::Debug for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A large lease cuts its buffers from one 2 MiB-aligned mapping (huge pages where the
+    /// kernel gives them): zeroed, disjoint, each aligned, reused after a drop, and the budget
+    /// whole again once the lease and its buffers are gone.
+    #[test]
+    fn a_large_lease_cuts_its_buffers_from_one_aligned_arena() {
+        let b = Budget::new(64 << 20);
+        {
+            let lease = b.lease(1 << 20, 4096, 9, 1);
+            let mut bufs: Vec<_> = (0..9).map(|_| lease.get().unwrap()).collect();
+            assert!(lease.get().is_none());
+            let base = bufs[0].as_ptr() as usize;
+            assert_eq!(base % HUGE, 0, "the arena starts on a 2 MiB boundary");
+            for (i, x) in bufs.iter_mut().enumerate() {
+                assert_eq!(x.as_ptr() as usize, base + i * (1 << 20), "buffer {i} is the arena's {i}th");
+                assert!(x.iter().all(|&v| v == 0), "buffer {i} starts zeroed");
+                x.fill(u8::try_from(i).unwrap() + 1);
+            }
+            for (i, x) in bufs.iter().enumerate() {
+                assert!(x.iter().all(|&v| usize::from(v) == i + 1), "buffer {i} was written over by another");
+            }
+            let p = bufs.pop().unwrap().as_ptr() as usize;
+            assert_eq!(lease.get().unwrap().as_ptr() as usize, p, "a dropped buffer is handed out again");
+            assert_eq!(lease.preallocate().len(), 9);
+        }
+        assert_eq!(b.used(), 0);
+        // A lease under 2 MiB in all keeps the allocator's buffers.
+        let lease = b.lease(4096, 4096, 2, 1);
+        let x = lease.get().unwrap();
+        assert!(lease.inner.state.lock().unwrap().arena.is_none());
+        assert_eq!(x.as_ptr() as usize % 4096, 0);
+    }
 
     #[test]
     fn buffers_are_aligned_and_return_to_the_lease() {

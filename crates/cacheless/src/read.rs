@@ -291,7 +291,9 @@ impl Reader {
             let op = Op::owned(OpKind::Read, self.file.clone(), off, buf, 0, req, self.flags, off).map_err(|e| self.err("read", e))?;
             self.next_submit += want as u64;
             self.stream_held += 1;
-            self.submit(op)?;
+            // Started with the next flush or wait, several at once (see `next_chunk`).
+            self.prepare_lane()?;
+            self.lane.push_deferred(op);
         }
         Ok(())
     }
@@ -333,6 +335,14 @@ impl Reader {
                     continue;
                 }
                 self.fill()?;
+                // Read-ahead goes to the kernel in batches, as fio resubmits: the requests freed
+                // by a burst of completions (a merged request completes its parts together) are
+                // submitted together once the burst is consumed, so the block layer can merge
+                // them again; at most half the depth waits, and never when the caller would wait
+                // next.
+                if !self.ready.contains_key(&self.stream_pos) || self.lane.deferred() * 2 >= self.depth {
+                    self.lane.flush();
+                }
                 return Ok(Some(c));
             }
             if self.stream_pos >= self.len {

@@ -5,7 +5,9 @@
 //! so replacement and symlink checks see exactly the state GNU tar would. File data,
 //! permissions, ownership, mtime and close run on a pool of worker threads, so many files are
 //! in flight at once. Every byte goes through the engine: small files are read whole and
-//! written by its `FileCreator` (its mode per file, its deferred page drops), large ones are
+//! written by its `FileCreator` (its mode per file, its deferred page drops; files under 1 MiB
+//! are written back in batches, a syncfs per 32 MiB of them, so that the device sees a few
+//! large requests instead of one or more per file, see `ExtractOptions::batch_writeback`), large ones are
 //! streamed in 4 MiB chunks to its `Writer` (O_DIRECT with its queue of writes in flight, on
 //! io_uring or threads). All buffers are leased from the engine's memory budget. Directories
 //! get their mode and mtime after their contents, deepest first; then `syncfs` makes the tree

@@ -238,6 +238,20 @@ pub(crate) unsafe trait Queue: Send {
     /// Starts `op`. Never fails: an op that cannot be started comes back from `wait` with the
     /// error. The caller keeps `in_flight() < depth()`.
     fn push(&mut self, op: Op);
+    /// Queues `op` to start with the next [`Queue::flush`] or wait, so that several requests
+    /// go to the kernel in one submission: io_uring plugs a batch of more than two, and the
+    /// block layer merges adjacent requests of a plugged batch into larger ones (up to the
+    /// device's max_sectors_kb), as fio's batched resubmission gets. Backends that start each
+    /// op on its own start it now.
+    fn push_deferred(&mut self, op: Op) {
+        self.push(op);
+    }
+    /// Starts the ops queued by [`Queue::push_deferred`].
+    fn flush(&mut self) {}
+    /// Ops queued by [`Queue::push_deferred`] and not started yet.
+    fn deferred(&self) -> usize {
+        0
+    }
     /// Waits for one completion. Errors only when nothing is in flight, or when the queue can
     /// no longer be waited on (its ops are then leaked, never freed).
     fn wait(&mut self) -> io::Result<Completion>;
@@ -393,6 +407,27 @@ impl Lane {
             Some(q) => q.push(op),
             None => self.here.push_back(run_sync(op)),
         }
+    }
+
+    /// Queues `op` to start with the next [`Lane::flush`] or wait (see
+    /// [`Queue::push_deferred`]); without a queue it runs now, as [`Lane::push`].
+    pub(crate) fn push_deferred(&mut self, op: Op) {
+        match self.queue.as_mut() {
+            Some(q) => q.push_deferred(op),
+            None => self.here.push_back(run_sync(op)),
+        }
+    }
+
+    /// Starts every op queued by [`Lane::push_deferred`].
+    pub(crate) fn flush(&mut self) {
+        if let Some(q) = self.queue.as_mut() {
+            q.flush();
+        }
+    }
+
+    /// Ops queued by [`Lane::push_deferred`] and not started yet.
+    pub(crate) fn deferred(&self) -> usize {
+        self.queue.as_ref().map_or(0, |q| q.deferred())
     }
     /// The next completion, waiting for one if need be. Errors when nothing is in flight or the
     /// queue can no longer be waited on.

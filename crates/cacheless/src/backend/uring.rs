@@ -31,6 +31,9 @@ pub(crate) struct UringQueue {
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
     in_flight: usize,
+    /// Slots whose SQE is queued in the ring but not yet handed to the kernel
+    /// (`push_deferred`): a failed submission is charged to them.
+    unsubmitted: Vec<usize>,
     ready: VecDeque<Completion>,
     /// A fault found while reaping (a completion for no op in flight), reported with the next
     /// completion handed out.
@@ -39,6 +42,14 @@ pub(crate) struct UringQueue {
     fixed: Vec<usize>,
     /// Keeps registered memory alive as long as the ring may use it.
     _fixed_lease: Option<crate::buf::Lease>,
+}
+
+/// The same error again, for each op a failed submission is charged to.
+fn copy_error(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(n) => io::Error::from_raw_os_error(n),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
 }
 
 fn transient(e: &io::Error) -> bool {
@@ -56,6 +67,7 @@ impl UringQueue {
             slots: (0..depth).map(|_| None).collect(),
             free: (0..depth).rev().collect(),
             in_flight: 0,
+            unsubmitted: Vec::new(),
             ready: VecDeque::new(),
             fault: None,
             fixed: Vec::new(),
@@ -109,18 +121,58 @@ impl UringQueue {
         }
     }
 
-    /// Starts (or restarts) the op in `slot`. If its SQE cannot be queued, the op completes at
-    /// once with the error; if it was queued but the submission failed, the op stays in flight
-    /// (the SQE goes with the next submission) and its completion carries the error.
+    /// Starts (or restarts) the op in `slot`, with every op queued before it. If its SQE
+    /// cannot be queued, the op completes at once with the error; if it was queued but the
+    /// submission failed, the op stays in flight (the SQE goes with the next submission) and
+    /// its completion carries the error.
     fn start(&mut self, slot: usize) {
-        if let Err(e) = self.enqueue(slot) {
-            self.complete(slot, Err(e));
+        self.queue_only(slot);
+        self.submit_queued();
+    }
+
+    /// Takes a free slot for `op`, in flight from now on. More ops than the ring has entries
+    /// (a read_at beside a stream's read-ahead) is fine: the SQEs go out at once, and
+    /// completions beyond the ring wait in the kernel.
+    fn slot_for(&mut self, op: Op) -> usize {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        self.slots[slot] = Some(Slot { op, error: None, fault: None });
+        self.in_flight += 1;
+        slot
+    }
+
+    /// Puts the SQE of the op in `slot` in the ring without submitting it.
+    fn queue_only(&mut self, slot: usize) {
+        match self.enqueue(slot) {
+            Ok(()) => self.unsubmitted.push(slot),
+            Err(e) => self.complete(slot, Err(e)),
+        }
+    }
+
+    /// Submits the queued SQEs; a failure is charged to each op whose SQE it left in the ring.
+    fn submit_queued(&mut self) {
+        if self.unsubmitted.is_empty() {
             return;
         }
-        if let Err(e) = self.submit() {
-            if let Some(Some(s)) = self.slots.get_mut(slot) {
-                s.error.get_or_insert(e);
+        match self.submit() {
+            Ok(()) => {}
+            Err(e) => {
+                for &slot in &self.unsubmitted {
+                    if let Some(Some(s)) = self.slots.get_mut(slot) {
+                        s.error.get_or_insert_with(|| copy_error(&e));
+                    }
+                }
             }
+        }
+        self.forget_submitted();
+    }
+
+    /// Clears the list of queued SQEs once the kernel has consumed them all.
+    fn forget_submitted(&mut self) {
+        if self.ring.submission().is_empty() {
+            self.unsubmitted.clear();
         }
     }
 
@@ -185,15 +237,25 @@ impl UringQueue {
 // ring, and Drop leaks the slots when their CQEs can no longer be reaped.
 unsafe impl Queue for UringQueue {
     fn push(&mut self, op: Op) {
-        // More ops than the ring has entries (a read_at beside a stream's read-ahead) is fine:
-        // the SQEs go out at once, and completions beyond the ring wait in the kernel.
-        let slot = self.free.pop().unwrap_or_else(|| {
-            self.slots.push(None);
-            self.slots.len() - 1
-        });
-        self.slots[slot] = Some(Slot { op, error: None, fault: None });
-        self.in_flight += 1;
+        let slot = self.slot_for(op);
         self.start(slot);
+    }
+
+    fn push_deferred(&mut self, op: Op) {
+        let slot = self.slot_for(op);
+        self.queue_only(slot);
+        // A ring that could not take one more SQE would refuse the next: submit first.
+        if self.unsubmitted.len() >= self.ring.params().sq_entries() as usize {
+            self.submit_queued();
+        }
+    }
+
+    fn flush(&mut self) {
+        self.submit_queued();
+    }
+
+    fn deferred(&self) -> usize {
+        self.unsubmitted.len()
     }
 
     fn wait(&mut self) -> io::Result<Completion> {
@@ -204,7 +266,9 @@ unsafe impl Queue for UringQueue {
             if self.in_flight == 0 {
                 return Err(io::Error::other("wait on an empty queue"));
             }
-            match self.ring.submit_and_wait(1) {
+            let waited = self.ring.submit_and_wait(1);
+            self.forget_submitted();
+            match waited {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 // Completion ring full or no memory for now: reap what is there, then retry.
@@ -227,6 +291,7 @@ unsafe impl Queue for UringQueue {
     }
 
     fn poll(&mut self) -> Option<Completion> {
+        self.submit_queued();
         if self.ready.is_empty() && self.in_flight > 0 {
             self.reap();
         }
