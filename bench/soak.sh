@@ -8,8 +8,11 @@
 #   bench/soak.sh [SECONDS]          # default 600; SOAK_SEED=N repeats a run's choices
 #   CACHELESS=path/to/cacheless bench/soak.sh 60
 #
-# "load" reads a file back: with the Python package importable, cacheless.read_file; else
-# `cacheless cat` into sha256sum.
+# "load" reads a file back through the Python package (PYTHON, default the test virtualenv
+# target/python-venv, else python3, where `import cacheless` works): every other time
+# cacheless.read_file hashed, else a safetensors checkpoint of the same bytes saved and loaded
+# with cacheless.safetensors, checked against the safetensors package's own load; without the
+# package, `cacheless cat` into sha256sum.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,12 +67,15 @@ names=("${!fs[@]}")
 modes=(auto direct dontcache writebehind buffered)
 backends=(auto uring threads)
 sizes=(0 1 4095 4096 4097 65537 1048576 3145735 16777216 50331651)
-py=0
-python3 -c 'import cacheless' 2>/dev/null && py=1
+py=0 st=0
+PY=${PYTHON:-target/python-venv/bin/python}
+[ -x "$PY" ] || PY=python3
+"$PY" -c 'import cacheless' 2>/dev/null && py=1
+((py)) && "$PY" -c 'import safetensors.numpy' 2>/dev/null && st=1
 
 pick() { local -n a=$1; echo "${a[RANDOM % ${#a[@]}]}"; }
 
-iterations=0 bytes=0 failures=0 refused=0
+iterations=0 bytes=0 failures=0 refused=0 st_loads=0
 declare -A ops=()
 start=$(date +%s)
 fail() {
@@ -112,8 +118,25 @@ while (($(date +%s) - start < duration)); do
             fi
             ;;
         load)
-            if ((py)); then
-                got=$(python3 -c 'import cacheless, hashlib, sys; print(hashlib.sha256(cacheless.read_file(sys.argv[1], mode=sys.argv[2])).hexdigest())' "$dir/f" "$mode" 2>&1) ||
+            if ((st)) && ((RANDOM % 2)); then
+                # A checkpoint of the file's bytes (as one uint8 tensor and a float32 view of
+                # its whole words) saved by cacheless, loaded by cacheless and by safetensors.
+                st_loads=$((st_loads + 1))
+                got=$("$PY" - "$dir/f" "$mode" "$dir/m.safetensors" <<'PYEOF' 2>&1
+import hashlib, sys, numpy as np, cacheless, cacheless.safetensors as cst, safetensors.numpy as ref
+src, mode, out = sys.argv[1:4]
+raw = np.fromfile(src, dtype=np.uint8)
+t = {"bytes": raw, "words": raw[: raw.size // 4 * 4].view(np.float32)}
+cst.save_file(t, out, mode=mode)
+mine, theirs = cst.load_file(out, mode=mode), ref.load_file(out)
+assert set(mine) == set(theirs) == set(t)
+for k in t:
+    assert mine[k].dtype == theirs[k].dtype and mine[k].tobytes() == theirs[k].tobytes() == t[k].tobytes(), k
+print(hashlib.sha256(mine["bytes"].tobytes()).hexdigest())
+PYEOF
+                ) || { grep -q unavailable <<<"$got" && refused=$((refused + 1)) || fail "load (safetensors) $src_fs $mode: $got"; got=$want; size=0; }
+            elif ((py)); then
+                got=$("$PY" -c 'import cacheless, hashlib, sys; print(hashlib.sha256(cacheless.read_file(sys.argv[1], mode=sys.argv[2])).hexdigest())' "$dir/f" "$mode" 2>&1) ||
                     { grep -q unavailable <<<"$got" && refused=$((refused + 1)) || fail "load $src_fs $mode: $got"; got=$want; size=0; }
             else
                 # A refused forced mode fails the pipeline: the error file says so below.
@@ -131,6 +154,6 @@ while (($(date +%s) - start < duration)); do
 done
 
 elapsed=$(($(date +%s) - start))
-echo "soak: ${elapsed}s on ${names[*]}; iterations $iterations (copy ${ops[copy]:-0}, extract ${ops[extract]:-0}, load ${ops[load]:-0});" \
+echo "soak: ${elapsed}s on ${names[*]}; iterations $iterations (copy ${ops[copy]:-0}, extract ${ops[extract]:-0}, load ${ops[load]:-0}, of them through safetensors $st_loads);" \
     "bytes checked $bytes ($((bytes >> 20)) MiB); forced modes refused $refused; failures $failures"
 ((failures == 0))
