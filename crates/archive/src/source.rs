@@ -22,13 +22,19 @@ use crate::zframes::{self, FrameReader, Stats, OUT_CHUNK};
 
 const LZ4_MAGIC: &[u8] = &[0x04, 0x22, 0x4d, 0x18];
 
+/// Whether `b` begins with a skippable frame's magic.
+fn skippable_magic(b: &[u8]) -> bool {
+    matches!(b, [a, b1, c, d, ..] if zframes::is_skippable(u32::from_le_bytes([*a, *b1, *c, *d])))
+}
+
 /// The length of the skippable frame's payload that `b` begins with (after its 8-byte header),
 /// or `None` when `b` does not begin with a whole skippable frame header.
 fn skippable_len(b: &[u8]) -> Option<usize> {
-    match b {
-        [m, 0x2a, 0x4d, 0x18, l0, l1, l2, l3, ..] if m & 0xf0 == 0x50 => usize::try_from(u32::from_le_bytes([*l0, *l1, *l2, *l3])).ok(),
-        _ => None,
+    if !skippable_magic(b) {
+        return None;
     }
+    let len: [u8; 4] = b.get(4..8)?.try_into().ok()?;
+    usize::try_from(u32::from_le_bytes(len)).ok()
 }
 
 /// Compression formats recognised by their magic bytes.
@@ -67,7 +73,7 @@ impl Compression {
             }
         }
         let head = &head[at..];
-        if head.len() >= 4 && head[0] & 0xf0 == 0x50 && head[1..4] == [0x2a, 0x4d, 0x18] {
+        if skippable_magic(head) {
             // A skippable frame whose header `head` cuts short.
             return Compression::Zstd;
         }

@@ -46,6 +46,12 @@ const ZSTD_MAGIC: u32 = 0xFD2F_B528;
 const SKIPPABLE_MASK: u32 = 0xFFFF_FFF0;
 const SKIPPABLE_MAGIC: u32 = 0x184D_2A50;
 
+/// Whether `magic` (a frame's first four bytes, little-endian) starts a skippable frame, which
+/// zstd and LZ4 share.
+pub(crate) fn is_skippable(magic: u32) -> bool {
+    magic & SKIPPABLE_MASK == SKIPPABLE_MAGIC
+}
+
 /// How many frames were decoded and by how many threads.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
@@ -340,7 +346,7 @@ fn split(
             return Err(truncated(seq, at));
         }
         let magic = u32::from_le_bytes(m);
-        if magic & SKIPPABLE_MASK == SKIPPABLE_MAGIC {
+        if is_skippable(magic) {
             let mut sz = [0u8; 4];
             if !raw.read_small(&mut sz, nothing)? {
                 return Err(truncated(seq, at));

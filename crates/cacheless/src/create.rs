@@ -387,21 +387,24 @@ impl Draft {
                 Some(c) => c,
                 None => caps::for_file(&self.file).map_err(|e| Error::io("probe", &self.path, e))?,
             };
-            let mut decision = policy::decide_write(self.shared.opts.mode, &caps, Some(self.size_hint)).map_err(|r| setup::refused("create", &self.path, r))?;
-            if self.shared.batches(self.size_hint) && matches!(decision.mode, Mode::DontCache | Mode::WriteBehind) {
-                let window = self.shared.opts.batch_writeback;
-                decision = Decision {
+            // A batched file is small and in auto mode, where the policy would write it uncached
+            // (RWF_DONTCACHE, else write-behind): batching replaces that choice, so the policy's
+            // own decision (and its reason, formatted per file) is not made.
+            self.batched = self.shared.batches(self.size_hint);
+            let decision = if self.batched {
+                Decision {
                     mode: Mode::WriteBehind,
                     reason: format!(
                         "small file ({} B < {} B): written back with the others (a syncfs per {} MiB or {} files), then dropped",
                         self.size_hint,
                         policy::SMALL_WRITE,
-                        window >> 20,
+                        self.shared.opts.batch_writeback >> 20,
                         self.shared.opts.deferred_drops.max(1)
                     ),
-                };
-                self.batched = true;
-            }
+                }
+            } else {
+                policy::decide_write(self.shared.opts.mode, &caps, Some(self.size_hint)).map_err(|r| setup::refused("create", &self.path, r))?
+            };
             self.plan = Some(Plan { caps, decision, direct: DirectState::Off });
         }
         match self.plan.as_mut() {
