@@ -11,8 +11,9 @@ use std::path::Path;
 
 use cacheless::{ErrorKind, Hint};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyKeyError, PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyType;
 
 create_exception!(
     cacheless,
@@ -70,13 +71,27 @@ pub fn engine(e: &cacheless::Error) -> PyErr {
     }
 }
 
-/// A safetensors error: malformed files and inconsistent tensors are `ValueError`, a missing
-/// tensor `KeyError`, the rest as [`engine`].
+/// `cacheless.safetensors.SafetensorError` (a `ValueError`, and a subclass of the
+/// `safetensors` package's `SafetensorError` where that package is installed) with `msg`; a
+/// plain `ValueError` should the Python module fail to import.
+pub fn safetensor_error(msg: String) -> PyErr {
+    Python::attach(|py| {
+        let class = py.import("cacheless.safetensors").and_then(|m| m.getattr("SafetensorError")).and_then(|c| Ok(c.cast_into::<PyType>()?));
+        match class {
+            Ok(c) => PyErr::from_type(c, msg),
+            Err(_) => PyValueError::new_err(msg),
+        }
+    })
+}
+
+/// A safetensors error as the `safetensors` package raises it: malformed files, inconsistent
+/// tensors and a missing tensor are `SafetensorError` (worded as the package words a missing
+/// tensor, with the file named after it); engine errors as [`engine`].
 pub fn safetensors(e: cacheless_safetensors::Error) -> PyErr {
     match e {
         cacheless_safetensors::Error::Engine(e) => engine(&e),
-        cacheless_safetensors::Error::NoTensor { .. } => PyKeyError::new_err(e.to_string()),
-        other => PyValueError::new_err(other.to_string()),
+        cacheless_safetensors::Error::NoTensor { path, name } => safetensor_error(format!("File does not contain tensor {name} ({})", path.display())),
+        other => safetensor_error(other.to_string()),
     }
 }
 

@@ -3,6 +3,7 @@
 import importlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,15 @@ def disk():
     d = Path(tempfile.mkdtemp(dir=base))
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def sigint():
+    """Python's own Ctrl-C handler for the test, restored after: a shell starts a background job
+    with SIGINT ignored, and Python then installs no handler, so no KeyboardInterrupt would come."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
 
 
 def required(feature):

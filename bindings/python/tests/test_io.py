@@ -156,7 +156,7 @@ def test_the_gil_is_released_while_reading(disk):
         t.join()
 
 
-def test_keyboard_interrupt_leaves_no_temporary_file(disk):
+def test_keyboard_interrupt_leaves_no_temporary_file(disk, sigint):
     src = disk / "src.bin"
     random_file(src, 96 << 20, 4)
     out = disk / "out"
@@ -176,6 +176,7 @@ def test_a_signal_while_the_gil_is_released_cancels_the_call(disk):
     out.mkdir()
     code = f"""
 import os, signal, threading, time, cacheless
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even where started with SIGINT ignored
 out = {str(out)!r}
 def watch():
     # Ctrl-C as soon as the copy's temporary file exists, i.e. while the copy runs.

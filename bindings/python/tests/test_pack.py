@@ -234,7 +234,7 @@ except cacheless.UnsupportedError as e:
     assert arc.read_bytes() == b"the old archive" and no_temporaries(out) == []
 
 
-def test_keyboard_interrupt_leaves_no_archive_and_no_temporary(disk):
+def test_keyboard_interrupt_leaves_no_archive_and_no_temporary(disk, sigint):
     src, out = slow_input(disk, 4)
     with pytest.raises(KeyboardInterrupt):
         cacheless.pack(out / "a.tar.xz", ".", directory=src, threads=1, progress=lambda done, total: os.kill(os.getpid(), signal.SIGINT))

@@ -1,5 +1,5 @@
 """cacheless.safetensors against the safetensors package: its files load into equal arrays,
-our files are byte-identical to its and load in it; corrupt files are ValueError; page-cache
+our files are byte-identical to its and load in it; corrupt files are SafetensorError (a ValueError); page-cache
 footprint of loads and saves; sharded checkpoints; slices; torch when installed."""
 
 import json
@@ -151,7 +151,8 @@ def test_save_file_is_byte_identical_to_safetensors_and_loads_in_it(disk):
     tensors["bigendian"] = np.arange(6, dtype=">i4")
     for meta in (None, {"format": "pt"}):
         ours, theirs = disk / "ours.safetensors", disk / "theirs.safetensors"
-        report = cst.save_file(tensors, ours, metadata=meta)
+        report = {}
+        assert cst.save_file(tensors, ours, metadata=meta, report=report) is None
         stn.save_file({k: v.astype(v.dtype.newbyteorder("<")).copy(order="C") for k, v in tensors.items()}, theirs, metadata=meta)
         assert ours.read_bytes() == theirs.read_bytes(), f"metadata {meta}"
         assert report["bytes"] == ours.stat().st_size
@@ -216,10 +217,10 @@ def test_arrays_keep_their_buffer_alive(disk):
 def test_missing_keys_and_dtypes_without_ml_dtypes_are_clear_errors(disk, monkeypatch):
     p = disk / "m.safetensors"
     stn.save_file({"w": sample("bfloat16", (4,), 1), "x": np.ones(3, np.float32)}, p)
-    with pytest.raises(KeyError, match="no tensor named 'nope'"):
+    with pytest.raises(cst.SafetensorError, match=f"File does not contain tensor nope .*{p.name}"):
         cst.load_file(p, keys=["nope"])
     with cst.safe_open(p, "np") as f:
-        with pytest.raises(KeyError):
+        with pytest.raises(safetensors.SafetensorError):
             f.get_tensor("nope")
     monkeypatch.setitem(sys.modules, "ml_dtypes", None)
     with pytest.raises(TypeError, match="BF16.*pip install ml_dtypes"):
@@ -329,7 +330,7 @@ def test_load_model_equals_loading_each_shard(disk):
         cst.load_model(disk)
 
 
-@pytest.mark.parametrize("index", [np.s_[2:5], np.s_[-3:], np.s_[1], np.s_[-1], np.s_[::3], np.s_[5:1:-2], np.s_[4:4], np.s_[:, 2:4], np.s_[1:3, ::2], np.s_[..., 1], np.s_[:]])
+@pytest.mark.parametrize("index", [np.s_[2:5], np.s_[-3:], np.s_[1], np.s_[-1], np.s_[::3], np.s_[4:4], np.s_[:, 2:4], np.s_[1:3, ::2], np.s_[..., 1], np.s_[:]])
 def test_get_slice_matches_safetensors(disk, index):
     p = disk / "slice.safetensors"
     stn.save_file({"w": sample("float32", (7, 6), 3), "s": sample("int8", (), 4)}, p)
@@ -341,7 +342,7 @@ def test_get_slice_matches_safetensors(disk, index):
         assert same(np.asarray(got), np.ascontiguousarray(want)), index
 
 
-def test_keyboard_interrupt_cancels_a_save_and_leaves_no_temporary(disk):
+def test_keyboard_interrupt_cancels_a_save_and_leaves_no_temporary(disk, sigint):
     p = disk / "ki.safetensors"
     p.write_bytes(b"previous contents")
     big = {f"w{i}": sample("float32", (16 << 20,), i) for i in range(4)}
@@ -354,7 +355,7 @@ def test_keyboard_interrupt_cancels_a_save_and_leaves_no_temporary(disk):
 
 
 def test_torch_loads_zero_copy_and_saves_identically(disk):
-    torch = require_module("torch", "optional, and not installed by scripts/test (too large for CI)")
+    torch = require_module("torch", "installed by scripts/test")
     t = {"w": torch.arange(12, dtype=torch.float32).reshape(3, 4), "h": torch.ones(5, dtype=torch.bfloat16), "e": torch.zeros(0, 3)}
     p, q = disk / "pt.safetensors", disk / "pt-theirs.safetensors"
     cst.save_file(t, p)
