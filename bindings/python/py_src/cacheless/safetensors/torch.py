@@ -47,11 +47,12 @@ def storage_size(tensor: torch.Tensor) -> int:
 
 
 def _span(t: torch.Tensor) -> Tuple[int, int]:
-    """[first byte, one past the last byte) of the memory ``t`` views."""
+    """[first byte, one past the last byte) of the memory ``t`` views (any strides)."""
     start = t.data_ptr()
     if t.nelement() == 0:
         return start, start
-    return start, t.view(-1)[-1].data_ptr() + t.element_size()
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    return start, start + (last + 1) * t.element_size()
 
 
 def _shared_groups(state_dict: Mapping[str, torch.Tensor]) -> List[Set[str]]:
@@ -86,18 +87,19 @@ def _whole(t: torch.Tensor) -> bool:
 def _names_to_drop(state_dict: Mapping[str, torch.Tensor], *, preferred_names: Sequence[str] = (), discard_names: Sequence[str] = ()) -> Dict[str, List[str]]:
     """For each group of tensors sharing memory, the name kept (one viewing the whole storage:
     preferably among ``preferred_names``, else not among ``discard_names``, else the first in
-    sorted order) mapped to the sorted names dropped for it."""
+    sorted order) mapped to the sorted names dropped for it. As in the safetensors package, a
+    group (even of one tensor) none of whose tensors views its whole storage is refused."""
     drop: Dict[str, List[str]] = {}
     preferred, discard = set(preferred_names), set(discard_names)
     for group in _shared_groups(state_dict):
-        if len(group) < 2:
-            continue
         whole = sorted(n for n in group if _whole(state_dict[n]))
         if not whole:
             raise RuntimeError(
-                f"tensors {sorted(group)} share memory and none of them covers all of it: saving any one would store more "
-                "than it holds, and loading could not rebuild the others; save copies of them instead"
+                f"tensors {sorted(group)} view part of a storage and none of them covers all of it, so no name can stand "
+                "for the memory they share; save copies of them (.clone()) instead"
             )
+        if len(group) < 2:
+            continue
         keep = ([n for n in whole if n in preferred] or [n for n in whole if n not in discard] or whole)[0]
         drop[keep] = sorted(n for n in group if n != keep)
     return drop
