@@ -50,8 +50,9 @@ def same(a, b):
 
 
 def same_file(a, b):
-    """Equal headers (as JSON: the package writes `__metadata__` entries in a hash map's order,
-    which changes from run to run; ours are sorted) and equal data bytes."""
+    """Equal headers (as JSON: `__metadata__` entries are written in a hash map's order, which
+    changes from run to run, by the package and by ours, which uses its serializer) and equal
+    data bytes."""
     x, y = a.read_bytes(), b.read_bytes()
     nx, ny = (int.from_bytes(d[:8], "little") for d in (x, y))
     return nx == ny and json.loads(x[8 : 8 + nx]) == json.loads(y[8 : 8 + ny]) and x[8 + nx :] == y[8 + ny :]
