@@ -14,6 +14,7 @@ import safetensors.numpy as stn
 
 from cacheless import safetensors as cst
 from cacheless.safetensors import numpy as cnp
+from conftest import require_module
 
 
 def outcome(f):
@@ -151,7 +152,7 @@ PACKAGE_BUGS = [slice(-3, -1), slice(-4, 2), slice(3, 1), (slice(None), slice(-2
 @pytest.mark.filterwarnings("ignore:Using a non-tuple sequence")
 def test_get_slice_answers_what_the_package_answers(disk, framework):
     if framework == "pt":
-        pytest.importorskip("torch", reason="torch is installed by scripts/test")
+        require_module("torch", "installed by scripts/test")
     p = disk / "s.safetensors"
     t = sample_file(p)
     with safetensors.safe_open(p, framework) as theirs, cst.safe_open(p, framework) as ours:
