@@ -109,9 +109,12 @@ pub struct SystemCaps {
     pub memlock_limit: Option<u64>,
     /// Page size.
     pub page_size: usize,
+    /// Whether large result buffers (whole files read into memory) use transparent huge pages,
+    /// or why not ([`crate::buf::result_huge_pages`]).
+    pub result_huge_pages: Support,
 }
 
-/// Features the user turned off with `CACHELESS_DISABLE=direct,dontcache,uring,cachestat`.
+/// Features the user turned off with `CACHELESS_DISABLE=direct,dontcache,uring,cachestat,hugepages`.
 pub fn disabled(feature: &str) -> bool {
     std::env::var("CACHELESS_DISABLE").map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(feature))).unwrap_or(false)
 }
@@ -122,7 +125,15 @@ pub fn system() -> &'static SystemCaps {
     SYS.get_or_init(|| {
         let kernel = rustix::system::uname().release().to_string_lossy().into_owned();
         let memlock = rustix::process::getrlimit(rustix::process::Resource::Memlock).current;
-        SystemCaps { kernel, uring: probe_uring(), cachestat: probe_cachestat(), memlock_limit: memlock, page_size: rustix::param::page_size() }
+        let result_huge_pages = crate::buf::result_huge_pages().clone().map_err(|reason| Unavailable { reason, errno: None });
+        SystemCaps {
+            kernel,
+            uring: probe_uring(),
+            cachestat: probe_cachestat(),
+            memlock_limit: memlock,
+            page_size: rustix::param::page_size(),
+            result_huge_pages,
+        }
     })
 }
 

@@ -50,6 +50,7 @@ pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
         println!("kernel {}", sys.kernel);
         println!("  io_uring       {}", support(&sys.uring, |_| String::new()));
         println!("  cachestat      {}", support(&sys.cachestat, |_| String::new()));
+        println!("  huge pages     {}", support(&sys.result_huge_pages, |_| ", for files read whole into memory".to_string()));
         if let Some(m) = sys.memlock_limit {
             println!("  memlock limit  {}", ui::size(m));
         }
