@@ -199,6 +199,7 @@ def test_arrays_keep_their_buffer_alive(disk):
     p = disk / "alive.safetensors"
     t = {"a": sample("float32", (1 << 20,), 1), "b": sample("int16", (33,), 2)}
     stn.save_file(t, p)
+    cacheless.evict(p)  # read into an arena (a resident file is mapped: see the next test)
     b = cst.load_file(p)["b"]  # the dict and every other array are gone at once
     with cst.safe_open(p, "np") as f:
         a = f.get_tensor("a")
@@ -368,3 +369,42 @@ def test_torch_loads_zero_copy_and_saves_identically(disk):
         assert out[k].dtype == v.dtype and out[k].shape == v.shape and torch.equal(out[k], v), k
     with cst.safe_open(p, framework="pt") as f:
         assert torch.equal(f.get_slice("w")[1:3], t["w"][1:3])
+
+
+def mapped_from(path, address):
+    """True when `address` lies in a mapping of `path` (/proc/self/maps)."""
+    for line in open("/proc/self/maps"):
+        parts = line.split()
+        if len(parts) >= 6 and parts[5] == str(path):
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= address < hi:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("framework", ["np", "pt"])
+def test_a_resident_file_is_mapped_copy_on_write_and_a_cold_one_read(disk, framework):
+    if framework == "pt":
+        require_module("torch", "installed by scripts/test")
+    p = disk / "warm.safetensors"
+    t = {"a": sample("float32", (1 << 18,), 1), "b": sample("int16", (33,), 2)}
+    stn.save_file(t, p)
+    raw = p.read_bytes()  # resident now
+    assert fraction_cached(p) == 1.0
+    seen = []
+    warm = cst.load_file(p, framework=framework, progress=lambda d, n: seen.append((d, n)))
+    a = np.asarray(warm["a"]) if framework == "np" else warm["a"].numpy()
+    assert mapped_from(p, a.__array_interface__["data"][0]), "a resident file's tensors are its mapped pages, not a copy"
+    assert seen[-1] == (len(raw), len(raw))
+    assert all(np.asarray(warm[k] if framework == "np" else warm[k].numpy()).tobytes() == t[k].tobytes() for k in t)
+    a[:4] = 0  # copy on write: the file keeps its bytes
+    assert p.read_bytes() == raw and fraction_cached(p) == 1.0
+    forced = cst.load_file(p, mode="buffered")["a"]
+    assert forced.tobytes() == t["a"].tobytes() and not mapped_from(p, forced.__array_interface__["data"][0]), "a forced mode reads"
+    # (Pages mapped by a live tensor cannot be dropped: the warm tensors go first.)
+    del warm, a
+    cacheless.evict(p)
+    cold = cst.load_file(p, framework=framework)
+    c = np.asarray(cold["a"]) if framework == "np" else cold["a"].numpy()
+    assert not mapped_from(p, c.__array_interface__["data"][0]) and fraction_cached(p) == 0.0
+    assert c.tobytes() == t["a"].tobytes()

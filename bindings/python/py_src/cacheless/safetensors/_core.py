@@ -5,6 +5,7 @@ arrays or tensors into the bytes to save."""
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -197,8 +198,9 @@ class Builder:
         return t
 
     def build(self, arena: Any, entries: Iterable[_Entry]) -> Dict[str, Any]:
+        """Tensors over an arena, or over a numpy byte array of the whole file (a mapping)."""
         whole = np.asarray(arena)
-        base = arena.address
+        base = whole.__array_interface__["data"][0]
         return {name: self.tensor(whole, base, name, code, shape, off, n) for name, code, shape, off, n in entries}
 
     def from_bytes(self, data: Any) -> Dict[str, Any]:
@@ -216,6 +218,35 @@ class Builder:
         if self.framework == "np":
             return np.array(t, copy=True)
         return t.clone()
+
+
+def resident(path: str, mode: str, backend: str, progress: Progress) -> Optional[Tuple[np.ndarray, List[_Entry]]]:
+    """A file that auto reads buffered because it is already resident in the page cache, mapped
+    privately (copy on write), with its tensors' entries: its tensors are then the page cache's
+    own pages, as with the safetensors package's mmap load, with nothing copied or read, and
+    writing into one never reaches the file. None for any other file or mode (read it).
+
+    A mapping sees the file as it is on disk: a file replaced by rename (as every save here
+    does) keeps the old contents mapped, but one truncated in place by another program faults
+    (SIGBUS) where a loaded copy would not; the safetensors package's default has the same trait."""
+    if mode != "auto":
+        return None
+    f = call(_native.SafeFile, path, mode=mode, backend=backend)
+    try:
+        if f.decision()[0] != "buffered":
+            return None
+        with open(path, "rb") as fh:
+            mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    finally:
+        f.close()
+    whole = np.frombuffer(mapping, dtype=np.uint8)
+    try:
+        entries, _meta = _native.st_parse(whole)
+    except SafetensorError:
+        return None  # changed since it was opened: the engine's read reports it, naming the file
+    if progress is not None:
+        progress(whole.size, whole.size)
+    return whole, entries
 
 
 def _spec(name: Any, value: Any) -> Tuple[str, str, List[int], np.ndarray]:
@@ -362,6 +393,10 @@ class Slice:
         (torch's bounds clipping and exceptions), reading only the rows the first index
         selects where it is a plain int or a forward slice."""
         idx = index if isinstance(index, tuple) else (index,)
+        if all(i is Ellipsis or i == slice(None) for i in idx) and sum(1 for i in idx if i is Ellipsis) <= 1 and sum(1 for i in idx if i is not Ellipsis) <= len(self._shape):
+            # The whole tensor (`[...]`, `[:]`, `[()]`: how transformers reads each tensor): get_tensor's
+            # result is already memory of its own.
+            return self._f.get_tensor(self._name)
         first = idx[0] if idx else None
         rows = self._shape[0] if self._shape else None
         if rows is not None and isinstance(first, (int, np.integer)) and not isinstance(first, (bool, np.bool_)) and -rows <= int(first) < rows:
