@@ -26,10 +26,12 @@ import numpy as np
 from . import _native
 from ._files import CachelessReader, CachelessWriter, open
 from ._native import UnsupportedError, __version__
+from ._patch import SafetensorsPatch, patch_safetensors
 
 __all__ = [
     "CachelessReader",
     "CachelessWriter",
+    "SafetensorsPatch",
     "UnsupportedError",
     "__version__",
     "copy",
@@ -39,6 +41,7 @@ __all__ = [
     "info",
     "open",
     "pack",
+    "patch_safetensors",
     "read_file",
     "write_file",
     "residency",
