@@ -116,6 +116,10 @@ def _safe_open_replacement(original: Any) -> Any:
             + (cacheless_safe_open.__doc__ or "")
         )
 
+        # from_pretrained reads every tensor of each shard it opens (from 4 threads): one
+        # direct read of the whole shard serves them all, instead of a locked read per tensor.
+        _read_whole = True
+
         def __new__(cls, filename: Any, framework: str, *args: Any, **kwargs: Any) -> Any:
             if framework not in _FRAMEWORKS:
                 return original(filename, framework, *args, **kwargs)

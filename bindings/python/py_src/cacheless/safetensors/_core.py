@@ -8,6 +8,7 @@ import errno
 import mmap
 import os
 import sys
+import threading
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -368,6 +369,13 @@ class Slice:
 
     def __getitem__(self, index: Any) -> Any:
         b = self._f._builder
+        if self._f._read_whole:
+            whole = self._f.get_tensor(self._name)
+            if b.framework == "np":
+                plan = plan_index(index, self._shape)
+                return b.copy(whole[tuple(plan)] if plan else whole)
+            full = all(i is Ellipsis or i == slice(None) for i in (index if isinstance(index, tuple) else (index,)))
+            return whole if full and whole[index].shape == whole.shape else whole[index].clone()
         if b.framework == "pt":
             return self._torch_item(index)
         plan = plan_index(index, self._shape)
@@ -432,7 +440,14 @@ class SafeOpen:
     ``backend=`` takes safetensors' ``"mmap"`` and ``"pread"`` (both read through the engine
     here: nothing is mapped) or the engine's ``"auto"``, ``"uring"``, ``"threads"``."""
 
+    # Read every tensor in one pass at the first one asked for, and serve the rest from memory
+    # (set by subclasses for callers that read whole files through safe_open, as transformers'
+    # from_pretrained does: cacheless.patch_safetensors).
+    _read_whole = False
+
     def __init__(self, filename: PathLike, framework: str, device: Any = "cpu", *, backend: str = "mmap", mode: str = "auto", memory: Memory = None) -> None:
+        self._all: Optional[Dict[str, Any]] = None
+        self._all_lock = threading.Lock()
         self._path = os.fspath(filename)
         self._builder = Builder(framework, device, self._path)
         self._options = {"mode": mode, "memory": memory, "backend": engine_backend(backend)}
@@ -454,6 +469,7 @@ class SafeOpen:
         if self._n is not None:
             self._n.close()
             self._n = None
+        self._all = None
 
     def keys(self) -> List[str]:
         """Tensor names, sorted (as the safetensors package returns them)."""
@@ -471,6 +487,11 @@ class SafeOpen:
         """One tensor (``SafetensorError`` if there is none of that name)."""
         n = self._native()
         code, shape, nbytes = n.describe(name)
+        if self._read_whole:
+            with self._all_lock:
+                if self._all is None:
+                    self._all = self.get_tensors()
+            return self._all[name]
         arena, off = n.tensor(name)
         t = self._builder.build(arena, [(name, code, shape, off, nbytes)])[name]
         if nbytes > _WINDOW:
@@ -485,8 +506,11 @@ class SafeOpen:
         return Slice(self, name)
 
     def get_tensors(self) -> Dict[str, Any]:
-        """Every tensor in file order, read in one pass (as ``load_file``)."""
+        """Every tensor in file order, read in one pass (as ``load_file``; a resident file is mapped)."""
         self._native()
+        mapped = resident(self._path, self._options["mode"], self._options["backend"], None)
+        if mapped is not None:
+            return self._builder.build(*mapped)
         arena, entries, _meta, _report = call(_native.st_load, self._path, None, **self._options)
         return self._builder.build(arena, entries)
 
