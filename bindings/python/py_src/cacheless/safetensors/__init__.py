@@ -37,7 +37,7 @@ import os
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from .. import _native
-from ._core import Builder, Memory, PathLike, Progress, SafeOpen, SafetensorError, call, engine_backend, resident, save_to, specs
+from ._core import Builder, Memory, PathLike, Progress, SafeOpen, SafetensorError, call, load_path, save_to, specs
 
 __all__ = ["SafetensorError", "load", "load_file", "load_model", "safe_open", "save", "save_file"]
 
@@ -67,14 +67,7 @@ def load_file(
     ``queue_depth=`` and ``threads=`` tune the reads.
     """
     path = os.fspath(filename)
-    b = Builder(framework, device, path)
-    if keys is None and not options:
-        mapped = resident(path, mode, engine_backend(backend), progress)
-        if mapped is not None:
-            return b.build(*mapped)
-    got = call(_native.st_load, path, None if keys is None else list(keys), memory=memory, mode=mode, progress=progress, backend=engine_backend(backend), **options)
-    arena, entries, _meta, _report = got
-    return b.build(arena, entries)
+    return load_path(Builder(framework, device, path), path, keys, backend, mode, memory, progress, options)
 
 
 def load_model(

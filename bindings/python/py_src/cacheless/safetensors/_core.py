@@ -250,6 +250,18 @@ def resident(path: str, mode: str, backend: str, progress: Progress) -> Optional
     return whole, entries
 
 
+def load_path(b: Builder, path: str, keys: Optional[Sequence[str]], backend: str, mode: str, memory: Memory, progress: Progress, options: Dict[str, Any]) -> Dict[str, Any]:
+    """``load_file`` of either framework: a resident file mapped (see :func:`resident`), any
+    other read into one arena (only the spans of ``keys`` when given)."""
+    engine = engine_backend(backend)
+    if keys is None and not options:
+        mapped = resident(path, mode, engine, progress)
+        if mapped is not None:
+            return b.build(*mapped)
+    arena, entries, _meta, _report = call(_native.st_load, path, None if keys is None else list(keys), memory=memory, mode=mode, progress=progress, backend=engine, **options)
+    return b.build(arena, entries)
+
+
 def _spec(name: Any, value: Any) -> Tuple[str, str, List[int], np.ndarray]:
     """(name, dtype code, shape, bytes) of a numpy array or torch tensor, little-endian, C order."""
     if not isinstance(name, str):

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Uni
 import torch
 
 from .. import _native
-from ._core import Builder, Memory, PathLike, Progress, SafetensorError, call, engine_backend, resident, save_to, specs
+from ._core import Builder, Memory, PathLike, Progress, SafetensorError, engine_backend, load_path, save_to, specs
 
 __all__ = ["SafetensorError", "load", "load_file", "load_model", "save", "save_file", "save_model", "storage_ptr", "storage_size"]
 
@@ -144,13 +144,7 @@ def load_file(
     engine's ``"auto"``/``"uring"``/``"threads"``; ``keys=`` reads only those tensors.
     """
     path = os.fspath(filename)
-    b = Builder("pt", device, path)
-    if keys is None and not options:
-        mapped = resident(path, mode, engine_backend(backend), progress)
-        if mapped is not None:
-            return b.build(*mapped)
-    arena, entries, _meta, _report = call(_native.st_load, path, None if keys is None else list(keys), memory=memory, mode=mode, progress=progress, backend=engine_backend(backend), **options)
-    return b.build(arena, entries)
+    return load_path(Builder("pt", device, path), path, keys, backend, mode, memory, progress, options)
 
 
 def load(data: bytes) -> Dict[str, torch.Tensor]:
