@@ -358,12 +358,24 @@ fn sysfs_logical_block_size(dev: u64) -> Option<u32> {
     None
 }
 
+/// The start of a file a 1-byte probe read may bring into the cache (its read-ahead window).
+const PROBE_SPAN: u64 = 256 << 10;
+
 fn probe_dontcache(fd: BorrowedFd<'_>) -> Support {
     if disabled("dontcache") {
         return Err(Unavailable::disabled("RWF_DONTCACHE"));
     }
+    // The probe read (and its read-ahead) can leave a few pages of the file cached even with
+    // the flag: note what was resident first, and drop only the pages the probe brought in.
+    let file = fd.try_clone_to_owned().ok().map(File::from);
+    let span = file.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len().min(PROBE_SPAN));
+    let before = file.as_ref().filter(|_| span > 0).and_then(|f| crate::residency::resident_pages(f, 0, span).ok());
     let mut b = [0u8; 1];
-    match rustix::io::preadv2(fd, &mut [io::IoSliceMut::new(&mut b)], 0, rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE as u32)) {
+    let probed = rustix::io::preadv2(fd, &mut [io::IoSliceMut::new(&mut b)], 0, rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE as u32));
+    if let (Some(f), Some(before)) = (&file, &before) {
+        let _ = crate::residency::drop_brought_in(f, 0, span, before);
+    }
+    match probed {
         Ok(_) => Ok(()),
         Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
             Err(Unavailable::errno("preadv2(RWF_DONTCACHE)", &e.into()))
@@ -482,6 +494,27 @@ pub fn errno_name(e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The RWF_DONTCACHE probe leaves none of the probed file's pages cached that it brought
+    /// in, and drops none that were cached before it.
+    #[test]
+    fn the_dontcache_probe_leaves_the_probed_file_as_it_found_it() {
+        let dir = cacheless_testkit::scratch();
+        let p = dir.path().join("probed");
+        std::fs::write(&p, vec![7u8; 1 << 20]).expect("write");
+        let f = File::open(&p).expect("open");
+        crate::residency::evict(&f, 0, 0).expect("evict");
+        assert_eq!(crate::residency::residency(&f, 0, 1 << 20).expect("residency").cached_pages, 0);
+        let _ = probe_dontcache(f.as_fd());
+        assert_eq!(crate::residency::residency(&f, 0, 1 << 20).expect("residency").cached_pages, 0, "the probe left pages cached");
+        // Pages another program had cached stay.
+        let mut buf = vec![0u8; 8192];
+        rustix::io::pread(&f, &mut buf, 0).expect("pread");
+        let had = crate::residency::residency(&f, 0, 1 << 20).expect("residency").cached_pages;
+        assert!(had > 0);
+        let _ = probe_dontcache(f.as_fd());
+        assert!(crate::residency::residency(&f, 0, 1 << 20).expect("residency").cached_pages >= had, "the probe dropped pages it did not bring in");
+    }
 
     #[test]
     fn filesystems_are_named_by_their_magic() {
