@@ -211,8 +211,7 @@ class Builder:
         src = np.frombuffer(data, dtype=np.uint8)
         whole = np.empty(src.size, dtype=np.uint8)  # numpy's allocations are aligned for every dtype
         whole[:] = src
-        base = whole.__array_interface__["data"][0]
-        return {name: self.tensor(whole, base, name, code, shape, off, n) for name, code, shape, off, n in entries}
+        return self.build(whole, entries)
 
     def copy(self, t: Any) -> Any:
         """A copy of an array or tensor in memory of its own (0-d stays 0-d)."""
@@ -221,33 +220,38 @@ class Builder:
         return t.clone()
 
 
+def map_whole(fd: int) -> Optional[Tuple[np.ndarray, List[_Entry]]]:
+    """The file open on ``fd`` mapped privately (copy on write) as one byte array, with its
+    tensors' entries; None if its header no longer parses (it changed since the caller decided:
+    the engine's read then reports it, naming the file)."""
+    whole = np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_COPY), dtype=np.uint8)
+    try:
+        entries, _meta = _native.st_parse(whole)
+    except SafetensorError:
+        return None
+    return whole, entries
+
+
 def resident(path: str, mode: str, backend: str, progress: Progress) -> Optional[Tuple[np.ndarray, List[_Entry]]]:
     """A file that auto reads buffered because it is already resident in the page cache, mapped
-    privately (copy on write), with its tensors' entries: its tensors are then the page cache's
-    own pages, as with the safetensors package's mmap load, with nothing copied or read, and
-    writing into one never reaches the file. None for any other file or mode (read it).
+    (:func:`map_whole`): its tensors are then the page cache's own pages, as with the safetensors
+    package's mmap load, with nothing copied or read, and writing into one never reaches the
+    file. None for any other file or mode (read it). The decision is the engine's, from opening
+    the file (a stat and a residency query: no data is read).
 
     A mapping sees the file as it is on disk: a file replaced by rename (as every save here
     does) keeps the old contents mapped, but one truncated in place by another program faults
     (SIGBUS) where a loaded copy would not; the safetensors package's default has the same trait."""
     if mode != "auto":
         return None
-    f = call(_native.SafeFile, path, mode=mode, backend=backend)
+    r = call(_native.Reader, path, mode=mode, backend=backend)
     try:
-        if f.decision()[0] != "buffered":
-            return None
-        with open(path, "rb") as fh:
-            mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+        got = map_whole(r.fileno()) if r.decision()[0] == "buffered" else None
     finally:
-        f.close()
-    whole = np.frombuffer(mapping, dtype=np.uint8)
-    try:
-        entries, _meta = _native.st_parse(whole)
-    except SafetensorError:
-        return None  # changed since it was opened: the engine's read reports it, naming the file
-    if progress is not None:
-        progress(whole.size, whole.size)
-    return whole, entries
+        r.close()
+    if got is not None and progress is not None:
+        progress(got[0].size, got[0].size)
+    return got
 
 
 def load_path(b: Builder, path: str, keys: Optional[Sequence[str]], backend: str, mode: str, memory: Memory, progress: Progress, options: Dict[str, Any]) -> Dict[str, Any]:
@@ -381,18 +385,11 @@ class Slice:
 
     def __getitem__(self, index: Any) -> Any:
         b = self._f._builder
-        if self._f._read_whole:
-            whole = self._f.get_tensor(self._name)
-            if b.framework == "np":
-                plan = plan_index(index, self._shape)
-                return b.copy(whole[tuple(plan)] if plan else whole)
-            full = all(i is Ellipsis or i == slice(None) for i in (index if isinstance(index, tuple) else (index,)))
-            return whole if full and whole[index].shape == whole.shape else whole[index].clone()
         if b.framework == "pt":
             return self._torch_item(index)
         plan = plan_index(index, self._shape)
-        if not plan:
-            return b.copy(self._f.get_tensor(self._name))
+        if not plan or self._f._read_whole:
+            return b.copy(self._f.get_tensor(self._name)[tuple(plan)])
         first = plan[0]
         lo, hi = (first, first + 1) if isinstance(first, int) else (first.start, first.stop)
         block = self._rows(lo, hi)
@@ -411,14 +408,15 @@ class Slice:
     def _torch_item(self, index: Any) -> Any:
         """torch's own indexing, as the safetensors package applies it for ``framework="pt"``
         (torch's bounds clipping and exceptions), reading only the rows the first index
-        selects where it is a plain int or a forward slice."""
+        selects where it is a plain int or a forward slice (with the whole file read at once,
+        from memory)."""
         idx = index if isinstance(index, tuple) else (index,)
         if all(i is Ellipsis or i == slice(None) for i in idx) and sum(1 for i in idx if i is Ellipsis) <= 1 and sum(1 for i in idx if i is not Ellipsis) <= len(self._shape):
             # The whole tensor (`[...]`, `[:]`, `[()]`: how transformers reads each tensor): get_tensor's
             # result is already memory of its own.
             return self._f.get_tensor(self._name)
         first = idx[0] if idx else None
-        rows = self._shape[0] if self._shape else None
+        rows = self._shape[0] if self._shape and not self._f._read_whole else None
         if rows is not None and isinstance(first, (int, np.integer)) and not isinstance(first, (bool, np.bool_)) and -rows <= int(first) < rows:
             i = int(first) % rows
             return self._rows(i, i + 1)[(0, *idx[1:])].clone()
@@ -519,10 +517,12 @@ class SafeOpen:
 
     def get_tensors(self) -> Dict[str, Any]:
         """Every tensor in file order, read in one pass (as ``load_file``; a resident file is mapped)."""
-        self._native()
-        mapped = resident(self._path, self._options["mode"], self._options["backend"], None)
-        if mapped is not None:
-            return self._builder.build(*mapped)
+        n = self._native()
+        if self._options["mode"] == "auto" and n.decision()[0] == "buffered":
+            with open(self._path, "rb") as fh:
+                mapped = map_whole(fh.fileno())
+            if mapped is not None:
+                return self._builder.build(*mapped)
         arena, entries, _meta, _report = call(_native.st_load, self._path, None, **self._options)
         return self._builder.build(arena, entries)
 
