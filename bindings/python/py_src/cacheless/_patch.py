@@ -131,36 +131,27 @@ def _safe_open_replacement(original: Any) -> Any:
     return safe_open
 
 
-def _torch_load_file_replacement(original: Any) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def load_file(filename: Any, device: Any = "cpu", **kwargs: Any) -> Any:
-        from .safetensors.torch import load_file as cacheless_load_file
+def _load_file_replacement(name: str, module: str) -> Callable[[Any], Callable[..., Any]]:
+    """The factory of a replacement for the ``load_file`` named ``name``: it calls ``load_file``
+    of cacheless's ``module`` (which takes the same parameters)."""
 
-        _record("safetensors.torch.load_file")
-        return cacheless_load_file(filename, device, **kwargs)
+    def make(original: Any) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def load_file(filename: Any, *args: Any, **kwargs: Any) -> Any:
+            _record(name)
+            return importlib.import_module(module).load_file(filename, *args, **kwargs)
 
-    load_file.__doc__ = "``safetensors.torch.load_file`` as installed by :func:`cacheless.patch_safetensors`: :func:`cacheless.safetensors.torch.load_file`."
-    load_file.__module__ = __name__
-    return load_file
+        load_file.__doc__ = f"``{name}`` as installed by :func:`cacheless.patch_safetensors`: :func:`{module}.load_file`."
+        load_file.__module__ = __name__
+        return load_file
 
-
-def _numpy_load_file_replacement(original: Any) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def load_file(filename: Any, **kwargs: Any) -> Any:
-        from .safetensors import load_file as cacheless_load_file
-
-        _record("safetensors.numpy.load_file")
-        return cacheless_load_file(filename, **kwargs)
-
-    load_file.__doc__ = "``safetensors.numpy.load_file`` as installed by :func:`cacheless.patch_safetensors`: :func:`cacheless.safetensors.load_file`."
-    load_file.__module__ = __name__
-    return load_file
+    return make
 
 
 _REPLACEMENTS: Dict[str, Callable[[Any], Any]] = {
     "safetensors.safe_open": _safe_open_replacement,
-    "safetensors.torch.load_file": _torch_load_file_replacement,
-    "safetensors.numpy.load_file": _numpy_load_file_replacement,
+    "safetensors.torch.load_file": _load_file_replacement("safetensors.torch.load_file", "cacheless.safetensors.torch"),
+    "safetensors.numpy.load_file": _load_file_replacement("safetensors.numpy.load_file", "cacheless.safetensors"),
 }
 
 
