@@ -52,6 +52,7 @@ import argparse
 import csv
 import datetime
 import fnmatch
+import importlib
 import json
 import os
 import platform
@@ -159,11 +160,11 @@ def prepare(method: str, path: str):
         import cacheless.safetensors as cst
 
         return (lambda: cst.load_file(path)), np_bytes, note
-    if base in ("st-mmap", "st-pread"):
-        import safetensors.numpy as stn
-
-        kw = {"backend": "pread"} if base == "st-pread" else {}
-        return (lambda: stn.load_file(path, **kw)), np_bytes, note
+    if base.removeprefix("pt-") in ("st-mmap", "st-pread"):
+        torch_target = base.startswith("pt-")
+        st = importlib.import_module("safetensors.torch" if torch_target else "safetensors.numpy")
+        kw = {"backend": "pread"} if base.endswith("pread") else {}
+        return (lambda: st.load_file(path, **kw)), (torch_bytes if torch_target else np_bytes), note
     if base == "fastsafetensors":
         return fst_call([path]) + (note,)
     if base == "sharded-cacheless":
@@ -200,21 +201,9 @@ def prepare(method: str, path: str):
 
     # torch group
     if base == "pt-cacheless":
-        try:
-            from cacheless.safetensors.torch import load_file
-        except ImportError as e:  # an older cacheless: the generic loader with framework="pt"
-            import torch  # noqa: F401  (imported untimed, as in the other methods)
+        from cacheless.safetensors.torch import load_file
 
-            import cacheless.safetensors as cst
-
-            note = f"cacheless.safetensors.torch missing ({e}); used cacheless.safetensors.load_file(path, framework='pt')"
-            return (lambda: cst.load_file(path, framework="pt")), torch_bytes, note
         return (lambda: load_file(path)), torch_bytes, note
-    if base in ("pt-st-mmap", "pt-st-pread"):
-        import safetensors.torch as stt
-
-        kw = {"backend": "pread"} if base == "pt-st-pread" else {}
-        return (lambda: stt.load_file(path, **kw)), torch_bytes, note
     if base == "pt-fastsafetensors":
         return fst_call([path]) + (note,)
     if base == "pt-runai":
@@ -375,10 +364,7 @@ def make(kind: str, path: str, size: int, extra: str) -> None:
     `extra` is the max_shard_size), in this (child) process."""
     import torch
 
-    try:
-        from cacheless.safetensors.torch import save_file
-    except ImportError:  # an older cacheless: the package's writer (the bytes are the same)
-        from safetensors.torch import save_file
+    from cacheless.safetensors.torch import save_file
 
     def tensors(layout: list) -> dict:
         return {n: torch.full(shape, 0.5, dtype=getattr(torch, dt)) for n, dt, shape in layout}
