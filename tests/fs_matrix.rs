@@ -138,7 +138,7 @@ fn matrix(fs: &LoopFs, files: &[(PathBuf, Vec<u8>)], out_base: &Path) {
                 let dst = out.join(p.file_name().unwrap());
                 let Some(f) = done.iter().find(|f| f["src"].as_str() == Some(s(p))) else {
                     // Not copied: only a refusal of the forced mode for this file may say why.
-                    assert!(mode != Mode::Auto && mode != Mode::Buffered && mode != Mode::WriteBehind, "{tag}: {} not copied: {err}", p.display());
+                    assert!(mode != Mode::Auto && mode != Mode::Buffered && mode != Mode::DropBehind, "{tag}: {} not copied: {err}", p.display());
                     assert!(err.contains(&format!("{mode} unavailable")) && err.contains(s(p)), "{tag}: {} not copied, and no refusal: {err}", p.display());
                     assert!(!dst.exists(), "{tag}: refused copy left {}", dst.display());
                     continue;
@@ -350,7 +350,7 @@ fn expectations(fs: &LoopFs, big: &Path) {
         }
         FsKind::Erofs => {
             assert!(i.fs.direct.is_err(), "erofs with lz4 refuses O_DIRECT: {:?}", i.fs.direct);
-            assert_eq!(read.mode, Mode::WriteBehind, "auto reads erofs with drop-behind: {}", read.reason);
+            assert_eq!(read.mode, Mode::DropBehind, "auto reads erofs with drop-behind: {}", read.reason);
         }
         FsKind::Ext4 | FsKind::Xfs => assert_eq!(i.fs.direct_write_cached, None, "{:?}", i.fs),
         _ => {}

@@ -155,10 +155,10 @@ fn direct_writes_under_buffered_readers_and_a_mapping_read_back_exactly() {
     let len = 24usize << 20;
     let data = random_bytes(len, 8);
     let mut opts = WriteOptions::new(Budget::new(64 << 20));
-    opts.mode = Mode::Direct;
+    opts.io.mode = Mode::Direct;
     opts.atomic = false;
     opts.size_hint = Some(len as u64);
-    opts.block_size = 1 << 20;
+    opts.io.block_size = 1 << 20;
     let mut w = Writer::create(&f, &opts).unwrap();
     // The file has its full size (preallocated) before the readers start.
     assert_eq!(std::fs::metadata(&f).unwrap().len(), len as u64);

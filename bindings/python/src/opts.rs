@@ -116,20 +116,20 @@ impl<'py> Options<'py> {
     /// Engine read options.
     pub fn read(&self) -> ReadOptions {
         let mut o = ReadOptions::new(self.budget.clone());
-        o.mode = self.mode;
-        o.backend = self.backend;
-        o.block_size = self.block_size.unwrap_or(o.block_size);
-        o.queue_depth = self.queue_depth.unwrap_or(o.queue_depth);
+        o.io.mode = self.mode;
+        o.io.backend = self.backend;
+        o.io.block_size = self.block_size.unwrap_or(o.io.block_size);
+        o.io.queue_depth = self.queue_depth.unwrap_or(o.io.queue_depth);
         o
     }
 
     /// Engine write options.
     pub fn write(&self) -> WriteOptions {
         let mut o = WriteOptions::new(self.budget.clone());
-        o.mode = self.mode;
-        o.backend = self.backend;
-        o.block_size = self.block_size.unwrap_or(o.block_size);
-        o.queue_depth = self.queue_depth.unwrap_or(o.queue_depth);
+        o.io.mode = self.mode;
+        o.io.backend = self.backend;
+        o.io.block_size = self.block_size.unwrap_or(o.io.block_size);
+        o.io.queue_depth = self.queue_depth.unwrap_or(o.io.queue_depth);
         o.sync = self.sync;
         o.size_hint = self.size_hint;
         o

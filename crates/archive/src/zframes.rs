@@ -308,7 +308,7 @@ impl Forward<'_> {
 
     fn flush(&mut self) -> io::Result<()> {
         if let Some((chunk, start, end)) = self.pending.take() {
-            let lease = self.budget.lease(end - start, 1, 1, 1);
+            let lease = self.budget.lease(cacheless::LeaseRequest::one(end - start));
             self.tx.send(Ok(Piece { chunk, start, end, _lease: lease })).map_err(|_| Gone)?;
         }
         Ok(())

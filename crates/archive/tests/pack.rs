@@ -281,9 +281,9 @@ fn pack_slowly(src: &Path, a: &Path, during: impl FnOnce() + Send + 'static) -> 
     let mut o = PackOptions::new(Output::Stream(Box::new(Slow(fs::File::create(a).unwrap()))), vec![".".into()]);
     o.members.directory = Some(src.to_path_buf());
     o.compression = Compression::None;
-    o.read_options.block_size = 64 << 10;
-    o.read_options.queue_depth = 1;
-    o.write_options.block_size = 64 << 10;
+    o.read_options.io.block_size = 64 << 10;
+    o.read_options.io.queue_depth = 1;
+    o.write_options.io.block_size = 64 << 10;
     let progress = Arc::new(cacheless::Progress::new());
     o.progress = Some(progress.clone());
     let stop = Arc::new(AtomicBool::new(false));
@@ -347,7 +347,7 @@ fn an_interrupted_pack_leaves_no_archive_and_no_temporary() {
     fs::create_dir_all(&outdir).unwrap();
     let a = outdir.join("i.tar.zst");
     let mut o = opts(&src, &a, Compression::Zstd);
-    o.read_options.block_size = 64 << 10;
+    o.read_options.io.block_size = 64 << 10;
     o.frame_size = 64 << 10;
     let progress = Arc::new(cacheless::Progress::new());
     o.progress = Some(progress.clone());
@@ -517,11 +517,11 @@ fn every_forced_mode_reads_and_writes_in_that_mode_or_is_refused_clearly() {
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("big"), vec![9u8; 5 << 20]).unwrap();
     fs::write(src.join("small"), "small").unwrap();
-    for (mode, feature) in [(IoMode::Direct, "direct"), (IoMode::DontCache, "dontcache"), (IoMode::WriteBehind, ""), (IoMode::Buffered, "")] {
+    for (mode, feature) in [(IoMode::Direct, "direct"), (IoMode::DontCache, "dontcache"), (IoMode::DropBehind, ""), (IoMode::Buffered, "")] {
         let a = work.path().join(format!("{mode:?}.tar.zst"));
         let mut o = opts(&src, &a, Compression::Zstd);
-        o.read_options.mode = mode;
-        o.write_options.mode = mode;
+        o.read_options.io.mode = mode;
+        o.write_options.io.mode = mode;
         let r = match pack(o) {
             Ok(r) => r,
             Err(e) => {
@@ -537,7 +537,7 @@ fn every_forced_mode_reads_and_writes_in_that_mode_or_is_refused_clearly() {
         let n = match mode {
             IoMode::Direct => m.direct,
             IoMode::DontCache => m.dontcache,
-            IoMode::WriteBehind => m.writebehind,
+            IoMode::DropBehind => m.writebehind,
             _ => m.buffered,
         };
         assert_eq!(n, 2, "{mode:?}: {m:?}");

@@ -53,7 +53,7 @@ fn check(archive: &Path, modes: &[IoMode], walk: bool, what: &str) {
         match m {
             IoMode::Direct => assert_eq!(r.modes.direct, n, "{what}: {:?}", r.modes),
             IoMode::DontCache => assert_eq!(r.modes.dontcache, n, "{what}: {:?}", r.modes),
-            IoMode::WriteBehind => assert_eq!(r.modes.writebehind, n, "{what}: {:?}", r.modes),
+            IoMode::DropBehind => assert_eq!(r.modes.writebehind, n, "{what}: {:?}", r.modes),
             IoMode::Buffered => assert_eq!(r.modes.buffered, n, "{what}: {:?}", r.modes),
             IoMode::Auto => {}
         }
@@ -105,7 +105,7 @@ fn every_compression() {
 #[test]
 fn every_mode_and_the_nofollow_walk() {
     let (_d, a) = archive(&trees().full, "modes.tar.zst", "gnu", Some("zstd"), &[]);
-    let modes = [IoMode::Auto, IoMode::Direct, IoMode::DontCache, IoMode::WriteBehind, IoMode::Buffered];
+    let modes = [IoMode::Auto, IoMode::Direct, IoMode::DontCache, IoMode::DropBehind, IoMode::Buffered];
     check(&a, &modes, false, "modes");
     check(&a, &[IoMode::Auto], true, "walk");
 }
@@ -201,9 +201,9 @@ fn both_engine_backends() {
     for (i, kind) in [cacheless::BackendKind::Threads, cacheless::BackendKind::Uring].into_iter().enumerate() {
         let o = work.path().join(format!("ours{i}"));
         let mut opts = ExtractOptions::new(&o);
-        opts.read_options.backend = kind;
+        opts.read_options.io.backend = kind;
         let mut wo = cacheless::WriteOptions::new(opts.budget.clone());
-        wo.backend = kind;
+        wo.io.backend = kind;
         opts.write_options = Some(wo);
         opts.sync = false;
         let r = match extract(Input::Path(a.clone()), &opts) {

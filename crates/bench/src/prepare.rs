@@ -76,9 +76,9 @@ pub(crate) fn prepare_file(cfg: &BenchConfig, path: &Path, size: u64, seed: u64,
     log(&format!("creating {} ({size} bytes)", path.display()));
     let mut wo = WriteOptions::new(Budget::new(cfg.budget_bytes));
     wo.size_hint = Some(size);
-    wo.block_size = cfg.block_size.max(1 << 20);
+    wo.io.block_size = cfg.block_size.max(1 << 20);
     let mut w = Writer::create(path, &wo)?;
-    let mut block = make_block(seed, wo.block_size);
+    let mut block = make_block(seed, wo.io.block_size);
     let mut left = size;
     let mut n = 0u64;
     while left > 0 {

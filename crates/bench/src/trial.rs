@@ -136,19 +136,19 @@ impl Ctx<'_> {
     fn ro(&self) -> ReadOptions {
         let cfg = self.bench.cfg;
         let mut o = ReadOptions::new(self.bench.budget.clone());
-        o.mode = self.mode;
-        o.backend = cfg.backend;
-        o.block_size = cfg.block_size;
-        o.queue_depth = cfg.queue_depth;
+        o.io.mode = self.mode;
+        o.io.backend = cfg.backend;
+        o.io.block_size = cfg.block_size;
+        o.io.queue_depth = cfg.queue_depth;
         o
     }
     fn wo(&self) -> WriteOptions {
         let cfg = self.bench.cfg;
         let mut o = WriteOptions::new(self.bench.budget.clone());
-        o.mode = self.mode;
-        o.backend = cfg.backend;
-        o.block_size = cfg.block_size;
-        o.queue_depth = cfg.queue_depth;
+        o.io.mode = self.mode;
+        o.io.backend = cfg.backend;
+        o.io.block_size = cfg.block_size;
+        o.io.queue_depth = cfg.queue_depth;
         o.size_hint = Some(cfg.file_size);
         o.sync = true;
         o

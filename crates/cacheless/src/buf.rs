@@ -49,14 +49,15 @@ impl Budget {
         *self.inner.used.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Leases up to `count` buffers of `size` bytes aligned to `align`, waiting while other
-    /// leases hold the memory. Gets at least `min` buffers (fewer than `count` when the budget
-    /// is smaller than asked), and never more than the budget allows.
+    /// Leases what `req` asks for, waiting while other leases hold the memory: up to
+    /// `req.count` buffers, at least `req.min` (fewer than `count` when the budget is smaller
+    /// than asked), and never more than the budget allows.
     ///
     /// # Panics
     /// If `size` rounded up to `align` exceeds `isize::MAX` (callers bound their request sizes
     /// well below that).
-    pub fn lease(&self, size: usize, align: usize, count: usize, min: usize) -> Lease {
+    pub fn lease(&self, req: LeaseRequest) -> Lease {
+        let LeaseRequest { size, align, count, min } = req;
         let align = align.max(1).checked_next_power_of_two().unwrap_or(1 << (usize::BITS - 1));
         let size = round_up(size.max(1), align);
         if layout(size, align).is_none() {
@@ -86,6 +87,77 @@ impl Budget {
             }
             used = self.inner.freed.wait(used).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Divides this budget among the parts of a job that want `wants` bytes each, so that no
+    /// part waits on memory another holds: each part gets a budget of its own of its share,
+    /// and the shares are taken out of this budget together, as one lease held as long as the
+    /// [`Shares`] (other users of this budget see them taken). Shares that add up to more than
+    /// the budget are granted all the same (a job must slow down, not hang, on a budget smaller
+    /// than its minimum); [`Shares::over`] says by how much.
+    pub fn split(&self, wants: &[usize]) -> Shares {
+        let want = wants.iter().fold(0usize, |a, w| a.saturating_add(*w));
+        let held = self.lease(LeaseRequest::one(want.min(self.limit()).max(1)));
+        Shares { _held: held, parts: wants.iter().map(|w| Budget::new(*w)).collect(), over: want.saturating_sub(self.limit()) }
+    }
+}
+
+/// What a [`Budget::lease`] asks for: up to `count` buffers of `size` bytes aligned to `align`
+/// (rounded up to a power of two), and at least `min` of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// Bytes per buffer (rounded up to the alignment).
+    pub size: usize,
+    /// Memory alignment of each buffer.
+    pub align: usize,
+    /// Buffers wanted.
+    pub count: usize,
+    /// Buffers needed: the lease waits until this many fit.
+    pub min: usize,
+}
+
+impl LeaseRequest {
+    /// Up to `count` buffers of `size` bytes, byte-aligned, at least one.
+    pub fn buffers(size: usize, count: usize) -> LeaseRequest {
+        LeaseRequest { size, align: 1, count, min: 1 }
+    }
+
+    /// One span of `size` bytes (a share of the budget held as a whole).
+    pub fn one(size: usize) -> LeaseRequest {
+        LeaseRequest::buffers(size, 1)
+    }
+
+    /// The same, each buffer aligned to `align`.
+    pub fn aligned(self, align: usize) -> LeaseRequest {
+        LeaseRequest { align, ..self }
+    }
+
+    /// The same, waiting for at least `min` buffers.
+    pub fn at_least(self, min: usize) -> LeaseRequest {
+        LeaseRequest { min, ..self }
+    }
+}
+
+/// A budget divided among a job's parts (see [`Budget::split`]).
+#[derive(Debug)]
+pub struct Shares {
+    _held: Lease,
+    parts: Vec<Budget>,
+    over: usize,
+}
+
+impl Shares {
+    /// The budget of part `i`, in the order of the wants.
+    ///
+    /// # Panics
+    /// If there is no part `i`.
+    pub fn part(&self, i: usize) -> &Budget {
+        &self.parts[i]
+    }
+
+    /// Bytes the shares took beyond the divided budget (0 when they fit).
+    pub fn over(&self) -> usize {
+        self.over
     }
 }
 
@@ -176,6 +248,12 @@ impl Drop for Arena {
 struct Raw(NonNull<u8>);
 // SAFETY: a Raw is the sole owner of its heap allocation; it is only moved between threads.
 unsafe impl Send for Raw {}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease").field("size", &self.size()).field("align", &self.align()).field("count", &self.count()).finish()
+    }
+}
 
 impl Lease {
     /// Size of each buffer.
@@ -427,7 +505,7 @@ const BALLOON_F_REPORTING: usize = 5;
 pub fn result_huge_pages() -> &'static Result<(), String> {
     static VERDICT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     VERDICT.get_or_init(|| {
-        if crate::caps::disabled("hugepages") {
+        if crate::env::disabled("hugepages") {
             return Err("disabled by CACHELESS_DISABLE".into());
         }
         let reporting = std::fs::read_dir("/sys/bus/virtio/drivers/virtio_balloon")
@@ -475,7 +553,7 @@ mod tests {
     fn a_large_lease_cuts_its_buffers_from_one_aligned_arena() {
         let b = Budget::new(64 << 20);
         {
-            let lease = b.lease(1 << 20, 4096, 9, 1);
+            let lease = b.lease(LeaseRequest::buffers(1 << 20, 9).aligned(4096));
             let mut bufs: Vec<_> = (0..9).map(|_| lease.get().unwrap()).collect();
             assert!(lease.get().is_none());
             let base = bufs[0].as_ptr() as usize;
@@ -494,7 +572,7 @@ mod tests {
         }
         assert_eq!(b.used(), 0);
         // A lease under 2 MiB in all keeps the allocator's buffers.
-        let lease = b.lease(4096, 4096, 2, 1);
+        let lease = b.lease(LeaseRequest::buffers(4096, 2).aligned(4096));
         let x = lease.get().unwrap();
         assert!(lease.inner.state.lock().unwrap().arena.is_none());
         assert_eq!(x.as_ptr() as usize % 4096, 0);
@@ -503,7 +581,7 @@ mod tests {
     #[test]
     fn buffers_are_aligned_and_return_to_the_lease() {
         let b = Budget::new(1 << 20);
-        let lease = b.lease(4096 * 3, 4096, 4, 1);
+        let lease = b.lease(LeaseRequest::buffers(4096 * 3, 4).aligned(4096));
         assert_eq!(lease.count(), 4);
         let bufs: Vec<_> = (0..4).map(|_| lease.get().unwrap()).collect();
         assert!(lease.get().is_none());
@@ -521,10 +599,10 @@ mod tests {
     #[test]
     fn lease_is_clamped_to_the_budget_and_waits_for_release() {
         let b = Budget::new(10 * 1024);
-        let l1 = b.lease(4096, 4096, 8, 1);
+        let l1 = b.lease(LeaseRequest::buffers(4096, 8).aligned(4096));
         assert_eq!(l1.count(), 2);
         let b2 = b.clone();
-        let t = std::thread::spawn(move || b2.lease(4096, 4096, 2, 2).count());
+        let t = std::thread::spawn(move || b2.lease(LeaseRequest::buffers(4096, 2).aligned(4096).at_least(2)).count());
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(!t.is_finished(), "second lease must wait while the first holds the budget");
         drop(l1);
@@ -548,7 +626,7 @@ mod tests {
     #[test]
     fn a_buffer_outlives_its_lease_handle() {
         let b = Budget::new(1 << 20);
-        let lease = b.lease(512, 512, 1, 1);
+        let lease = b.lease(LeaseRequest::buffers(512, 1).aligned(512));
         let mut x = lease.get().unwrap();
         drop(lease);
         x[0] = 7;

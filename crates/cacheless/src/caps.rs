@@ -114,10 +114,8 @@ pub struct SystemCaps {
     pub result_huge_pages: Support,
 }
 
-/// Features the user turned off with `CACHELESS_DISABLE=direct,dontcache,uring,cachestat,hugepages`.
-pub fn disabled(feature: &str) -> bool {
-    std::env::var("CACHELESS_DISABLE").map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(feature))).unwrap_or(false)
-}
+pub use crate::env::disabled;
+use crate::residency::CachestatMissing;
 
 /// The system capabilities, probed on first use.
 pub fn system() -> &'static SystemCaps {
@@ -159,15 +157,10 @@ fn probe_uring() -> Support {
 }
 
 fn probe_cachestat() -> Support {
-    if disabled("cachestat") {
-        return Err(Unavailable::disabled("cachestat"));
-    }
-    // An invalid descriptor tells the two cases apart without touching a file: EBADF means the
-    // call exists, ENOSYS that the kernel predates it (6.5). Per-file refusals (EPERM on files
-    // the caller may not write) are handled where residency is asked for.
-    match crate::residency::cachestat_raw(-1) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Err(Unavailable::errno("cachestat", &e)),
-        _ => Ok(()),
+    match crate::residency::cachestat_support() {
+        Ok(()) => Ok(()),
+        Err(CachestatMissing::Disabled) => Err(Unavailable::disabled("cachestat")),
+        Err(CachestatMissing::Errno(e)) => Err(Unavailable::errno("cachestat", &io::Error::from_raw_os_error(e))),
     }
 }
 
@@ -234,6 +227,25 @@ pub fn for_dir(dir: &Path) -> io::Result<Arc<FsCaps>> {
             let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&p)?;
             let _ = std::fs::remove_file(&p);
             f
+        }
+    };
+    for_file(&f)
+}
+
+/// The capabilities of the filesystem holding the open directory `dir` (see [`for_dir`]).
+pub fn for_dir_fd(dir: BorrowedFd<'_>) -> io::Result<Arc<FsCaps>> {
+    let dev = rustix::fs::fstat(dir)?.st_dev;
+    if let Some(c) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key(dir, dev)) {
+        return Ok(c.clone());
+    }
+    use rustix::fs::{AtFlags, Mode as FMode, OFlags};
+    let f: File = match rustix::fs::openat(dir, ".", OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(0o600)) {
+        Ok(fd) => fd.into(),
+        Err(_) => {
+            let name = format!(".cacheless-probe-{}", std::process::id());
+            let fd = rustix::fs::openat(dir, name.as_str(), OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(0o600))?;
+            let _ = rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty());
+            fd.into()
         }
     };
     for_file(&f)

@@ -30,7 +30,7 @@ use crate::policy::{self, Decision};
 use crate::progress::Progress;
 use crate::rate::RateLimit;
 use crate::read::{ReadOptions, Reader};
-use crate::setup;
+use crate::sys;
 use crate::write::{WriteOptions, WriteReport, Writer};
 use crate::BackendChoice;
 
@@ -244,12 +244,13 @@ impl Staged {
     /// Renames the file into place (fsyncing the directory if the copy was durable) and
     /// returns its report.
     pub fn commit(mut self) -> Result<CopyReport> {
-        setup::call(Site::Rename, || rustix::fs::renameat(&*self.dir, self.tmp.as_os_str(), &*self.dir, self.name.as_os_str()))
-            .map_err(|e| Error::io("rename", &self.path, e))?;
-        self.committed = true;
-        if self.sync {
-            setup::call(Site::Sync, || rustix::fs::fsync(&*self.dir)).map_err(|e| Error::io("fsync directory", &self.path, e))?;
+        if let Err(u) = sys::publish(self.dir.as_fd(), &self.tmp, &self.name, &self.path, self.sync) {
+            // After the rename the copy is whole and in place; only the directory entry's
+            // durability is in doubt, and the error says so.
+            self.committed = u.renamed;
+            return Err(u.error);
         }
+        self.committed = true;
         Ok(self.report.clone())
     }
 }
@@ -279,7 +280,7 @@ impl Drop for TmpGuard<'_> {
 
 /// Opens the directory `dst` lives in; returns it with `dst`'s file name.
 pub fn open_parent(dst: &Path) -> Result<(Arc<OwnedFd>, OsString)> {
-    let (fd, name) = setup::open_parent(dst)?;
+    let (fd, name) = sys::open_parent(dst)?;
     Ok((Arc::new(fd), name.to_os_string()))
 }
 
@@ -315,13 +316,13 @@ pub fn stage_copy(
 ) -> Result<Staged> {
     let mut ro = ro.clone();
     // The reader's lease also covers the chunks the writer holds in flight.
-    ro.extra_buffers = wo.queue_depth.max(1) + 1;
+    ro.extra_buffers = wo.io.queue_depth.max(1) + 1;
     if let Some(r) = &co.rate {
         // Read-ahead bounded to a tenth of a second's worth keeps the reads within the limit too.
         let tenth = (r.rate() / 10).max(64 << 10);
         let cap = crate::conv::usize_of(1u64 << (63 - tenth.leading_zeros()));
-        ro.block_size = ro.block_size.min(cap);
-        ro.queue_depth = ro.queue_depth.min(2);
+        ro.io.block_size = ro.io.block_size.min(cap);
+        ro.io.queue_depth = ro.io.queue_depth.min(2);
     }
     let mut reader = Reader::open(src, &ro)?;
     let smeta = reader.file().metadata().map_err(|e| Error::io("stat", src, e))?;
@@ -330,7 +331,7 @@ pub fn stage_copy(
             return Err(Error::new(ErrorKind::SameFile, "copy", dst, format!("'{}' and '{}' are the same file", src.display(), dst.display())));
         }
     }
-    let tmp = setup::temp_name(name);
+    let tmp = sys::temp_name(name);
     let len = reader.len();
     let mut job = Job { src, dst, dir, tmp: &tmp, co, wo, progress, hasher: co.verify.map(Hasher::new) };
 
@@ -423,16 +424,16 @@ impl Job<'_> {
             Some(e) => Some(e),
             None => {
                 let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                let fd = rustix::fs::openat(&**self.dir, self.tmp.as_os_str(), flags, FMode::from_raw_mode(0o600))
-                    .map_err(|e| Error::io("create", self.dst, e.into()))?;
+                let fd = sys::call(Site::Open, || rustix::fs::openat(&**self.dir, self.tmp.as_os_str(), flags, FMode::from_raw_mode(0o600)))
+                    .map_err(|e| Error::io("create", self.dst, e))?;
                 let mut guard = TmpGuard { dir: self.dir, name: self.tmp, armed: true };
                 let file = File::from(fd);
                 match rustix::fs::ioctl_ficlone(&file, reader.file()) {
                     Ok(()) => {
                         self.extra(reader.file(), &file, smeta)?;
-                        setup::apply_attrs(&file, self.wo.permissions, self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
+                        sys::apply_attrs(&file, self.wo.permissions, self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
                         if self.wo.sync {
-                            rustix::fs::fdatasync(&file).map_err(|e| Error::io("fdatasync", self.dst, e.into()))?;
+                            sys::fdatasync(&file, self.dst)?;
                         }
                         self.progress.add_bytes(reader.len());
                         if let Some(h) = &mut self.hasher {
@@ -499,7 +500,7 @@ impl Job<'_> {
     /// creator may not sync: a tree copy makes its small files durable in batches).
     fn finish(&self, f: NewFile) -> Result<WriteReport> {
         if self.wo.sync {
-            rustix::fs::fdatasync(f.file()).map_err(|e| Error::io("fdatasync", self.dst, e.into()))?;
+            sys::fdatasync(f.file(), self.dst)?;
         }
         let mut w = f.finish()?;
         w.synced |= self.wo.sync;
@@ -511,7 +512,7 @@ impl Job<'_> {
         let creator = match creator {
             Some(c) => c,
             None => {
-                own = FileCreator::new(CreateOptions { mode: self.wo.mode, sync: self.wo.sync, deferred_drops: 0, batch_writeback: 0 });
+                own = FileCreator::new(CreateOptions { mode: self.wo.io.mode, sync: self.wo.sync, deferred_drops: 0, batch_writeback: 0 });
                 &own
             }
         };
@@ -525,7 +526,7 @@ impl Job<'_> {
         wo.size_hint = Some(reader.len());
         // Under a budget smaller than asked for, the writer may only hold what the reader's lease
         // leaves beyond its read-ahead and the chunk in hand; none left means write-through.
-        wo.queue_depth = wo.queue_depth.min(reader.buffers().saturating_sub(reader.queue_depth() + 1));
+        wo.io.queue_depth = wo.io.queue_depth.min(reader.buffers().saturating_sub(reader.queue_depth() + 1));
         let mut writer = Writer::create_in(self.dir.as_fd(), self.tmp.as_os_str(), self.dst, &wo)?;
         let mut data = 0;
         while let Some(chunk) = reader.next_chunk()? {
@@ -636,19 +637,20 @@ impl Job<'_> {
     /// the source's.
     fn verify(&self, algo: Algo, want: String, block: usize) -> Result<VerifyReport> {
         let t = Instant::now();
-        let fd = rustix::fs::openat(&**self.dir, self.tmp.as_os_str(), OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty())
-            .map_err(|e| Error::io("open for verify", self.dst, e.into()))?;
+        let fd =
+            sys::call(Site::Open, || rustix::fs::openat(&**self.dir, self.tmp.as_os_str(), OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty()))
+                .map_err(|e| Error::io("open for verify", self.dst, e))?;
         let file = File::from(fd);
-        rustix::fs::fdatasync(&file).map_err(|e| Error::io("fdatasync", self.dst, e.into()))?;
+        sys::fdatasync(&file, self.dst)?;
         if let Some(hook) = &self.co.before_verify {
             hook(&file, self.dst).map_err(|e| Error::io("verify hook", self.dst, e))?;
         }
         // Whatever of the copy is still cached goes first, so the read comes from the disk.
         crate::residency::evict(&file, 0, 0).map_err(|e| Error::io("evict", self.dst, e))?;
-        let mut ro = ReadOptions::new(self.wo.budget.clone());
-        ro.mode = self.wo.mode;
-        ro.backend = self.wo.backend;
-        ro.block_size = block.max(1 << 20);
+        let mut ro = ReadOptions::new(self.wo.io.budget.clone());
+        ro.io.mode = self.wo.io.mode;
+        ro.io.backend = self.wo.io.backend;
+        ro.io.block_size = block.max(1 << 20);
         let mut back = Reader::from_file(file, self.dst, &ro)?;
         let mut h = Hasher::new(algo);
         while let Some(c) = back.next_chunk()? {

@@ -17,9 +17,10 @@ use crate::buf::AlignedBuf;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::Site;
+use crate::plan::{self, Plan};
 use crate::policy::{self, Decision, Mode};
 use crate::residency;
-use crate::setup;
+use crate::sys;
 use crate::write::WriteReport;
 
 /// Direct writes from memory that is not aligned for O_DIRECT go through an aligned bounce
@@ -128,6 +129,27 @@ impl Shared {
         self.opts.batch_writeback > 0 && !self.opts.sync && self.opts.mode == Mode::Auto && size_hint < policy::SMALL_WRITE
     }
 
+    /// The plan for a file of `size` bytes on a filesystem with `caps`: the policy's, or, for
+    /// a small file that is batched (see [`CreateOptions::batch_writeback`]), write-behind
+    /// with the others (batching replaces the uncached write auto would choose, so the
+    /// policy's own decision, and its reason formatted per file, is not made).
+    fn plan(&self, caps: Arc<FsCaps>, size: u64, path: &Path) -> Result<Plan> {
+        let decision = if self.batches(size) {
+            Decision {
+                mode: Mode::DropBehind,
+                reason: format!(
+                    "small file ({size} B < {} B): written back with the others (a syncfs per {} MiB or {} files), then dropped",
+                    policy::SMALL_WRITE,
+                    self.opts.batch_writeback >> 20,
+                    self.opts.deferred_drops.max(1)
+                ),
+            }
+        } else {
+            policy::decide_write(self.opts.mode, &caps, Some(size)).map_err(|r| plan::refused("create", path, r))?
+        };
+        Ok(Plan::new(caps, decision))
+    }
+
     /// Adds a finished small file to the batch, writing the batch back once it is full.
     fn add_to_batch(&self, file: Arc<File>, bytes: u64) {
         let full = {
@@ -194,15 +216,12 @@ impl FileCreator {
     /// once complete (and durable, with the directory entry, if the options sync). On error
     /// the temporary is removed and `path` is untouched.
     pub fn replace(&self, path: &Path, data: &[u8], attrs: &FileAttrs) -> Result<WriteReport> {
-        let (dir, name) = setup::open_parent(path)?;
+        let (dir, name) = sys::open_parent(path)?;
         let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
-        let (fd, tmp) = setup::create_temp(dir.as_fd(), name, path, perm)?;
+        let (fd, tmp) = sys::create_temp(dir.as_fd(), name, path, perm)?;
         let mut draft = self.draft(fd, path, data.len() as u64);
         let done = draft.write_at(data, 0).and_then(|()| draft.finish(attrs)).and_then(|report| {
-            setup::call(Site::Rename, || rustix::fs::renameat(&dir, tmp.as_os_str(), &dir, name)).map_err(|e| Error::io("rename", path, e))?;
-            if self.shared.opts.sync {
-                setup::call(Site::Sync, || rustix::fs::fsync(&dir)).map_err(|e| Error::io("fsync directory", path, e))?;
-            }
+            sys::publish(dir.as_fd(), &tmp, name, path, self.shared.opts.sync).map_err(|u| u.error)?;
             Ok(report)
         });
         match done {
@@ -246,6 +265,17 @@ impl FileCreator {
         caps::cached(key)
     }
 
+    /// How a file of `size` bytes created in `dir` would be written: its mode and why, and the
+    /// alignment its data should have to be written without a bounce copy (see
+    /// [`Plan::buffer_align`]). `path` names the directory in errors.
+    pub fn plan(&self, dir: &Arc<OwnedFd>, path: &Path, size: u64) -> Result<Plan> {
+        let caps = match self.dir_caps(dir) {
+            Some(c) => c,
+            None => caps::for_dir_fd(dir.as_fd()).map_err(|e| Error::io("probe", path, e))?,
+        };
+        self.shared.plan(caps, size, path)
+    }
+
     /// Drops now the pages of every file kept for a later drop (call it once their writeback
     /// is done, after a syncfs for instance).
     pub fn drop_deferred(&self) {
@@ -253,10 +283,10 @@ impl FileCreator {
     }
 
     fn open(&self, dir: BorrowedFd<'_>, name: &OsStr, path: &Path, size_hint: u64, attrs: &FileAttrs) -> Result<Draft> {
-        setup::check_name("create", path, name)?;
+        sys::check_name("create", path, name)?;
         let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
         let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = setup::call(Site::Open, || rustix::fs::openat(dir, name, flags, FMode::from_raw_mode(perm))).map_err(|e| Error::io("create", path, e))?;
+        let fd = sys::call(Site::Open, || rustix::fs::openat(dir, name, flags, FMode::from_raw_mode(perm))).map_err(|e| Error::io("create", path, e))?;
         Ok(self.draft(fd, path, size_hint))
     }
 
@@ -333,9 +363,8 @@ impl Drop for NewFile {
 
 /// How a file is being written, decided at its first write (or at finish for an empty file).
 #[derive(Debug)]
-struct Plan {
-    caps: Arc<FsCaps>,
-    decision: Decision,
+struct Writing {
+    plan: Plan,
     direct: DirectState,
 }
 
@@ -360,7 +389,7 @@ struct Draft {
     size_hint: u64,
     /// The filesystem's capabilities when known at creation (from its directory).
     caps: Option<Arc<FsCaps>>,
-    plan: Option<Plan>,
+    plan: Option<Writing>,
     direct_bytes: u64,
     tail_bytes: u64,
     /// End of the data written so far (or the length set).
@@ -375,37 +404,21 @@ struct Draft {
 impl Draft {
     fn err(&self, op: &'static str, e: io::Error) -> Error {
         match &self.plan {
-            Some(p) => setup::io_error(op, &self.path, e, p.decision.mode, if p.decision.mode == Mode::DontCache { RWF_DONTCACHE } else { 0 }, &p.caps),
+            Some(w) => plan::io_error(op, &self.path, e, w.plan.decision.mode, w.plan.flags, &w.plan.caps),
             None => Error::io(op, &self.path, e),
         }
     }
 
     /// Decides the mode on first use.
-    fn plan(&mut self) -> Result<&mut Plan> {
+    fn plan(&mut self) -> Result<&mut Writing> {
         if self.plan.is_none() {
             let caps = match self.caps.take() {
                 Some(c) => c,
                 None => caps::for_file(&self.file).map_err(|e| Error::io("probe", &self.path, e))?,
             };
-            // A batched file is small and in auto mode, where the policy would write it uncached
-            // (RWF_DONTCACHE, else write-behind): batching replaces that choice, so the policy's
-            // own decision (and its reason, formatted per file) is not made.
             self.batched = self.shared.batches(self.size_hint);
-            let decision = if self.batched {
-                Decision {
-                    mode: Mode::WriteBehind,
-                    reason: format!(
-                        "small file ({} B < {} B): written back with the others (a syncfs per {} MiB or {} files), then dropped",
-                        self.size_hint,
-                        policy::SMALL_WRITE,
-                        self.shared.opts.batch_writeback >> 20,
-                        self.shared.opts.deferred_drops.max(1)
-                    ),
-                }
-            } else {
-                policy::decide_write(self.shared.opts.mode, &caps, Some(self.size_hint)).map_err(|r| setup::refused("create", &self.path, r))?
-            };
-            self.plan = Some(Plan { caps, decision, direct: DirectState::Off });
+            let plan = self.shared.plan(caps, self.size_hint, &self.path)?;
+            self.plan = Some(Writing { plan, direct: DirectState::Off });
         }
         match self.plan.as_mut() {
             Some(p) => Ok(p),
@@ -417,12 +430,12 @@ impl Draft {
         if data.is_empty() {
             return Ok(());
         }
-        let mode = self.plan()?.decision.mode;
+        let mode = self.plan()?.plan.decision.mode;
         match mode {
             Mode::Direct => self.write_direct(data, off)?,
             Mode::DontCache => self.write_dontcache(data, off)?,
-            Mode::WriteBehind => self.write_behind(data, off)?,
-            Mode::Buffered | Mode::Auto => setup::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?,
+            Mode::DropBehind => self.write_behind(data, off)?,
+            Mode::Buffered | Mode::Auto => sys::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?,
         }
         self.end = self.end.max(off + data.len() as u64);
         Ok(())
@@ -432,7 +445,7 @@ impl Draft {
     /// the rest after clearing O_DIRECT, uncached where the filesystem allows.
     fn write_direct(&mut self, data: &[u8], off: u64) -> Result<()> {
         let (caps, state) = match &self.plan {
-            Some(p) => (p.caps.clone(), p.direct),
+            Some(w) => (w.plan.caps.clone(), w.direct),
             None => return Err(Error::new(ErrorKind::Io, "write", &self.path, "no write plan")),
         };
         let Ok(a) = caps.direct.as_ref() else {
@@ -446,7 +459,7 @@ impl Draft {
         let mut on = state == DirectState::On;
         if bulk > 0 {
             if !on {
-                setup::set_direct(&self.file, true).map_err(|e| {
+                sys::set_direct(&self.file, true).map_err(|e| {
                     Error::io("fcntl(O_DIRECT)", &self.path, e).with_kind(ErrorKind::Unsupported).with_hint(policy::alternatives(Mode::Direct, &caps))
                 })?;
                 self.set_direct_state(DirectState::On);
@@ -454,7 +467,7 @@ impl Draft {
             }
             let bulk_data = &data[..bulk];
             let r = if bulk_data.as_ptr() as usize % mem_align == 0 {
-                setup::write_full(&self.file, bulk_data, off, 0)
+                sys::write_full(&self.file, bulk_data, off, 0)
             } else {
                 self.bounce(bulk_data, off, align.max(mem_align))
             };
@@ -464,10 +477,10 @@ impl Draft {
         let rest = &data[bulk..];
         if !rest.is_empty() {
             if on {
-                setup::set_direct(&self.file, false).map_err(|e| self.err("fcntl", e))?;
+                sys::set_direct(&self.file, false).map_err(|e| self.err("fcntl", e))?;
             }
             self.set_direct_state(DirectState::Cleared);
-            setup::write_uncached(&self.file, rest, off + bulk as u64, &caps).map_err(|e| self.err("write", e))?;
+            sys::write_uncached(&self.file, rest, off + bulk as u64, &caps).map_err(|e| self.err("write", e))?;
             // Even uncached, the partial page a tail shares with the direct part can stay
             // cached (it is read in to be merged): dropped at the end like write-behind pages.
             self.cached = true;
@@ -490,14 +503,14 @@ impl Draft {
         while done < data.len() {
             let n = size.min(data.len() - done);
             b[..n].copy_from_slice(&data[done..done + n]);
-            setup::write_full(&self.file, &b[..n], off + done as u64, 0)?;
+            sys::write_full(&self.file, &b[..n], off + done as u64, 0)?;
             done += n;
         }
         Ok(())
     }
 
     fn write_dontcache(&mut self, data: &[u8], off: u64) -> Result<()> {
-        match setup::write_full(&self.file, data, off, RWF_DONTCACHE) {
+        match sys::write_full(&self.file, data, off, RWF_DONTCACHE) {
             // RWF_DONTCACHE drops pages as their writeback ends, but not always every one: the
             // file is dropped again when it is closed (or once written back, when not synced).
             Ok(()) => {
@@ -506,11 +519,12 @@ impl Draft {
             }
             // The probe could not tell (it could not read the file): the first write does.
             // Under auto, remember it for the filesystem and take the next mode.
-            Err(e) if setup::dontcache_refused(&e) && self.shared.opts.mode == Mode::Auto => {
-                if let Some(p) = self.plan.as_mut() {
-                    caps::refuse_dontcache(p.caps.dev, &e);
-                    p.decision =
-                        Decision { mode: Mode::WriteBehind, reason: format!("RWF_DONTCACHE refused by a write ({}): write-behind", caps::errno_name(&e)) };
+            Err(e) if sys::dontcache_refused(&e) && self.shared.opts.mode == Mode::Auto => {
+                if let Some(w) = self.plan.as_mut() {
+                    caps::refuse_dontcache(w.plan.caps.dev, &e);
+                    let decision =
+                        Decision { mode: Mode::DropBehind, reason: format!("RWF_DONTCACHE refused by a write ({}): write-behind", caps::errno_name(&e)) };
+                    w.plan = Plan::new(w.plan.caps.clone(), decision);
                 }
                 self.write_behind(data, off)
             }
@@ -521,7 +535,7 @@ impl Draft {
     /// A plain write, dropped from the cache at once (which starts its writeback) and again
     /// later (see [`CreateOptions::deferred_drops`]).
     fn write_behind(&mut self, data: &[u8], off: u64) -> Result<()> {
-        setup::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?;
+        sys::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?;
         // A batched file's pages are written back and dropped with its batch's.
         if !self.batched {
             let _ = residency::drop_range(&self.file, off, data.len() as u64);
@@ -531,12 +545,12 @@ impl Draft {
     }
 
     fn finish(&mut self, attrs: &FileAttrs) -> Result<WriteReport> {
-        let decision = self.plan()?.decision.clone();
+        let decision = self.plan()?.plan.decision.clone();
         let sync = self.shared.opts.sync;
         if sync {
-            setup::call(Site::Sync, || rustix::fs::fdatasync(&self.file)).map_err(|e| self.err("fdatasync", e))?;
+            sys::fdatasync(&self.file, &self.path)?;
         }
-        setup::apply_attrs(&self.file, attrs.permissions, attrs.atime, attrs.mtime).map_err(|(op, e)| self.err(op, e))?;
+        sys::apply_attrs(&self.file, attrs.permissions, attrs.atime, attrs.mtime).map_err(|(op, e)| self.err(op, e))?;
         Ok(WriteReport {
             path: self.path.clone(),
             bytes: self.end,
@@ -596,14 +610,14 @@ mod tests {
         caps::set_cached(&File::open(d.path()).unwrap(), blind);
         let c = FileCreator::new(CreateOptions::default());
         let rep = c.write_file(dir.as_fd(), OsStr::new("f"), Path::new("f"), b"some data", &FileAttrs::default()).unwrap();
-        assert_eq!(rep.decision.mode, Mode::WriteBehind, "{}", rep.decision.reason);
+        assert_eq!(rep.decision.mode, Mode::DropBehind, "{}", rep.decision.reason);
         assert!(rep.decision.reason.contains("refused by a write"), "{}", rep.decision.reason);
         assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"some data");
         assert!(caps::for_dir(shm).unwrap().dontcache.is_err(), "the refusal is remembered for the filesystem");
         // A forced dontcache there is now refused up front, with the modes to try.
         let forced = FileCreator::new(CreateOptions { mode: Mode::DontCache, ..CreateOptions::default() });
         let e = forced.write_file(dir.as_fd(), OsStr::new("g"), Path::new("g"), b"x", &FileAttrs::default()).unwrap_err();
-        assert_eq!(e.hint(), Some(&crate::Hint::Modes(vec![Mode::Auto, Mode::WriteBehind])));
+        assert_eq!(e.hint(), Some(&crate::Hint::Modes(vec![Mode::Auto, Mode::DropBehind])));
         assert!(!d.path().join("g").exists());
     }
 }

@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::backend::BackendKind;
-use crate::policy::Mode;
+use crate::mode::{BackendKind, Mode};
 
 /// What kind of failure an [`Error`] is, for callers that branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

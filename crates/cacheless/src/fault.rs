@@ -59,7 +59,7 @@ impl Site {
     /// this kind fails.
     pub fn ops(self) -> &'static [&'static str] {
         match self {
-            Site::Open => &["open", "create", "open directory"],
+            Site::Open => &["open", "create", "open directory", "open for verify"],
             Site::Read => &["read"],
             Site::Write => &["write"],
             Site::Sync => &["fdatasync", "fsync directory"],

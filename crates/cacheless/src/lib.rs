@@ -8,10 +8,11 @@
 //! one call by a [`FileCreator`].
 //!
 //! ```no_run
-//! use cacheless::{Budget, ReadOptions, Reader, WriteOptions, Writer};
-//! let budget = Budget::new(256 << 20);
-//! let mut r = Reader::open("big.bin", &ReadOptions::new(budget.clone()))?;
-//! let mut wo = WriteOptions::new(budget);
+//! use cacheless::{IoOptions, ReadOptions, Reader, WriteOptions, Writer};
+//! // Mode, backend, request size and depth, and one memory budget for every buffer.
+//! let io = IoOptions::default();
+//! let mut r = Reader::open("big.bin", &ReadOptions::from(io.clone()))?;
+//! let mut wo = WriteOptions::from(io);
 //! wo.size_hint = Some(r.len());
 //! let mut w = Writer::create("copy.bin", &wo)?;
 //! while let Some(chunk) = r.next_chunk()? {
@@ -33,27 +34,33 @@ pub mod conv;
 mod copy;
 pub mod create;
 pub mod digest;
+mod env;
 pub mod error;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 #[cfg(not(feature = "fault-injection"))]
 mod fault;
 pub mod info;
+pub mod mode;
+pub mod options;
+pub mod plan;
 pub mod policy;
 mod progress;
 pub mod rate;
 pub mod read;
 pub mod residency;
-mod setup;
+mod sys;
 pub mod write;
 
 pub use backend::{BackendChoice, BackendKind};
-pub use buf::{AlignedBuf, Budget};
+pub use buf::{AlignedBuf, Budget, LeaseRequest, Shares};
 pub use copy::{
     copy_file, copy_file_with, copy_xattrs, open_parent, stage_copy, CopyOptions, CopyReport, Method, Reflink, Sparse, Staged, VerifyHook, VerifyReport,
 };
 pub use create::{CreateOptions, FileAttrs, FileCreator, NewFile};
 pub use error::{Error, ErrorKind, Hint, Result};
+pub use options::{IoOptions, DEFAULT_BUDGET};
+pub use plan::Plan;
 pub use policy::{Decision, Mode};
 pub use progress::Progress;
 pub use rate::RateLimit;

@@ -1,66 +1,10 @@
 //! The I/O modes and the automatic choice between them, with the reason for each choice.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::Serialize;
 
 use crate::caps::FsCaps;
 use crate::error::Hint;
-
-/// How a file is read or written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Pick per file from its size, residency and filesystem; the choice and reason are reported.
-    Auto,
-    /// O_DIRECT: aligned requests bypass the page cache; unaligned edges go through bounce buffers,
-    /// and the unaligned tail of a written file is written after clearing O_DIRECT.
-    Direct,
-    /// Uncached buffered I/O (RWF_DONTCACHE, Linux 6.14+, ext4 6.17+, XFS 6.16+).
-    DontCache,
-    /// Buffered I/O that cleans up behind itself: writes are pushed out in windows with
-    /// sync_file_range and dropped with fadvise(DONTNEED); reads drop the pages they brought in.
-    WriteBehind,
-    /// Plain buffered I/O through the page cache (the baseline; leaves the cache full).
-    Buffered,
-}
-
-impl Mode {
-    /// The lowercase name used on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Auto => "auto",
-            Mode::Direct => "direct",
-            Mode::DontCache => "dontcache",
-            Mode::WriteBehind => "writebehind",
-            Mode::Buffered => "buffered",
-        }
-    }
-
-    /// Every mode, in the order reports list them.
-    pub const ALL: [Mode; 5] = [Mode::Buffered, Mode::Direct, Mode::DontCache, Mode::WriteBehind, Mode::Auto];
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Mode, String> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "auto" => Mode::Auto,
-            "direct" | "o_direct" => Mode::Direct,
-            "dontcache" | "uncached" => Mode::DontCache,
-            "writebehind" | "write-behind" | "dropbehind" => Mode::WriteBehind,
-            "buffered" => Mode::Buffered,
-            other => return Err(format!("unknown mode '{other}': expected auto, direct, dontcache, writebehind or buffered")),
-        })
-    }
-}
+pub use crate::mode::Mode;
 
 /// A mode chosen for one file, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -113,14 +57,19 @@ pub struct Refusal {
 pub fn alternatives(mode: Mode, caps: &FsCaps) -> Hint {
     let next = match mode {
         Mode::Direct if caps.dontcache.is_ok() => Some(Mode::DontCache),
-        Mode::Direct | Mode::DontCache => Some(Mode::WriteBehind),
+        Mode::Direct | Mode::DontCache => Some(Mode::DropBehind),
         _ => None,
     };
     Hint::Modes(std::iter::once(Mode::Auto).chain(next).collect())
 }
 
-fn refuse(mode: Mode, caps: &FsCaps, reason: String) -> Refusal {
-    Refusal { mode, reason, hint: alternatives(mode, caps) }
+/// Whether `mode` can be forced on a filesystem with `caps`: direct and dontcache only where
+/// the probe found them; the others everywhere.
+pub fn forced(mode: Mode, caps: &FsCaps) -> Result<(), Refusal> {
+    match unsupported(mode, caps) {
+        Some(reason) => Err(Refusal { mode, reason, hint: alternatives(mode, caps) }),
+        None => Ok(()),
+    }
 }
 
 /// Chooses how to read a file of `len` bytes with `cached` bytes already resident.
@@ -128,9 +77,7 @@ fn refuse(mode: Mode, caps: &FsCaps, reason: String) -> Refusal {
 /// A forced mode the filesystem cannot honour is refused, never silently downgraded.
 pub fn decide_read(requested: Mode, caps: &FsCaps, len: u64, cached: Option<u64>) -> Result<Decision, Refusal> {
     if requested != Mode::Auto {
-        if let Some(reason) = unsupported(requested, caps) {
-            return Err(refuse(requested, caps, reason));
-        }
+        forced(requested, caps)?;
         return Ok(Decision { mode: requested, reason: "requested".into() });
     }
     if let (Some(c), true) = (cached, len > 0) {
@@ -144,7 +91,7 @@ pub fn decide_read(requested: Mode, caps: &FsCaps, len: u64, cached: Option<u64>
     }
     if len < TINY_READ {
         return Ok(Decision {
-            mode: Mode::WriteBehind,
+            mode: Mode::DropBehind,
             reason: format!("small file ({len} B < {TINY_READ} B): buffered, then drop the pages this read brought in"),
         });
     }
@@ -157,9 +104,7 @@ pub fn decide_read(requested: Mode, caps: &FsCaps, len: u64, cached: Option<u64>
 /// auto takes the next mode, and a forced direct write is done as asked, its reason saying so.
 pub fn decide_write(requested: Mode, caps: &FsCaps, size_hint: Option<u64>) -> Result<Decision, Refusal> {
     if requested != Mode::Auto {
-        if let Some(reason) = unsupported(requested, caps) {
-            return Err(refuse(requested, caps, reason));
-        }
+        forced(requested, caps)?;
         let reason = match (&caps.direct_write_cached, requested) {
             (Some(why), Mode::Direct) => format!("requested, though O_DIRECT writes here go through the page cache ({why})"),
             _ => "requested".into(),
@@ -172,7 +117,7 @@ pub fn decide_write(requested: Mode, caps: &FsCaps, size_hint: Option<u64>) -> R
                 Ok(Decision { mode: Mode::DontCache, reason: format!("small file ({n} B < {SMALL_WRITE} B): uncached buffered write") })
             } else {
                 Ok(Decision {
-                    mode: Mode::WriteBehind,
+                    mode: Mode::DropBehind,
                     reason: format!(
                         "small file ({n} B < {SMALL_WRITE} B) and no RWF_DONTCACHE ({}): write-behind",
                         caps.dontcache.as_ref().err().map(|u| u.reason.as_str()).unwrap_or("")
@@ -185,7 +130,7 @@ pub fn decide_write(requested: Mode, caps: &FsCaps, size_hint: Option<u64>) -> R
                 Ok(Decision { mode: Mode::DontCache, reason: format!("O_DIRECT writes go through the page cache here ({why}): RWF_DONTCACHE") })
             }
             (Ok(_), Some(why), Err(u)) => Ok(Decision {
-                mode: Mode::WriteBehind,
+                mode: Mode::DropBehind,
                 reason: format!("O_DIRECT writes go through the page cache here ({why}) and RWF_DONTCACHE unavailable ({}): write-behind", u.reason),
             }),
             _ => fallback_chain(caps, "write"),
@@ -200,7 +145,7 @@ fn fallback_chain(caps: &FsCaps, what: &str) -> Result<Decision, Refusal> {
         }
         (Err(d), Ok(())) => Ok(Decision { mode: Mode::DontCache, reason: format!("O_DIRECT unavailable ({}): RWF_DONTCACHE", d.reason) }),
         (Err(d), Err(u)) => Ok(Decision {
-            mode: Mode::WriteBehind,
+            mode: Mode::DropBehind,
             reason: format!(
                 "O_DIRECT unavailable ({}) and RWF_DONTCACHE unavailable ({}): buffered with {}",
                 d.reason,
@@ -231,7 +176,7 @@ mod tests {
     fn direct_writes_that_go_through_the_cache_make_auto_take_the_next_mode_and_forced_direct_say_so() {
         let why = "an O_DIRECT write left 1 of 1 pages in the page cache";
         let wb = decide_write(Mode::Auto, &caps(false, Some(why)), None).unwrap();
-        assert_eq!(wb.mode, Mode::WriteBehind);
+        assert_eq!(wb.mode, Mode::DropBehind);
         assert!(wb.reason.contains(why) && wb.reason.contains("EOPNOTSUPP"), "{}", wb.reason);
         assert_eq!(decide_write(Mode::Auto, &caps(true, Some(why)), Some(1 << 30)).unwrap().mode, Mode::DontCache);
         let forced = decide_write(Mode::Direct, &caps(false, Some(why)), None).unwrap();

@@ -9,42 +9,37 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::backend::{BackendChoice, BackendKind, Completion, Driver, Lane, Op, OpKind};
-use crate::buf::{round_up, AlignedBuf, Budget, Lease};
+use crate::buf::{round_up, AlignedBuf, Budget, Lease, LeaseRequest};
 use crate::caps::FsCaps;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::Site;
+use crate::options::IoOptions;
+use crate::plan::{self, check_block_size, Plan};
 use crate::policy::{self, Decision, Mode};
 use crate::residency;
-use crate::setup::{self, check_block_size, Chosen};
-
-/// Default size of one I/O request. Chosen by measurement on the development machine: see
-/// docs/BENCHMARKS.md, "request size and queue depth".
-pub const DEFAULT_BLOCK_SIZE: usize = 4 << 20;
-/// Default number of requests in flight per file (same measurement).
-pub const DEFAULT_QUEUE_DEPTH: usize = 8;
+use crate::sys;
 
 /// How to open a [`Reader`].
 #[derive(Debug, Clone)]
 pub struct ReadOptions {
-    /// Requested mode (default auto).
-    pub mode: Mode,
-    /// Requested backend (default auto).
-    pub backend: BackendKind,
-    /// Size of each request; rounded up to the O_DIRECT alignment. At most 1 GiB.
-    pub block_size: usize,
-    /// Requests in flight (read-ahead depth).
-    pub queue_depth: usize,
-    /// The memory budget buffers come out of.
-    pub budget: Budget,
+    /// Mode, backend, request size, read-ahead depth and budget.
+    pub io: IoOptions,
     /// Buffers leased beyond the read-ahead, for chunks the caller holds (1: the current one;
     /// a copy adds the writer's queue depth, because the writer holds chunks in flight).
     pub extra_buffers: usize,
 }
 
 impl ReadOptions {
-    /// Defaults: auto mode and backend, default request size and depth.
+    /// Defaults (auto mode and backend, default request size and depth) with `budget`.
     pub fn new(budget: Budget) -> ReadOptions {
-        ReadOptions { mode: Mode::Auto, backend: BackendKind::Auto, block_size: DEFAULT_BLOCK_SIZE, queue_depth: DEFAULT_QUEUE_DEPTH, budget, extra_buffers: 1 }
+        ReadOptions::from(IoOptions::new(budget))
+    }
+}
+
+impl From<IoOptions> for ReadOptions {
+    /// Reads with a job's shared settings, holding one chunk at a time.
+    fn from(io: IoOptions) -> ReadOptions {
+        ReadOptions { io, extra_buffers: 1 }
     }
 }
 
@@ -95,19 +90,14 @@ pub struct Reader {
     file: Arc<File>,
     path: PathBuf,
     len: u64,
-    decision: Decision,
-    caps: Arc<FsCaps>,
-    /// Offset/length alignment (1 unless direct).
-    align: usize,
-    /// Memory alignment (1 unless direct).
-    mem_align: usize,
+    /// The mode, its reason and the alignment it asks for.
+    plan: Plan,
     block: usize,
     depth: usize,
     backend: BackendKind,
     lease: Lease,
     lane: Lane,
     choice: Option<BackendChoice>,
-    flags: i32,
     next_submit: u64,
     stream_pos: u64,
     stream_held: usize,
@@ -126,7 +116,7 @@ impl Reader {
     /// Opens `path` and chooses its mode.
     pub fn open(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<Reader> {
         let path = path.as_ref();
-        let fd = setup::call(Site::Open, || rustix::fs::open(path, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()))
+        let fd = sys::call(Site::Open, || rustix::fs::open(path, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()))
             .map_err(|e| Error::io("open", path, e))?;
         Reader::from_file(File::from(fd), path, opts)
     }
@@ -140,43 +130,40 @@ impl Reader {
         if !meta.is_file() {
             return Err(Error::new(ErrorKind::InvalidInput, "open", path, "not a regular file"));
         }
-        check_block_size("open", path, opts.block_size)?;
+        check_block_size("open", path, opts.io.block_size)?;
         let len = meta.len();
-        let cached = if opts.mode == Mode::Auto && len > 0 { residency::residency(&file, 0, len).ok().map(|r| r.cached_bytes().min(len)) } else { None };
-        let Chosen { caps, decision, align, mem_align, flags } = setup::choose(&file, path, "open", |caps| policy::decide_read(opts.mode, caps, len, cached))?;
-        if decision.mode == Mode::WriteBehind {
+        let cached = if opts.io.mode == Mode::Auto && len > 0 { residency::residency(&file, 0, len).ok().map(|r| r.cached_bytes().min(len)) } else { None };
+        let plan = plan::choose(&file, path, "open", |caps| policy::decide_read(opts.io.mode, caps, len, cached))?;
+        let (align, mem_align) = (plan.align, plan.mem_align);
+        if plan.decision.mode == Mode::DropBehind {
             // Drop-behind keeps only pages that were cached before each request. Kernel
             // read-ahead would cache pages ahead of the request before we look at them, so it is
             // turned off for this descriptor: our own queue does the read-ahead.
             let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
         }
-        let cold_direct = decision.mode == Mode::Direct && len > 0 && residency::cachestat(file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache == 0);
+        let cold_direct = plan.decision.mode == Mode::Direct && len > 0 && residency::cachestat(file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache == 0);
         let page = rustix::param::page_size();
-        let mut block = round_up(opts.block_size.max(align), align);
+        let mut block = round_up(opts.io.block_size.max(align), align);
         if len > 0 && crate::conv::usize_of(len) < block {
             // Never lease more than the file needs.
             block = round_up(crate::conv::usize_of(len), align.max(page));
         }
         let extra = opts.extra_buffers;
         let blocks = crate::conv::usize_of(len.div_ceil(block as u64)).max(1);
-        let want = opts.queue_depth.max(1).min(blocks) + extra;
-        let lease = opts.budget.lease(block, page.max(mem_align), want, 1);
+        let want = opts.io.queue_depth.max(1).min(blocks) + extra;
+        let lease = opts.io.budget.lease(LeaseRequest::buffers(block, want).aligned(page.max(mem_align)));
         let depth = lease.count().saturating_sub(extra).max(1);
         Ok(Reader {
             file: Arc::new(file),
             path: path.to_path_buf(),
             len,
-            decision,
-            caps,
-            align,
-            mem_align,
+            plan,
             block,
             depth,
-            backend: opts.backend,
+            backend: opts.io.backend,
             lease,
             lane: Lane::new(),
             choice: None,
-            flags,
             next_submit: 0,
             stream_pos: 0,
             stream_held: 0,
@@ -199,11 +186,15 @@ impl Reader {
     }
     /// The mode in effect and why.
     pub fn decision(&self) -> &Decision {
-        &self.decision
+        &self.plan.decision
+    }
+    /// The mode with its reason, and the alignment requests and buffers need in it.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
     /// What the file's filesystem supports.
     pub fn caps(&self) -> &FsCaps {
-        &self.caps
+        &self.plan.caps
     }
     /// The backend in use once I/O has started (`None` before, or for single-request files
     /// that never needed a queue).
@@ -232,7 +223,7 @@ impl Reader {
     }
 
     fn err(&self, op: &'static str, e: io::Error) -> Error {
-        setup::io_error(op, &self.path, e, self.decision.mode, self.flags, &self.caps)
+        plan::io_error(op, &self.path, e, self.plan.decision.mode, self.plan.flags, &self.plan.caps)
     }
 
     /// Opens the queue unless the whole file is one request with nothing else in flight,
@@ -241,7 +232,7 @@ impl Reader {
         if self.lane.has_queue() || (self.len <= self.block as u64 && self.lane.in_flight() == 0) {
             return Ok(());
         }
-        let (q, choice) = setup::open_queue(self.backend, self.depth + 1, Some(&self.lease), &self.path)?;
+        let (q, choice) = plan::open_queue(self.backend, self.depth + 1, Some(&self.lease), &self.path)?;
         self.lane.open(q);
         self.choice = Some(choice);
         Ok(())
@@ -255,7 +246,7 @@ impl Reader {
     }
 
     fn note_before(&mut self, off: u64, len: usize) {
-        if self.decision.mode != Mode::WriteBehind || len == 0 {
+        if self.plan.decision.mode != Mode::DropBehind || len == 0 {
             return;
         }
         let b = match residency::residency(&self.file, off, len as u64) {
@@ -286,9 +277,9 @@ impl Reader {
             let Some(buf) = self.lease.get() else { break };
             let off = self.next_submit;
             let want = crate::conv::fit(self.len - off, self.block);
-            let req = round_up(want, self.align);
+            let req = round_up(want, self.plan.align);
             self.note_before(off, want);
-            let op = Op::owned(OpKind::Read, self.file.clone(), off, buf, 0, req, self.flags, off).map_err(|e| self.err("read", e))?;
+            let op = Op::owned(OpKind::Read, self.file.clone(), off, buf, 0, req, self.plan.flags, off).map_err(|e| self.err("read", e))?;
             self.next_submit += want as u64;
             self.stream_held += 1;
             // Started with the next flush or wait, several at once (see `next_chunk`).
@@ -306,7 +297,7 @@ impl Reader {
         };
         let want = crate::conv::fit(self.len.saturating_sub(base), self.block);
         let mut op = c.op;
-        if n > 0 && n < want && n % self.align == 0 {
+        if n > 0 && n < want && n % self.plan.align == 0 {
             // Short read before the end: carry on with the rest of the request.
             op.advance(n);
             return self.submit(op);
@@ -377,10 +368,10 @@ impl Reader {
         self.ready.clear();
         self.before.clear();
         self.stream_held = 0;
-        let start = pos / self.align as u64 * self.align as u64;
+        let start = pos / self.plan.align as u64 * self.plan.align as u64;
         self.stream_pos = start;
         self.next_submit = start;
-        self.skip = crate::conv::fit(pos - start, self.align);
+        self.skip = crate::conv::fit(pos - start, self.plan.align);
         Ok(())
     }
 
@@ -389,7 +380,7 @@ impl Reader {
     /// Reads into `mem` at `offset`; `mem` satisfies the mode's alignment (address, offset
     /// and length aligned for direct). Returns bytes read (short at EOF).
     fn read_raw(&mut self, mem: &mut [u8], offset: u64) -> Result<usize> {
-        let (file, block, depth, align, flags) = (self.file.clone(), self.block, self.depth, self.align, self.flags);
+        let (file, block, depth, align, flags) = (self.file.clone(), self.block, self.depth, self.plan.align, self.plan.flags);
         crate::backend::read_into(self, &file, mem, offset, block, depth, align, flags)
     }
 
@@ -402,11 +393,11 @@ impl Reader {
         }
         let want = crate::conv::fit(self.len - offset, buf.len());
         let buf = &mut buf[..want];
-        if self.decision.mode != Mode::Direct {
+        if self.plan.decision.mode != Mode::Direct {
             return self.read_raw(buf, offset);
         }
-        let a = self.align;
-        if offset % a as u64 == 0 && buf.as_ptr() as usize % self.mem_align == 0 {
+        let a = self.plan.align;
+        if offset % a as u64 == 0 && buf.as_ptr() as usize % self.plan.mem_align == 0 {
             let bulk = want / a * a;
             let mut done = 0;
             if bulk > 0 {
@@ -426,7 +417,7 @@ impl Reader {
     /// Direct reads of the aligned span covering `[offset, offset+buf.len())` into aligned
     /// buffers, copied out to `buf`.
     fn bounce(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let a = self.align as u64;
+        let a = self.plan.align as u64;
         let lo = offset / a * a;
         let hi = (offset + buf.len() as u64).div_ceil(a) * a;
         let mut copied = 0usize;
@@ -458,12 +449,12 @@ impl Reader {
 
     /// Reads the whole file into one aligned buffer (direct into it, no copy).
     pub fn read_all(&mut self) -> Result<Chunk> {
-        let cap = usize::try_from(self.len).ok().and_then(|l| l.max(1).checked_add(self.align - 1)).map(|l| l / self.align * self.align);
-        let Some((cap, mut buf)) = cap.and_then(|c| AlignedBuf::try_new(c, self.mem_align.max(rustix::param::page_size())).map(|b| (c, b))) else {
+        let cap = usize::try_from(self.len).ok().and_then(|l| l.max(1).checked_add(self.plan.align - 1)).map(|l| l / self.plan.align * self.plan.align);
+        let Some((cap, mut buf)) = cap.and_then(|c| AlignedBuf::try_new(c, self.plan.mem_align.max(rustix::param::page_size())).map(|b| (c, b))) else {
             return Err(Error::new(ErrorKind::InvalidInput, "read", &self.path, format!("a {} B file does not fit in memory", self.len)));
         };
         let len = crate::conv::fit(self.len, cap);
-        let want = if self.decision.mode == Mode::Direct { cap } else { len };
+        let want = if self.plan.decision.mode == Mode::Direct { cap } else { len };
         let n = if self.len == 0 { 0 } else { self.read_raw(&mut buf[..want], 0)? };
         Ok(Chunk { buf, offset: 0, len: n.min(len) })
     }
@@ -471,7 +462,7 @@ impl Reader {
 
 impl std::fmt::Debug for Reader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reader").field("path", &self.path).field("len", &self.len).field("mode", &self.decision.mode).finish()
+        f.debug_struct("Reader").field("path", &self.path).field("len", &self.len).field("mode", &self.plan.decision.mode).finish()
     }
 }
 
@@ -541,11 +532,11 @@ impl Drop for Reader {
             }
         }
         // Best effort, as drop-behind: failing to drop pages loses no data.
-        match self.decision.mode {
+        match self.plan.decision.mode {
             // Pages past the end hold no data of the file, yet some filesystems fill them when
             // they decompress a whole block (squashfs caches its 128 KiB block in the file's
             // mapping): drop them too.
-            Mode::WriteBehind if self.len > 0 => {
+            Mode::DropBehind if self.len > 0 => {
                 let page = rustix::param::page_size() as u64;
                 let _ = residency::drop_range(&self.file, self.len.div_ceil(page) * page, 0);
             }

@@ -53,7 +53,32 @@ pub fn cachestat(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<Cachestat
 }
 
 /// cachestat(2) on a raw descriptor over the whole file, for probing whether the call exists.
-pub(crate) fn cachestat_raw(fd: i32) -> io::Result<Cachestat> {
+/// Why cachestat(2) cannot be used.
+#[derive(Debug, Clone, Copy)]
+pub enum CachestatMissing {
+    /// The user turned it off (`CACHELESS_DISABLE=cachestat`).
+    Disabled,
+    /// The call failed with this errno (ENOSYS: the kernel predates it, 6.5).
+    Errno(i32),
+}
+
+/// Whether cachestat(2) is there, probed once. An invalid descriptor tells the two cases apart
+/// without touching a file: EBADF means the call exists, ENOSYS that it does not. Per-file
+/// refusals (EPERM on files the caller may not write) are handled where residency is asked for.
+pub fn cachestat_support() -> std::result::Result<(), CachestatMissing> {
+    static S: std::sync::OnceLock<std::result::Result<(), CachestatMissing>> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        if crate::env::disabled("cachestat") {
+            return Err(CachestatMissing::Disabled);
+        }
+        match cachestat_raw(-1) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Err(CachestatMissing::Errno(libc::ENOSYS)),
+            _ => Ok(()),
+        }
+    })
+}
+
+fn cachestat_raw(fd: i32) -> io::Result<Cachestat> {
     let range = CachestatRange { off: 0, len: 0 };
     let mut cs = Cachestat::default();
     // SAFETY: both pointers are to live repr(C) structs; a bad fd fails with EBADF.
@@ -122,7 +147,7 @@ pub fn residency(file: &File, off: u64, len: u64) -> io::Result<Residency> {
     if len == 0 {
         return Ok(Residency { cached_pages: 0, total_pages: 0, dirty_pages: 0, writeback_pages: 0, page_size: ps, source: Source::Cachestat });
     }
-    if crate::caps::system().cachestat.is_ok() {
+    if cachestat_support().is_ok() {
         match cachestat(file.as_fd(), off, len) {
             Ok(cs) => {
                 return Ok(Residency {

@@ -13,15 +13,17 @@ use std::time::SystemTime;
 use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use serde::Serialize;
 
-use crate::backend::{BackendChoice, BackendKind, Completion, Lane, Op, OpKind};
-use crate::buf::{round_up, AlignedBuf, Budget, Lease};
+use crate::backend::{BackendChoice, Completion, Lane, Op, OpKind};
+use crate::buf::{round_up, AlignedBuf, Budget, Lease, LeaseRequest};
 use crate::caps::FsCaps;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::Site;
+use crate::options::IoOptions;
+use crate::plan::{self, Plan};
 use crate::policy::{self, Decision, Mode};
-use crate::read::{Chunk, DEFAULT_BLOCK_SIZE, DEFAULT_QUEUE_DEPTH};
+use crate::read::Chunk;
 use crate::residency;
-use crate::setup::{self, set_direct, Chosen};
+use crate::sys::{self, set_direct};
 
 /// Write-behind window: after each window is written, its writeback is started, and the
 /// window before it is waited for and dropped from the cache. 8 MiB keeps the dirty
@@ -31,16 +33,9 @@ pub const WRITE_BEHIND_WINDOW: u64 = 8 << 20;
 /// How to create a [`Writer`].
 #[derive(Debug, Clone)]
 pub struct WriteOptions {
-    /// Requested mode (default auto).
-    pub mode: Mode,
-    /// Requested backend (default auto).
-    pub backend: BackendKind,
-    /// Size of each write request; rounded up to the O_DIRECT alignment. At most 1 GiB.
-    pub block_size: usize,
-    /// Writes in flight; 0 writes through (each request completes before the call returns).
-    pub queue_depth: usize,
-    /// The memory budget buffers come out of.
-    pub budget: Budget,
+    /// Mode, backend, request size, writes in flight (0 writes through: each request completes
+    /// before the call returns) and budget.
+    pub io: IoOptions,
     /// Final size, when known: picks the mode, and preallocates the file.
     pub size_hint: Option<u64>,
     /// Write under a temporary name beside the destination and rename it into place in
@@ -59,21 +54,16 @@ pub struct WriteOptions {
 }
 
 impl WriteOptions {
-    /// Defaults: auto mode and backend, atomic, durable.
+    /// Defaults (auto mode and backend, atomic, durable) with `budget`.
     pub fn new(budget: Budget) -> WriteOptions {
-        WriteOptions {
-            mode: Mode::Auto,
-            backend: BackendKind::Auto,
-            block_size: DEFAULT_BLOCK_SIZE,
-            queue_depth: DEFAULT_QUEUE_DEPTH,
-            budget,
-            size_hint: None,
-            atomic: true,
-            sync: true,
-            permissions: None,
-            mtime: None,
-            atime: None,
-        }
+        WriteOptions::from(IoOptions::new(budget))
+    }
+}
+
+impl From<IoOptions> for WriteOptions {
+    /// Writes with a job's shared settings: atomic, durable, no size hint or attributes.
+    fn from(io: IoOptions) -> WriteOptions {
+        WriteOptions { io, size_hint: None, atomic: true, sync: true, permissions: None, mtime: None, atime: None }
     }
 }
 
@@ -103,19 +93,15 @@ pub struct Writer {
     dir: OwnedFd,
     name: OsString,
     tmp: Option<OsString>,
-    decision: Decision,
-    caps: Arc<FsCaps>,
+    /// The mode, its reason and the alignment it asks for.
+    plan: Plan,
     opts: WriteOptions,
-    /// Offset alignment for direct writes (1 otherwise).
-    align: usize,
-    mem_align: usize,
     block: usize,
     depth: usize,
     lease: Option<Lease>,
     lease_count: usize,
     lane: Lane,
     choice: Option<BackendChoice>,
-    flags: i32,
     cur: Option<AlignedBuf>,
     cur_len: usize,
     /// File offset of the next byte handed to us.
@@ -135,7 +121,7 @@ impl Writer {
     /// Creates `path` (atomically by default: see [`WriteOptions::atomic`]).
     pub fn create(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<Writer> {
         let path = path.as_ref();
-        let (dir, name) = setup::open_parent(path)?;
+        let (dir, name) = sys::open_parent(path)?;
         Writer::create_in_owned(dir, name, path, opts)
     }
 
@@ -147,19 +133,18 @@ impl Writer {
     }
 
     fn create_in_owned(dir: OwnedFd, name: &OsStr, path: &Path, opts: &WriteOptions) -> Result<Writer> {
-        setup::check_name("create", path, name)?;
-        setup::check_block_size("create", path, opts.block_size)?;
+        sys::check_name("create", path, name)?;
+        plan::check_block_size("create", path, opts.io.block_size)?;
         let (fd, tmp) = if opts.atomic {
-            let (fd, t) = setup::create_temp(dir.as_fd(), name, path, 0o666)?;
+            let (fd, t) = sys::create_temp(dir.as_fd(), name, path, 0o666)?;
             (fd, Some(t))
         } else {
             let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let fd =
-                setup::call(Site::Open, || rustix::fs::openat(&dir, name, flags, FMode::from_raw_mode(0o666))).map_err(|e| Error::io("create", path, e))?;
+            let fd = sys::call(Site::Open, || rustix::fs::openat(&dir, name, flags, FMode::from_raw_mode(0o666))).map_err(|e| Error::io("create", path, e))?;
             (fd, None)
         };
         let file = File::from(fd);
-        let chosen = match setup::choose(&file, path, "create", |caps| policy::decide_write(opts.mode, caps, opts.size_hint)) {
+        let plan = match plan::choose(&file, path, "create", |caps| policy::decide_write(opts.io.mode, caps, opts.size_hint)) {
             Ok(c) => c,
             Err(e) => {
                 // Undo the creation before reporting why we cannot write.
@@ -168,14 +153,14 @@ impl Writer {
                 return Err(e);
             }
         };
-        Ok(Writer::new(file, dir, name.to_os_string(), tmp, path, opts, chosen))
+        Ok(Writer::new(file, dir, name.to_os_string(), tmp, path, opts, plan))
     }
 
-    fn new(file: File, dir: OwnedFd, name: OsString, tmp: Option<OsString>, path: &Path, opts: &WriteOptions, chosen: Chosen) -> Writer {
-        let Chosen { caps, decision, align, mem_align, flags } = chosen;
+    fn new(file: File, dir: OwnedFd, name: OsString, tmp: Option<OsString>, path: &Path, opts: &WriteOptions, plan: Plan) -> Writer {
+        let align = plan.align;
         let page = rustix::param::page_size();
-        let mut block = round_up(opts.block_size.max(align), align.max(page));
-        let mut lease_count = opts.queue_depth.max(1) + 1;
+        let mut block = round_up(opts.io.block_size.max(align), align.max(page));
+        let mut lease_count = opts.io.queue_depth.max(1) + 1;
         if let Some(h) = opts.size_hint {
             let h = crate::conv::usize_of(h);
             if h < block {
@@ -185,7 +170,7 @@ impl Writer {
         }
         let mut preallocated = None;
         if let Some(h) = opts.size_hint {
-            if h >= policy::SMALL_WRITE && decision.mode != Mode::Buffered {
+            if h >= policy::SMALL_WRITE && plan.decision.mode != Mode::Buffered {
                 // Preallocation keeps the file contiguous and lets direct writes land in
                 // allocated space; unsupported filesystems just skip it.
                 if rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, h).is_ok() {
@@ -199,18 +184,14 @@ impl Writer {
             dir,
             name,
             tmp,
-            decision,
-            caps,
+            plan,
             opts: opts.clone(),
-            align,
-            mem_align,
             block,
-            depth: opts.queue_depth.max(1),
+            depth: opts.io.queue_depth.max(1),
             lease: None,
             lease_count,
             lane: Lane::new(),
             choice: None,
-            flags,
             cur: None,
             cur_len: 0,
             pos: 0,
@@ -225,11 +206,15 @@ impl Writer {
 
     /// The mode in effect and why.
     pub fn decision(&self) -> &Decision {
-        &self.decision
+        &self.plan.decision
+    }
+    /// The mode with its reason, and the alignment requests and buffers need in it.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
     /// What the destination's filesystem supports.
     pub fn caps(&self) -> &FsCaps {
-        &self.caps
+        &self.plan.caps
     }
     /// The final path.
     pub fn path(&self) -> &Path {
@@ -245,14 +230,15 @@ impl Writer {
     }
 
     fn err(&self, op: &'static str, e: io::Error) -> Error {
-        setup::io_error(op, &self.path, e, self.decision.mode, self.flags, &self.caps)
+        plan::io_error(op, &self.path, e, self.plan.decision.mode, self.plan.flags, &self.plan.caps)
     }
 
     fn get_buf(&mut self) -> Result<AlignedBuf> {
         let lease = match &self.lease {
             Some(l) => l.clone(),
             None => {
-                let l = self.opts.budget.lease(self.block, rustix::param::page_size().max(self.mem_align), self.lease_count, 1);
+                let l =
+                    self.opts.io.budget.lease(LeaseRequest::buffers(self.block, self.lease_count).aligned(rustix::param::page_size().max(self.plan.mem_align)));
                 self.lease = Some(l.clone());
                 l
             }
@@ -268,26 +254,26 @@ impl Writer {
 
     fn submit(&mut self, buf: AlignedBuf, len: usize) -> Result<()> {
         let off = self.pos;
-        let op = Op::owned(OpKind::Write, self.file.clone(), off, buf, 0, len, self.flags, off).map_err(|e| self.err("write", e))?;
+        let op = Op::owned(OpKind::Write, self.file.clone(), off, buf, 0, len, self.plan.flags, off).map_err(|e| self.err("write", e))?;
         let one_request = !self.lane.has_queue() && self.opts.size_hint.is_some_and(|h| h <= self.block as u64);
         if !one_request {
             while self.lane.in_flight() >= self.depth {
                 self.reap_one()?;
             }
             if !self.lane.has_queue() {
-                let (q, choice) = setup::open_queue(self.opts.backend, self.depth, self.lease.as_ref(), &self.path)?;
+                let (q, choice) = plan::open_queue(self.opts.io.backend, self.depth, self.lease.as_ref(), &self.path)?;
                 self.lane.open(q);
                 self.choice = Some(choice);
             }
         }
         self.pos += len as u64;
-        if self.decision.mode == Mode::Direct {
+        if self.plan.decision.mode == Mode::Direct {
             self.direct_bytes += len as u64;
         }
         self.outstanding.insert(off);
         // A one-request file needs no queue: the lane does it on this thread.
         self.lane.push(op);
-        if one_request || self.opts.queue_depth == 0 {
+        if one_request || self.opts.io.queue_depth == 0 {
             self.drain()?;
         }
         Ok(())
@@ -314,7 +300,7 @@ impl Writer {
         if let Err(e) = c.result {
             return Err(self.err("write", e));
         }
-        if self.decision.mode == Mode::WriteBehind {
+        if self.plan.decision.mode == Mode::DropBehind {
             self.write_behind()?;
         }
         Ok(())
@@ -359,9 +345,9 @@ impl Writer {
         if len == 0 {
             return Ok(());
         }
-        let aligned_mem = buf.as_ptr() as usize % self.mem_align == 0;
-        if self.cur_len == 0 && aligned_mem && self.pos % self.align as u64 == 0 {
-            if len % self.align == 0 {
+        let aligned_mem = buf.as_ptr() as usize % self.plan.mem_align == 0;
+        if self.cur_len == 0 && aligned_mem && self.pos % self.plan.align as u64 == 0 {
+            if len % self.plan.align == 0 {
                 return self.submit(buf, len);
             }
             // An unaligned length can only be the file's tail: keep it as the current buffer
@@ -425,8 +411,8 @@ impl Writer {
         let mut tail_bytes = 0u64;
         if let Some(buf) = self.cur.take() {
             let len = std::mem::take(&mut self.cur_len);
-            if self.decision.mode == Mode::Direct && len % self.align != 0 {
-                let bulk = len / self.align * self.align;
+            if self.plan.decision.mode == Mode::Direct && len % self.plan.align != 0 {
+                let bulk = len / self.plan.align * self.plan.align;
                 let tail = buf[bulk..len].to_vec();
                 if bulk > 0 {
                     self.submit(buf, bulk)?;
@@ -436,7 +422,7 @@ impl Writer {
                 self.drain()?;
                 // The unaligned tail: O_DIRECT off, then an ordinary (uncached if possible) write.
                 set_direct(&self.file, false).map_err(|e| self.err("fcntl", e))?;
-                setup::write_uncached(&self.file, &tail, self.pos, &self.caps).map_err(|e| self.err("write", e))?;
+                sys::write_uncached(&self.file, &tail, self.pos, &self.plan.caps).map_err(|e| self.err("write", e))?;
                 self.pos += tail.len() as u64;
                 tail_bytes = tail.len() as u64;
             } else if len > 0 {
@@ -449,10 +435,10 @@ impl Writer {
             self.file.set_len(total).map_err(|e| self.err("truncate", e))?;
         }
         if self.opts.sync {
-            setup::call(Site::Sync, || rustix::fs::fdatasync(&*self.file)).map_err(|e| self.err("fdatasync", e))?;
+            sys::fdatasync(&self.file, &self.path)?;
         }
         // Drop what went through the cache: the direct tail, the last write-behind windows.
-        match self.decision.mode {
+        match self.plan.decision.mode {
             Mode::Direct if tail_bytes > 0 => {
                 let page = rustix::param::page_size() as u64;
                 let start = (total - tail_bytes) / page * page;
@@ -460,7 +446,7 @@ impl Writer {
                 // of a range that stops short of a page boundary, which a tail always is.
                 let _ = residency::evict(&self.file, start, 0);
             }
-            Mode::WriteBehind => {
+            Mode::DropBehind => {
                 let _ = residency::evict(&self.file, self.wb_dropped, 0);
             }
             // RWF_DONTCACHE drops pages as their writeback ends, but not always every one (the
@@ -471,23 +457,24 @@ impl Writer {
             }
             _ => {}
         }
-        setup::apply_attrs(&self.file, self.opts.permissions, self.opts.atime, self.opts.mtime).map_err(|(op, e)| self.err(op, e))?;
+        sys::apply_attrs(&self.file, self.opts.permissions, self.opts.atime, self.opts.mtime).map_err(|(op, e)| self.err(op, e))?;
         if let Some(tmp) = self.tmp.clone() {
-            setup::call(Site::Rename, || rustix::fs::renameat(&self.dir, tmp.as_os_str(), &self.dir, self.name.as_os_str()))
-                .map_err(|e| self.err("rename", e))?;
-            // The complete, durable file is in place: whatever fails from here on, it stays
-            // (removing it would also lose the file it replaced).
-            self.tmp = None;
-            self.finished = true;
-            if self.opts.sync {
-                setup::call(Site::Sync, || rustix::fs::fsync(&self.dir)).map_err(|e| self.err("fsync directory", e))?;
+            if let Err(u) = sys::publish(self.dir.as_fd(), &tmp, &self.name, &self.path, self.opts.sync) {
+                if u.renamed {
+                    // The complete, durable file is in place: it stays (removing it would also
+                    // lose the file it replaced), only its directory entry's durability failed.
+                    self.tmp = None;
+                    self.finished = true;
+                }
+                return Err(u.error);
             }
+            self.tmp = None;
         }
         self.finished = true;
         Ok(WriteReport {
             path: self.path.clone(),
             bytes: total,
-            decision: self.decision.clone(),
+            decision: self.plan.decision.clone(),
             direct_bytes: self.direct_bytes,
             tail_bytes,
             synced: self.opts.sync,
@@ -498,7 +485,7 @@ impl Writer {
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer").field("path", &self.path).field("mode", &self.decision.mode).field("position", &self.position()).finish()
+        f.debug_struct("Writer").field("path", &self.path).field("mode", &self.plan.decision.mode).field("position", &self.position()).finish()
     }
 }
 

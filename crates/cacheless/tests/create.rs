@@ -148,7 +148,7 @@ fn many_threads_share_one_creator() {
 fn small_files_written_back_in_batches_leave_no_cache() {
     let d = scratch();
     let dir = open_dir(d.path());
-    let batched = |len: u64| matches!(auto_mode(d.path(), len), Mode::DontCache | Mode::WriteBehind);
+    let batched = |len: u64| matches!(auto_mode(d.path(), len), Mode::DontCache | Mode::DropBehind);
     if !batched(4096) {
         skip("auto writes small files directly here: nothing to batch");
         return;
@@ -162,7 +162,7 @@ fn small_files_written_back_in_batches_leave_no_cache() {
         total += data.len() as u64;
         let name = format!("s{i}");
         let rep = creator.write_file(dir.as_fd(), OsStr::new(&name), Path::new(&name), &data, &attrs()).unwrap();
-        assert_eq!(rep.decision.mode, Mode::WriteBehind, "{name}: {}", rep.decision.reason);
+        assert_eq!(rep.decision.mode, Mode::DropBehind, "{name}: {}", rep.decision.reason);
         assert!(rep.decision.reason.contains("written back with the others"), "{name}: {}", rep.decision.reason);
         written.push((d.path().join(&name), data));
     }
@@ -232,7 +232,7 @@ fn a_forced_mode_the_filesystem_lacks_is_refused_with_a_hint() {
     let creator = FileCreator::new(CreateOptions { mode: Mode::DontCache, ..CreateOptions::default() });
     let e = creator.write_file(dir.as_fd(), OsStr::new("f"), Path::new("f"), b"data", &FileAttrs::default()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
-    assert_eq!(e.hint(), Some(&Hint::Modes(vec![Mode::Auto, Mode::WriteBehind])));
+    assert_eq!(e.hint(), Some(&Hint::Modes(vec![Mode::Auto, Mode::DropBehind])));
     assert!(e.to_string().contains("dontcache unavailable"), "{e}");
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0, "nothing left behind");
 }

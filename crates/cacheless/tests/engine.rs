@@ -11,19 +11,19 @@ use rand::Rng;
 
 fn ro(mode: Mode, backend: BackendKind, block: usize) -> ReadOptions {
     let mut o = ReadOptions::new(Budget::new(64 << 20));
-    o.mode = mode;
-    o.backend = backend;
-    o.block_size = block;
-    o.queue_depth = 4;
+    o.io.mode = mode;
+    o.io.backend = backend;
+    o.io.block_size = block;
+    o.io.queue_depth = 4;
     o
 }
 
 fn wo(mode: Mode, backend: BackendKind, block: usize) -> WriteOptions {
     let mut o = WriteOptions::new(Budget::new(64 << 20));
-    o.mode = mode;
-    o.backend = backend;
-    o.block_size = block;
-    o.queue_depth = 4;
+    o.io.mode = mode;
+    o.io.backend = backend;
+    o.io.block_size = block;
+    o.io.queue_depth = 4;
     o.sync = false;
     o
 }
@@ -197,9 +197,9 @@ fn small_budget_still_completes() {
     let (src, data) = random_file(d.path(), "s", 5 << 20, 5);
     let budget = Budget::new(300 << 10);
     let mut r = ReadOptions::new(budget.clone());
-    r.block_size = 128 << 10;
+    r.io.block_size = 128 << 10;
     let mut w = WriteOptions::new(budget.clone());
-    w.block_size = 128 << 10;
+    w.io.block_size = 128 << 10;
     w.sync = false;
     let dst = d.path().join("d");
     copy_file(&src, &dst, &r, &w, &Progress::new()).unwrap();
@@ -215,7 +215,7 @@ fn tmpfs_without_dontcache_gets_the_next_mode() {
     let mut o = wo(Mode::Auto, BackendKind::Auto, 1 << 20);
     o.size_hint = Some(1000);
     let mut w = Writer::create(&p, &o).unwrap();
-    assert_eq!(w.decision().mode, Mode::WriteBehind, "{}", w.decision().reason);
+    assert_eq!(w.decision().mode, Mode::DropBehind, "{}", w.decision().reason);
     assert!(w.decision().reason.contains("no RWF_DONTCACHE"), "{}", w.decision().reason);
     w.write_all(&[5u8; 1000]).unwrap();
     w.finish().unwrap();
@@ -283,7 +283,7 @@ fn drop_behind_reads_drop_only_what_they_brought_in() {
     let (p, data) = random_file(d.path(), "f", len, 41);
     cacheless::residency::evict_path(&p).unwrap();
     for backend in [BackendKind::Threads, BackendKind::Auto] {
-        let mut r = Reader::open(&p, &ro(Mode::WriteBehind, backend, 1 << 20)).unwrap();
+        let mut r = Reader::open(&p, &ro(Mode::DropBehind, backend, 1 << 20)).unwrap();
         let mut got = Vec::new();
         r.read_to_end(&mut got).unwrap();
         drop(r);
@@ -299,7 +299,7 @@ fn drop_behind_reads_drop_only_what_they_brought_in() {
     std::os::unix::fs::FileExt::read_exact_at(&f, &mut quarter, 0).unwrap();
     let before = cacheless::residency::residency(&f, 0, len as u64).unwrap();
     assert!(before.cached_bytes() >= (len / 4) as u64 && before.cached_bytes() < (len / 3) as u64, "warming cached {} B", before.cached_bytes());
-    let mut r = Reader::open(&p, &ro(Mode::WriteBehind, BackendKind::Auto, 1 << 20)).unwrap();
+    let mut r = Reader::open(&p, &ro(Mode::DropBehind, BackendKind::Auto, 1 << 20)).unwrap();
     let mut got = Vec::new();
     r.read_to_end(&mut got).unwrap();
     drop(r);
@@ -340,7 +340,7 @@ fn read_at_between_stream_chunks() {
     let (p, data) = random_file(d.path(), "f", (6 << 20) + 99, 61);
     for (mode, backend) in matrix(d.path()) {
         let mut o = ro(mode, backend, 64 << 10);
-        o.queue_depth = 2;
+        o.io.queue_depth = 2;
         let mut r = Reader::open(&p, &o).unwrap();
         let mut streamed = Vec::new();
         let mut k = 0;

@@ -35,19 +35,19 @@ fn configs(dir: &Path) -> Vec<(Mode, BackendKind)> {
 
 fn ro(mode: Mode, backend: BackendKind, budget: &Budget) -> ReadOptions {
     let mut o = ReadOptions::new(budget.clone());
-    o.mode = mode;
-    o.backend = backend;
-    o.block_size = BLOCK;
-    o.queue_depth = 3;
+    o.io.mode = mode;
+    o.io.backend = backend;
+    o.io.block_size = BLOCK;
+    o.io.queue_depth = 3;
     o
 }
 
 fn wo(mode: Mode, backend: BackendKind, budget: &Budget) -> WriteOptions {
     let mut o = WriteOptions::new(budget.clone());
-    o.mode = mode;
-    o.backend = backend;
-    o.block_size = BLOCK;
-    o.queue_depth = 3;
+    o.io.mode = mode;
+    o.io.backend = backend;
+    o.io.block_size = BLOCK;
+    o.io.queue_depth = 3;
     o
 }
 

@@ -45,13 +45,13 @@ impl CommonOpts {
     /// Engine read options from the flags.
     pub fn read_options(&self, budget: &Budget) -> ReadOptions {
         let mut o = ReadOptions::new(budget.clone());
-        o.mode = self.mode;
-        o.backend = self.backend;
+        o.io.mode = self.mode;
+        o.io.backend = self.backend;
         if let Some(b) = self.block_size {
-            o.block_size = cacheless::conv::usize_of(b);
+            o.io.block_size = cacheless::conv::usize_of(b);
         }
         if let Some(q) = self.queue_depth {
-            o.queue_depth = q as usize;
+            o.io.queue_depth = q as usize;
         }
         o
     }
@@ -59,13 +59,13 @@ impl CommonOpts {
     /// Engine write options from the flags.
     pub fn write_options(&self, budget: &Budget) -> WriteOptions {
         let mut o = WriteOptions::new(budget.clone());
-        o.mode = self.mode;
-        o.backend = self.backend;
+        o.io.mode = self.mode;
+        o.io.backend = self.backend;
         if let Some(b) = self.block_size {
-            o.block_size = cacheless::conv::usize_of(b);
+            o.io.block_size = cacheless::conv::usize_of(b);
         }
         if let Some(q) = self.queue_depth {
-            o.queue_depth = q as usize;
+            o.io.queue_depth = q as usize;
         }
         o
     }

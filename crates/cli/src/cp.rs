@@ -148,7 +148,7 @@ impl Copier {
                     r.read.reason,
                     r.write.decision.mode,
                     r.write.decision.reason,
-                    r.write.backend.as_ref().map(|b| format!(", {} ({})", b.name, b.reason)).unwrap_or_default()
+                    r.write.backend.as_ref().map(|b| format!(", {} ({})", b.name(), b.reason)).unwrap_or_default()
                 ),
             };
             let fb = r.reflink_fallback.as_ref().map(|f| format!("; no reflink: {f}")).unwrap_or_default();

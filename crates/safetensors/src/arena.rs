@@ -135,13 +135,13 @@ impl SpanReader {
     pub fn open(path: &Path, opts: &ArenaOptions) -> Result<SpanReader> {
         let page = rustix::param::page_size();
         let ro = &opts.read;
-        let admission = ro.budget.lease(ro.block_size.max(page), page, ro.queue_depth.max(1), 1);
+        let admission = ro.io.budget.lease(cacheless::LeaseRequest::buffers(ro.io.block_size.max(page), ro.io.queue_depth.max(1)).aligned(page));
         let threads = opts.threads.clamp(1, admission.count());
         // Readers lease their (rarely used) bounce buffers from a budget of their own: the
         // admission above already counts every request this reader keeps in flight.
         let mut each = ro.clone();
-        each.budget = Budget::new(usize::MAX / 2);
-        each.queue_depth = (admission.count() / threads).max(1);
+        each.io.budget = Budget::new(usize::MAX / 2);
+        each.io.queue_depth = (admission.count() / threads).max(1);
         // The engine's open (its retries, its errors); the workers read through duplicates.
         let primary = Reader::open(path, &each)?;
         let file = primary.file().try_clone().map_err(|e| cacheless::Error::io("dup", path, e))?;
@@ -152,7 +152,7 @@ impl SpanReader {
                 align = align.max(a.both().next_power_of_two());
             }
         }
-        each.mode = decision.mode;
+        each.io.mode = decision.mode;
         Ok(SpanReader {
             file,
             path: path.to_path_buf(),

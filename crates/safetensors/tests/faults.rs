@@ -71,7 +71,7 @@ fn save_and_load_survive_or_report_every_fault() {
                 std::fs::write(&path, &old).unwrap();
                 let budget = Budget::new(8 << 20);
                 let mut wo = WriteOptions::new(budget.clone());
-                (wo.mode, wo.backend, wo.block_size, wo.queue_depth) = (mode, backend, 64 << 10, 2);
+                (wo.io.mode, wo.io.backend, wo.io.block_size, wo.io.queue_depth) = (mode, backend, 64 << 10, 2);
                 let r = save(&path, &views, None, &wo, &Progress::new()).map(|_| ());
                 check_error(&r, plan, &path, &what);
                 let now = std::fs::read(&path).unwrap();
@@ -88,7 +88,7 @@ fn save_and_load_survive_or_report_every_fault() {
             let s = fault::sweep(&[Site::Open, Site::Read], |plan| {
                 let budget = Budget::new(8 << 20);
                 let mut o = LoadOptions::new(budget.clone());
-                (o.read.mode, o.read.backend, o.read.block_size, o.piece) = (mode, backend, 64 << 10, 128 << 10);
+                (o.read.io.mode, o.read.io.backend, o.read.io.block_size, o.piece) = (mode, backend, 64 << 10, 128 << 10);
                 let r = load(&path, None, &o, &Progress::new());
                 if let Ok(l) = &r {
                     for (n, _, _, data) in &ts {

@@ -71,17 +71,17 @@ fn mixed(seed: u64) -> Vec<T> {
 
 fn opts(mode: Mode, backend: BackendKind) -> LoadOptions {
     let mut o = LoadOptions::new(Budget::new(64 << 20));
-    o.read.mode = mode;
-    o.read.backend = backend;
-    o.read.block_size = 1 << 20;
+    o.read.io.mode = mode;
+    o.read.io.backend = backend;
+    o.read.io.block_size = 1 << 20;
     o.piece = 4 << 20;
     o
 }
 
 fn wopts(mode: Mode, backend: BackendKind) -> WriteOptions {
     let mut o = WriteOptions::new(Budget::new(64 << 20));
-    o.mode = mode;
-    o.backend = backend;
+    o.io.mode = mode;
+    o.io.backend = backend;
     o
 }
 
@@ -283,7 +283,7 @@ fn sharded_checkpoints_load_as_their_shards_under_one_small_budget() {
     write(d.path(), "model.safetensors.index.json", index.to_string().as_bytes());
     // A budget of one request: shards still load concurrently without waiting on each other.
     let mut o = LoadOptions::new(Budget::new(1 << 20));
-    o.read.block_size = 1 << 20;
+    o.read.io.block_size = 1 << 20;
     for target in [d.path().to_path_buf(), d.path().join("model.safetensors.index.json")] {
         let (idx, loaded) = load_model(&target, &o, 4, &Progress::new()).unwrap();
         assert_eq!(loaded.len(), 4);

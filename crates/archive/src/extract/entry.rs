@@ -70,7 +70,7 @@ const BATCH_BYTES: usize = 256 << 10;
 /// file's Writer are each held to a quarter too (see `extract`), so a lease always fits once the
 /// small files in flight are written, whatever the budget is.
 fn acquire(b: &cacheless::Budget, n: u64) -> cacheless::buf::Lease {
-    b.lease(cacheless::conv::fit(n, (b.limit() / 4).max(1)).max(1), 1, 1, 1)
+    b.lease(cacheless::LeaseRequest::one(cacheless::conv::fit(n, (b.limit() / 4).max(1)).max(1)))
 }
 
 /// Caps a queue depth so that `depth` (+ `extra`) buffers of `block` bytes stay within a quarter
@@ -357,9 +357,9 @@ impl Ctx<'_> {
     /// must not wait on chunks that only it can release.
     fn stream_file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> Result<(), Fail> {
         let mut wo = self.opts.write_options.clone().unwrap_or_else(|| cacheless::WriteOptions::new(self.budget.clone()));
-        wo.budget = self.budget.clone();
-        wo.mode = self.opts.mode;
-        wo.queue_depth = quarter_depth(self.budget.limit(), wo.block_size, wo.queue_depth, 1);
+        wo.io.budget = self.budget.clone();
+        wo.io.mode = self.opts.mode;
+        wo.io.queue_depth = quarter_depth(self.budget.limit(), wo.io.block_size, wo.io.queue_depth, 1);
         wo.size_hint = Some(e.size);
         wo.atomic = false;
         wo.sync = false; // syncfs at the end makes the whole tree durable at once

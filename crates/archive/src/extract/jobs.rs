@@ -240,7 +240,7 @@ impl Shared {
         let i = match m {
             Mode::Direct => 0,
             Mode::DontCache => 1,
-            Mode::WriteBehind => 2,
+            Mode::DropBehind => 2,
             Mode::Buffered | Mode::Auto => 3,
         };
         self.modes[i].fetch_add(1, Ordering::Relaxed);

@@ -60,11 +60,11 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let t0 = Instant::now();
     let progress = opts.progress.clone().unwrap_or_default();
     let mut ro = opts.read_options.clone();
-    ro.budget = opts.budget.clone();
+    ro.io.budget = opts.budget.clone();
     // The archive's read-ahead gets a quarter of the budget, or an eighth when a zstd archive
     // may be decoded frame by frame: the other eighth is the decoding's (see `source::open`).
     let read_share = if opts.decompress_threads > 1 { opts.budget.limit() / 2 } else { opts.budget.limit() };
-    ro.queue_depth = quarter_depth(read_share, ro.block_size, ro.queue_depth, ro.extra_buffers);
+    ro.io.queue_depth = quarter_depth(read_share, ro.io.block_size, ro.io.queue_depth, ro.extra_buffers);
     let mut warnings = Vec::new();
     let umask = match opts.umask.or_else(process_umask) {
         Some(u) => u,

@@ -75,7 +75,7 @@ impl TarOut {
         while !data.is_empty() {
             if self.lease.is_none() {
                 // Waits while the frames in flight hold the compression share.
-                self.lease = Some(self.budget.lease(self.frame_size, 1, 1, 1));
+                self.lease = Some(self.budget.lease(cacheless::LeaseRequest::one(self.frame_size)));
                 self.buf = take(&self.pool, self.frame_size);
             }
             let n = data.len().min(self.frame_size - self.buf.len());

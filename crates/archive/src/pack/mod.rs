@@ -402,8 +402,8 @@ struct Shares {
 
 fn shares(o: &PackOptions, frame: usize) -> Shares {
     let total = o.budget.limit();
-    let wblock = o.write_options.block_size.max(4096);
-    let wbytes = (o.write_options.queue_depth + 1) * wblock;
+    let wblock = o.write_options.io.block_size.max(4096);
+    let wbytes = (o.write_options.io.queue_depth + 1) * wblock;
     let rest = total.saturating_sub(wbytes);
     let rbytes = (rest / 4).clamp(16 << 20, 256 << 20).min(rest.max(1));
     let cbytes = rest.saturating_sub(rbytes);
@@ -415,7 +415,7 @@ fn shares(o: &PackOptions, frame: usize) -> Shares {
     // the frames: a worker never waits for it. One lease for all the shares, so that a budget
     // smaller than they need is exceeded (and reported) rather than waited on forever.
     let want = wbytes + workers * frame + slots * frame + rbytes;
-    let carved = o.budget.lease(want.min(total).max(1), 1, 1, 1);
+    let carved = o.budget.lease(cacheless::LeaseRequest::one(want.min(total).max(1)));
     let (write, comp, read) = (Budget::new(wbytes.max(1)), Budget::new((slots * frame).max(1)), Budget::new(rbytes.max(1)));
     Shares { _carved: carved, write, comp, read, workers, slots, over: want.saturating_sub(total) }
 }
@@ -461,8 +461,8 @@ impl walk::Visit for Dispatch<'_> {
                 let (mut ro, bytes) = read::plan(self.ro, size, sparse);
                 // Taken in archive order: earlier files' shares are released as the writer
                 // consumes them, so this never waits on a file that only a later one blocks.
-                let lease = self.read.lease(bytes, 1, 1, 1);
-                ro.budget = Budget::new(bytes);
+                let lease = self.read.lease(cacheless::LeaseRequest::one(bytes));
+                ro.io.budget = Budget::new(bytes);
                 let (tx, rx) = sync_channel(read::CHANNEL);
                 let job = Job { path: item.path.clone(), size, sparse, id: item.id, ro, lease, tx, cancel: self.progress.cancel_flag() };
                 if self.jobs.send(job).is_err() {
@@ -570,7 +570,7 @@ fn write_file(item: &Item, rx: &Receiver<Msg>, tar: &mut TarOut, hdr: &mut Vec<u
             match mode {
                 Mode::Direct => m.direct += 1,
                 Mode::DontCache => m.dontcache += 1,
-                Mode::WriteBehind => m.writebehind += 1,
+                Mode::DropBehind => m.writebehind += 1,
                 Mode::Buffered | Mode::Auto => m.buffered += 1,
             }
             sparse
@@ -652,7 +652,7 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
         return Err(invalid(&out_path(&opts.output), "nothing to pack: give at least one path".into()));
     }
     // Uncompressed: the stream goes out in write-request pieces.
-    let frame = if c == Compression::None { opts.write_options.block_size.max(MIN_FRAME_SIZE) } else { opts.frame_size };
+    let frame = if c == Compression::None { opts.write_options.io.block_size.max(MIN_FRAME_SIZE) } else { opts.frame_size };
     if frame < MIN_FRAME_SIZE {
         return Err(invalid(&out_path(&opts.output), format!("frame size {frame} is below the minimum of {MIN_FRAME_SIZE} bytes")));
     }
@@ -670,7 +670,7 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
                 skip.push((m.dev(), m.ino()));
             }
             let mut wo = opts.write_options.clone();
-            wo.budget = sh.write.clone();
+            wo.io.budget = sh.write.clone();
             wo.sync = opts.sync;
             wo.atomic = true;
             let w = cacheless::Writer::create(&p, &wo)?;

@@ -83,23 +83,23 @@ pub(crate) fn plan(base: &ReadOptions, size: u64, sparse: bool) -> (ReadOptions,
     let mut ro = base.clone();
     let page = 4096usize;
     // Requests never exceed what was walked, so a file that grew in between cannot need more.
-    let block = ro.block_size.max(page).min(cacheless::conv::usize_of(size.div_ceil(page as u64).max(1)).saturating_mul(page));
-    ro.block_size = block;
+    let block = ro.io.block_size.max(page).min(cacheless::conv::usize_of(size.div_ceil(page as u64).max(1)).saturating_mul(page));
+    ro.io.block_size = block;
     let blocks = cacheless::conv::usize_of(size.div_ceil(block as u64).max(1));
     let bufs = if sparse {
-        ro.queue_depth = 1;
+        ro.io.queue_depth = 1;
         ro.extra_buffers = 0;
         1 + CHANNEL + 2
     } else if blocks == 1 {
-        ro.queue_depth = 1;
+        ro.io.queue_depth = 1;
         ro.extra_buffers = 1;
         2
     } else {
         // The writer takes chunks in order and at most CHANNEL wait for it, so a deeper queue
         // than a few requests only holds memory (and pages to register) without reading sooner.
-        ro.queue_depth = ro.queue_depth.clamp(1, blocks.min(MAX_DEPTH));
+        ro.io.queue_depth = ro.io.queue_depth.clamp(1, blocks.min(MAX_DEPTH));
         ro.extra_buffers = CHANNEL + 2;
-        ro.queue_depth + ro.extra_buffers
+        ro.io.queue_depth + ro.extra_buffers
     };
     (ro, bufs * block)
 }
@@ -167,7 +167,7 @@ pub(crate) fn run(job: Job) {
         return;
     }
     let res = match &map {
-        Some(m) => read_sparse(&mut reader, m, &ro.budget, &tx, &cancel),
+        Some(m) => read_sparse(&mut reader, m, &ro.io.budget, &tx, &cancel),
         None => read_stream(&mut reader, size, &tx, &cancel),
     };
     let got = match res {
@@ -208,7 +208,7 @@ fn read_stream(reader: &mut Reader, size: u64, tx: &SyncSender<Msg>, cancel: &At
 /// Reads the data segments of a sparse file into buffers of the file's budget.
 fn read_sparse(reader: &mut Reader, map: &SparseMap, budget: &Budget, tx: &SyncSender<Msg>, cancel: &AtomicBool) -> cacheless::Result<Option<u64>> {
     let block = reader.block_size();
-    let lease = budget.lease(block, 4096, CHANNEL + 2, 1);
+    let lease = budget.lease(cacheless::LeaseRequest::buffers(block, CHANNEL + 2).aligned(4096));
     let mut got = 0u64;
     for &(off, len) in &map.segments {
         let mut done = 0u64;

@@ -13,10 +13,8 @@
 #![allow(unsafe_code)]
 
 use std::collections::VecDeque;
-use std::fmt;
 use std::fs::File;
 use std::io;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -24,54 +22,14 @@ use serde::Serialize;
 
 use crate::buf::{AlignedBuf, Lease};
 use crate::caps;
-use crate::fault::{self, Injected, Site};
+pub use crate::mode::BackendKind;
+use crate::sys;
 
 mod threads;
 mod uring;
 
 use threads::ThreadQueue;
 use uring::UringQueue;
-
-/// Which backend to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
-    /// io_uring when the kernel allows it (EPERM/ENOSYS/ENOMEM at setup fall back to threads).
-    Auto,
-    /// io_uring or an error.
-    Uring,
-    /// A thread pool doing pread/pwrite/preadv2/pwritev2.
-    Threads,
-}
-
-impl BackendKind {
-    /// The lowercase name used in reports and accepted by `FromStr`.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Auto => "auto",
-            BackendKind::Uring => "uring",
-            BackendKind::Threads => "threads",
-        }
-    }
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" => Ok(BackendKind::Auto),
-            "uring" | "io_uring" | "io-uring" => Ok(BackendKind::Uring),
-            "threads" | "thread" | "sync" => Ok(BackendKind::Threads),
-            o => Err(format!("unknown backend '{o}': expected auto, uring or threads")),
-        }
-    }
-}
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,8 +217,8 @@ pub(crate) unsafe trait Queue: Send {
     fn poll(&mut self) -> Option<Completion>;
     /// Ops pushed and not yet returned.
     fn in_flight(&self) -> usize;
-    /// "io_uring" or "threads".
-    fn name(&self) -> &'static str;
+    /// [`BackendKind::Uring`] or [`BackendKind::Threads`].
+    fn kind(&self) -> BackendKind;
     /// Registers every buffer of `lease` with the kernel so ops on them skip per-request page
     /// pinning (io_uring fixed buffers). Errors where unsupported or over the memlock limit;
     /// ops then use plain buffers, with the same results.
@@ -269,13 +227,37 @@ pub(crate) unsafe trait Queue: Send {
     }
 }
 
-/// Which backend a queue got, and why.
-#[derive(Debug, Clone, Serialize)]
+/// Which backend a queue got, and why. Serialized as `{"name": "io_uring" | "threads", "reason"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendChoice {
-    /// "io_uring" or "threads".
-    pub name: &'static str,
+    /// The backend in effect: [`BackendKind::Uring`] or [`BackendKind::Threads`] (never auto).
+    pub kind: BackendKind,
     /// Why this one.
     pub reason: String,
+}
+
+impl BackendChoice {
+    fn new(kind: BackendKind, reason: impl Into<String>) -> BackendChoice {
+        BackendChoice { kind, reason: reason.into() }
+    }
+
+    /// The backend's name in reports: "io_uring" or "threads".
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            BackendKind::Uring | BackendKind::Auto => "io_uring",
+            BackendKind::Threads => "threads",
+        }
+    }
+}
+
+impl Serialize for BackendChoice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("BackendChoice", 2)?;
+        st.serialize_field("name", self.name())?;
+        st.serialize_field("reason", &self.reason)?;
+        st.end()
+    }
 }
 
 /// Opens a queue of `depth` with the requested backend. A forced io_uring that the kernel
@@ -283,20 +265,20 @@ pub struct BackendChoice {
 pub(crate) fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn Queue>, BackendChoice)> {
     let depth = depth.max(1);
     match kind {
-        BackendKind::Threads => Ok((Box::new(ThreadQueue::new(depth)), BackendChoice { name: "threads", reason: "requested".into() })),
+        BackendKind::Threads => Ok((Box::new(ThreadQueue::new(depth)), BackendChoice::new(BackendKind::Threads, "requested"))),
         BackendKind::Uring | BackendKind::Auto => {
             let forced = kind == BackendKind::Uring;
             if let Err(u) = &caps::system().uring {
                 if forced {
                     return Err(io::Error::new(io::ErrorKind::Unsupported, format!("io_uring unavailable: {}", u.reason)));
                 }
-                return Ok((Box::new(ThreadQueue::new(depth)), BackendChoice { name: "threads", reason: format!("io_uring unavailable: {}", u.reason) }));
+                return Ok((Box::new(ThreadQueue::new(depth)), BackendChoice::new(BackendKind::Threads, format!("io_uring unavailable: {}", u.reason))));
             }
             match UringQueue::new(depth) {
-                Ok(q) => Ok((Box::new(q), BackendChoice { name: "io_uring", reason: if forced { "requested".into() } else { "available".into() } })),
+                Ok(q) => Ok((Box::new(q), BackendChoice::new(BackendKind::Uring, if forced { "requested" } else { "available" }))),
                 Err(e) if !forced && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSYS | libc::ENOMEM | libc::EOPNOTSUPP)) => Ok((
                     Box::new(ThreadQueue::new(depth)),
-                    BackendChoice { name: "threads", reason: format!("io_uring setup failed: {}", caps::errno_name(&e)) },
+                    BackendChoice::new(BackendKind::Threads, format!("io_uring setup failed: {}", caps::errno_name(&e))),
                 )),
                 Err(e) => Err(e),
             }
@@ -307,7 +289,7 @@ pub(crate) fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn
 /// Registers `lease`'s buffers with `q` when the memlock limit allows it (root, holding
 /// CAP_IPC_LOCK, is not limited), and says what happened, for the backend report.
 pub(crate) fn try_register(q: &mut dyn Queue, lease: &Lease) -> String {
-    if q.name() != "io_uring" {
+    if q.kind() != BackendKind::Uring {
         return String::new();
     }
     let bytes = lease.bytes() as u64;
@@ -326,54 +308,20 @@ pub(crate) fn try_register(q: &mut dyn Queue, lease: &Lease) -> String {
 /// Does one op synchronously on the calling thread (the thread backend's worker body, and the
 /// shortcut for single-request files that need no queue).
 pub(crate) fn run_sync(mut op: Op) -> Completion {
-    let result = loop {
-        if op.len == 0 {
-            break Ok(0);
-        }
-        let fd = op.file.clone();
-        // io_uring takes the RWF_* bits as an i32, preadv2/pwritev2 as a u32: the same bits.
-        let flags = rustix::io::ReadWriteFlags::from_bits_retain(u32::from_ne_bytes(op.rw_flags.to_ne_bytes()));
-        let (ptr, mut len, off) = (op.ptr(), op.len, op.offset);
-        let site = if op.kind == OpKind::Read { Site::Read } else { Site::Write };
-        let r = match fault::check(site, Some(&*fd), len) {
-            Some(Injected::Errno(e)) => Err(rustix::io::Errno::from_raw_os_error(e)),
-            Some(Injected::Short(n)) => {
-                len = n.min(len);
-                Ok(())
-            }
-            None => Ok(()),
-        };
-        let r = r.and_then(|()| match op.kind {
-            OpKind::Read => {
-                // SAFETY: ptr..ptr+len lies within the op's memory (the Op invariant), which the
-                // op owns or has been lent exclusively until its completion.
-                let s = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-                if op.rw_flags == 0 {
-                    rustix::io::pread(&*fd, s, off)
-                } else {
-                    rustix::io::preadv2(&*fd, &mut [io::IoSliceMut::new(s)], off, flags)
-                }
-            }
-            OpKind::Write => {
-                // SAFETY: as above; the memory is only read.
-                let s = unsafe { std::slice::from_raw_parts(ptr, len) };
-                if op.rw_flags == 0 {
-                    rustix::io::pwrite(&*fd, s, off)
-                } else {
-                    rustix::io::pwritev2(&*fd, &[io::IoSlice::new(s)], off, flags)
-                }
-            }
-        });
-        match r {
-            Ok(0) if op.kind == OpKind::Write => break Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0")),
-            // A read is done at its first short count: EOF, or the caller decides.
-            Ok(n) if op.kind == OpKind::Read => break Ok(n),
-            Ok(n) => op.advance(n),
-            Err(e) if e == rustix::io::Errno::INTR || e == rustix::io::Errno::AGAIN => continue,
-            Err(e) => break Err(e.into()),
+    let fd = op.file.clone();
+    let (ptr, len, off) = (op.ptr(), op.len, op.offset);
+    let result = match op.kind {
+        _ if len == 0 => Ok(0),
+        // SAFETY: ptr..ptr+len lies within the op's memory (the Op invariant), which the op
+        // owns or has been lent exclusively until its completion; the memory is only read.
+        OpKind::Write => sys::write_full(&fd, unsafe { std::slice::from_raw_parts(ptr, len) }, off, op.rw_flags).map(|()| len),
+        OpKind::Read => {
+            // SAFETY: as above.
+            let s = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+            sys::read_once(&fd, s, off, op.rw_flags)
         }
     };
-    // Hand back the op as it was pushed, with the whole length written as the result.
+    // Hand back the op as it was pushed, with the whole length transferred as the result.
     Completion::finish(op, result)
 }
 

@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::{run_sync, Completion, Op, Queue};
+use super::{run_sync, BackendKind, Completion, Op, Queue};
 
 /// At most this many worker threads per queue, whatever the depth.
 const MAX_WORKERS: usize = 64;
@@ -112,8 +112,8 @@ unsafe impl Queue for ThreadQueue {
     fn in_flight(&self) -> usize {
         self.in_flight
     }
-    fn name(&self) -> &'static str {
-        "threads"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Threads
     }
 }
 

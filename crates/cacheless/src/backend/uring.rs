@@ -13,6 +13,7 @@ use io_uring::{opcode, types, IoUring};
 
 use super::{Completion, Op, OpKind, Queue};
 use crate::fault::{Injected, Site};
+use crate::mode::BackendKind;
 
 /// An op in flight and the submission error to report with its completion, if any.
 struct Slot {
@@ -301,8 +302,8 @@ unsafe impl Queue for UringQueue {
     fn in_flight(&self) -> usize {
         self.in_flight + self.ready.len()
     }
-    fn name(&self) -> &'static str {
-        "io_uring"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Uring
     }
 
     fn register(&mut self, lease: &crate::buf::Lease) -> io::Result<()> {
@@ -421,10 +422,10 @@ pub(crate) mod fault {
             std::fs::write(&p, &bytes).unwrap();
             let budget = Budget::new(8 << 20);
             let mut o = ReadOptions::new(budget.clone());
-            o.mode = Mode::Buffered;
-            o.backend = BackendKind::Uring;
-            o.block_size = BLOCK;
-            o.queue_depth = 4;
+            o.io.mode = Mode::Buffered;
+            o.io.backend = BackendKind::Uring;
+            o.io.block_size = BLOCK;
+            o.io.queue_depth = 4;
             let r = Reader::open(&p, &o).unwrap();
             (dir, p, bytes, budget, r)
         }
@@ -488,10 +489,10 @@ pub(crate) mod fault {
             let bytes = data(8 << 20);
             let budget = Budget::new(8 << 20);
             let mut o = WriteOptions::new(budget.clone());
-            o.mode = Mode::Buffered;
-            o.backend = BackendKind::Uring;
-            o.block_size = BLOCK;
-            o.queue_depth = 4;
+            o.io.mode = Mode::Buffered;
+            o.io.backend = BackendKind::Uring;
+            o.io.block_size = BLOCK;
+            o.io.queue_depth = 4;
             o.sync = false;
             let mut w = Writer::create(&p, &o).unwrap();
             fail_submit(5, libc::ENXIO);

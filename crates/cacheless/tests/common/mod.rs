@@ -39,7 +39,7 @@ pub fn matrix(dir: &Path) -> Vec<(Mode, BackendKind)> {
     if require("uring", support(&sys.uring)) {
         backends.push(BackendKind::Uring);
     }
-    let mut modes = vec![Mode::Auto, Mode::Buffered, Mode::WriteBehind];
+    let mut modes = vec![Mode::Auto, Mode::Buffered, Mode::DropBehind];
     if require("direct", support(&caps.direct)) {
         modes.push(Mode::Direct);
     }

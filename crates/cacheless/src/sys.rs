@@ -1,6 +1,8 @@
-//! What a Reader and a Writer share when they open a file: the mode decision and its refusal
-//! error, switching O_DIRECT on, the queue with its registered buffers, and the hints attached
-//! to I/O errors of the chosen mode.
+//! The system calls on the write path, each in one place: creating a file under a temporary
+//! name, the write loop (short counts, EINTR), O_DIRECT on and off, attributes, and the commit
+//! sequence that makes a finished file durable and puts it in place (fdatasync, rename, fsync
+//! of the directory). Every call that can fail transiently goes through [`call`], which retries
+//! EINTR and under the `fault-injection` feature lets a planned fault take the call's place.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -8,33 +10,14 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use rustix::fs::{Mode as FMode, OFlags};
 use rustix::io::Errno;
 
-use crate::backend::{self, BackendChoice, BackendKind, Queue};
-use crate::buf::Lease;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
-use crate::error::{Error, ErrorKind, Hint, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::fault::{self, Injected, Site};
-use crate::policy::{self, Decision, Mode, Refusal};
-
-/// The largest request size accepted (a read or write syscall moves at most 2 GiB at once).
-pub const MAX_BLOCK_SIZE: usize = 1 << 30;
-
-/// The mode chosen for a file and what it implies for requests.
-pub(crate) struct Chosen {
-    pub caps: Arc<FsCaps>,
-    pub decision: Decision,
-    /// Offset and length alignment (1 unless direct).
-    pub align: usize,
-    /// Memory alignment (1 unless direct).
-    pub mem_align: usize,
-    /// preadv2/pwritev2 flags for every request (RWF_DONTCACHE in dontcache mode).
-    pub flags: i32,
-}
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -75,76 +58,39 @@ pub(crate) fn open_parent(path: &Path) -> Result<(OwnedFd, &OsStr)> {
     Ok((dir, name))
 }
 
-/// The error for a forced mode that `path`'s filesystem cannot honour.
-pub(crate) fn refused(op: &'static str, path: &Path, r: Refusal) -> Error {
-    Error::new(ErrorKind::Unsupported, op, path, format!("{} unavailable: {}", r.mode, r.reason)).with_hint(r.hint)
-}
-
-/// Checks a requested request size.
-pub(crate) fn check_block_size(op: &'static str, path: &Path, block: usize) -> Result<()> {
-    if block > MAX_BLOCK_SIZE {
-        return Err(Error::new(ErrorKind::InvalidInput, op, path, format!("request size {block} B is over the largest, {MAX_BLOCK_SIZE} B")));
-    }
-    Ok(())
-}
-
-/// Probes `file`'s filesystem, decides with `decide`, and turns O_DIRECT on if chosen. A mode
-/// the caller forced that cannot be honoured is an `Unsupported` error for `op` on `path`.
-///
-/// The probe is per filesystem, but some refuse O_DIRECT per file (erofs for compressed files,
-/// with EINVAL from fcntl): then `decide` is asked again with O_DIRECT marked unavailable for
-/// this file, so auto takes its next mode (saying why) and a forced direct is refused.
-pub(crate) fn choose(file: &File, path: &Path, op: &'static str, decide: impl Fn(&FsCaps) -> Result<Decision, Refusal>) -> Result<Chosen> {
-    let mut caps = caps::for_file(file).map_err(|e| Error::io("probe", path, e))?;
-    let mut decision = decide(&caps).map_err(|r| refused(op, path, r))?;
-    if decision.mode == Mode::Direct {
-        if let Err(e) = set_direct(file, true) {
-            if e.raw_os_error() != Some(libc::EINVAL) {
-                return Err(Error::io("fcntl(O_DIRECT)", path, e).with_kind(ErrorKind::Unsupported).with_hint(policy::alternatives(Mode::Direct, &caps)));
-            }
-            let mut this_file = (*caps).clone();
-            this_file.direct = Err(caps::Unavailable::errno("fcntl(O_DIRECT) on this file", &e));
-            decision = decide(&this_file).map_err(|r| refused(op, path, r))?;
-            caps = Arc::new(this_file);
-        }
-    }
-    let (align, mem_align) = match (decision.mode, &caps.direct) {
-        (Mode::Direct, Ok(a)) => (a.offset.max(1) as usize, a.mem.max(1) as usize),
-        _ => (1, 1),
-    };
-    let flags = if decision.mode == Mode::DontCache { RWF_DONTCACHE } else { 0 };
-    Ok(Chosen { caps, decision, align, mem_align, flags })
-}
-
-/// Opens a queue of `depth` for `path`, registering `lease`'s buffers when it can; the
-/// choice's reason says which backend and which buffers.
-pub(crate) fn open_queue(kind: BackendKind, depth: usize, lease: Option<&Lease>, path: &Path) -> Result<(Box<dyn Queue>, BackendChoice)> {
-    let (mut q, mut choice) = backend::open_queue(kind, depth).map_err(|e| {
-        Error::io("io_uring setup", path, e).with_kind(ErrorKind::Unsupported).with_hint(Hint::Backends(vec![BackendKind::Auto, BackendKind::Threads]))
-    })?;
-    if let Some(l) = lease {
-        choice.reason += &backend::try_register(q.as_mut(), l);
-    }
-    Ok((q, choice))
-}
-
-/// An I/O error of a request in `mode` with `flags`, with a note and a hint where the mode is
-/// the cause.
-pub(crate) fn io_error(op: &'static str, path: &Path, e: io::Error, mode: Mode, flags: i32, caps: &FsCaps) -> Error {
-    let e = Error::io(op, path, e);
-    match e.errno() {
-        Some(libc::EINVAL) if mode == Mode::Direct => e.with_note("O_DIRECT refused a request").with_hint(policy::alternatives(mode, caps)),
-        Some(libc::EOPNOTSUPP) if flags & RWF_DONTCACHE != 0 => e.with_note("RWF_DONTCACHE unsupported").with_hint(policy::alternatives(Mode::DontCache, caps)),
-        _ => e,
-    }
-}
-
 /// Turns O_DIRECT on or off for an open file (fcntl F_SETFL).
 pub(crate) fn set_direct(file: &File, on: bool) -> io::Result<()> {
     use rustix::fs::OFlags;
     let fl = rustix::fs::fcntl_getfl(file)?;
     let fl = if on { fl | OFlags::DIRECT } else { fl - OFlags::DIRECT };
     rustix::fs::fcntl_setfl(file, fl)?;
+    Ok(())
+}
+
+/// fdatasync `file` (named `path` in the error), retried when interrupted.
+pub(crate) fn fdatasync(file: &File, path: &Path) -> Result<()> {
+    call(Site::Sync, || rustix::fs::fdatasync(file)).map_err(|e| Error::io("fdatasync", path, e))
+}
+
+/// Why [`publish`] failed, and whether the file is in place.
+pub(crate) struct Unpublished {
+    /// The rename happened: the file is complete and under its final name, and only the
+    /// durability of the directory entry is in doubt. Removing it would lose the file it
+    /// replaced, so it stays.
+    pub renamed: bool,
+    /// What failed.
+    pub error: Error,
+}
+
+/// The last steps of the commit sequence of a file written under the temporary name `tmp` in
+/// `dir` (its data already synced with [`fdatasync`] when `durable`): rename it over `name`,
+/// then, when `durable`, fsync `dir` so that the new entry survives a crash. `path` names
+/// the file in errors.
+pub(crate) fn publish(dir: BorrowedFd<'_>, tmp: &OsStr, name: &OsStr, path: &Path, durable: bool) -> std::result::Result<(), Unpublished> {
+    call(Site::Rename, || rustix::fs::renameat(dir, tmp, dir, name)).map_err(|e| Unpublished { renamed: false, error: Error::io("rename", path, e) })?;
+    if durable {
+        call(Site::Sync, || rustix::fs::fsync(dir)).map_err(|e| Unpublished { renamed: true, error: Error::io("fsync directory", path, e) })?;
+    }
     Ok(())
 }
 
@@ -173,12 +119,7 @@ pub(crate) fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: i32)
             if flags == 0 {
                 rustix::io::pwrite(file.as_fd(), &data[..len], off)
             } else {
-                rustix::io::pwritev2(
-                    file.as_fd(),
-                    &[io::IoSlice::new(&data[..len])],
-                    off,
-                    rustix::io::ReadWriteFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes())),
-                )
+                rustix::io::pwritev2(file.as_fd(), &[io::IoSlice::new(&data[..len])], off, rw_flags(flags))
             }
         });
         match r {
@@ -192,6 +133,38 @@ pub(crate) fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: i32)
         }
     }
     Ok(())
+}
+
+/// One pread/preadv2 of up to `buf.len()` bytes at `off` (short only at end of file, or where
+/// the caller decides), with EINTR and EAGAIN retried.
+pub(crate) fn read_once(file: &File, buf: &mut [u8], off: u64, flags: i32) -> io::Result<usize> {
+    loop {
+        let mut len = buf.len();
+        let r = match fault::check(Site::Read, Some(file), len) {
+            Some(Injected::Errno(e)) => Err(Errno::from_raw_os_error(e)),
+            Some(Injected::Short(n)) => {
+                len = n.min(len);
+                Ok(())
+            }
+            None => Ok(()),
+        };
+        let r = r.and_then(|()| {
+            if flags == 0 {
+                rustix::io::pread(file.as_fd(), &mut buf[..len], off)
+            } else {
+                rustix::io::preadv2(file.as_fd(), &mut [io::IoSliceMut::new(&mut buf[..len])], off, rw_flags(flags))
+            }
+        });
+        match r {
+            Err(e) if e == Errno::INTR || e == Errno::AGAIN => {}
+            r => return r.map_err(io::Error::from),
+        }
+    }
+}
+
+/// The RWF_* bits as preadv2/pwritev2 take them (io_uring takes the same bits as an i32).
+fn rw_flags(flags: i32) -> rustix::io::ReadWriteFlags {
+    rustix::io::ReadWriteFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()))
 }
 
 /// Makes an open, fsync or rename call (`site` says which), retrying it when interrupted
