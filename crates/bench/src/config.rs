@@ -175,6 +175,10 @@ impl BenchConfig {
     }
 }
 
+/// The smallest `--free`: leaving less available risks the OOM killer (the trial's own buffers, the
+/// kernel's reserves and everything else running need it).
+pub const MIN_FREE: u64 = 256 << 20;
+
 pub(crate) fn validate(cfg: &BenchConfig) -> Result<()> {
     if cfg.files == 0 || cfg.threads == 0 || cfg.runs == Some(0) || cfg.modes.is_empty() {
         return Err(Error::Usage("--files, --threads, --runs and --modes must not be zero or empty".into()));
@@ -185,12 +189,8 @@ pub(crate) fn validate(cfg: &BenchConfig) -> Result<()> {
     if cfg.scenario == Scenario::LowMemory && cfg.memory_limit < (16 << 20) {
         return Err(Error::Usage("--memory-limit must be at least 16 MiB".into()));
     }
-    if cfg.scenario == Scenario::Pressure && cfg.free < crate::scenario::MIN_FREE {
-        return Err(Error::Usage(format!(
-            "--free {} is below {} MiB: leaving less than that available risks the OOM killer",
-            cfg.free,
-            crate::scenario::MIN_FREE >> 20
-        )));
+    if cfg.scenario == Scenario::Pressure && cfg.free < MIN_FREE {
+        return Err(Error::Usage(format!("--free {} is below {} MiB: leaving less than that available risks the OOM killer", cfg.free, MIN_FREE >> 20)));
     }
     if cfg.scenario == Scenario::Neighbour && cfg.hot_size < (1 << 20) {
         return Err(Error::Usage("--hot-size must be at least 1 MiB".into()));

@@ -22,6 +22,7 @@ pub mod config;
 pub mod error;
 pub mod fio;
 pub mod helper;
+mod log;
 pub mod meter;
 pub mod plot;
 mod prepare;
@@ -33,5 +34,6 @@ pub mod scenario;
 pub mod schedule;
 pub mod stats;
 mod trial;
+mod units;
 
 pub use error::{Error, Result};

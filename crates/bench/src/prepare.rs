@@ -11,8 +11,8 @@ use cacheless::{Budget, WriteOptions, Writer};
 
 use crate::config::BenchConfig;
 use crate::error::{Error, Result};
+use crate::log::Log;
 use crate::procfs::{kswapd_cpu, read_meminfo};
-use crate::run::Log;
 
 /// The `i`-th source file of a run.
 pub(crate) fn source_path(dir: &Path, i: usize) -> PathBuf {

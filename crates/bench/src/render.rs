@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 
 use crate::report::{pct_vs, BenchReport, CacheSource, ModeReport};
 use crate::stats::PositionEffect;
+pub use crate::units::human_bytes;
+use crate::units::human_signed;
 
 impl BenchReport {
     /// The main table in Markdown, as in the published erofs table, followed by a detail table.
@@ -397,33 +399,9 @@ fn no_baseline_sentence(modes: &[&ModeReport]) -> String {
     )
 }
 
-/// `1.5 GiB`-style sizes.
-pub fn human_bytes(b: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b;
-    let mut i = 0;
-    while v.abs() >= 1024.0 && i < UNITS.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{v:.0} B")
-    } else {
-        format!("{v:.1} {}", UNITS[i])
-    }
-}
-
 /// A table cell: the figure, or `-` when there is none.
 fn or_dash(cell: Option<String>) -> String {
     cell.unwrap_or_else(|| "-".into())
-}
-
-fn human_signed(b: f64) -> String {
-    if b > 0.0 {
-        format!("+{}", human_bytes(b))
-    } else {
-        human_bytes(b)
-    }
 }
 
 #[cfg(test)]
@@ -576,13 +554,5 @@ mod tests {
         let n = lines[0].split(',').count();
         assert!(lines.iter().all(|l| l.split(',').count() == n), "{c}");
         assert!(lines[1].ends_with(",7,1073741824,55.0,21474836480,900.000,0.2500,1048576"), "{}", lines[1]);
-    }
-
-    #[test]
-    fn human_sizes() {
-        assert_eq!(human_bytes(0.0), "0 B");
-        assert_eq!(human_bytes(1536.0), "1.5 KiB");
-        assert_eq!(human_bytes(3.0 * 1024.0 * 1024.0 * 1024.0), "3.0 GiB");
-        assert_eq!(human_signed(-2048.0), "-2.0 KiB");
     }
 }

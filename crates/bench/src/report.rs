@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::procfs::{CpuTime, Reclaim};
-use crate::render::human_bytes;
 use crate::stats::{by_position, cov, median, position_effect, PositionEffect, Spread};
+use crate::units::human_bytes;
 
 /// The schema name written in every JSON report. Fields may be added within a version; none is removed or
 /// renamed without changing it.

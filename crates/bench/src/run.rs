@@ -14,17 +14,15 @@ use crate::config::validate;
 pub use crate::config::{BenchConfig, Rw, Scenario};
 use crate::error::{Error, Result};
 use crate::fio::FioJob;
+pub use crate::log::Log;
 use crate::prepare::{prepare_sources, remove_all, target_path};
 use crate::procfs::{kswapd_pids, parse_mountinfo, read_meminfo, swap_bytes};
-use crate::render::human_bytes;
 use crate::report::{BenchReport, ConfigReport, FioReport, ModeReport, SystemReport, TrialReport, SCHEMA};
 use crate::scenario::hot_path;
 use crate::schedule::{default_rounds, ordinal, schedule};
 use crate::stats::Spread;
 use crate::trial::Bench;
-
-/// Something the caller shows the user while a run goes (the library never prints).
-pub type Log<'a> = &'a mut dyn FnMut(&str);
+use crate::units::human_bytes;
 
 /// One kind of trial in the rotation.
 #[derive(Debug, Clone, Copy)]

@@ -20,18 +20,15 @@ use std::time::Instant;
 
 use cacheless::residency::residency_of;
 
+pub use crate::config::MIN_FREE;
 use crate::config::{BenchConfig, Scenario};
 use crate::error::{Error, Result};
 use crate::helper::HelperProcess;
+use crate::log::Log;
 use crate::prepare::settle;
 use crate::procfs::read_meminfo;
-use crate::render::human_bytes;
 use crate::report::{NeighbourReport, PressureReport, TrialReport};
-use crate::run::Log;
-
-/// The smallest `--free`: leaving less available risks the OOM killer (the trial's own buffers, the
-/// kernel's reserves and everything else running need it).
-pub const MIN_FREE: u64 = 256 << 20;
+use crate::units::human_bytes;
 
 /// The smallest hold worth making: with less than this above `--free`, the pressure scenario refuses.
 pub const MIN_HOLD: u64 = 64 << 20;

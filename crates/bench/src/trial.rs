@@ -15,10 +15,10 @@ use crate::cgroup::{MemoryCgroup, MemoryHierarchy};
 use crate::config::{BenchConfig, Rw};
 use crate::error::{Error, Result};
 use crate::fio::FioJob;
+use crate::log::Log;
 use crate::meter::measure_cancellable;
 use crate::prepare::{make_block, make_cold, remove_all, resident_bytes, ColdStart, XorShift};
 use crate::report::TrialReport;
-use crate::run::Log;
 use crate::scenario::TrialScenario;
 
 /// What every trial of a run shares.

@@ -160,7 +160,7 @@ pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
                 eprintln!("cacheless: bench interrupted; helper processes ended and written files removed");
                 return Ok(code);
             }
-            return Err(e.into());
+            return Err(cli_error(e));
         }
     };
     if let Some(p) = &args.json_out {
@@ -170,7 +170,7 @@ pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
         std::fs::write(p, report.to_csv()).with_context(|| format!("write {}", p.display()))?;
     }
     if let Some(p) = &args.plot {
-        cacheless_bench::plot::plot(&report, p)?;
+        cacheless_bench::plot::plot(&report, p).map_err(cli_error)?;
     }
     let out = if common.json { report.to_json()? + "\n" } else { report.text() };
     let mut stdout = std::io::stdout().lock();
@@ -179,6 +179,15 @@ pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
         r => r.context("write to stdout")?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A benchmark error as the command reports it: a bad option (the configuration's validation) is a
+/// usage error, exit 2; anything else is a failure, exit 1.
+fn cli_error(e: cacheless_bench::Error) -> anyhow::Error {
+    match e {
+        cacheless_bench::Error::Usage(msg) => anyhow::Error::new(ui::UsageError(msg)),
+        e => e.into(),
+    }
 }
 
 /// Runs a helper process of the pressure or neighbour scenario (`cacheless bench-helper ...`, started by

@@ -90,7 +90,7 @@ fn main() -> ExitCode {
             if ui::is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            if let Some(cacheless_bench::Error::Usage(msg)) = e.downcast_ref::<cacheless_bench::Error>() {
+            if let Some(ui::UsageError(msg)) = e.downcast_ref::<ui::UsageError>() {
                 eprintln!("error: {msg}\n\nFor more information, try '--help'.");
                 return ExitCode::from(2);
             }

@@ -82,7 +82,7 @@ pub struct PackArgs {
 }
 
 fn usage(msg: String) -> anyhow::Error {
-    anyhow::Error::new(cacheless_bench::Error::Usage(msg))
+    anyhow::Error::new(ui::UsageError(msg))
 }
 
 /// Runs `cacheless pack`: exit 0 when every member was stored, 1 when some could not be read

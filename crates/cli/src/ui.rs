@@ -1,5 +1,5 @@
-//! Terminal output shared by the commands: errors with their hints, progress bars, signals,
-//! sizes.
+//! Terminal output shared by the commands: errors with their hints, usage errors, progress bars,
+//! signals, sizes.
 
 use std::error::Error as StdError;
 use std::io::IsTerminal;
@@ -10,6 +10,19 @@ use std::time::Duration;
 
 use cacheless::{Hint, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
+
+/// A bad flag value or combination: `main` prints the message with a pointer to `--help` and
+/// exits 2, as clap does for the flags it rejects itself.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl StdError for UsageError {}
 
 /// True when an error chain ends in EPIPE: the reader of our output went away, which is
 /// success for a command like cat.
@@ -83,14 +96,30 @@ pub fn print_members(warnings: &[String], failures: &[String], failure_count: u6
     }
 }
 
+/// `1.5 GiB`-style sizes (binary units), as the benchmark's tables print sizes.
+fn human_bytes(b: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut i = 0;
+    while v.abs() >= 1024.0 && i < UNITS.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
 /// Human-readable size (binary units), as the benchmark's tables print sizes.
 pub fn size(n: u64) -> String {
-    cacheless_bench::render::human_bytes(n as f64)
+    human_bytes(n as f64)
 }
 
 /// A rate of `bytes` in `secs` seconds, in binary units per second.
 pub fn rate(bytes: u64, secs: f64) -> String {
-    format!("{}/s", cacheless_bench::render::human_bytes(bytes as f64 / secs.max(1e-9)))
+    format!("{}/s", human_bytes(bytes as f64 / secs.max(1e-9)))
 }
 
 /// Ctrl-C and SIGTERM, registered once for any job: each sets the progress's cancel flag (the
@@ -212,5 +241,17 @@ mod tests {
         assert_eq!(hint_text(&Hint::Modes(vec![Mode::Auto])), "use --mode auto");
         assert_eq!(hint_text(&Hint::Modes(vec![Mode::Auto, Mode::DontCache])), "use --mode auto or dontcache");
         assert_eq!(hint_text(&Hint::Backends(vec![BackendKind::Auto, BackendKind::Threads, BackendKind::Uring])), "use --backend auto, threads or uring");
+    }
+
+    #[test]
+    fn sizes_as_the_benchmark_prints_them() {
+        assert_eq!(human_bytes(0.0), "0 B");
+        assert_eq!(human_bytes(1536.0), "1.5 KiB");
+        assert_eq!(human_bytes(3.0 * 1024.0 * 1024.0 * 1024.0), "3.0 GiB");
+        assert_eq!(human_bytes(-2048.0), "-2.0 KiB");
+        assert_eq!(size(1023), "1023 B");
+        assert_eq!(size(5 << 40), "5.0 TiB");
+        assert_eq!(size(3 << 50), "3072.0 TiB");
+        assert_eq!(rate(3 << 20, 2.0), "1.5 MiB/s");
     }
 }
