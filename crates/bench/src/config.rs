@@ -61,10 +61,10 @@ pub enum Scenario {
     /// Inside a memory cgroup limited to [`BenchConfig::memory_limit`].
     LowMemory,
     /// Machine-wide memory pressure: a helper process holds anonymous memory (touched, locked when allowed)
-    /// so that only [`BenchConfig::free`] stays available during each trial (see [`crate::scenario`]).
+    /// so that only [`BenchConfig::free`] stays available during each trial (see the scenario module).
     Pressure,
     /// A co-tenant process re-reads a hot file of [`BenchConfig::hot_size`] bytes, fully cached before the
-    /// trial, while the trial runs (see [`crate::scenario`]).
+    /// trial, while the trial runs (see the scenario module).
     Neighbour,
 }
 

@@ -1,5 +1,5 @@
 //! What a benchmark run reports: the JSON schema (`cacheless-bench/1`, documented in docs/bench-json.md) and
-//! the summaries computed from the trials. [`crate::render`] turns it into the table, sentences and CSV.
+//! the summaries computed from the trials. The render module turns it into the table, sentences and CSV.
 
 use serde::{Deserialize, Serialize};
 
