@@ -122,10 +122,8 @@ impl PyReader {
     fn new(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let ro = Options::parse("open", options, &["mode", "backend", "memory", "block_size", "queue_depth"])?.read();
         let r = py.detach(|| Reader::open(&path, &ro)).map_err(|e| errors::engine(&e))?;
-        let direct = match (r.decision().mode, &r.caps().direct) {
-            (Mode::Direct, Ok(a)) => Some((a.mem.max(1) as usize, a.offset.max(1) as usize)),
-            _ => None,
-        };
+        let plan = r.plan();
+        let direct = (plan.mode() == Mode::Direct).then_some((plan.mem_align, plan.align));
         let (len, fd) = (r.len(), r.file().as_raw_fd());
         let mode = (r.decision().mode.to_string(), r.decision().reason.clone());
         Ok(PyReader { state: Mutex::new(Some(ReadState { r, pos: 0, stream_at: None, direct })), path, len, mode, fd })

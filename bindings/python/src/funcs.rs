@@ -82,7 +82,7 @@ pub fn read_file(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDic
 pub fn write_file<'py>(py: Python<'py>, path: PathBuf, data: &Bound<'py, PyAny>, options: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
     let o = Options::parse("write_file", options, &["mode", "sync"])?;
     let pin = Pinned::readable(data)?;
-    let creator = FileCreator::new(CreateOptions { mode: o.mode, sync: o.sync, ..CreateOptions::default() });
+    let creator = FileCreator::new(CreateOptions { mode: o.io.mode, sync: o.sync, ..CreateOptions::default() });
     let rep = py.detach(|| creator.replace(&path, pin.bytes(), &FileAttrs::default())).map_err(|e| errors::engine(&e))?;
     to_py(py, &rep)
 }
@@ -155,13 +155,10 @@ pub fn extract<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let o = Options::parse("extract", options, &["mode", "memory", "threads", "decompress_threads", "progress", "sync"])?;
     let mut eo = cacheless_archive::ExtractOptions::new(&dest);
-    eo.mode = o.mode;
+    eo.io = o.io.clone();
     eo.sync = o.sync;
     eo.strip_components = strip_components;
     eo.keep_old_files = keep_old_files;
-    eo.read_options = o.read();
-    eo.write_options = Some(o.write());
-    eo.budget = o.budget.clone();
     if let Some(t) = o.threads {
         eo.threads = t;
     }
@@ -277,9 +274,7 @@ pub fn pack<'py>(
         po.read_threads = t.max(1);
     }
     po.sync = o.sync;
-    po.read_options = o.read();
-    po.write_options = o.write();
-    po.budget = o.budget.clone();
+    po.io = o.io.clone();
     // File bytes read against the bytes of the files walked so far (the total grows as the
     // walk goes) are what the callback is given.
     let progress = Arc::new(Progress::new());

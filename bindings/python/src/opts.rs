@@ -2,22 +2,16 @@
 //! `queue_depth=`, `threads=`, `progress=`, `sync=`, `size_hint=`, `parallel=`), parsed in one
 //! place into engine options.
 
-use cacheless::{BackendKind, Budget, Mode, ReadOptions, WriteOptions};
+use cacheless::{Budget, IoOptions, ReadOptions, WriteOptions};
 use cacheless_safetensors::ArenaOptions;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// The default memory budget for I/O buffers in flight, as the CLI's `--memory`.
-pub const DEFAULT_MEMORY: usize = 256 << 20;
-
 /// The options of one call.
 pub struct Options<'py> {
-    pub mode: Mode,
-    pub backend: BackendKind,
-    pub budget: Budget,
-    pub block_size: Option<usize>,
-    pub queue_depth: Option<usize>,
+    /// `mode=`, `backend=`, `block_size=`, `queue_depth=` and `memory=` (the budget).
+    pub io: IoOptions,
     pub threads: Option<usize>,
     /// Threads decoding a multi-frame zstd archive (extract).
     pub decompress_threads: Option<usize>,
@@ -52,24 +46,12 @@ impl<'py> Options<'py> {
     pub fn parse(call: &str, kw: Option<&Bound<'py, PyDict>>, allowed: &[&str]) -> PyResult<Options<'py>> {
         let o = Self::parse_keys(call, kw, allowed)?;
         #[cfg(feature = "fault-injection")]
-        crate::fault::track(&o.budget);
+        crate::fault::track(&o.io.budget);
         Ok(o)
     }
 
     fn parse_keys(call: &str, kw: Option<&Bound<'py, PyDict>>, allowed: &[&str]) -> PyResult<Options<'py>> {
-        let mut o = Options {
-            mode: Mode::Auto,
-            backend: BackendKind::Auto,
-            budget: Budget::new(DEFAULT_MEMORY),
-            block_size: None,
-            queue_depth: None,
-            threads: None,
-            decompress_threads: None,
-            progress: None,
-            sync: true,
-            size_hint: None,
-            parallel: 4,
-        };
+        let mut o = Options { io: IoOptions::default(), threads: None, decompress_threads: None, progress: None, sync: true, size_hint: None, parallel: 4 };
         let Some(kw) = kw else { return Ok(o) };
         for (k, v) in kw.iter() {
             let key: String = k.extract()?;
@@ -82,7 +64,7 @@ impl<'py> Options<'py> {
             match key.as_str() {
                 "mode" => {
                     let s: String = v.extract()?;
-                    o.mode = s.parse().map_err(|e: String| {
+                    o.io.mode = s.parse().map_err(|e: String| {
                         let extra = if matches!(s.as_str(), "rb" | "wb" | "r" | "w" | "br" | "bw") {
                             " (the access, \"rb\" or \"wb\", is open()'s second argument)"
                         } else {
@@ -91,10 +73,10 @@ impl<'py> Options<'py> {
                         PyValueError::new_err(format!("mode=: {e}{extra}"))
                     })?;
                 }
-                "backend" => o.backend = v.extract::<String>()?.parse().map_err(|e: String| PyValueError::new_err(format!("backend=: {e}")))?,
-                "memory" => o.budget = Budget::new(size_bytes("memory", &v)?),
-                "block_size" => o.block_size = Some(positive("block_size", &v)?),
-                "queue_depth" => o.queue_depth = Some(positive("queue_depth", &v)?),
+                "backend" => o.io.backend = v.extract::<String>()?.parse().map_err(|e: String| PyValueError::new_err(format!("backend=: {e}")))?,
+                "memory" => o.io.budget = Budget::new(size_bytes("memory", &v)?),
+                "block_size" => o.io.block_size = positive("block_size", &v)?,
+                "queue_depth" => o.io.queue_depth = positive("queue_depth", &v)?,
                 "threads" => o.threads = Some(positive("threads", &v)?),
                 "decompress_threads" => o.decompress_threads = Some(positive("decompress_threads", &v)?),
                 "parallel" => o.parallel = positive("parallel", &v)?,
@@ -115,21 +97,12 @@ impl<'py> Options<'py> {
 
     /// Engine read options.
     pub fn read(&self) -> ReadOptions {
-        let mut o = ReadOptions::new(self.budget.clone());
-        o.io.mode = self.mode;
-        o.io.backend = self.backend;
-        o.io.block_size = self.block_size.unwrap_or(o.io.block_size);
-        o.io.queue_depth = self.queue_depth.unwrap_or(o.io.queue_depth);
-        o
+        ReadOptions::from(self.io.clone())
     }
 
-    /// Engine write options.
+    /// Engine write options (with `sync=` and `size_hint=`).
     pub fn write(&self) -> WriteOptions {
-        let mut o = WriteOptions::new(self.budget.clone());
-        o.io.mode = self.mode;
-        o.io.backend = self.backend;
-        o.io.block_size = self.block_size.unwrap_or(o.io.block_size);
-        o.io.queue_depth = self.queue_depth.unwrap_or(o.io.queue_depth);
+        let mut o = WriteOptions::from(self.io.clone());
         o.sync = self.sync;
         o.size_hint = self.size_hint;
         o
@@ -137,7 +110,7 @@ impl<'py> Options<'py> {
 
     /// Options for reading files into arenas.
     pub fn arena(&self) -> ArenaOptions {
-        let mut o = ArenaOptions::new(self.budget.clone());
+        let mut o = ArenaOptions::new(self.io.budget.clone());
         o.read = self.read();
         o.threads = self.threads.unwrap_or(o.threads);
         o

@@ -22,12 +22,14 @@
 pub mod error;
 pub mod extract;
 pub mod fsops;
+mod modes;
 pub mod pack;
 pub mod source;
 pub mod tarparse;
 mod zframes;
 
 pub use error::{Error, Result};
-pub use extract::{extract, ExtractOptions, ExtractReport, IoMode, ModeCounts};
+pub use extract::{extract, ExtractOptions, ExtractReport};
+pub use modes::ModeCounts;
 pub use pack::{pack, Output, PackOptions, PackReport};
 pub use source::{Compression, Decompress, Input, SourceInfo};

@@ -270,16 +270,15 @@ impl Drop for TarStream {
 pub struct Decompress {
     /// Threads decoding zstd frames (1: one streaming decoder, as for the other formats).
     pub threads: usize,
-    /// The budget whose eighth the frames in flight may hold.
-    pub budget: cacheless::Budget,
+    /// Bytes the frames in flight may hold (the caller's share of its budget for them).
+    pub bytes: usize,
 }
 
 /// Opens the archive: starts the reader thread, detects the compression and, unless the archive is
 /// plain tar, starts the decompressor thread. The archive bytes read are counted as `progress`'s
 /// input bytes, against the archive's size when it is known.
 /// A zstd archive is decoded by `decompress.threads` threads when that is more than one: its
-/// frames in parallel, with an eighth of the budget for their input and output in flight (the
-/// caller gives the archive's read-ahead the other eighth of its quarter).
+/// frames in parallel, with `decompress.bytes` for their input and output in flight.
 pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::ReadOptions, decompress: &Decompress) -> Result<TarStream> {
     let (tx, rx) = sync_channel::<io::Result<Vec<u8>>>(4);
     let mut threads = Vec::new();
@@ -342,11 +341,9 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
     }
     info.decompress_threads = 1;
     if compression == Compression::Zstd && decompress.threads > 1 {
-        // The frames' buffers are sized to an eighth of the budget, taken from the read-ahead's
-        // quarter (see the caller): not leased, so that they never wait on the file writers'
-        // leases (which wait on the parser, which waits on the frames).
-        let share = (decompress.budget.limit() / 8).max(1);
-        let plan = zframes::Plan::new(decompress.threads, share);
+        // The frames' buffers are sized to the caller's share: not leased, so that they never
+        // wait on the file writers' leases (which wait on the parser, which waits on the frames).
+        let plan = zframes::Plan::new(decompress.threads, decompress.bytes.max(1));
         let ChanReader { rx, cur, pos, .. } = raw;
         let (frames, more, stats) = zframes::start(zframes::RawIn::new(rx, cur, pos), plan).map_err(|e| Error::io("spawn", "decompressor", e))?;
         threads.extend(more);

@@ -18,8 +18,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use cacheless::fault::{self, Fault, Plan, Site};
-use cacheless::{BackendKind, Budget};
-use cacheless_archive::{extract, pack, Compression, ExtractOptions, ExtractReport, Input, IoMode, Output, PackOptions};
+use cacheless::{BackendKind, Budget, Mode};
+use cacheless_archive::{extract, pack, Compression, ExtractOptions, ExtractReport, Input, Output, PackOptions};
 use common::*;
 
 /// One case injects at a time.
@@ -46,18 +46,13 @@ fn members() -> (Vec<u8>, BTreeMap<&'static str, Vec<u8>>) {
     (tar, files)
 }
 
-fn options(dest: &Path, backend: BackendKind, mode: IoMode, budget: &Budget) -> ExtractOptions {
+fn options(dest: &Path, backend: BackendKind, mode: Mode, budget: &Budget) -> ExtractOptions {
     let mut o = ExtractOptions::new(dest);
-    o.budget = budget.clone();
-    o.read_options = cacheless::ReadOptions::new(budget.clone());
-    o.read_options.io.backend = backend;
-    o.read_options.io.block_size = 16 << 10;
-    let mut w = cacheless::WriteOptions::new(budget.clone());
-    w.io.backend = backend;
-    w.io.block_size = 64 << 10;
-    w.io.queue_depth = 2;
-    o.write_options = Some(w);
-    o.mode = mode;
+    o.io.budget = budget.clone();
+    o.io.backend = backend;
+    o.io.block_size = 16 << 10;
+    o.io.queue_depth = 2;
+    o.io.mode = mode;
     o.direct_min = STREAM_MIN;
     o.threads = 2;
     // The tree is checked, not made durable (syncfs is no call of the engine's).
@@ -130,7 +125,7 @@ fn extraction_survives_or_reports_every_fault() {
         backends.push(BackendKind::Uring);
     }
     for backend in backends {
-        for mode in [IoMode::Auto, IoMode::Buffered] {
+        for mode in [Mode::Auto, Mode::Buffered] {
             let what = format!("extract ({mode}, {backend})");
             let s = fault::sweep(&[Site::Open, Site::Read, Site::Write, Site::Sync], |plan| {
                 let _ = fs::remove_dir_all(&dest);
@@ -157,7 +152,7 @@ fn a_hard_link_to_a_file_that_failed_is_not_made() {
     let dest = work.path().join("out");
     let budget = Budget::new(8 << 20);
     fault::start(Some(Plan { site: Site::Write, nth: 3, fault: Fault::Eio }));
-    let r = extract(Input::Stream(Box::new(std::io::Cursor::new(tar))), &options(&dest, BackendKind::Threads, IoMode::Auto, &budget)).unwrap();
+    let r = extract(Input::Stream(Box::new(std::io::Cursor::new(tar))), &options(&dest, BackendKind::Threads, Mode::Auto, &budget)).unwrap();
     assert!(fault::stop().fired);
     assert!(!dest.join("big").exists() && !dest.join("link").exists(), "a name holds the failed file: {:?}", tree(&dest).keys());
     assert_eq!(fs::read(dest.join("after")).unwrap(), b"after", "the entries after it are extracted");
@@ -219,11 +214,8 @@ fn a_pack_leaves_a_whole_archive_or_none_under_every_fault() {
             o.compression = Compression::None;
             o.threads = 1;
             o.read_threads = 2;
-            o.budget = budget.clone();
-            o.read_options = cacheless::ReadOptions::new(budget.clone());
-            o.read_options.io.backend = backend;
-            o.write_options = cacheless::WriteOptions::new(budget.clone());
-            o.write_options.io.backend = backend;
+            o.io.budget = budget.clone();
+            o.io.backend = backend;
             let res = pack(o);
             let fired = fault::fired();
             let failing = plan.filter(|p| fired && !p.fault.retried_at(p.site));

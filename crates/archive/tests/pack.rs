@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use cacheless::Mode;
 use cacheless_archive::pack::{Members, Owner, SortOrder, SKIPPABLE_MAGIC};
-use cacheless_archive::{pack, Compression, IoMode, Output, PackOptions, PackReport};
+use cacheless_archive::{pack, Compression, Output, PackOptions, PackReport};
 use common::*;
 
 struct Trees {
@@ -119,7 +120,7 @@ fn round_trips_through_gnu_tar_bsdtar_and_extract_for_every_compression() {
         assert!(allocated(&gnu.join("sparse/huge")) < 16 << 20, "{c:?}: GNU tar filled the sparse file");
         // Ours.
         let ours_dir = work.path().join("ours");
-        ours(&a, &ours_dir, IoMode::Auto, false).expect("auto mode always works");
+        ours(&a, &ours_dir, Mode::Auto, false).expect("auto mode always works");
         assert_same_tree(&ours_dir, src, &format!("{c:?} cacheless extract"));
         assert!(allocated(&ours_dir.join("sparse/huge")) < 16 << 20, "{c:?}: extract filled the sparse file");
         // bsdtar lists what GNU tar lists, and extracts the same tree.
@@ -281,9 +282,8 @@ fn pack_slowly(src: &Path, a: &Path, during: impl FnOnce() + Send + 'static) -> 
     let mut o = PackOptions::new(Output::Stream(Box::new(Slow(fs::File::create(a).unwrap()))), vec![".".into()]);
     o.members.directory = Some(src.to_path_buf());
     o.compression = Compression::None;
-    o.read_options.io.block_size = 64 << 10;
-    o.read_options.io.queue_depth = 1;
-    o.write_options.io.block_size = 64 << 10;
+    o.io.block_size = 64 << 10;
+    o.io.queue_depth = 1;
     let progress = Arc::new(cacheless::Progress::new());
     o.progress = Some(progress.clone());
     let stop = Arc::new(AtomicBool::new(false));
@@ -347,7 +347,7 @@ fn an_interrupted_pack_leaves_no_archive_and_no_temporary() {
     fs::create_dir_all(&outdir).unwrap();
     let a = outdir.join("i.tar.zst");
     let mut o = opts(&src, &a, Compression::Zstd);
-    o.read_options.io.block_size = 64 << 10;
+    o.io.block_size = 64 << 10;
     o.frame_size = 64 << 10;
     let progress = Arc::new(cacheless::Progress::new());
     o.progress = Some(progress.clone());
@@ -517,11 +517,10 @@ fn every_forced_mode_reads_and_writes_in_that_mode_or_is_refused_clearly() {
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("big"), vec![9u8; 5 << 20]).unwrap();
     fs::write(src.join("small"), "small").unwrap();
-    for (mode, feature) in [(IoMode::Direct, "direct"), (IoMode::DontCache, "dontcache"), (IoMode::DropBehind, ""), (IoMode::Buffered, "")] {
+    for (mode, feature) in [(Mode::Direct, "direct"), (Mode::DontCache, "dontcache"), (Mode::DropBehind, ""), (Mode::Buffered, "")] {
         let a = work.path().join(format!("{mode:?}.tar.zst"));
         let mut o = opts(&src, &a, Compression::Zstd);
-        o.read_options.io.mode = mode;
-        o.write_options.io.mode = mode;
+        o.io.mode = mode;
         let r = match pack(o) {
             Ok(r) => r,
             Err(e) => {
@@ -535,9 +534,9 @@ fn every_forced_mode_reads_and_writes_in_that_mode_or_is_refused_clearly() {
         assert!(r.is_ok(), "{mode:?}: {:?}", r.failures);
         let m = &r.read_modes;
         let n = match mode {
-            IoMode::Direct => m.direct,
-            IoMode::DontCache => m.dontcache,
-            IoMode::DropBehind => m.writebehind,
+            Mode::Direct => m.direct,
+            Mode::DontCache => m.dontcache,
+            Mode::DropBehind => m.writebehind,
             _ => m.buffered,
         };
         assert_eq!(n, 2, "{mode:?}: {m:?}");

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use cacheless_archive::{extract, ExtractOptions, Input, IoMode};
+use cacheless::Mode;
+use cacheless_archive::{extract, ExtractOptions, Input};
 use common::*;
 
 struct Trees {
@@ -28,7 +29,7 @@ fn trees() -> &'static Trees {
     })
 }
 
-fn check(archive: &Path, modes: &[IoMode], walk: bool, what: &str) {
+fn check(archive: &Path, modes: &[Mode], walk: bool, what: &str) {
     let work = scratch();
     let gnu = work.path().join("gnu");
     gnu_tar_extract(archive, &gnu);
@@ -45,17 +46,17 @@ fn check(archive: &Path, modes: &[IoMode], walk: bool, what: &str) {
             let md = std::fs::symlink_metadata(p).unwrap();
             md.is_file() && md.len() >= 1 << 20 && allocated(p) >= md.len() / 2
         });
-        if m == IoMode::Auto && r.direct_ok == Some(true) && large {
+        if m == Mode::Auto && r.direct_ok == Some(true) && large {
             assert!(r.modes.direct > 0, "{what}: no file written with O_DIRECT: {:?}", r.modes);
         }
         // Each forced mode is what the files got.
         let n = r.modes.direct + r.modes.dontcache + r.modes.writebehind + r.modes.buffered;
         match m {
-            IoMode::Direct => assert_eq!(r.modes.direct, n, "{what}: {:?}", r.modes),
-            IoMode::DontCache => assert_eq!(r.modes.dontcache, n, "{what}: {:?}", r.modes),
-            IoMode::DropBehind => assert_eq!(r.modes.writebehind, n, "{what}: {:?}", r.modes),
-            IoMode::Buffered => assert_eq!(r.modes.buffered, n, "{what}: {:?}", r.modes),
-            IoMode::Auto => {}
+            Mode::Direct => assert_eq!(r.modes.direct, n, "{what}: {:?}", r.modes),
+            Mode::DontCache => assert_eq!(r.modes.dontcache, n, "{what}: {:?}", r.modes),
+            Mode::DropBehind => assert_eq!(r.modes.writebehind, n, "{what}: {:?}", r.modes),
+            Mode::Buffered => assert_eq!(r.modes.buffered, n, "{what}: {:?}", r.modes),
+            Mode::Auto => {}
         }
     }
 }
@@ -71,7 +72,7 @@ fn archive(tree: &Path, name: &str, format: &str, compress: Option<&str>, extra:
 fn gnu_formats_full_tree() {
     for fmt in ["gnu", "oldgnu", "pax"] {
         let (_d, a) = archive(&trees().full, &format!("t-{fmt}.tar"), fmt, None, &[]);
-        check(&a, &[IoMode::Auto], false, fmt);
+        check(&a, &[Mode::Auto], false, fmt);
     }
 }
 
@@ -82,7 +83,7 @@ fn ustar_and_v7_basic_tree() {
         let a = d.path().join(format!("t-{fmt}.tar"));
         // ustar/v7 cannot hold sparse files: no -S.
         run(Command::new("tar").arg(format!("--format={fmt}")).arg("-cf").arg(&a).arg("-C").arg(&trees().basic).arg("."));
-        check(&a, &[IoMode::Auto], false, fmt);
+        check(&a, &[Mode::Auto], false, fmt);
     }
 }
 
@@ -90,7 +91,7 @@ fn ustar_and_v7_basic_tree() {
 fn pax_sparse_versions() {
     for v in ["0.0", "0.1", "1.0"] {
         let (_d, a) = archive(&trees().full, &format!("t-sparse{v}.tar"), "pax", None, &[&format!("--sparse-version={v}")]);
-        check(&a, &[IoMode::Auto], false, &format!("pax sparse {v}"));
+        check(&a, &[Mode::Auto], false, &format!("pax sparse {v}"));
     }
 }
 
@@ -98,16 +99,16 @@ fn pax_sparse_versions() {
 fn every_compression() {
     for (z, ext) in [("zstd", "zst"), ("gzip", "gz"), ("xz -T2", "xz"), ("lz4", "lz4"), ("bzip2", "bz2")] {
         let (_d, a) = archive(&trees().full, &format!("t.tar.{ext}"), "pax", Some(z), &[]);
-        check(&a, &[IoMode::Auto], false, z);
+        check(&a, &[Mode::Auto], false, z);
     }
 }
 
 #[test]
 fn every_mode_and_the_nofollow_walk() {
     let (_d, a) = archive(&trees().full, "modes.tar.zst", "gnu", Some("zstd"), &[]);
-    let modes = [IoMode::Auto, IoMode::Direct, IoMode::DontCache, IoMode::DropBehind, IoMode::Buffered];
+    let modes = [Mode::Auto, Mode::Direct, Mode::DontCache, Mode::DropBehind, Mode::Buffered];
     check(&a, &modes, false, "modes");
-    check(&a, &[IoMode::Auto], true, "walk");
+    check(&a, &[Mode::Auto], true, "walk");
 }
 
 #[test]
@@ -117,7 +118,7 @@ fn python_tarfile_formats() {
         let a = d.path().join(format!("py-{fmt}.tar"));
         let script = format!("import tarfile,sys\nwith tarfile.open(sys.argv[1], 'w', format=tarfile.{fmt}) as t:\n    t.add(sys.argv[2], arcname='.')\n");
         run(Command::new("python3").arg("-c").arg(script).arg(&a).arg(&trees().basic));
-        check(&a, &[IoMode::Auto], false, fmt);
+        check(&a, &[Mode::Auto], false, fmt);
     }
 }
 
@@ -201,10 +202,7 @@ fn both_engine_backends() {
     for (i, kind) in [cacheless::BackendKind::Threads, cacheless::BackendKind::Uring].into_iter().enumerate() {
         let o = work.path().join(format!("ours{i}"));
         let mut opts = ExtractOptions::new(&o);
-        opts.read_options.io.backend = kind;
-        let mut wo = cacheless::WriteOptions::new(opts.budget.clone());
-        wo.io.backend = kind;
-        opts.write_options = Some(wo);
+        opts.io.backend = kind;
         opts.sync = false;
         let r = match extract(Input::Path(a.clone()), &opts) {
             Ok(r) => r,
@@ -233,8 +231,7 @@ fn tiny_memory_budget_completes() {
     gnu_tar_extract(&a, &gnu);
     let o = work.path().join("ours");
     let mut opts = ExtractOptions::new(&o);
-    opts.budget = cacheless::Budget::new(1 << 20);
-    opts.read_options = cacheless::ReadOptions::new(opts.budget.clone());
+    opts.io.budget = cacheless::Budget::new(1 << 20);
     opts.sync = false;
     let r = extract(Input::Path(a), &opts).unwrap();
     assert!(r.is_ok(), "{:?} {:?}", r.fatal, r.failures);
@@ -251,7 +248,7 @@ fn negative_and_fractional_mtimes_like_gnu() {
             "import tarfile,io,sys\nwith tarfile.open(sys.argv[1], 'w', format=tarfile.{fmt}) as t:\n    i=tarfile.TarInfo('old'); i.size=3; i.mtime={mt}; t.addfile(i, io.BytesIO(b'old'))\n    i=tarfile.TarInfo('olddir'); i.type=tarfile.DIRTYPE; i.mtime={mt}; t.addfile(i)\n"
         );
         run(Command::new("python3").arg("-c").arg(script).arg(&a));
-        check(&a, &[IoMode::Auto], false, &format!("{fmt} mtime {mt}"));
+        check(&a, &[Mode::Auto], false, &format!("{fmt} mtime {mt}"));
     }
 }
 

@@ -159,7 +159,7 @@ impl BenchConfig {
             block_size: cacheless::options::DEFAULT_BLOCK_SIZE,
             queue_depth: cacheless::options::DEFAULT_QUEUE_DEPTH,
             backend: BackendKind::Auto,
-            budget_bytes: 256 << 20,
+            budget_bytes: cacheless::DEFAULT_BUDGET,
             modes: Mode::ALL.to_vec(),
             runs: None,
             scenario: Scenario::Normal,

@@ -322,6 +322,12 @@ pub struct NewFile {
 }
 
 impl NewFile {
+    /// How the file will be written: its mode and why, and the alignment its data should
+    /// have ([`Plan::data_align`]). Decided here or at the first write, once.
+    pub fn plan(&mut self) -> Result<&Plan> {
+        Ok(&self.draft.plan()?.plan)
+    }
+
     /// Writes all of `data` at `offset`, in the file's mode.
     pub fn write_at(&mut self, data: &[u8], offset: u64) -> Result<()> {
         self.draft.write_at(data, offset)

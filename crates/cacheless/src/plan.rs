@@ -56,6 +56,16 @@ impl Plan {
     pub fn buffer_align(&self) -> usize {
         self.align.max(self.mem_align).max(rustix::param::page_size()).next_power_of_two()
     }
+
+    /// The alignment data handed to this file should have to go to the kernel without a bounce
+    /// copy: [`Plan::buffer_align`] when the file is read or written with O_DIRECT, 1 otherwise.
+    pub fn data_align(&self) -> usize {
+        if self.decision.mode == Mode::Direct {
+            self.buffer_align()
+        } else {
+            1
+        }
+    }
 }
 
 /// Whether `mode` can be forced for files on a filesystem with `caps`: `Ok` for auto, buffered

@@ -118,7 +118,9 @@ pub fn config(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<BenchConf
         c.queue_depth = q as usize;
     }
     c.backend = common.backend;
-    c.budget_bytes = usize::try_from(common.memory).context("--memory too large")?;
+    if let Some(m) = common.memory {
+        c.budget_bytes = usize::try_from(m).context("--memory too large")?;
+    }
     if let Some(m) = &args.modes {
         c.modes = m.clone();
     }

@@ -41,8 +41,7 @@ fn is_epipe(e: &io::Error) -> bool {
 }
 
 pub fn run(args: &CatArgs, common: &CommonOpts) -> Result<ExitCode> {
-    let budget = common.budget();
-    let ro = common.read_options(&budget);
+    let ro = cacheless::ReadOptions::from(common.io());
     let progress = Arc::new(Progress::new());
     for f in &args.files {
         if f.as_os_str() == "-" {

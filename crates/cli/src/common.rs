@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use cacheless::{BackendKind, Budget, Mode, ReadOptions, WriteOptions};
+use cacheless::{BackendKind, Budget, IoOptions, Mode};
 use clap::Args;
 
 /// Parses sizes such as `4M`, `1GiB`, `512k` or `4096`.
@@ -25,9 +25,9 @@ pub struct CommonOpts {
     /// Requests kept in flight per file.
     #[arg(long, global = true)]
     pub queue_depth: Option<u32>,
-    /// Budget for all in-flight buffers together.
-    #[arg(long, global = true, value_parser = parse_size, default_value = "256M")]
-    pub memory: u64,
+    /// Budget for all in-flight buffers together [default: 256M].
+    #[arg(long, global = true, value_parser = parse_size)]
+    pub memory: Option<u64>,
     /// Print a machine-readable JSON report instead of text.
     #[arg(long, global = true)]
     pub json: bool,
@@ -37,35 +37,18 @@ pub struct CommonOpts {
 }
 
 impl CommonOpts {
-    /// One memory budget shared by everything this command does.
-    pub fn budget(&self) -> Budget {
-        Budget::new(cacheless::conv::usize_of(self.memory))
-    }
-
-    /// Engine read options from the flags.
-    pub fn read_options(&self, budget: &Budget) -> ReadOptions {
-        let mut o = ReadOptions::new(budget.clone());
-        o.io.mode = self.mode;
-        o.io.backend = self.backend;
+    /// The engine's I/O options from the flags, with one memory budget shared by everything
+    /// this command does: the one place the flags become engine settings.
+    pub fn io(&self) -> IoOptions {
+        let mut o = IoOptions { mode: self.mode, backend: self.backend, ..IoOptions::default() };
         if let Some(b) = self.block_size {
-            o.io.block_size = cacheless::conv::usize_of(b);
+            o.block_size = cacheless::conv::usize_of(b);
         }
         if let Some(q) = self.queue_depth {
-            o.io.queue_depth = q as usize;
+            o.queue_depth = q as usize;
         }
-        o
-    }
-
-    /// Engine write options from the flags.
-    pub fn write_options(&self, budget: &Budget) -> WriteOptions {
-        let mut o = WriteOptions::new(budget.clone());
-        o.io.mode = self.mode;
-        o.io.backend = self.backend;
-        if let Some(b) = self.block_size {
-            o.io.block_size = cacheless::conv::usize_of(b);
-        }
-        if let Some(q) = self.queue_depth {
-            o.io.queue_depth = q as usize;
+        if let Some(m) = self.memory {
+            o.budget = Budget::new(cacheless::conv::usize_of(m));
         }
         o
     }

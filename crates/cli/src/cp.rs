@@ -534,7 +534,7 @@ pub fn run(args: &CpArgs, common: &CommonOpts) -> Result<ExitCode> {
             progress.add_total_files(n);
         }
     }
-    let budget = common.budget();
+    let io = common.io();
     let is_root = rustix::process::geteuid().is_root();
     let owner = args.archive && is_root;
     let mut co = CopyOptions::new();
@@ -545,13 +545,13 @@ pub fn run(args: &CpArgs, common: &CommonOpts) -> Result<ExitCode> {
     co.owner = owner;
     co.xattrs = args.archive;
     co.before_verify = corrupt_hook();
-    let mut wo = common.write_options(&budget);
+    let mut wo = WriteOptions::from(io.clone());
     wo.sync = !args.no_sync;
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
     let plan = fd_plan(nofile, open_fds(), args.threads.unwrap_or((cpus * 2).clamp(4, 16)).max(1));
     let copier = Arc::new(Copier {
-        ro: common.read_options(&budget),
+        ro: ReadOptions::from(io),
         wo,
         co,
         creator: FileCreator::new(CreateOptions { mode: common.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: 0 }),

@@ -57,16 +57,11 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     let progress = Arc::new(Progress::new());
     let mut opts = ExtractOptions::new(&args.directory);
     opts.strip_components = args.strip_components;
-    opts.mode = common.mode;
+    opts.io = common.io();
     opts.sync = !args.no_sync;
     opts.keep_old_files = args.keep_old_files;
     opts.same_owner = args.same_owner;
     opts.special_files = args.special_files;
-    // One engine budget for the archive's read-ahead and every buffer in flight to the workers.
-    let budget = common.budget();
-    opts.read_options = common.read_options(&budget);
-    opts.write_options = Some(common.write_options(&budget));
-    opts.budget = budget;
     if let Some(t) = args.threads {
         opts.threads = t.max(1);
     }

@@ -45,7 +45,7 @@ struct Row {
     mode: Option<cacheless::Mode>,
 }
 
-fn hash_file(f: &Path, algo: Algo, common: &CommonOpts, budget: &cacheless::Budget) -> Result<(String, Option<cacheless::Mode>), cacheless::Error> {
+fn hash_file(f: &Path, algo: Algo, common: &CommonOpts, ro: &cacheless::ReadOptions) -> Result<(String, Option<cacheless::Mode>), cacheless::Error> {
     let mut h = Hasher::new(algo);
     if f.as_os_str() == "-" {
         ui::each_stdin_chunk(|d| {
@@ -55,7 +55,7 @@ fn hash_file(f: &Path, algo: Algo, common: &CommonOpts, budget: &cacheless::Budg
         .map_err(|e| cacheless::Error::io("read", f, e))?;
         return Ok((h.hex(), None));
     }
-    let mut r = Reader::open(f, &common.read_options(budget))?;
+    let mut r = Reader::open(f, ro)?;
     if common.verbose {
         eprintln!("cacheless: {}: {} ({})", f.display(), r.decision().mode, r.decision().reason);
     }
@@ -64,12 +64,12 @@ fn hash_file(f: &Path, algo: Algo, common: &CommonOpts, budget: &cacheless::Budg
 }
 
 pub fn run(args: &HashArgs, common: &CommonOpts) -> Result<ExitCode> {
-    let budget = common.budget();
+    let ro = cacheless::ReadOptions::from(common.io());
     let progress = Progress::new();
     let mut rows = Vec::new();
     let mut out = io::stdout().lock();
     for f in &args.files {
-        match hash_file(f, args.algo, common, &budget) {
+        match hash_file(f, args.algo, common, &ro) {
             Ok((digest, mode)) => {
                 if common.json {
                     rows.push(Row { path: f.clone(), algo: args.algo, digest, mode });

@@ -127,10 +127,7 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
     o.members.xattrs = args.xattrs;
     o.sync = !args.no_sync;
     o.read_threads = args.read_threads.max(1);
-    let budget = common.budget();
-    o.read_options = common.read_options(&budget);
-    o.write_options = common.write_options(&budget);
-    o.budget = budget;
+    o.io = common.io();
     let progress = Arc::new(Progress::new());
     o.progress = Some(progress.clone());
     // Ctrl-C / SIGTERM stop between members and chunks; the unfinished archive is removed.

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 use cacheless::buf::{round_up, Lease};
 use cacheless::conv::usize_of;
-use cacheless::{AlignedBuf, BackendChoice, Budget, Decision, ErrorKind, Mode, Progress, ReadOptions, Reader};
+use cacheless::{AlignedBuf, BackendChoice, Budget, Decision, ErrorKind, Progress, ReadOptions, Reader};
 
 use crate::error::Result;
 
@@ -137,22 +137,19 @@ impl SpanReader {
         let ro = &opts.read;
         let admission = ro.io.budget.lease(cacheless::LeaseRequest::buffers(ro.io.block_size.max(page), ro.io.queue_depth.max(1)).aligned(page));
         let threads = opts.threads.clamp(1, admission.count());
-        // Readers lease their (rarely used) bounce buffers from a budget of their own: the
-        // admission above already counts every request this reader keeps in flight.
+        // The readers (one per thread) lease their buffers out of the admission, which is held
+        // out of the caller's budget: each keeps its share of the requests in flight and no
+        // extra buffers, so that together they never want more than the admission holds and
+        // none waits on another's.
         let mut each = ro.clone();
-        each.io.budget = Budget::new(usize::MAX / 2);
+        each.io.budget = Budget::new(admission.count() * admission.size());
         each.io.queue_depth = (admission.count() / threads).max(1);
+        each.extra_buffers = 0;
         // The engine's open (its retries, its errors); the workers read through duplicates.
         let primary = Reader::open(path, &each)?;
         let file = primary.file().try_clone().map_err(|e| cacheless::Error::io("dup", path, e))?;
-        let decision = primary.decision();
-        let mut align = page;
-        if decision.mode == Mode::Direct {
-            if let Ok(a) = &primary.caps().direct {
-                align = align.max(a.both().next_power_of_two());
-            }
-        }
-        each.io.mode = decision.mode;
+        let align = primary.plan().buffer_align();
+        each.io.mode = primary.decision().mode;
         Ok(SpanReader {
             file,
             path: path.to_path_buf(),

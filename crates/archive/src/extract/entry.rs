@@ -14,8 +14,9 @@ use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
 use super::jobs::{attrs, chown, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Small, CHUNK};
-use super::options::{ExtractOptions, ExtractReport, IoMode};
+use super::options::{ExtractOptions, ExtractReport};
 use super::pool::Pool;
+use super::shares::Shares;
 use crate::error::Error;
 use crate::fsops::{sanitize, RelPath, Root, Sanitized};
 use crate::source;
@@ -48,7 +49,8 @@ pub(super) struct Ctx<'a> {
     pub root: Root,
     pub sh: Arc<Shared>,
     pub pool: Pool<Shared>,
-    pub budget: cacheless::Budget,
+    /// The budget's division among the holders of buffers.
+    pub shares: Shares,
     pub is_root: bool,
     pub umask: u32,
     pub dirs: Vec<(RelPath, Meta)>,
@@ -66,23 +68,6 @@ const BATCH_FILES: usize = 32;
 /// ... and this many bytes of data.
 const BATCH_BYTES: usize = 256 << 10;
 
-/// Leases `n` bytes, at most a quarter of the budget: the archive's read-ahead and a large
-/// file's Writer are each held to a quarter too (see `extract`), so a lease always fits once the
-/// small files in flight are written, whatever the budget is.
-fn acquire(b: &cacheless::Budget, n: u64) -> cacheless::buf::Lease {
-    b.lease(cacheless::LeaseRequest::one(cacheless::conv::fit(n, (b.limit() / 4).max(1)).max(1)))
-}
-
-/// Caps a queue depth so that `depth` (+ `extra`) buffers of `block` bytes stay within a quarter
-/// of the budget.
-pub(super) fn quarter_depth(limit: usize, block: usize, depth: usize, extra: usize) -> usize {
-    if depth == 0 {
-        return 0; // write-through stays write-through
-    }
-    let fit = (limit / 4 / block.max(1)).max(1 + extra);
-    depth.min(fit - extra).max(1)
-}
-
 impl Ctx<'_> {
     /// Hands the batch of small files waiting to the workers, with one lease for their bytes
     /// (as much as their leases one each would hold).
@@ -90,7 +75,7 @@ impl Ctx<'_> {
         let files = std::mem::take(&mut self.batch);
         let bytes = std::mem::take(&mut self.batch_bytes);
         if !files.is_empty() {
-            let lease = acquire(&self.budget, bytes as u64);
+            let lease = self.shares.lease(bytes as u64);
             self.pool.send(Job::Batch(files, lease));
         }
     }
@@ -296,10 +281,10 @@ impl Ctx<'_> {
         }
         let display = rel.to_path();
         let creator = self.sh.creator.clone();
-        let file = self.create_entry(&rel, |d, n| creator.create(d.clone(), n, &display, e.size, attrs(&meta)))?;
+        let mut file = self.create_entry(&rel, |d, n| creator.create(d.clone(), n, &display, e.size, attrs(&meta)))?;
         if e.size <= CHUNK as u64 {
-            // O_DIRECT (forced, or chosen for a large file) writes from aligned memory.
-            let align = if self.opts.mode == IoMode::Direct || e.size >= cacheless::policy::SMALL_WRITE { 4096 } else { 1 };
+            // Data for a file written with O_DIRECT is read into memory aligned as it needs.
+            let align = file.plan().map_err(|e| Fail::Entry(Error::Engine(e)))?.data_align();
             let size = cacheless::conv::fit(e.size, CHUNK);
             if e.size <= BATCHED_MAX {
                 self.batch_room(size);
@@ -311,7 +296,7 @@ impl Ctx<'_> {
                 self.batch.push(Small { rel, file, meta, buf, len: size, ticket });
                 return Ok(());
             }
-            let lease = acquire(&self.budget, e.size);
+            let lease = self.shares.lease(e.size);
             let mut buf = AlignedBuf::new(size, align);
             // Dropping `file` on error removes it.
             parser.read_data_exact(&mut buf[..size]).map_err(fatal)?;
@@ -337,7 +322,7 @@ impl Ctx<'_> {
                 return Err(Fail::Fatal(Error::Interrupted { entry: e.display() }));
             }
             let n = cacheless::conv::fit(left, CHUNK);
-            let lease = lease.then(|| acquire(&self.budget, CHUNK as u64));
+            let lease = lease.then(|| self.shares.lease(CHUNK as u64));
             let pooled = self.sh.bufs.lock().unwrap_or_else(|e| e.into_inner()).pop();
             let mut buf = pooled.unwrap_or_else(|| AlignedBuf::new(CHUNK, 4096));
             parser.read_data_exact(&mut buf[..n]).map_err(fatal)?;
@@ -356,10 +341,7 @@ impl Ctx<'_> {
     /// Writer leases its own buffers from the same budget, and a worker waiting for that lease
     /// must not wait on chunks that only it can release.
     fn stream_file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> Result<(), Fail> {
-        let mut wo = self.opts.write_options.clone().unwrap_or_else(|| cacheless::WriteOptions::new(self.budget.clone()));
-        wo.io.budget = self.budget.clone();
-        wo.io.mode = self.opts.mode;
-        wo.io.queue_depth = quarter_depth(self.budget.limit(), wo.io.block_size, wo.io.queue_depth, 1);
+        let mut wo = self.shares.large_file(&self.opts.io);
         wo.size_hint = Some(e.size);
         wo.atomic = false;
         wo.sync = false; // syncfs at the end makes the whole tree durable at once

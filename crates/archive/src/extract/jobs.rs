@@ -4,7 +4,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -12,9 +11,9 @@ use std::time::Duration;
 use cacheless::{AlignedBuf, FileAttrs, FileCreator, Mode, NewFile, Progress};
 use rustix::fs::{Timespec, Timestamps};
 
-use super::options::ModeCounts;
 use super::pool::Work;
 use crate::fsops::RelPath;
+use crate::modes::ModeCounter;
 
 /// Size of the chunks a streamed entry's data is handed to a worker in.
 pub(super) const CHUNK: usize = 4 << 20;
@@ -208,7 +207,8 @@ pub(super) struct Shared {
     pub creator: FileCreator,
     pub progress: Arc<Progress>,
     failures: Mutex<(Vec<String>, u64)>,
-    modes: [AtomicU64; 4],
+    /// Files written per mode.
+    pub modes: ModeCounter,
     /// Chunk buffers given back by the workers, for the next streamed entry.
     pub bufs: Mutex<Vec<AlignedBuf>>,
     /// The files the workers are writing.
@@ -237,19 +237,8 @@ impl Shared {
 
     /// Counts a completed file and the mode it got.
     pub(super) fn file_done(&self, m: Mode) {
-        let i = match m {
-            Mode::Direct => 0,
-            Mode::DontCache => 1,
-            Mode::DropBehind => 2,
-            Mode::Buffered | Mode::Auto => 3,
-        };
-        self.modes[i].fetch_add(1, Ordering::Relaxed);
+        self.modes.add(m);
         self.progress.file_done();
-    }
-
-    pub(super) fn mode_counts(&self) -> ModeCounts {
-        let m = |i: usize| self.modes[i].load(Ordering::Relaxed);
-        ModeCounts { direct: m(0), dontcache: m(1), writebehind: m(2), buffered: m(3) }
     }
 
     /// Hands each chunk of a streamed entry to `write`, counts it and keeps its buffer for the

@@ -24,6 +24,7 @@ mod entry;
 mod jobs;
 mod options;
 pub mod pool;
+mod shares;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,12 +33,14 @@ use cacheless::{CreateOptions, FileCreator};
 
 use crate::error::{Error, Result};
 use crate::fsops::Root;
+pub use crate::modes::ModeCounts;
 use crate::source::{self, Input};
 use crate::tarparse::Parser;
-use entry::{quarter_depth, Ctx, Fail};
+use entry::{Ctx, Fail};
 use jobs::{apply_meta, Shared};
-pub use options::{ExtractOptions, ExtractReport, IoMode, ModeCounts};
+pub use options::{ExtractOptions, ExtractReport};
 use pool::{fd_plan, open_fds, Pool};
+use shares::Shares;
 
 /// The umask in a /proc/self/status text (its `Umask:` line, Linux 4.7+).
 fn parse_umask(status: &str) -> Option<u32> {
@@ -59,12 +62,7 @@ fn process_umask() -> Option<u32> {
 pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let t0 = Instant::now();
     let progress = opts.progress.clone().unwrap_or_default();
-    let mut ro = opts.read_options.clone();
-    ro.io.budget = opts.budget.clone();
-    // The archive's read-ahead gets a quarter of the budget, or an eighth when a zstd archive
-    // may be decoded frame by frame: the other eighth is the decoding's (see `source::open`).
-    let read_share = if opts.decompress_threads > 1 { opts.budget.limit() / 2 } else { opts.budget.limit() };
-    ro.io.queue_depth = quarter_depth(read_share, ro.io.block_size, ro.io.queue_depth, ro.extra_buffers);
+    let shares = Shares::new(opts);
     let mut warnings = Vec::new();
     let umask = match opts.umask.or_else(process_umask) {
         Some(u) => u,
@@ -82,15 +80,12 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     // A forced mode the destination's filesystem cannot honour is refused before anything is
     // written, never silently downgraded.
     let fs = cacheless::caps::for_dir(&root.path).map_err(|e| cacheless::Error::io("probe", &root.path, e))?;
-    if let Err(r) = cacheless::policy::decide_write(opts.mode, &fs, None) {
-        let e = cacheless::Error::new(cacheless::ErrorKind::Unsupported, "extract", &root.path, format!("{} unavailable: {}", r.mode, r.reason));
-        return Err(Error::Engine(e.with_hint(r.hint)));
-    }
-    let decompress = source::Decompress { threads: opts.decompress_threads, budget: opts.budget.clone() };
-    let stream = source::open(input, progress.clone(), &ro, &decompress)?;
+    cacheless::plan::check_forced(opts.io.mode, &fs, "extract", &root.path)?;
+    let decompress = source::Decompress { threads: opts.decompress_threads, bytes: shares.decode_bytes() };
+    let stream = source::open(input, progress.clone(), &shares.archive_read(&opts.io), &decompress)?;
     let info = stream.info.clone();
     let is_root = rustix::process::geteuid().is_root();
-    let creator = FileCreator::new(CreateOptions { mode: opts.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: opts.batch_writeback });
+    let creator = FileCreator::new(CreateOptions { mode: opts.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: opts.batch_writeback });
     let sh = Arc::new(Shared::new(creator, progress.clone()));
     let pool = Pool::new(plan.threads, plan.queue, &sh)?;
     let report = ExtractReport {
@@ -118,20 +113,8 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         sync_s: 0.0,
         fatal_error: None,
     };
-    let mut ctx = Ctx {
-        opts,
-        root,
-        sh: sh.clone(),
-        pool,
-        budget: opts.budget.clone(),
-        is_root,
-        umask,
-        dirs: Vec::new(),
-        report,
-        warned_abs: false,
-        batch: Vec::new(),
-        batch_bytes: 0,
-    };
+    let mut ctx =
+        Ctx { opts, root, sh: sh.clone(), pool, shares, is_root, umask, dirs: Vec::new(), report, warned_abs: false, batch: Vec::new(), batch_bytes: 0 };
     let mut parser = Parser::new(stream);
     loop {
         if progress.is_cancelled() {
@@ -202,7 +185,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     report.sync_s = t_sync.elapsed().as_secs_f64();
     // Written back now (or soon, without sync): the second drop of write-behind files' pages.
     sh.creator.drop_deferred();
-    report.modes = sh.mode_counts();
+    report.modes = sh.modes.counts();
     if let Ok(fs) = cacheless::caps::for_dir(&root.path) {
         report.direct_ok = Some(fs.direct.is_ok());
         report.dontcache_ok = Some(fs.dontcache.is_ok());

@@ -4,10 +4,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::error::Error;
+use crate::modes::ModeCounts;
 use crate::source::SourceInfo;
-
-/// How file data is written: the engine's mode (`Auto` picks per file).
-pub use cacheless::Mode as IoMode;
 
 /// What `extract` does and how.
 #[derive(Clone, Debug)]
@@ -16,8 +14,6 @@ pub struct ExtractOptions {
     pub dest: PathBuf,
     /// Leading path components to drop (GNU `--strip-components`).
     pub strip_components: usize,
-    /// How file data is written.
-    pub mode: IoMode,
     /// syncfs before reporting success (false: not crash-safe, faster).
     pub sync: bool,
     /// Keep existing files instead of replacing them (an existing file is an entry failure).
@@ -32,12 +28,11 @@ pub struct ExtractOptions {
     /// 1 decodes on one thread). An archive of one frame is decoded on one thread whatever this
     /// says; the other formats always are.
     pub decompress_threads: usize,
-    /// The engine's memory budget: every in-flight buffer (archive read-ahead, decompressed
-    /// chunks handed to workers, small files' data) is leased from it.
-    pub budget: cacheless::Budget,
-    /// How the archive file is read (mode, backend, block size, read-ahead depth); its budget
-    /// should be `budget`.
-    pub read_options: cacheless::ReadOptions,
+    /// How the archive is read and file data written (mode, backend, request size, depth),
+    /// and the memory budget every in-flight buffer (archive read-ahead, decompressed chunks
+    /// handed to workers, small files' data) is leased from. The mode applies to the files
+    /// written (`Auto` picks per file) and to the reading of an archive file.
+    pub io: cacheless::IoOptions,
     /// Files at least this large are streamed through the engine's `Writer`, with its queue of
     /// writes in flight; smaller ones are written whole by the engine's `FileCreator`. Either
     /// way the engine's policy picks the mode (O_DIRECT for large files in auto mode).
@@ -50,9 +45,6 @@ pub struct ExtractOptions {
     pub batch_writeback: u64,
     /// Use the O_NOFOLLOW walk even where openat2 works (tests of the fallback).
     pub force_walk: bool,
-    /// Engine write options for large files (mode is taken from `mode`, budget from `budget`;
-    /// block size, queue depth and backend from here).
-    pub write_options: Option<cacheless::WriteOptions>,
     /// The umask applied to members' modes when not running as root, as GNU tar does. `None`:
     /// the process's, read from /proc/self/status (the umask is never set, which would race
     /// every other thread creating files).
@@ -63,43 +55,27 @@ pub struct ExtractOptions {
 }
 
 impl ExtractOptions {
-    /// Defaults: auto mode, sync, replace existing files, no ownership, 256 MiB budget.
+    /// Defaults: the default I/O options (auto mode and backend, the default budget), sync,
+    /// replace existing files, no ownership.
     pub fn new(dest: impl Into<PathBuf>) -> Self {
-        let budget = cacheless::Budget::new(256 << 20);
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
         ExtractOptions {
             dest: dest.into(),
             strip_components: 0,
-            mode: IoMode::Auto,
             sync: true,
             keep_old_files: false,
             same_owner: false,
             special_files: false,
             threads: (cpus * 2).clamp(4, 16),
             decompress_threads: cpus.clamp(1, 8),
-            read_options: cacheless::ReadOptions::new(budget.clone()),
-            budget,
+            io: cacheless::IoOptions::default(),
             direct_min: 1 << 20,
             batch_writeback: 32 << 20,
             force_walk: false,
-            write_options: None,
             umask: None,
             progress: None,
         }
     }
-}
-
-/// Per-mode file counts.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct ModeCounts {
-    /// Files written with O_DIRECT.
-    pub direct: u64,
-    /// Files written with RWF_DONTCACHE.
-    pub dontcache: u64,
-    /// Files written with write-behind.
-    pub writebehind: u64,
-    /// Files written plain buffered.
-    pub buffered: u64,
 }
 
 /// The outcome of one extraction.

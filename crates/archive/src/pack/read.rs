@@ -208,7 +208,8 @@ fn read_stream(reader: &mut Reader, size: u64, tx: &SyncSender<Msg>, cancel: &At
 /// Reads the data segments of a sparse file into buffers of the file's budget.
 fn read_sparse(reader: &mut Reader, map: &SparseMap, budget: &Budget, tx: &SyncSender<Msg>, cancel: &AtomicBool) -> cacheless::Result<Option<u64>> {
     let block = reader.block_size();
-    let lease = budget.lease(cacheless::LeaseRequest::buffers(block, CHANNEL + 2).aligned(4096));
+    let align = reader.plan().buffer_align();
+    let lease = budget.lease(cacheless::LeaseRequest::buffers(block, CHANNEL + 2).aligned(align));
     let mut got = 0u64;
     for &(off, len) in &map.segments {
         let mut done = 0u64;
@@ -217,7 +218,7 @@ fn read_sparse(reader: &mut Reader, map: &SparseMap, budget: &Budget, tx: &SyncS
                 return Ok(None);
             }
             // At most CHANNEL + 1 buffers are out (channel and writer), so one is free.
-            let mut b = lease.get().unwrap_or_else(|| AlignedBuf::new(block, 4096));
+            let mut b = lease.get().unwrap_or_else(|| AlignedBuf::new(block, align));
             let want = cacheless::conv::fit(len - done, block);
             let n = reader.read_at(&mut b[..want], off + done)?;
             got += n as u64;

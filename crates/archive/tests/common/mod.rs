@@ -9,7 +9,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cacheless_archive::{extract, ExtractOptions, ExtractReport, Input, IoMode};
+use cacheless::Mode;
+use cacheless_archive::{extract, ExtractOptions, ExtractReport, Input};
 pub use cacheless_testkit::{require, scratch};
 
 /// Mounts a tmpfs with `options` (such as `size=2m`) on `dir`: `Err` says why not (it needs root).
@@ -193,18 +194,18 @@ pub fn gnu_tar_extract(archive: &Path, dest: &Path) {
 /// Extracts with ours.
 /// `None` when the filesystem refuses a forced mode (skipped unless CACHELESS_REQUIRE names it).
 #[track_caller]
-pub fn ours(archive: &Path, dest: &Path, mode: IoMode, walk: bool) -> Option<ExtractReport> {
+pub fn ours(archive: &Path, dest: &Path, mode: Mode, walk: bool) -> Option<ExtractReport> {
     let mut o = ExtractOptions::new(dest);
-    o.mode = mode;
+    o.io.mode = mode;
     o.force_walk = walk;
     o.sync = false;
     o.threads = 4;
     let r = match extract(Input::Path(archive.to_path_buf()), &o) {
         Ok(r) => r,
         Err(why) if why.is_unsupported() => {
-            let feature = if mode == IoMode::Direct { "direct" } else { "dontcache" };
+            let feature = if mode == Mode::Direct { "direct" } else { "dontcache" };
             assert!(
-                matches!(why.hint(), Some(cacheless::Hint::Modes(m)) if m.first() == Some(&IoMode::Auto)),
+                matches!(why.hint(), Some(cacheless::Hint::Modes(m)) if m.first() == Some(&Mode::Auto)),
                 "a refused mode says which to ask for instead: {why} {:?}",
                 why.hint()
             );
