@@ -102,20 +102,21 @@ pub(crate) fn check_name(op: &'static str, path: &Path, name: &OsStr) -> Result<
     Ok(())
 }
 
+/// The length a read or write of `len` bytes at `site` goes on with, or the error it fails with,
+/// under a planned fault (`len` itself where none is planned).
+fn injected(site: Site, file: &File, len: usize) -> Result<usize, Errno> {
+    match fault::check(site, Some(file), len) {
+        Some(Injected::Errno(e)) => Err(Errno::from_raw_os_error(e)),
+        Some(Injected::Short(n)) => Ok(n.min(len)),
+        None => Ok(len),
+    }
+}
+
 /// pwrite/pwritev2 until all of `data` is written at `off`: short counts carry on from where
 /// they stopped, EINTR and EAGAIN are retried (as the backends do).
 pub(crate) fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: i32) -> io::Result<()> {
     while !data.is_empty() {
-        let mut len = data.len();
-        let r = match fault::check(Site::Write, Some(file), len) {
-            Some(Injected::Errno(e)) => Err(Errno::from_raw_os_error(e)),
-            Some(Injected::Short(n)) => {
-                len = n.min(len);
-                Ok(())
-            }
-            None => Ok(()),
-        };
-        let r = r.and_then(|()| {
+        let r = injected(Site::Write, file, data.len()).and_then(|len| {
             if flags == 0 {
                 rustix::io::pwrite(file.as_fd(), &data[..len], off)
             } else {
@@ -139,16 +140,7 @@ pub(crate) fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: i32)
 /// the caller decides), with EINTR and EAGAIN retried.
 pub(crate) fn read_once(file: &File, buf: &mut [u8], off: u64, flags: i32) -> io::Result<usize> {
     loop {
-        let mut len = buf.len();
-        let r = match fault::check(Site::Read, Some(file), len) {
-            Some(Injected::Errno(e)) => Err(Errno::from_raw_os_error(e)),
-            Some(Injected::Short(n)) => {
-                len = n.min(len);
-                Ok(())
-            }
-            None => Ok(()),
-        };
-        let r = r.and_then(|()| {
+        let r = injected(Site::Read, file, buf.len()).and_then(|len| {
             if flags == 0 {
                 rustix::io::pread(file.as_fd(), &mut buf[..len], off)
             } else {

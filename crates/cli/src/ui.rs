@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cacheless::units::human_bytes;
 use cacheless::{Hint, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -96,23 +97,7 @@ pub fn print_members(warnings: &[String], failures: &[String], failure_count: u6
     }
 }
 
-/// `1.5 GiB`-style sizes (binary units), as the benchmark's tables print sizes.
-fn human_bytes(b: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b;
-    let mut i = 0;
-    while v.abs() >= 1024.0 && i < UNITS.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{v:.0} B")
-    } else {
-        format!("{v:.1} {}", UNITS[i])
-    }
-}
-
-/// Human-readable size (binary units), as the benchmark's tables print sizes.
+/// Human-readable size (binary units), as the benchmark's tables print sizes too.
 pub fn size(n: u64) -> String {
     human_bytes(n as f64)
 }
@@ -245,10 +230,6 @@ mod tests {
 
     #[test]
     fn sizes_as_the_benchmark_prints_them() {
-        assert_eq!(human_bytes(0.0), "0 B");
-        assert_eq!(human_bytes(1536.0), "1.5 KiB");
-        assert_eq!(human_bytes(3.0 * 1024.0 * 1024.0 * 1024.0), "3.0 GiB");
-        assert_eq!(human_bytes(-2048.0), "-2.0 KiB");
         assert_eq!(size(1023), "1023 B");
         assert_eq!(size(5 << 40), "5.0 TiB");
         assert_eq!(size(3 << 50), "3072.0 TiB");
