@@ -27,11 +27,10 @@ fuzz_target!(|data: &[u8]| {
     let dest = case.path().join("out");
     let mut o = ExtractOptions::new(&dest);
     let budget = Budget::new(16 << 20);
-    o.budget = budget.clone();
-    o.read_options = cacheless::ReadOptions::new(budget.clone());
+    o.io.budget = budget.clone();
+    o.io.mode = Mode::Auto;
     o.sync = false;
     o.threads = 2;
-    o.mode = Mode::Auto;
     o.direct_min = 64 << 10;
     let r = extract(Input::Stream(Box::new(Cursor::new(data.to_vec()))), &o);
     if let Ok(report) = &r {
