@@ -45,11 +45,13 @@ pub mod mode;
 pub mod options;
 pub mod plan;
 pub mod policy;
+pub mod pool;
 mod progress;
 pub mod rate;
 pub mod read;
 pub mod residency;
 mod sys;
+pub mod tree;
 pub mod write;
 
 pub use backend::{BackendChoice, BackendKind};
@@ -65,6 +67,7 @@ pub use policy::{Decision, Mode};
 pub use progress::Progress;
 pub use rate::RateLimit;
 pub use read::{Chunk, ReadOptions, Reader};
+pub use tree::{copy_tree, TreeOptions, TreeReport};
 pub use write::{WriteOptions, WriteReport, Writer};
 
 /// Parses a size such as `4096`, `512k`, `4M`, `1GiB` or `1.5G` (binary units).

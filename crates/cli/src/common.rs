@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use cacheless::{BackendKind, Budget, Mode, ReadOptions, WriteOptions};
+use cacheless::{BackendKind, Budget, IoOptions, Mode, ReadOptions, WriteOptions};
 use clap::Args;
 
 /// Parses sizes such as `4M`, `1GiB`, `512k` or `4096`.
@@ -42,32 +42,28 @@ impl CommonOpts {
         Budget::new(cacheless::conv::usize_of(self.memory))
     }
 
-    /// Engine read options from the flags.
-    pub fn read_options(&self, budget: &Budget) -> ReadOptions {
-        let mut o = ReadOptions::new(budget.clone());
-        o.io.mode = self.mode;
-        o.io.backend = self.backend;
+    /// The engine's I/O settings from the flags, with `budget`.
+    pub fn io_options(&self, budget: &Budget) -> IoOptions {
+        let mut io = IoOptions::new(budget.clone());
+        io.mode = self.mode;
+        io.backend = self.backend;
         if let Some(b) = self.block_size {
-            o.io.block_size = cacheless::conv::usize_of(b);
+            io.block_size = cacheless::conv::usize_of(b);
         }
         if let Some(q) = self.queue_depth {
-            o.io.queue_depth = q as usize;
+            io.queue_depth = q as usize;
         }
-        o
+        io
+    }
+
+    /// Engine read options from the flags.
+    pub fn read_options(&self, budget: &Budget) -> ReadOptions {
+        ReadOptions::from(self.io_options(budget))
     }
 
     /// Engine write options from the flags.
     pub fn write_options(&self, budget: &Budget) -> WriteOptions {
-        let mut o = WriteOptions::new(budget.clone());
-        o.io.mode = self.mode;
-        o.io.backend = self.backend;
-        if let Some(b) = self.block_size {
-            o.io.block_size = cacheless::conv::usize_of(b);
-        }
-        if let Some(q) = self.queue_depth {
-            o.io.queue_depth = q as usize;
-        }
-        o
+        WriteOptions::from(self.io_options(budget))
     }
 }
 

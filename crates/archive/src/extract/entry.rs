@@ -15,11 +15,11 @@ use rustix::io::Errno;
 
 use super::jobs::{attrs, chown, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Small, CHUNK};
 use super::options::{ExtractOptions, ExtractReport, IoMode};
-use super::pool::Pool;
 use crate::error::Error;
 use crate::fsops::{sanitize, RelPath, Root, Sanitized};
 use crate::source;
 use crate::tarparse::{Entry, Kind, Parser};
+use cacheless::pool::Pool;
 
 /// Entry-level outcome: the archive goes on after `Entry`, stops after `Fatal` (an error of
 /// the archive itself: truncated, corrupt, unreadable, or the extraction interrupted).

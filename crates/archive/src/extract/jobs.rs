@@ -9,11 +9,11 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use cacheless::pool::Work;
 use cacheless::{AlignedBuf, FileAttrs, FileCreator, Mode, NewFile, Progress};
 use rustix::fs::{Timespec, Timestamps};
 
 use super::options::ModeCounts;
-use super::pool::Work;
 use crate::fsops::RelPath;
 
 /// Size of the chunks a streamed entry's data is handed to a worker in.
