@@ -2,7 +2,7 @@
 //! `queue_depth=`, `threads=`, `progress=`, `sync=`, `size_hint=`, `parallel=`), parsed in one
 //! place into engine options.
 
-use cacheless::{BackendKind, Budget, Mode, ReadOptions, WriteOptions};
+use cacheless::{BackendKind, Budget, IoOptions, Mode, ReadOptions, WriteOptions};
 use cacheless_safetensors::ArenaOptions;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -113,23 +113,24 @@ impl<'py> Options<'py> {
         self.progress.as_ref()
     }
 
+    /// The engine's I/O settings: mode, backend, request size and depth, budget.
+    pub fn io(&self) -> IoOptions {
+        let mut io = IoOptions::new(self.budget.clone());
+        io.mode = self.mode;
+        io.backend = self.backend;
+        io.block_size = self.block_size.unwrap_or(io.block_size);
+        io.queue_depth = self.queue_depth.unwrap_or(io.queue_depth);
+        io
+    }
+
     /// Engine read options.
     pub fn read(&self) -> ReadOptions {
-        let mut o = ReadOptions::new(self.budget.clone());
-        o.io.mode = self.mode;
-        o.io.backend = self.backend;
-        o.io.block_size = self.block_size.unwrap_or(o.io.block_size);
-        o.io.queue_depth = self.queue_depth.unwrap_or(o.io.queue_depth);
-        o
+        ReadOptions::from(self.io())
     }
 
     /// Engine write options.
     pub fn write(&self) -> WriteOptions {
-        let mut o = WriteOptions::new(self.budget.clone());
-        o.io.mode = self.mode;
-        o.io.backend = self.backend;
-        o.io.block_size = self.block_size.unwrap_or(o.io.block_size);
-        o.io.queue_depth = self.queue_depth.unwrap_or(o.io.queue_depth);
+        let mut o = WriteOptions::from(self.io());
         o.sync = self.sync;
         o.size_hint = self.size_hint;
         o

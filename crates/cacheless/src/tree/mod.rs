@@ -27,8 +27,9 @@ mod files;
 mod samples;
 mod walk;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -230,13 +231,24 @@ pub fn target(src: &Path, dst: &Path, dst_is_dir: bool) -> PathBuf {
     }
 }
 
-/// Bytes and files under `p` (the files a copy of it would write).
-fn totals(p: &Path, recursive: bool) -> (u64, u64) {
+/// Bytes and files under `p` (the files a copy of it would write; in archive mode a file with
+/// several names within the tree once, as it is copied once). `seen` holds the multiply-linked
+/// files met so far, by device and inode, when they are counted once.
+fn totals(p: &Path, recursive: bool, seen: Option<&mut HashSet<(u64, u64)>>) -> (u64, u64) {
     match std::fs::symlink_metadata(p) {
-        Ok(m) if m.is_file() => (m.len(), 1),
-        Ok(m) if m.is_dir() && recursive => std::fs::read_dir(p)
-            .map(|rd| rd.filter_map(|e| e.ok()).map(|e| totals(&e.path(), true)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)))
-            .unwrap_or((0, 0)),
+        Ok(m) if m.is_file() => {
+            let again = m.nlink() > 1 && seen.is_some_and(|s| !s.insert((m.dev(), m.ino())));
+            if again {
+                (0, 0)
+            } else {
+                (m.len(), 1)
+            }
+        }
+        Ok(m) if m.is_dir() && recursive => {
+            let Ok(rd) = std::fs::read_dir(p) else { return (0, 0) };
+            let mut seen = seen;
+            rd.filter_map(|e| e.ok()).map(|e| totals(&e.path(), true, seen.as_deref_mut())).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+        }
         Ok(m) if m.file_type().is_symlink() && !recursive => std::fs::metadata(p).map(|m| (m.len(), 1)).unwrap_or((0, 0)),
         _ => (0, 0),
     }
@@ -257,8 +269,9 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
     }
     let recursive = o.recursive || o.archive;
     if o.count_totals {
+        let mut seen = o.archive.then(HashSet::new);
         for s in srcs {
-            let (b, n) = totals(s, recursive);
+            let (b, n) = totals(s, recursive, seen.as_mut());
             progress.add_total_bytes(b);
             progress.add_total_files(n);
         }
