@@ -224,6 +224,88 @@ fn archive_copy_equals_gnu_cp_a() {
     archive_matches_gnu(d.path(), 300);
 }
 
+/// Runs `prog args...` under umask 022 (GNU cp without -p gives new files the source's mode
+/// less the umask), failing the test if it fails.
+fn under_umask(prog: &Path, args: &[&str]) {
+    let out = Command::new("sh").arg("-c").arg("umask 022; exec \"$@\"").arg("sh").arg(prog).args(args).output().unwrap();
+    assert!(out.status.success(), "{} {args:?}: exit {:?}: {}", prog.display(), out.status.code(), String::from_utf8_lossy(&out.stderr));
+}
+
+/// One entry of a tree: relative name, kind, contents (a symlink's target), mode, mtime.
+type Entry = (PathBuf, String, Vec<u8>, u32, Option<(i64, i64)>);
+
+/// Names, kinds, contents, symlink targets and modes (with `times`, nanosecond mtimes) of every
+/// entry under `root`, and of `root` itself as "." (its mtime only with `root_time`).
+fn tree_state(root: &Path, times: bool, root_time: bool) -> Vec<Entry> {
+    let mut v = Vec::new();
+    for rel in std::iter::once(PathBuf::from(".")).chain(walk(root)) {
+        let p = root.join(&rel);
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let ft = m.file_type();
+        let (kind, body) = if ft.is_symlink() {
+            ("symlink", std::fs::read_link(&p).unwrap().into_os_string().into_encoded_bytes())
+        } else if ft.is_dir() {
+            ("dir", Vec::new())
+        } else {
+            ("file", std::fs::read(&p).unwrap())
+        };
+        let time = (times && (rel != Path::new(".") || root_time)).then(|| (m.mtime(), m.mtime_nsec()));
+        v.push((rel, kind.to_string(), body, m.mode(), time));
+    }
+    v
+}
+
+/// `SRC/.` and `SRC/` and `SRC` into an existing and into a missing destination, with -a and
+/// with -r: `cacheless cp` makes the tree GNU cp makes (the contents of SRC in DST for `SRC/.`;
+/// DST/SRC for the others when DST exists; DST as the copy when it does not), byte-exact.
+#[test]
+fn trailing_dot_and_slash_on_a_source_copy_as_gnu_cp_does() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("sub").join("deeper")).unwrap();
+    std::fs::write(src.join("a"), random_bytes(5000, 1)).unwrap();
+    std::fs::write(src.join("sub").join("b"), random_bytes(70_000, 2)).unwrap();
+    std::fs::write(src.join("sub").join("deeper").join("c"), b"c").unwrap();
+    std::fs::write(src.join(".hidden"), b"dot file").unwrap();
+    std::os::unix::fs::symlink("sub/b", src.join("link")).unwrap();
+    std::fs::set_permissions(src.join("a"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::fs::set_permissions(src.join("sub").join("b"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut n = 0;
+    let mut all: Vec<PathBuf> = walk(&src).into_iter().map(|r| src.join(r)).collect();
+    all.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for p in all.iter().chain(std::iter::once(&src)) {
+        n += 1;
+        set_mtime(p, 1_600_000_000 + n, 987_654_321 - n, !std::fs::symlink_metadata(p).unwrap().file_type().is_symlink());
+    }
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let gnu_cp = Path::new("cp");
+    let ours = cacheless_testkit::bin("cacheless");
+    for flag in ["-a", "-r"] {
+        for (suffix, existing) in [("/.", true), ("/.", false), ("/", true), ("/", false), ("", true), ("", false)] {
+            let case = format!("cp {flag} src{suffix} into {} destination", if existing { "an existing" } else { "a missing" });
+            let source = format!("{}{suffix}", s(&src));
+            let mut states = Vec::new();
+            for (who, prog, sub) in [("gnu", gnu_cp, None), ("ours", ours.as_path(), Some("cp"))] {
+                let dst = d.path().join(format!("{who}{flag}{}{}", suffix.replace('/', "slash").replace('.', "dot"), existing));
+                if existing {
+                    std::fs::create_dir(&dst).unwrap();
+                    std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o750)).unwrap();
+                }
+                under_umask(prog, &sub.into_iter().chain([flag, &source, s(&dst)]).collect::<Vec<_>>());
+                // An existing destination's own mtime changes with its new entry (at different
+                // times for the two copies), unless it takes the source's (-a, `SRC/.`).
+                let root_time = !existing || suffix == "/.";
+                states.push(tree_state(&dst, flag == "-a", root_time));
+                if who == "ours" {
+                    no_temp_files(&dst);
+                }
+            }
+            assert!(states[0].len() > 1, "{case}: GNU cp copied nothing");
+            assert_eq!(states[0], states[1], "{case}");
+        }
+    }
+}
+
 #[test]
 fn reflink_fallback_is_reported_and_always_is_an_error() {
     // FICLONE between two filesystems answers EXDEV: /dev/shm is another one.

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cacheless::{copy_file_with, CopyOptions, CreateOptions, FileAttrs, FileCreator, Mode, Progress};
+use cacheless::{copy_file_with, copy_tree, CopyOptions, CreateOptions, FileAttrs, FileCreator, Mode, Progress, Reflink, Sparse, TreeOptions};
 use cacheless_safetensors::arena::read_whole;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -87,11 +87,15 @@ pub fn write_file<'py>(py: Python<'py>, path: PathBuf, data: &Bound<'py, PyAny>,
     to_py(py, &rep)
 }
 
-/// Copies one file (durable and atomic; a reflink where the filesystem has them, holes kept,
-/// optionally verified from the disk, optionally rate-limited); returns the report.
+/// Copies a file (durable and atomic; a reflink where the filesystem has them, holes kept,
+/// optionally verified from the disk, optionally rate-limited) and returns its report; into
+/// `dst` when that is a directory. A directory source (with `recursive` or `archive`), or any of
+/// `recursive`, `archive`, `no_clobber` and `update`, runs the engine's tree copy instead, as
+/// `cacheless cp` does, and returns the tree's report; items that failed raise the `OSError`
+/// of the first, with the report in its `report` attribute.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
-#[pyo3(signature = (src, dst, reflink = "auto", sparse = "auto", verify = None, bwlimit = None, **options))]
+#[pyo3(signature = (src, dst, reflink = "auto", sparse = "auto", verify = None, bwlimit = None, recursive = false, archive = false, no_clobber = false, update = false, **options))]
 pub fn copy<'py>(
     py: Python<'py>,
     src: PathBuf,
@@ -100,21 +104,53 @@ pub fn copy<'py>(
     sparse: &str,
     verify: Option<&str>,
     bwlimit: Option<&Bound<'py, PyAny>>,
+    recursive: bool,
+    archive: bool,
+    no_clobber: bool,
+    update: bool,
     options: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let o = Options::parse("copy", options, &["mode", "backend", "memory", "block_size", "queue_depth", "progress", "sync"])?;
+    let o = Options::parse("copy", options, &["mode", "backend", "memory", "block_size", "queue_depth", "progress", "sync", "threads"])?;
+    let reflink: Reflink = reflink.parse().map_err(|e: String| PyValueError::new_err(format!("reflink=: {e}")))?;
+    let sparse: Sparse = sparse.parse().map_err(|e: String| PyValueError::new_err(format!("sparse=: {e}")))?;
+    let verify = verify.map(|a| a.parse::<cacheless::digest::Algo>()).transpose().map_err(|e: String| PyValueError::new_err(format!("verify=: {e}")))?;
+    let bwlimit = match bwlimit {
+        Some(b) => match size_bytes("bwlimit", b)? {
+            0 => return Err(PyValueError::new_err("bwlimit= must be positive")),
+            rate => Some(rate as u64),
+        },
+        None => None,
+    };
+    if recursive || archive || no_clobber || update || src.is_dir() {
+        let mut t = TreeOptions::new(o.io.clone());
+        t.recursive = recursive;
+        t.archive = archive;
+        t.no_clobber = no_clobber;
+        t.update = update;
+        t.reflink = reflink;
+        t.sparse = sparse;
+        t.verify = verify;
+        t.bwlimit = bwlimit;
+        t.threads = o.threads;
+        t.sync = o.sync;
+        t.count_totals = true;
+        let p = Arc::new(Progress::new());
+        let rep = job::run(py, &p, o.callback(), || copy_tree(std::slice::from_ref(&src), &dst, &t, &p))?.map_err(|e| errors::engine(&e))?;
+        let report = to_py(py, &rep)?;
+        if let Some(e) = &rep.first_error {
+            let err = errors::engine(e);
+            err.value(py).setattr("report", report)?;
+            return Err(err);
+        }
+        return Ok(report);
+    }
     let (ro, wo) = (o.read(), o.write());
     let mut co = CopyOptions::new();
-    co.reflink = reflink.parse().map_err(|e: String| PyValueError::new_err(format!("reflink=: {e}")))?;
-    co.sparse = sparse.parse().map_err(|e: String| PyValueError::new_err(format!("sparse=: {e}")))?;
-    co.verify = verify.map(|a| a.parse::<cacheless::digest::Algo>()).transpose().map_err(|e: String| PyValueError::new_err(format!("verify=: {e}")))?;
-    if let Some(b) = bwlimit {
-        let rate = size_bytes("bwlimit", b)?;
-        if rate == 0 {
-            return Err(PyValueError::new_err("bwlimit= must be positive"));
-        }
-        co.rate = Some(Arc::new(cacheless::RateLimit::new(rate as u64)));
-    }
+    co.reflink = reflink;
+    co.sparse = sparse;
+    co.verify = verify;
+    co.rate = bwlimit.map(|r| Arc::new(cacheless::RateLimit::new(r)));
+    let dst = cacheless::tree::target(&src, &dst, dst.is_dir());
     let p = Progress::new();
     if let Ok(m) = std::fs::metadata(&src) {
         p.add_total_bytes(m.len());

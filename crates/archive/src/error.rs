@@ -94,13 +94,7 @@ impl Error {
 }
 
 /// The message a panic carried (a worker's or a decoder's, caught and turned into an error).
-pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    match (p.downcast_ref::<&str>(), p.downcast_ref::<String>()) {
-        (Some(s), _) => (*s).to_string(),
-        (_, Some(s)) => s.clone(),
-        _ => "unknown panic".into(),
-    }
-}
+pub(crate) use cacheless::pool::panic_message;
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

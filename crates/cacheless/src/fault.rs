@@ -29,13 +29,13 @@ use std::fs::File;
 /// A kind of call a fault can be injected into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Site {
-    /// Opening or creating a file or directory.
+    /// Opening or creating a file or directory (a tree copy's mkdir, symlink and link too).
     Open,
     /// One read request.
     Read,
     /// One write request.
     Write,
-    /// fdatasync or fsync.
+    /// fdatasync, fsync or syncfs.
     Sync,
     /// Renaming a finished file into place.
     Rename,
@@ -59,10 +59,10 @@ impl Site {
     /// this kind fails.
     pub fn ops(self) -> &'static [&'static str] {
         match self {
-            Site::Open => &["open", "create", "open directory", "open for verify"],
+            Site::Open => &["open", "create", "open directory", "open for verify", "mkdir", "symlink", "link"],
             Site::Read => &["read"],
             Site::Write => &["write"],
-            Site::Sync => &["fdatasync", "fsync directory"],
+            Site::Sync => &["fdatasync", "fsync directory", "syncfs"],
             Site::Rename => &["rename"],
         }
     }

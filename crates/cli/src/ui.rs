@@ -79,6 +79,11 @@ pub fn print_error(e: &anyhow::Error) {
 /// Prints a per-item error the way every command does, and counts it.
 pub fn item_error(progress: &Progress, e: &(dyn StdError + 'static)) {
     progress.error();
+    print_item_error(e);
+}
+
+/// Prints a per-item error that a library job has counted itself.
+pub fn print_item_error(e: &(dyn StdError + 'static)) {
     print_chain(std::iter::successors(Some(e), |&c| c.source()));
 }
 

@@ -117,9 +117,15 @@ def copy(
     sparse: str = "auto",
     verify: Optional[str] = None,
     bwlimit: Union[int, str, None] = None,
+    recursive: bool = False,
+    archive: bool = False,
+    no_clobber: bool = False,
+    update: bool = False,
+    threads: Optional[int] = None,
     **options: Any,
 ) -> Dict[str, Any]:
-    """Copies the file ``src`` to ``dst`` (into it, if ``dst`` is a directory), like ``shutil.copy``.
+    """Copies the file ``src`` to ``dst`` (into it, if ``dst`` is a directory), like ``shutil.copy``;
+    with ``recursive`` or ``archive``, a whole tree, like ``cacheless cp -r`` / ``cp -a``.
 
     The copy is written under a temporary name beside ``dst``, fdatasync'ed (unless
     ``sync=False``) and renamed into place, so an interrupted copy never leaves a partial file.
@@ -130,11 +136,34 @@ def copy(
     ``bwlimit`` (bytes per second, or "200M"): limit the copy's rate. Copying a file onto itself
     raises ``shutil.SameFileError``. Returns the report (the method: reflink, copy or sparse; how
     each side was read and written, and why; the verification).
+
+    Trees, with the keywords of ``cacheless cp``: ``recursive`` copies directories (symlinks in
+    them as symlinks); ``archive`` also keeps hard links, symlinks' times, ownership (as root),
+    extended attributes and ACLs; ``no_clobber`` leaves existing files alone; ``update`` skips
+    files whose copy is as new and the same size; ``threads`` copy files in parallel. Sources
+    land where GNU cp puts them (``SRC/.`` copies the contents of ``SRC`` into ``dst``). A
+    directory without ``recursive`` raises ``IsADirectoryError``. A tree copy (a directory
+    source, or any of those keywords) returns the report of ``cacheless cp --json``; items that
+    failed raise the ``OSError`` of the first, with that report in its ``report`` attribute.
     """
-    s, d = os.fspath(src), os.fspath(dst)
-    if os.path.isdir(d):
-        d = os.path.join(d, os.path.basename(s))
-    return _native.copy(s, d, reflink=reflink, sparse=sparse, verify=verify, bwlimit=bwlimit, mode=mode, memory=memory, progress=progress, sync=sync, **options)
+    return _native.copy(
+        os.fspath(src),
+        os.fspath(dst),
+        reflink=reflink,
+        sparse=sparse,
+        verify=verify,
+        bwlimit=bwlimit,
+        recursive=recursive,
+        archive=archive,
+        no_clobber=no_clobber,
+        update=update,
+        mode=mode,
+        memory=memory,
+        progress=progress,
+        sync=sync,
+        threads=threads,
+        **options,
+    )
 
 
 def extract(

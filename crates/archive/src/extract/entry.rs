@@ -15,12 +15,12 @@ use rustix::io::Errno;
 
 use super::jobs::{attrs, chown, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Small, CHUNK};
 use super::options::{ExtractOptions, ExtractReport};
-use super::pool::Pool;
 use super::shares::Shares;
 use crate::error::Error;
 use crate::fsops::{sanitize, RelPath, Root, Sanitized};
 use crate::source;
 use crate::tarparse::{Entry, Kind, Parser};
+use cacheless::pool::Pool;
 
 /// Entry-level outcome: the archive goes on after `Entry`, stops after `Fatal` (an error of
 /// the archive itself: truncated, corrupt, unreadable, or the extraction interrupted).

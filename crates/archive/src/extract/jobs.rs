@@ -8,10 +8,10 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use cacheless::pool::Work;
 use cacheless::{AlignedBuf, FileAttrs, FileCreator, Mode, NewFile, Progress};
 use rustix::fs::{Timespec, Timestamps};
 
-use super::pool::Work;
 use crate::fsops::RelPath;
 use crate::modes::ModeCounter;
 

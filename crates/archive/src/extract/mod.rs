@@ -16,19 +16,19 @@
 //! Nothing process-wide is changed: the umask is read, not set, and the number of files held
 //! open is sized to the current RLIMIT_NOFILE (raising it is the caller's business).
 //!
-//! Layout: `options` (what is asked and reported), `pool` (the worker threads and the share of
-//! descriptors), `entry` (each entry on the parser's thread), `jobs` (each file on a worker),
-//! and here the run itself.
+//! Layout: `options` (what is asked and reported), `entry` (each entry on the parser's thread),
+//! `jobs` (each file on a worker), and here the run itself. The worker threads and the share of
+//! descriptors are the engine's `cacheless::pool`.
 
 mod entry;
 mod jobs;
 mod options;
-pub mod pool;
 mod shares;
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use cacheless::pool::{fd_plan, open_fds, Pool};
 use cacheless::{CreateOptions, FileCreator};
 
 use crate::error::{Error, Result};
@@ -39,7 +39,6 @@ use crate::tarparse::Parser;
 use entry::{Ctx, Fail};
 use jobs::{apply_meta, Shared};
 pub use options::{ExtractOptions, ExtractReport};
-use pool::{fd_plan, open_fds, Pool};
 use shares::Shares;
 
 /// The umask in a /proc/self/status text (its `Umask:` line, Linux 4.7+).

@@ -1,12 +1,12 @@
-//! The worker pool that writes file data and metadata (extract's, and the tree copy's), and how many
-//! descriptors it may hold.
+//! The worker pool that writes file data and metadata (the archive crate's extraction, and the
+//! tree copy's), and how many descriptors it may hold.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::error::{panic_message, Error, Result};
+use crate::error::{Error, Result};
 
 /// What the pool's threads do with each job.
 pub trait Work: Send + Sync + 'static {
@@ -22,7 +22,7 @@ pub trait Work: Send + Sync + 'static {
 }
 
 /// Threads taking jobs from a bounded queue. A job that panics becomes a failure naming it; the
-/// thread goes on with the next job, and the extraction with it.
+/// thread goes on with the next job, and the job with it.
 pub struct Pool<W: Work> {
     tx: Option<SyncSender<W::Job>>,
     threads: Vec<JoinHandle<()>>,
@@ -110,6 +110,15 @@ pub fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
     let deferred = (rest / 2).min(512);
     let dirs = (rest - deferred).clamp(1, 4096);
     FdPlan { threads, queue, deferred, dirs }
+}
+
+/// The message a panic carried (a worker's or a decoder's, caught and turned into an error).
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    match (p.downcast_ref::<&str>(), p.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "unknown panic".into(),
+    }
 }
 
 /// Descriptors open in this process now (from /proc/self/fd; a guess where it is missing).

@@ -1,0 +1,163 @@
+//! The file copies of a tree copy, on the pool's workers: each file staged by the engine's
+//! [`stage_copy`], then committed on its own (large files, verified ones) or with a batch of
+//! small ones made durable by one `syncfs`.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::Sink;
+use crate::copy::{stage_copy, CopyOptions, CopyReport, Method, Staged};
+use crate::create::FileCreator;
+use crate::error::{Error, ErrorKind};
+use crate::fault::Site;
+use crate::pool::Work;
+use crate::read::ReadOptions;
+use crate::sys;
+use crate::write::WriteOptions;
+
+/// Access and modification times of `m`, as the writer takes them.
+pub(super) fn times(m: &std::fs::Metadata) -> (SystemTime, SystemTime) {
+    // st_*time_nsec is 0..1e9 (the kernel's timespec).
+    let t = |s: i64, ns: i64| {
+        let ns = u32::try_from(ns).unwrap_or(0);
+        match u64::try_from(s) {
+            Ok(s) => UNIX_EPOCH + Duration::new(s, ns),
+            Err(_) => UNIX_EPOCH - Duration::new(s.unsigned_abs(), 0) + Duration::from_nanos(ns.into()),
+        }
+    };
+    (t(m.atime(), m.atime_nsec()), t(m.mtime(), m.mtime_nsec()))
+}
+
+/// Small files staged and waiting for the `syncfs` that makes them durable before renaming.
+#[derive(Default)]
+pub(super) struct Batch {
+    files: Vec<Staged>,
+    bytes: u64,
+}
+
+/// Files per batch, and bytes per batch, before a syncfs and the renames.
+const BATCH_FILES: usize = 512;
+const BATCH_BYTES: u64 = 256 << 20;
+
+/// One file for a worker.
+pub(super) struct FileJob {
+    pub src: PathBuf,
+    pub dst: PathBuf,
+    pub dir: Arc<OwnedFd>,
+    pub name: OsString,
+    pub meta: std::fs::Metadata,
+}
+
+/// What the walk and the workers share.
+pub(super) struct Copier {
+    pub ro: ReadOptions,
+    pub wo: WriteOptions,
+    pub co: CopyOptions,
+    pub creator: FileCreator,
+    pub sink: Arc<Sink>,
+    /// Batch small files (durable by one syncfs per batch).
+    pub batched: bool,
+    pub batch: Mutex<Batch>,
+    pub reports: Mutex<Vec<CopyReport>>,
+    pub reflinked: AtomicU64,
+    pub verify_ns: AtomicU64,
+}
+
+impl Copier {
+    fn done(&self, r: CopyReport) {
+        self.sink.copied(&r);
+        if r.method == Method::Reflink {
+            self.reflinked.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(v) = &r.verify {
+            self.verify_ns.fetch_add(u64::try_from(Duration::from_secs_f64(v.seconds).as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        }
+        self.reports.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+    }
+
+    fn copy(&self, job: FileJob) {
+        if self.sink.progress.is_cancelled() {
+            return;
+        }
+        let mut wo = self.wo.clone();
+        wo.permissions = Some(job.meta.mode() & 0o7777);
+        let (at, mt) = times(&job.meta);
+        wo.atime = Some(at);
+        wo.mtime = Some(mt);
+        let len = job.meta.len();
+        let batch = self.batched && len <= self.co.small_file;
+        if batch {
+            wo.sync = false;
+        }
+        let staged = match stage_copy(&job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, &self.co, Some(&self.creator), &self.sink.progress) {
+            Ok(s) => s,
+            Err(e) => return self.sink.fail(e),
+        };
+        if !batch {
+            return match staged.commit() {
+                Ok(r) => self.done(r),
+                Err(e) => self.sink.fail(e),
+            };
+        }
+        let full = {
+            let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
+            b.bytes += len;
+            b.files.push(staged);
+            if b.files.len() >= BATCH_FILES || b.bytes >= BATCH_BYTES {
+                Some(std::mem::take(&mut *b))
+            } else {
+                None
+            }
+        };
+        if let Some(b) = full {
+            self.flush(b);
+        }
+    }
+
+    /// Takes the batch still open (after the last file was queued).
+    pub fn rest(&self) -> Batch {
+        std::mem::take(&mut *self.batch.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Makes a batch durable with one syncfs, then renames its files into place. Its files are
+    /// complete (each was written whole before it joined the batch), so an interrupted copy
+    /// still keeps them, as it keeps every other file it finished.
+    pub fn flush(&self, b: Batch) {
+        if b.files.is_empty() {
+            return;
+        }
+        if let Err(e) = sys::call(Site::Sync, || rustix::fs::syncfs(&**b.files[0].dir())) {
+            // Not durable: none of them takes its final name (dropping them removes them).
+            for s in &b.files {
+                self.sink.fail(Error::io("syncfs", s.path(), std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))));
+            }
+            return;
+        }
+        // Written back now: what the small files' writes left in the cache can go.
+        self.creator.drop_deferred();
+        for s in b.files {
+            match s.commit() {
+                Ok(r) => self.done(r),
+                Err(e) => self.sink.fail(e),
+            }
+        }
+    }
+}
+
+impl Work for Copier {
+    type Job = FileJob;
+    fn run(&self, job: FileJob) {
+        self.copy(job);
+    }
+    fn name(job: &FileJob) -> String {
+        job.dst.display().to_string()
+    }
+    fn panicked(&self, name: String, message: String) {
+        self.sink.fail(Error::new(ErrorKind::Io, "copy", name, format!("internal error while copying it ({message}); removed")));
+    }
+}

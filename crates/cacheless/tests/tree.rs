@@ -1,0 +1,163 @@
+//! The tree copy (`cacheless::tree`) as a library: an archive copy equals its source under
+//! every mode and backend, and under an injected fault at every position of every kind of call
+//! it makes (open, mkdir, symlink, link, read, write, fsync, syncfs, rename), with every fault
+//! that applies there: retried faults leave a whole copy and no error; any other fault is a
+//! counted error naming its errno, an operation of its kind and a path of the tree, while every
+//! file left under a final name is byte-exact, no temporary is left, and every buffer is back in
+//! the budget.
+//!
+//! Fault injection is process-wide: the cases of this binary take turns.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use cacheless::fault::{self, Site};
+use cacheless::{copy_tree, BackendKind, Budget, IoOptions, Mode, Progress, TreeOptions, TreeReport};
+use common::*;
+
+/// One case injects at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The source tree under `root/src`: small files (written in batches), one larger than the
+/// small-file limit (streamed), an empty file, nested directories, a symlink and a hard link.
+fn make_src(root: &Path) -> PathBuf {
+    let src = root.join("src");
+    std::fs::create_dir_all(src.join("sub").join("deeper")).unwrap();
+    random_file(&src, "small", 5000, 1);
+    random_file(&src, "empty", 0, 2);
+    random_file(&src.join("sub"), "large", (1 << 20) + 4097, 3);
+    random_file(&src.join("sub").join("deeper"), "tiny", 7, 4);
+    std::fs::hard_link(src.join("small"), src.join("sub").join("small-again")).unwrap();
+    std::os::unix::fs::symlink("sub/large", src.join("link")).unwrap();
+    src
+}
+
+/// (kind, contents or target, mode, mtime) of every entry under `root`, by relative path, and
+/// its hard-link groups (inode -> names).
+type State = (BTreeMap<PathBuf, (String, Vec<u8>, u32, (i64, i64))>, Vec<Vec<PathBuf>>);
+
+fn state(root: &Path) -> State {
+    let mut m = BTreeMap::new();
+    let mut links: BTreeMap<u64, Vec<PathBuf>> = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in std::fs::read_dir(root.join(&rel)).unwrap() {
+            let r = rel.join(e.unwrap().file_name());
+            let p = root.join(&r);
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let ft = md.file_type();
+            let (kind, body) = if ft.is_symlink() {
+                ("symlink", std::fs::read_link(&p).unwrap().into_os_string().into_encoded_bytes())
+            } else if ft.is_dir() {
+                stack.push(r.clone());
+                ("dir", Vec::new())
+            } else {
+                if md.nlink() > 1 {
+                    links.entry(md.ino()).or_default().push(r.clone());
+                }
+                ("file", std::fs::read(&p).unwrap())
+            };
+            m.insert(r, (kind.to_string(), body, md.mode(), (md.mtime(), md.mtime_nsec())));
+        }
+    }
+    let mut groups: Vec<Vec<PathBuf>> = links
+        .into_values()
+        .map(|mut g| {
+            g.sort();
+            g
+        })
+        .collect();
+    groups.sort();
+    (m, groups)
+}
+
+fn options(mode: Mode, backend: BackendKind, budget: &Budget) -> TreeOptions {
+    let mut io = IoOptions::new(budget.clone());
+    io.mode = mode;
+    io.backend = backend;
+    io.block_size = 64 << 10;
+    io.queue_depth = 3;
+    let mut o = TreeOptions::new(io);
+    o.archive = true;
+    o.threads = Some(2);
+    o
+}
+
+fn run(src: &Path, dst: &Path, o: &TreeOptions) -> TreeReport {
+    copy_tree(&[src.to_path_buf()], dst, o, &Arc::new(Progress::new())).unwrap()
+}
+
+#[test]
+fn an_archive_copy_equals_its_source_under_every_mode_and_backend() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = scratch();
+    let src = make_src(d.path());
+    let want = state(&src);
+    for (mode, backend) in matrix(d.path()) {
+        let what = format!("{mode}, {backend}");
+        let budget = Budget::new(16 << 20);
+        let o = options(mode, backend, &budget);
+        // Into a missing destination: it becomes the copy.
+        let dst = d.path().join("dst");
+        let r = run(&src, &dst, &o);
+        assert_eq!((r.errors, r.copied, r.hardlinks), (0, 4, 1), "{what}: {r:?}");
+        assert_eq!(state(&dst), want, "{what}");
+        // `SRC/.` into an existing directory: its contents, over the copy made before.
+        let again = run(&src.join("."), &dst, &o);
+        assert_eq!(again.errors, 0, "{what}: {again:?}");
+        assert_eq!(state(&dst), want, "{what}: SRC/. into an existing directory");
+        assert_eq!(budget.used(), 0, "{what}: buffers not returned to the budget");
+        std::fs::remove_dir_all(&dst).unwrap();
+    }
+}
+
+#[test]
+fn a_tree_copy_is_whole_or_reports_every_fault() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = scratch();
+    let src = make_src(d.path());
+    let want = state(&src);
+    let dst = d.path().join("dst");
+    let s = fault::sweep(&Site::ALL, |plan| {
+        let budget = Budget::new(16 << 20);
+        let o = options(Mode::Buffered, BackendKind::Threads, &budget);
+        let r = run(&src, &dst, &o);
+        let what = format!("{plan:?}");
+        match plan {
+            Some(p) if fault::fired() && !p.fault.retried_at(p.site) => {
+                assert!(r.errors >= 1, "{what}: injected and no error counted: {r:?}");
+                let e = r.first_error.as_ref().unwrap();
+                assert_eq!(e.errno(), p.fault.errno(), "{what}: {e}");
+                assert!(p.site.ops().contains(&e.op()), "{what}: the error names the operation '{}': {e}", e.op());
+                assert!(e.path().starts_with(&src) || e.path().starts_with(&dst), "{what}: the error names {}: {e}", e.path().display());
+                // Whatever took a final name is whole; nothing temporary is left.
+                let (got, _) = if dst.exists() { state(&dst) } else { State::default() };
+                for (rel, (kind, body, ..)) in &got {
+                    assert!(!rel.to_string_lossy().contains(".cacheless-"), "{what}: temporary left: {}", rel.display());
+                    let (wkind, wbody, ..) = want.0.get(rel).unwrap_or_else(|| panic!("{what}: {} is not in the source", rel.display()));
+                    assert_eq!(kind, wkind, "{what}: {}", rel.display());
+                    if kind != "dir" {
+                        assert!(body == wbody, "{what}: {} differs from its source", rel.display());
+                    }
+                }
+            }
+            _ => {
+                assert_eq!(r.errors, 0, "{what}: {:?}", r.first_error);
+                assert_eq!(state(&dst), want, "{what}");
+            }
+        }
+        assert_eq!(budget.used(), 0, "{what}: buffers not returned to the budget");
+        if dst.exists() {
+            // A directory whose metadata failed may be left read-only; it is ours to remove.
+            let _ = std::process::Command::new("chmod").args(["-R", "u+rwx"]).arg(&dst).status();
+            std::fs::remove_dir_all(&dst).unwrap();
+        }
+    });
+    eprintln!("tree copy: clean calls {:?}; {} runs with a fault, {} injected ({} retried)", s.clean, s.runs, s.fired, s.retried);
+    assert!(s.fired > 0, "no fault was ever injected");
+}
