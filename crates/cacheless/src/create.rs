@@ -16,7 +16,7 @@ use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use crate::buf::AlignedBuf;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fault::Site;
+use crate::fault::{self, Site, Step};
 use crate::plan::{self, Plan};
 use crate::policy::{self, Decision, Mode};
 use crate::residency;
@@ -170,7 +170,9 @@ impl Shared {
     fn write_back_batch(&self) {
         let (files, _) = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|e| e.into_inner()));
         let Some(first) = files.first() else { return };
-        let _ = rustix::fs::syncfs(first);
+        if !fault::skipped(Step::Syncfs) {
+            let _ = rustix::fs::syncfs(first);
+        }
         for f in &files {
             let _ = residency::drop_range(f, 0, 0);
         }

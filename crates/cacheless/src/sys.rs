@@ -17,7 +17,7 @@ use rustix::io::Errno;
 
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fault::{self, Injected, Site};
+use crate::fault::{self, Injected, Site, Step};
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -69,6 +69,9 @@ pub(crate) fn set_direct(file: &File, on: bool) -> io::Result<()> {
 
 /// fdatasync `file` (named `path` in the error), retried when interrupted.
 pub(crate) fn fdatasync(file: &File, path: &Path) -> Result<()> {
+    if fault::skipped(Step::Fdatasync) {
+        return Ok(());
+    }
     call(Site::Sync, || rustix::fs::fdatasync(file)).map_err(|e| Error::io("fdatasync", path, e))
 }
 
@@ -88,10 +91,20 @@ pub(crate) struct Unpublished {
 /// the file in errors.
 pub(crate) fn publish(dir: BorrowedFd<'_>, tmp: &OsStr, name: &OsStr, path: &Path, durable: bool) -> std::result::Result<(), Unpublished> {
     call(Site::Rename, || rustix::fs::renameat(dir, tmp, dir, name)).map_err(|e| Unpublished { renamed: false, error: Error::io("rename", path, e) })?;
-    if durable {
+    if durable && !fault::skipped(Step::DirSync) {
         call(Site::Sync, || rustix::fs::fsync(dir)).map_err(|e| Unpublished { renamed: true, error: Error::io("fsync directory", path, e) })?;
     }
     Ok(())
+}
+
+/// syncfs of the filesystem holding `fd` (Linux 2.6.39; its writeback errors since 5.8),
+/// retried when interrupted; under the `fault-injection` feature a planned fault takes its
+/// place, and [`Step::Syncfs`] can be skipped.
+pub(crate) fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
+    if fault::skipped(Step::Syncfs) {
+        return Ok(());
+    }
+    call(Site::Sync, || rustix::fs::syncfs(fd))
 }
 
 /// Checks that `name` is a single path component that names an entry.

@@ -3,7 +3,7 @@
 //! small ones made durable by one `syncfs`.
 
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +14,7 @@ use super::Sink;
 use crate::copy::{stage_copy, CopyOptions, CopyReport, Method, Staged};
 use crate::create::FileCreator;
 use crate::error::{Error, ErrorKind};
-use crate::fault::Site;
+
 use crate::pool::Work;
 use crate::read::ReadOptions;
 use crate::sys;
@@ -131,7 +131,7 @@ impl Copier {
         if b.files.is_empty() {
             return;
         }
-        if let Err(e) = sys::call(Site::Sync, || rustix::fs::syncfs(&**b.files[0].dir())) {
+        if let Err(e) = sys::syncfs(b.files[0].dir().as_fd()) {
             // Not durable: none of them takes its final name (dropping them removes them).
             for s in &b.files {
                 self.sink.fail(Error::io("syncfs", s.path(), std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))));

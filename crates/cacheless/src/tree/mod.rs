@@ -245,7 +245,7 @@ fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
     if sync && (!w.dirs.is_empty() || w.hardlinks > 0) {
         let synced = call(Site::Open, || rustix::fs::open(dst, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty()))
             .map_err(|e| Error::io("open", dst, e))
-            .and_then(|fd| call(Site::Sync, || rustix::fs::syncfs(&fd)).map_err(|e| Error::io("syncfs", dst, e)));
+            .and_then(|fd| crate::sys::syncfs(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| Error::io("syncfs", dst, e)));
         if let Err(e) = synced {
             sink.fail(e);
         }

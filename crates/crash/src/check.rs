@@ -1,0 +1,135 @@
+//! Checking one crash state: mount the image (its journal replayed), check each file and
+//! folder the workload wrote against what was promised at the cut, count the engine's
+//! temporaries left behind, unmount, and run the filesystem's own checker.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::cmd::{self, Loop, Mount};
+use crate::workload::{FileExpect, Workload};
+use crate::Result;
+
+/// What one state showed.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// Broken promises: (file, what was found), the file empty for the filesystem itself.
+    pub violations: Vec<(String, String)>,
+    /// Temporaries of the engine found (allowed: a crash may leave them).
+    pub temporaries: Vec<String>,
+}
+
+/// Whether `name` is one of the engine's temporary names, `.NAME.cacheless-PID-N.tmp`
+/// (`cacheless::sys::temp_name`).
+pub fn is_temporary(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.').and_then(|r| r.strip_suffix(".tmp")) else { return false };
+    let Some((_, tail)) = rest.rsplit_once(".cacheless-") else { return false };
+    let mut parts = tail.split('-');
+    let num = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    num(parts.next()) && num(parts.next()) && parts.next().is_none()
+}
+
+/// Short description of content `c` against the old and new contents.
+fn describe(c: &[u8], f: &FileExpect) -> String {
+    let old = f.old.as_ref().map_or("none".to_string(), |o| format!("{} B", o.len()));
+    let same = c.iter().zip(f.new.iter()).take_while(|(a, b)| a == b).count();
+    format!("{} B, the first {same} B of the new content (new {} B, old {old})", c.len(), f.new.len())
+}
+
+/// Checks one file under `root` given the markers `promised`.
+fn check_file(root: &Path, f: &FileExpect, promised: &BTreeSet<String>) -> Option<String> {
+    let p = root.join(&f.path);
+    let owed = promised.contains(&f.promised_by);
+    match std::fs::symlink_metadata(&p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if owed {
+                Some(format!("missing, though `{}` had returned", f.promised_by))
+            } else if f.old.is_some() && f.atomic {
+                Some("missing: the old file is lost and the new one not in place".into())
+            } else {
+                None
+            }
+        }
+        Err(e) => Some(format!("stat: {e}")),
+        Ok(m) if !m.is_file() => Some(format!("not a regular file ({:?})", m.file_type())),
+        Ok(_) => match std::fs::read(&p) {
+            Err(e) => Some(format!("read: {e}")),
+            Ok(c) if c[..] == f.new[..] => None,
+            Ok(c) if owed => Some(format!("not the promised content (`{}` had returned): {}", f.promised_by, describe(&c, f))),
+            Ok(c) if f.old.as_ref().is_some_and(|o| c[..] == o[..]) => None,
+            Ok(c) if f.atomic => Some(format!("half-written file under its final name: {}", describe(&c, f))),
+            Ok(_) => None,
+        },
+    }
+}
+
+/// Every temporary under `dir`, as paths relative to `root`.
+fn temporaries(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let p = e.path();
+        if is_temporary(&name) {
+            out.push(p.strip_prefix(root).unwrap_or(&p).display().to_string());
+        } else if e.file_type().is_ok_and(|t| t.is_dir()) && name != "lost+found" {
+            temporaries(root, &p, out);
+        }
+    }
+}
+
+/// Mount options for checking a state of `fstype` (xfs: the states share one UUID).
+fn mount_opts(fstype: &str) -> &'static str {
+    if fstype == "xfs" {
+        "nouuid"
+    } else {
+        ""
+    }
+}
+
+/// Checks the crash state in `image` (a filesystem of `fstype`) against `w`'s expectations,
+/// with `promised` the markers the cut owes; mounts it at `mnt`.
+pub fn state(fstype: &str, image: &Path, mnt: &Path, w: &Workload, promised: &BTreeSet<String>) -> Result<Verdict> {
+    let mut v = Verdict::default();
+    {
+        let lo = Loop::attach(image, false)?;
+        match Mount::new(lo.dev(), fstype, mnt, mount_opts(fstype)) {
+            Err(e) => v.violations.push((String::new(), format!("does not mount: {e}"))),
+            Ok(m) => {
+                for f in &w.files {
+                    if let Some(what) = check_file(mnt, f, promised) {
+                        v.violations.push((f.path.display().to_string(), what));
+                    }
+                }
+                for d in &w.dirs {
+                    if promised.contains(&d.promised_by) && !mnt.join(&d.path).is_dir() {
+                        v.violations.push((d.path.display().to_string(), format!("folder missing, though `{}` had returned", d.promised_by)));
+                    }
+                }
+                temporaries(mnt, mnt, &mut v.temporaries);
+                m.unmount()?;
+            }
+        }
+    }
+    if let Some(complaint) = cmd::fsck(fstype, image)? {
+        v.violations.push((String::new(), format!("the filesystem checker complains: {}", first_lines(&complaint, 6))));
+    }
+    Ok(v)
+}
+
+fn first_lines(s: &str, n: usize) -> String {
+    s.lines().filter(|l| !l.trim().is_empty()).take(n).collect::<Vec<_>>().join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporaries_are_recognised_by_the_engines_pattern() {
+        assert!(is_temporary(".data.bin.cacheless-1234-0.tmp"));
+        assert!(is_temporary(".a.b.cacheless-1-22.tmp"));
+        assert!(!is_temporary("data.bin"));
+        assert!(!is_temporary(".data.bin.cacheless-12x-0.tmp"));
+        assert!(!is_temporary(".data.bin.cacheless-1-.tmp"));
+        assert!(!is_temporary(".data.bin.tmp"));
+    }
+}
