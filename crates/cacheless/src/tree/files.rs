@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -66,6 +66,9 @@ pub(super) struct Copier {
     pub reports: Mutex<Vec<CopyReport>>,
     pub reflinked: AtomicU64,
     pub verify_ns: AtomicU64,
+    /// Something was put in place without a directory fsync (a batch's renames, a symlink):
+    /// the final syncfs must run, even when the copy made no folder.
+    pub unsynced: AtomicBool,
 }
 
 impl Copier {
@@ -140,6 +143,8 @@ impl Copier {
         }
         // Written back now: what the small files' writes left in the cache can go.
         self.creator.drop_deferred();
+        // Their renames are not synced here: the final syncfs makes them durable.
+        self.unsynced.store(true, Ordering::Relaxed);
         for s in b.files {
             match s.commit() {
                 Ok(r) => self.done(r),

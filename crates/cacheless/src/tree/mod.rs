@@ -31,7 +31,7 @@ mod walk;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -175,6 +175,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         reports: Mutex::new(Vec::new()),
         reflinked: AtomicU64::new(0),
         verify_ns: AtomicU64::new(0),
+        unsynced: AtomicBool::new(false),
     });
     let pool = Pool::new(plan.threads, plan.queue, &copier)?;
     let sampler = o.bwlimit.map(|_| samples::Sampler::start(progress));
@@ -225,7 +226,8 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
 }
 
 /// Once every file is in place: the hard links, the directories' metadata (deepest first), and
-/// a syncfs that makes the renames and the metadata durable.
+/// a syncfs that makes the renames and the metadata durable (those of batched files and
+/// symlinks included).
 fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
     let sink = w.copier.sink.clone();
     for (first, link) in std::mem::take(&mut w.pending_links) {
@@ -242,7 +244,9 @@ fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
             sink.fail(e);
         }
     }
-    if sync && (!w.dirs.is_empty() || w.hardlinks > 0) {
+    // Batched files and symlinks were renamed into place without a directory fsync: the
+    // syncfs makes those renames durable too, also where no folder was made (one small file).
+    if sync && (!w.dirs.is_empty() || w.hardlinks > 0 || w.copier.unsynced.load(Ordering::Relaxed)) {
         let synced = call(Site::Open, || rustix::fs::open(dst, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty()))
             .map_err(|e| Error::io("open", dst, e))
             .and_then(|fd| crate::sys::syncfs(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| Error::io("syncfs", dst, e)));
