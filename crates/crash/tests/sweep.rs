@@ -17,11 +17,20 @@ fn can_run() -> bool {
 
 fn run(fs: &[FsKind], names: &[&str], states: usize, skip: &[Step]) -> Outcome {
     let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-    let wl = workloads::select(&names).unwrap();
+    let wl = workloads::select(&names).unwrap_or_else(|e| panic!("{e}"));
     let opts = SweepOptions { fs: fs.to_vec(), states, seed: 1, scratch: None };
     skip_durability(skip);
     let out = sweep(&opts, &wl, |r| {
-        eprintln!("{} {}: {} states, {} violations, {} temporaries, {} writes, {} flushes", r.fs, r.workload, r.states, r.violations.len(), r.temporaries, r.writes, r.barriers);
+        eprintln!(
+            "{} {}: {} states, {} violations, {} temporaries, {} writes, {} flushes",
+            r.fs,
+            r.workload,
+            r.states,
+            r.violations.len(),
+            r.temporaries,
+            r.writes,
+            r.barriers
+        );
     });
     skip_durability(&[]);
     out.unwrap_or_else(|e| panic!("sweep: {e}"))
@@ -39,7 +48,15 @@ fn no_promise_is_broken_in_any_crash_state() {
     let ran = out.rows.iter().filter(|r| r.skipped.is_none()).count();
     assert_eq!(ran, 2 * workloads::all().len(), "every workload ran on both filesystems: {:?}", out.rows.iter().map(|r| &r.skipped).collect::<Vec<_>>());
     for r in &out.rows {
-        assert!(r.states >= 10 && r.barriers > 0 && r.writes > 0, "{} {}: {} states from {} writes and {} flushes", r.fs, r.workload, r.states, r.writes, r.barriers);
+        assert!(
+            r.states >= 10 && r.barriers > 0 && r.writes > 0,
+            "{} {}: {} states from {} writes and {} flushes",
+            r.fs,
+            r.workload,
+            r.states,
+            r.writes,
+            r.barriers
+        );
     }
 }
 
