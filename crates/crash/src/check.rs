@@ -3,10 +3,11 @@
 //! temporaries left behind, unmount, and run the filesystem's own checker.
 
 use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::cmd::{self, Loop, Mount};
-use crate::workload::{FileExpect, Workload};
+use crate::workload::{FileExpect, Meta, Workload};
 use crate::Result;
 
 /// What one state showed.
@@ -19,13 +20,25 @@ pub struct Verdict {
 }
 
 /// Whether `name` is one of the engine's temporary names, `.NAME.cacheless-PID-N.tmp`
-/// (`cacheless::sys::temp_name`).
+/// (`cacheless::sys::temp_name`),
+/// and the tree copy's symlinks and hard links, `.NAME.cacheless-PID.tmp` and
+/// `.NAME.cacheless-PID.link.tmp`.
 pub fn is_temporary(name: &str) -> bool {
     let Some(rest) = name.strip_prefix('.').and_then(|r| r.strip_suffix(".tmp")) else { return false };
     let Some((_, tail)) = rest.rsplit_once(".cacheless-") else { return false };
-    let mut parts = tail.split('-');
-    let num = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-    num(parts.next()) && num(parts.next()) && parts.next().is_none()
+    let tail = tail.strip_suffix(".link").unwrap_or(tail);
+    let num = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    match tail.split_once('-') {
+        Some((pid, n)) => num(pid) && num(n),
+        None => num(tail),
+    }
+}
+
+/// What differs between `m` and the permission bits and time `want`, if anything.
+fn meta_differs(m: &std::fs::Metadata, want: Option<Meta>) -> Option<String> {
+    let w = want?;
+    let (mode, mtime) = (m.mode() & 0o7777, m.mtime());
+    (mode != w.mode || mtime != w.mtime).then(|| format!("mode {mode:o} and mtime {mtime}, not {:o} and {}", w.mode, w.mtime))
 }
 
 /// Short description of content `c` against the old and new contents.
@@ -51,9 +64,9 @@ fn check_file(root: &Path, f: &FileExpect, promised: &BTreeSet<String>) -> Optio
         }
         Err(e) => Some(format!("stat: {e}")),
         Ok(m) if !m.is_file() => Some(format!("not a regular file ({:?})", m.file_type())),
-        Ok(_) => match std::fs::read(&p) {
+        Ok(m) => match std::fs::read(&p) {
             Err(e) => Some(format!("read: {e}")),
-            Ok(c) if c[..] == f.new[..] => None,
+            Ok(c) if c[..] == f.new[..] => meta_differs(&m, f.meta).map(|d| format!("the new content with the wrong attributes: {d}")),
             Ok(c) if owed => Some(format!("not the promised content (`{}` had returned): {}", f.promised_by, describe(&c, f))),
             Ok(c) if f.old.as_ref().is_some_and(|o| c[..] == o[..]) => None,
             Ok(c) if f.atomic => Some(format!("half-written file under its final name: {}", describe(&c, f))),
@@ -99,9 +112,13 @@ pub fn state(fstype: &str, image: &Path, mnt: &Path, w: &Workload, promised: &BT
                         v.violations.push((f.path.display().to_string(), what));
                     }
                 }
-                for d in &w.dirs {
-                    if promised.contains(&d.promised_by) && !mnt.join(&d.path).is_dir() {
-                        v.violations.push((d.path.display().to_string(), format!("folder missing, though `{}` had returned", d.promised_by)));
+                for d in w.dirs.iter().filter(|d| promised.contains(&d.promised_by)) {
+                    let problem = match std::fs::metadata(mnt.join(&d.path)) {
+                        Ok(m) if m.is_dir() => meta_differs(&m, d.meta).map(|x| format!("folder with the wrong attributes: {x}")),
+                        _ => Some("folder missing".to_string()),
+                    };
+                    if let Some(p) = problem {
+                        v.violations.push((d.path.display().to_string(), format!("{p}, though `{}` had returned", d.promised_by)));
                     }
                 }
                 temporaries(mnt, mnt, &mut v.temporaries);
@@ -131,5 +148,7 @@ mod tests {
         assert!(!is_temporary(".data.bin.cacheless-12x-0.tmp"));
         assert!(!is_temporary(".data.bin.cacheless-1-.tmp"));
         assert!(!is_temporary(".data.bin.tmp"));
+        assert!(is_temporary(".link.cacheless-77.tmp") && is_temporary(".f.cacheless-77.link.tmp"), "the tree copy's symlinks and hard links");
+        assert!(!is_temporary(".f.cacheless-.link.tmp"));
     }
 }

@@ -69,6 +69,19 @@ pub struct FileExpect {
     /// their final name (a file creator's batches, as extract writes them), which only the
     /// promise covers.
     pub atomic: bool,
+    /// The permission bits and modification time (whole seconds since the epoch) it gets with
+    /// its new content, where the workload sets them: whenever the new content is under the
+    /// final name, they must be there too.
+    pub meta: Option<Meta>,
+}
+
+/// Permission bits and modification time a file or folder must have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// `st_mode & 0o7777`.
+    pub mode: u32,
+    /// `st_mtime`, in seconds.
+    pub mtime: i64,
 }
 
 /// A directory that must exist once `promised_by` is in the log.
@@ -78,6 +91,8 @@ pub struct DirExpect {
     pub path: PathBuf,
     /// The marker after which it is promised.
     pub promised_by: String,
+    /// Its permission bits and modification time once promised, where the workload sets them.
+    pub meta: Option<Meta>,
 }
 
 /// A workload for the simulator.

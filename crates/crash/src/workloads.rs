@@ -12,15 +12,17 @@
 
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cacheless::{
     copy_file_with, copy_tree, CopyOptions, CreateOptions, FileAttrs, FileCreator, IoOptions, Mode, Progress, ReadOptions, TreeOptions, WriteOptions, Writer,
 };
 use rand::{RngCore, SeedableRng};
 
-use crate::workload::{Ctx, DirExpect, FileExpect, Ran, Workload};
+use crate::workload::{Ctx, DirExpect, FileExpect, Meta, Ran, Workload};
 
 /// `len` bytes of deterministic noise from `seed`.
 pub fn noise(seed: u64, len: usize) -> Arc<[u8]> {
@@ -62,7 +64,18 @@ fn io(mode: Mode) -> IoOptions {
 }
 
 fn expect(path: &str, old: Option<Arc<[u8]>>, new: Arc<[u8]>, by: &str, atomic: bool) -> FileExpect {
-    FileExpect { path: PathBuf::from(path), old, new, promised_by: by.to_string(), atomic }
+    FileExpect { path: PathBuf::from(path), old, new, promised_by: by.to_string(), atomic, meta: None }
+}
+
+/// A modification time `secs` after the epoch.
+fn at(secs: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(secs.unsigned_abs())
+}
+
+/// Sets the permission bits and modification time of `path`.
+fn set_meta(path: &Path, m: Meta) -> std::io::Result<()> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(m.mode))?;
+    std::fs::File::open(path)?.set_modified(at(m.mtime))
 }
 
 fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
@@ -74,6 +87,9 @@ fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
 fn unsupported(e: &cacheless::Error) -> bool {
     e.kind() == cacheless::ErrorKind::Unsupported
 }
+
+/// The permission bits and time the Writer gives `replace.bin`.
+const WRITER_META: Meta = Meta { mode: 0o640, mtime: 1_234_567_890 };
 
 /// A Writer in `mode`: replaces `replace.bin`, then creates `new.bin`.
 fn writer(name: &str, mode: Mode) -> Workload {
@@ -90,6 +106,10 @@ fn writer(name: &str, mode: Mode) -> Workload {
             for (file, data) in [("replace.bin", &ra), ("new.bin", &rb)] {
                 let mut wo = WriteOptions::from(io(mode));
                 wo.size_hint = Some(data.len() as u64);
+                if file == "replace.bin" {
+                    wo.permissions = Some(WRITER_META.mode);
+                    wo.mtime = Some(at(WRITER_META.mtime));
+                }
                 let mut w = match Writer::create(ctx.path(file), &wo) {
                     Ok(w) => w,
                     Err(e) if unsupported(&e) => return Ok(Ran::Unsupported(e.to_string())),
@@ -101,7 +121,10 @@ fn writer(name: &str, mode: Mode) -> Workload {
             }
             Ok(Ran::Done)
         }),
-        files: vec![expect("replace.bin", Some(old), a, "replace.bin", true), expect("new.bin", None, b, "new.bin", true)],
+        files: vec![
+            FileExpect { meta: Some(WRITER_META), ..expect("replace.bin", Some(old), a, "replace.bin", true) },
+            expect("new.bin", None, b, "new.bin", true),
+        ],
         dirs: vec![],
     }
 }
@@ -136,18 +159,23 @@ fn copy_file() -> Workload {
     }
 }
 
-/// The files of the tree `copy-tree` copies: (relative path, content).
-fn tree_files() -> Vec<(&'static str, Arc<[u8]>)> {
+/// The files of the tree `copy-tree` copies: (relative path, content, permission bits and
+/// time, which archive mode keeps).
+fn tree_files() -> Vec<(&'static str, Arc<[u8]>, Meta)> {
+    let m = |mode: u32, i: i64| Meta { mode, mtime: 1_000_000_000 + i * 1000 };
     vec![
-        ("big.bin", noise(20, (2 << 20) + 17)),
-        ("a.txt", noise(21, 1000)),
-        ("b.txt", noise(22, 5000)),
-        ("c.txt", noise(23, 20_000)),
-        ("empty", noise(24, 0)),
-        ("sub/d.txt", noise(25, 3000)),
-        ("sub/e.txt", noise(26, 70_000)),
+        ("big.bin", noise(20, (2 << 20) + 17), m(0o640, 0)),
+        ("a.txt", noise(21, 1000), m(0o600, 1)),
+        ("b.txt", noise(22, 5000), m(0o644, 2)),
+        ("c.txt", noise(23, 20_000), m(0o755, 3)),
+        ("empty", noise(24, 0), m(0o604, 4)),
+        ("sub/d.txt", noise(25, 3000), m(0o640, 5)),
+        ("sub/e.txt", noise(26, 70_000), m(0o444, 6)),
     ]
 }
+
+/// The folders of that tree, deepest first, with their permission bits and times.
+const TREE_DIRS: [(&str, Meta); 2] = [("sub", Meta { mode: 0o711, mtime: 1_200_000_000 }), ("", Meta { mode: 0o750, mtime: 1_100_000_000 })];
 
 fn run_tree(ctx: &Ctx, src: &str, dst: &str) -> Result<Ran, String> {
     let mut o = TreeOptions::new(io(Mode::Auto));
@@ -168,12 +196,17 @@ fn tree() -> Workload {
     Workload {
         name: "copy-tree".into(),
         setup: Box::new(move |_, scratch| {
-            std::fs::create_dir_all(scratch.join("tree/sub"))?;
-            setup_files.iter().try_for_each(|(p, d)| std::fs::write(scratch.join("tree").join(p), &d[..]))
+            let tree = scratch.join("tree");
+            std::fs::create_dir_all(tree.join("sub"))?;
+            for (p, d, m) in &setup_files {
+                std::fs::write(tree.join(p), &d[..])?;
+                set_meta(&tree.join(p), *m)?;
+            }
+            TREE_DIRS.iter().try_for_each(|(d, m)| set_meta(&tree.join(d), *m))
         }),
         run: Box::new(|ctx: &Ctx| run_tree(ctx, "tree", "dst")),
-        files: files.into_iter().map(|(p, d)| expect(&format!("dst/{p}"), None, d, "dst", true)).collect(),
-        dirs: ["dst", "dst/sub"].iter().map(|d| DirExpect { path: PathBuf::from(d), promised_by: "dst".into() }).collect(),
+        files: files.into_iter().map(|(p, d, m)| FileExpect { meta: Some(m), ..expect(&format!("dst/{p}"), None, d, "dst", true) }).collect(),
+        dirs: TREE_DIRS.iter().map(|(d, m)| DirExpect { path: Path::new("dst").join(d), promised_by: "dst".into(), meta: Some(*m) }).collect(),
     }
 }
 
@@ -222,6 +255,6 @@ fn creator_batch() -> Workload {
             Ok(Ran::Done)
         }),
         files: expects,
-        dirs: vec![DirExpect { path: PathBuf::from("x"), promised_by: "batch".into() }],
+        dirs: vec![DirExpect { path: PathBuf::from("x"), promised_by: "batch".into(), meta: None }],
     }
 }

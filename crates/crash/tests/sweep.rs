@@ -117,3 +117,18 @@ fn without_the_syncfs_a_batch_of_small_files_is_lost() {
     let out = run(&[FsKind::Ext4], &["copy-tree"], 30, &[Step::Syncfs]);
     assert_caught(&out, "syncfs", "copy-tree");
 }
+
+/// Regression: the Writer (and a copy's small files) set the permission bits and times after
+/// the fdatasync, which on btrfs left them out of what the directory fsync made durable: the
+/// new content came back with the old mode and the time of the write.
+#[test]
+fn attributes_are_durable_with_the_content_on_btrfs() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() || !cacheless_testkit::require("btrfs", cacheless_testkit::kernel_has("btrfs")) {
+        return;
+    }
+    let out = run(&[FsKind::Btrfs], &["writer-direct", "copy-tree"], 40, &[]);
+    let bad: Vec<String> = out.violations().map(ToString::to_string).collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert!(out.states() >= 60, "{} states", out.states());
+}
