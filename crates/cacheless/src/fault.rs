@@ -62,7 +62,7 @@ impl Site {
             Site::Open => &["open", "create", "open directory", "open for verify", "mkdir", "symlink", "link"],
             Site::Read => &["read"],
             Site::Write => &["write"],
-            Site::Sync => &["fdatasync", "fsync directory", "syncfs"],
+            Site::Sync => &["fdatasync", "fsync", "fsync directory", "syncfs"],
             Site::Rename => &["rename"],
         }
     }
@@ -158,7 +158,8 @@ pub use armed::*;
 pub enum Step {
     /// The fsync of the directory after a finished file is renamed into place (`publish`).
     DirSync,
-    /// The fdatasync of a finished file's data (direct, uncached and write-behind writes).
+    /// The sync of a finished file (its fsync before the rename, direct, uncached and
+    /// write-behind writes alike; the fdatasync before a verification).
     Fdatasync,
     /// The syncfs of a batch of small files (a tree copy's before its renames, a file
     /// creator's write-back batch) and the final syncfs of a tree copy.

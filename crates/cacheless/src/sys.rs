@@ -1,6 +1,6 @@
 //! The system calls on the write path, each in one place: creating a file under a temporary
 //! name, the write loop (short counts, EINTR), O_DIRECT on and off, attributes, and the commit
-//! sequence that makes a finished file durable and puts it in place (fdatasync, rename, fsync
+//! sequence that makes a finished file durable and puts it in place (fsync, rename, fsync
 //! of the directory). Every call that can fail transiently goes through [`call`], which retries
 //! EINTR and under the `fault-injection` feature lets a planned fault take the call's place.
 
@@ -75,6 +75,19 @@ pub(crate) fn fdatasync(file: &File, path: &Path) -> Result<()> {
     call(Site::Sync, || rustix::fs::fdatasync(file)).map_err(|e| Error::io("fdatasync", path, e))
 }
 
+/// fsync `file` (named `path` in the error): its data and its metadata (size, permission bits,
+/// times, owner, extended attributes), as a finished file needs before its rename. fdatasync
+/// is not enough there: the attributes set after the last write may stay out of what it makes
+/// durable (btrfs logs only the inode changes an fsync asks for), and the rename and the
+/// directory fsync that follow do not carry them. Retried when interrupted;
+/// [`Step::Fdatasync`] skips it.
+pub(crate) fn fsync(file: &File, path: &Path) -> Result<()> {
+    if fault::skipped(Step::Fdatasync) {
+        return Ok(());
+    }
+    call(Site::Sync, || rustix::fs::fsync(file)).map_err(|e| Error::io("fsync", path, e))
+}
+
 /// Why [`publish`] failed, and whether the file is in place.
 pub(crate) struct Unpublished {
     /// The rename happened: the file is complete and under its final name, and only the
@@ -86,7 +99,7 @@ pub(crate) struct Unpublished {
 }
 
 /// The last steps of the commit sequence of a file written under the temporary name `tmp` in
-/// `dir` (its data already synced with [`fdatasync`] when `durable`): rename it over `name`,
+/// `dir` (already synced with [`fsync`] when `durable`): rename it over `name`,
 /// then, when `durable`, fsync `dir` so that the new entry survives a crash. `path` names
 /// the file in errors.
 pub(crate) fn publish(dir: BorrowedFd<'_>, tmp: &OsStr, name: &OsStr, path: &Path, durable: bool) -> std::result::Result<(), Unpublished> {

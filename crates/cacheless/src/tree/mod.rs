@@ -8,7 +8,7 @@
 //! worker of the [`pool`](crate::pool), through [`stage_copy`](crate::stage_copy) (a reflink
 //! where possible, small files written whole by a shared [`FileCreator`], holes kept). Small
 //! files are made durable in batches, with one `syncfs` before a batch is renamed into place,
-//! instead of one fdatasync each; large files, and every file under `verify`, are fdatasync'ed
+//! instead of one fsync each; large files, and every file under `verify`, are fsync'ed
 //! one by one. Directories get their mode, owner, xattrs and times after their contents,
 //! deepest first.
 //!
