@@ -65,7 +65,8 @@ pub struct SweepOptions {
     pub states: usize,
     /// Seed of the random subsets.
     pub seed: u64,
-    /// Where the images go (default /dev/shm, else the temporary folder).
+    /// Where the images go (default /dev/shm where it has 1 GiB free, else the temporary
+    /// folder).
     pub scratch: Option<PathBuf>,
 }
 
@@ -144,9 +145,12 @@ impl Drop for Scratch {
     }
 }
 
+/// /dev/shm where it has room for a few images (Docker gives it 64 MiB by default), else the
+/// temporary folder.
 fn default_scratch() -> PathBuf {
     let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
+    let free = rustix::fs::statvfs(shm).map(|s| s.f_bavail.saturating_mul(s.f_frsize)).unwrap_or(0);
+    if free >= 1 << 30 {
         shm.to_path_buf()
     } else {
         std::env::temp_dir()
