@@ -121,6 +121,18 @@ pub fn state(fstype: &str, image: &Path, mnt: &Path, w: &Workload, promised: &BT
                         v.violations.push((d.path.display().to_string(), format!("{p}, though `{}` had returned", d.promised_by)));
                     }
                 }
+                for l in &w.symlinks {
+                    let owed = promised.contains(&l.promised_by);
+                    let problem = match std::fs::read_link(mnt.join(&l.path)) {
+                        Ok(t) if t == l.target => None,
+                        Ok(t) => Some(format!("points at {}, not {}", t.display(), l.target.display())),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !owed => None,
+                        Err(e) => Some(format!("symlink unreadable or missing ({e}), though `{}` had returned", l.promised_by)),
+                    };
+                    if let Some(p) = problem {
+                        v.violations.push((l.path.display().to_string(), p));
+                    }
+                }
                 temporaries(mnt, mnt, &mut v.temporaries);
                 m.unmount()?;
             }

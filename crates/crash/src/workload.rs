@@ -95,6 +95,18 @@ pub struct DirExpect {
     pub meta: Option<Meta>,
 }
 
+/// A symbolic link that must point at `target` once `promised_by` is in the log (and, before,
+/// be absent or already right: it is made under a temporary name).
+#[derive(Debug, Clone)]
+pub struct SymlinkExpect {
+    /// Its path under the mount point.
+    pub path: PathBuf,
+    /// What it points at.
+    pub target: PathBuf,
+    /// The marker after which it is promised.
+    pub promised_by: String,
+}
+
 /// A workload for the simulator.
 pub struct Workload {
     /// Its name in reports (`writer-direct`, `copy-tree`, ...).
@@ -107,6 +119,8 @@ pub struct Workload {
     pub files: Vec<FileExpect>,
     /// The directories it makes.
     pub dirs: Vec<DirExpect>,
+    /// The symbolic links it makes.
+    pub symlinks: Vec<SymlinkExpect>,
 }
 
 impl std::fmt::Debug for Workload {

@@ -5,7 +5,8 @@
 //!   write-behind window).
 //! - `copy-file`: [`copy_file_with`] of one large file over an existing one.
 //! - `copy-tree`: [`copy_tree`] of a small tree (a large file, small batched files, a
-//!   subfolder) with `archive`; `copy-tree-file`: of one small file.
+//!   subfolder, a symlink, a hard link) with `archive`; `copy-tree-file` and
+//!   `copy-tree-symlink`: of one small file, of one symlink.
 //! - `creator-batch`: a [`FileCreator`] writing small files in write-back batches under their
 //!   final names (as extract does), made durable by a syncfs; then a durable
 //!   [`FileCreator::replace`].
@@ -22,7 +23,7 @@ use cacheless::{
 };
 use rand::{RngCore, SeedableRng};
 
-use crate::workload::{Ctx, DirExpect, FileExpect, Meta, Ran, Workload};
+use crate::workload::{Ctx, DirExpect, FileExpect, Meta, Ran, SymlinkExpect, Workload};
 
 /// `len` bytes of deterministic noise from `seed`.
 pub fn noise(seed: u64, len: usize) -> Arc<[u8]> {
@@ -40,6 +41,7 @@ pub fn all() -> Vec<Workload> {
         copy_file(),
         tree(),
         tree_file(),
+        tree_symlink(),
         creator_batch(),
     ]
 }
@@ -126,6 +128,7 @@ fn writer(name: &str, mode: Mode) -> Workload {
             expect("new.bin", None, b, "new.bin", true),
         ],
         dirs: vec![],
+        symlinks: vec![],
     }
 }
 
@@ -156,6 +159,7 @@ fn copy_file() -> Workload {
         }),
         files: vec![expect("copy.bin", Some(old), src, "copy.bin", true)],
         dirs: vec![],
+        symlinks: vec![],
     }
 }
 
@@ -202,11 +206,21 @@ fn tree() -> Workload {
                 std::fs::write(tree.join(p), &d[..])?;
                 set_meta(&tree.join(p), *m)?;
             }
+            std::os::unix::fs::symlink("../a.txt", tree.join("sub/sym"))?;
+            // A hard link, which archive mode keeps.
+            std::fs::hard_link(tree.join("b.txt"), tree.join("sub/b-link"))?;
             TREE_DIRS.iter().try_for_each(|(d, m)| set_meta(&tree.join(d), *m))
         }),
         run: Box::new(|ctx: &Ctx| run_tree(ctx, "tree", "dst")),
-        files: files.into_iter().map(|(p, d, m)| FileExpect { meta: Some(m), ..expect(&format!("dst/{p}"), None, d, "dst", true) }).collect(),
+        files: files
+            .into_iter()
+            .flat_map(|(p, d, m)| {
+                let link = (p == "b.txt").then(|| FileExpect { meta: Some(m), ..expect("dst/sub/b-link", None, d.clone(), "dst", true) });
+                std::iter::once(FileExpect { meta: Some(m), ..expect(&format!("dst/{p}"), None, d, "dst", true) }).chain(link)
+            })
+            .collect(),
         dirs: TREE_DIRS.iter().map(|(d, m)| DirExpect { path: Path::new("dst").join(d), promised_by: "dst".into(), meta: Some(*m) }).collect(),
+        symlinks: vec![SymlinkExpect { path: PathBuf::from("dst/sub/sym"), target: PathBuf::from("../a.txt"), promised_by: "dst".into() }],
     }
 }
 
@@ -220,6 +234,19 @@ fn tree_file() -> Workload {
         run: Box::new(|ctx: &Ctx| run_tree(ctx, "small.txt", "single.txt")),
         files: vec![expect("single.txt", None, data, "single.txt", true)],
         dirs: vec![],
+        symlinks: vec![],
+    }
+}
+
+/// copy_tree (archive) of one symlink (no folder) to a new name.
+fn tree_symlink() -> Workload {
+    Workload {
+        name: "copy-tree-symlink".into(),
+        setup: Box::new(|_, scratch| std::os::unix::fs::symlink("some/target", scratch.join("link"))),
+        run: Box::new(|ctx: &Ctx| run_tree(ctx, "link", "link")),
+        files: vec![],
+        dirs: vec![],
+        symlinks: vec![SymlinkExpect { path: PathBuf::from("link"), target: PathBuf::from("some/target"), promised_by: "link".into() }],
     }
 }
 
@@ -256,5 +283,6 @@ fn creator_batch() -> Workload {
         }),
         files: expects,
         dirs: vec![DirExpect { path: PathBuf::from("x"), promised_by: "batch".into(), meta: None }],
+        symlinks: vec![],
     }
 }

@@ -247,8 +247,21 @@ fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
     // Batched files and symlinks were renamed into place without a directory fsync: the
     // syncfs makes those renames durable too, also where no folder was made (one small file).
     if sync && (!w.dirs.is_empty() || w.hardlinks > 0 || w.copier.unsynced.load(Ordering::Relaxed)) {
-        let synced = call(Site::Open, || rustix::fs::open(dst, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty()))
-            .map_err(|e| Error::io("open", dst, e))
+        // Any descriptor of the filesystem will do: the destination when it is a folder, else
+        // the folder it is in (a symlink copied as one may point anywhere, or nowhere).
+        let dst_dir = std::fs::symlink_metadata(dst).is_ok_and(|m| m.is_dir());
+        let at = match dst.parent() {
+            Some(p) if !dst_dir => {
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                }
+            }
+            _ => dst,
+        };
+        let synced = call(Site::Open, || rustix::fs::open(at, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty()))
+            .map_err(|e| Error::io("open", at, e))
             .and_then(|fd| crate::sys::syncfs(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| Error::io("syncfs", dst, e)));
         if let Err(e) = synced {
             sink.fail(e);
