@@ -179,6 +179,24 @@ impl Shared {
     }
 }
 
+/// Makes everything written to the filesystem of `dir` durable (syncfs, Linux 2.6.39), as a
+/// caller of a [`FileCreator`] without `sync` ends (extract), and fails (EROFS) when the
+/// filesystem went read-only on an error meanwhile: a syncfs then succeeds though what was
+/// written since the filesystem's last commit is lost. Retried when interrupted; `path` names
+/// `dir` in the error.
+pub fn sync_filesystem(dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
+    if fault::skipped(Step::Syncfs) {
+        return Ok(());
+    }
+    loop {
+        match rustix::fs::syncfs(dir) {
+            Err(rustix::io::Errno::INTR) => {}
+            r => break r.map_err(|e| Error::io("syncfs", path, e.into()))?,
+        }
+    }
+    sys::still_writable(dir).map_err(|e| Error::io("syncfs", path, e))
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
         self.drop_deferred();

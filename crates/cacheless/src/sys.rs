@@ -117,7 +117,20 @@ pub(crate) fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
     if fault::skipped(Step::Syncfs) {
         return Ok(());
     }
-    call(Site::Sync, || rustix::fs::syncfs(fd))
+    call(Site::Sync, || rustix::fs::syncfs(fd))?;
+    still_writable(fd)
+}
+
+/// After a syncfs that succeeded: EROFS if the filesystem of `fd` is now read-only. A
+/// filesystem that met a write error in its journal (ext4 aborts it and remounts read-only)
+/// answers every later syncfs with success, as there is nothing left it can write (Linux 6.18,
+/// shown by `crates/crash` with a failed write), though what was written since its last commit
+/// is lost. The callers synced a filesystem they wrote to, so read-only now means that.
+pub(crate) fn still_writable(fd: BorrowedFd<'_>) -> io::Result<()> {
+    match rustix::fs::fstatvfs(fd) {
+        Ok(s) if s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) => Err(io::Error::from_raw_os_error(libc::EROFS)),
+        _ => Ok(()),
+    }
 }
 
 /// Checks that `name` is a single path component that names an entry.
