@@ -65,6 +65,12 @@ impl Loop {
         Ok(Loop { dev, direct_io: granted, ticket })
     }
 
+    /// Caps the size of its requests (`queue/max_sectors_kb`).
+    pub fn max_request_kib(&self, kib: u32) -> Result<()> {
+        let p = format!("/sys/block/{}/queue/max_sectors_kb", self.dev.trim_start_matches("/dev/"));
+        std::fs::write(&p, kib.to_string()).map_err(|e| Error::io("write", Path::new(&p), e))
+    }
+
     /// The device's path.
     pub fn dev(&self) -> &str {
         &self.dev

@@ -34,6 +34,13 @@ pub enum Event {
     Barrier,
     /// A workload call returned: what it promised holds from here on.
     Mark(String),
+    /// A write the device failed (EIO): nothing of it reached the image.
+    Failed {
+        /// Byte offset in the image.
+        off: u64,
+        /// Its length.
+        len: usize,
+    },
 }
 
 /// The log, shared by the FUSE server thread and the workload.
@@ -67,6 +74,10 @@ struct ImageFs {
     file: File,
     size: u64,
     log: Log,
+    /// Writes seen so far, and the one that fails (EIO, nothing written: a device's transient
+    /// write error), if any.
+    writes: usize,
+    fail_at: Option<usize>,
     uid: u32,
     gid: u32,
 }
@@ -143,6 +154,11 @@ impl Filesystem for ImageFs {
             // The image never grows: the loop device's size is fixed.
             return reply.error(libc::ENOSPC);
         };
+        self.writes += 1;
+        if self.fail_at == Some(self.writes - 1) {
+            self.log.push(Event::Failed { off, len: data.len() });
+            return reply.error(libc::EIO);
+        }
         match self.file.write_all_at(data, off) {
             Ok(()) => {
                 self.log.push(Event::Write { off, data: Arc::from(data) });
@@ -187,12 +203,13 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Serves `backing` (its size fixed from now) as `MNT/image`, recording into a new log.
-    pub fn mount(backing: &Path, mnt: &Path) -> Result<Recorder> {
+    /// Serves `backing` (its size fixed from now) as `MNT/image`, recording into a new log;
+    /// the write numbered `fail_at` (from 0) fails with EIO, as a device's transient error.
+    pub fn mount(backing: &Path, mnt: &Path, fail_at: Option<usize>) -> Result<Recorder> {
         let file = std::fs::OpenOptions::new().read(true).write(true).open(backing).map_err(|e| Error::io("open", backing, e))?;
         let size = file.metadata().map_err(|e| Error::io("stat", backing, e))?.len();
         let log = Log::default();
-        let fs = ImageFs { file, size, log: log.clone(), uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() };
+        let fs = ImageFs { file, size, log: log.clone(), writes: 0, fail_at, uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() };
         let opts = [MountOption::FSName("cacheless-crash".into()), MountOption::Subtype("record".into()), MountOption::RW, MountOption::NoAtime];
         let session = fuser::spawn_mount2(fs, mnt, &opts)
             .map_err(|e| Error::Command { what: format!("FUSE mount at {}", mnt.display()), detail: format!("{e} (needs /dev/fuse and root)") })?;

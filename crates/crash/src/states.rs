@@ -39,6 +39,7 @@ pub fn epochs(log: &[Event]) -> Vec<Epoch> {
             Event::Mark(m) => {
                 marks.insert(m.clone());
             }
+            Event::Failed { .. } => {}
             Event::Barrier => {
                 if let Some(ep) = out.last_mut() {
                     ep.promised = marks.clone();

@@ -65,6 +65,10 @@ pub struct SweepOptions {
     pub states: usize,
     /// Seed of the random subsets.
     pub seed: u64,
+    /// Fail the write of this number (from 0, counted from the mount of the recorded
+    /// filesystem) with EIO, once: the engine must then report an error, never a promise the
+    /// image does not hold.
+    pub eio_at: Option<usize>,
     /// Where the images go (default /dev/shm where it has 1 GiB free, else the temporary
     /// folder).
     pub scratch: Option<PathBuf>,
@@ -113,6 +117,12 @@ pub struct Row {
     pub temporaries: usize,
     /// Why it did not run (a mode the filesystem refuses), if it did not.
     pub skipped: Option<String>,
+    /// With a failed write: the error the workload stopped on (None: every call succeeded).
+    pub failed_with: Option<String>,
+    /// Writes the device failed.
+    pub failed_writes: usize,
+    /// The calls that returned after the first failed write.
+    pub returned_after_failure: Vec<String>,
     /// Whether the recording loop device did direct I/O on the FUSE file.
     pub loop_direct_io: bool,
     /// Seconds spent checking states.
@@ -159,7 +169,7 @@ fn default_scratch() -> PathBuf {
 
 /// Records `w` on a fresh `fs`: returns the log, whether the loop device did direct I/O, and
 /// how the run ended. `s` holds `base.img` (made and set up here) and the mounts.
-fn record(fs: FsKind, w: &Workload, s: &Scratch) -> Result<(Vec<Event>, bool, Ran)> {
+fn record(fs: FsKind, w: &Workload, s: &Scratch, eio_at: Option<usize>) -> Result<(Vec<Event>, bool, Result<Ran, String>)> {
     let base = s.path("base.img");
     let f = std::fs::File::create(&base).map_err(|e| Error::io("create", &base, e))?;
     f.set_len(fs.image_mib() << 20).map_err(|e| Error::io("truncate", &base, e))?;
@@ -173,13 +183,37 @@ fn record(fs: FsKind, w: &Workload, s: &Scratch) -> Result<(Vec<Event>, bool, Ra
     }
     let live = s.path("live.img");
     states::sparse_copy(&base, &live)?;
-    let rec = Recorder::mount(&live, &s.path("fuse"))?;
+    let rec = Recorder::mount(&live, &s.path("fuse"), eio_at)?;
     let (ran, dio) = {
         let lo = Loop::attach(&rec.image(), true)?;
-        let m = Mount::new(lo.dev(), fs.name(), &s.path("mnt"), "")?;
+        if eio_at.is_some() {
+            // The loop driver takes a short write of its backing file for a complete one (its
+            // completion fails only a read that comes up short), and FUSE answers a request it
+            // split with the bytes written before the part that failed: requests of at most
+            // 64 KiB (17 pages) reach the recorder whole, so that a failed one fails.
+            lo.max_request_kib(64)?;
+        }
+        let m = match Mount::new(lo.dev(), fs.name(), &s.path("mnt"), "") {
+            Ok(m) => m,
+            // The failed write may be the mount's own (xfs writes its log as it mounts).
+            Err(e) if eio_at.is_some() => {
+                drop(lo);
+                let log = rec.log().take();
+                return Ok((log, true, Err(format!("mount: {e}"))));
+            }
+            Err(e) => return Err(e),
+        };
         let ctx = Ctx::new(m.path(), &s.path("scratch"), rec.log().clone());
-        let ran = (w.run)(&ctx).map_err(|detail| Error::Workload { workload: w.name.clone(), detail })?;
-        m.unmount()?;
+        let ran = (w.run)(&ctx);
+        if eio_at.is_none() {
+            ran.clone().map_err(|detail| Error::Workload { workload: w.name.clone(), detail })?;
+        }
+        // After a failed write the filesystem may have shut itself down: unmount lazily then.
+        if let Err(e) = m.unmount() {
+            if eio_at.is_none() {
+                return Err(e);
+            }
+        }
         (ran, lo.direct_io())
     };
     let log = rec.log().take();
@@ -237,16 +271,29 @@ pub fn one(fs: FsKind, w: &Workload, opts: &SweepOptions) -> Result<Row> {
     let base = opts.scratch.clone().unwrap_or_else(default_scratch);
     let s = Scratch::new(&base)?;
     let mut row = Row { fs: fs.name(), workload: w.name.clone(), ..Row::default() };
-    let (log, dio, ran) = record(fs, w, &s)?;
+    let (log, dio, ran) = record(fs, w, &s, opts.eio_at)?;
     row.loop_direct_io = dio;
     row.writes = log.iter().filter(|e| matches!(e, Event::Write { .. })).count();
     row.barriers = log.iter().filter(|e| matches!(e, Event::Barrier)).count();
-    if let Ran::Unsupported(why) = ran {
-        row.skipped = Some(why);
-        return Ok(row);
+    row.failed_writes = log.iter().filter(|e| matches!(e, Event::Failed { .. })).count();
+    match ran {
+        Ok(Ran::Unsupported(why)) => {
+            row.skipped = Some(why);
+            return Ok(row);
+        }
+        Ok(Ran::Done) => {}
+        Err(e) => row.failed_with = Some(e),
     }
+    // With a failed write, the states are cut before it: what the filesystem does about the
+    // error afterwards (ext4 aborts its journal, and may lose commits it had made) is beyond
+    // any promise. The calls that returned after it are named for the reader.
+    let (log, after): (&[Event], &[Event]) = match log.iter().position(|e| matches!(e, Event::Failed { .. })) {
+        Some(p) => log.split_at(p),
+        None => (&log, &[]),
+    };
+    row.returned_after_failure = after.iter().filter_map(|e| if let Event::Mark(m) = e { Some(m.clone()) } else { None }).collect();
     let t = Instant::now();
-    check_states(fs, w, &s, &log, opts, &mut row)?;
+    check_states(fs, w, &s, log, opts, &mut row)?;
     row.check_s = t.elapsed().as_secs_f64();
     Ok(row)
 }

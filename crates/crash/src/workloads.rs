@@ -274,7 +274,7 @@ fn creator_batch() -> Workload {
             }
             c.drop_deferred();
             // As extract ends: one syncfs makes the whole tree durable.
-            rustix::fs::syncfs(&dir).map_err(|e| format!("syncfs: {e}"))?;
+            cacheless::sync_filesystem(dir.as_fd(), &dir_path).map_err(|e| e.to_string())?;
             ctx.mark("batch");
             let durable = FileCreator::new(CreateOptions::default());
             durable.replace(&ctx.path("replaced.txt"), &run_new, &FileAttrs::default()).map_err(|e| e.to_string())?;

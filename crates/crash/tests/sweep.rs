@@ -16,9 +16,13 @@ fn can_run() -> bool {
 }
 
 fn run(fs: &[FsKind], names: &[&str], states: usize, skip: &[Step]) -> Outcome {
+    run_with(fs, names, states, skip, None)
+}
+
+fn run_with(fs: &[FsKind], names: &[&str], states: usize, skip: &[Step], eio_at: Option<usize>) -> Outcome {
     let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
     let wl = workloads::select(&names).unwrap_or_else(|e| panic!("{e}"));
-    let opts = SweepOptions { fs: fs.to_vec(), states, seed: 1, scratch: None };
+    let opts = SweepOptions { fs: fs.to_vec(), states, seed: 1, eio_at, scratch: None };
     skip_durability(skip);
     let out = sweep(&opts, &wl, |r| {
         eprintln!(
@@ -133,4 +137,23 @@ fn attributes_are_durable_with_the_content_on_btrfs() {
     let bad: Vec<String> = out.violations().map(ToString::to_string).collect();
     assert!(bad.is_empty(), "{}", bad.join("\n"));
     assert!(out.states() >= 60, "{} states", out.states());
+}
+
+/// A write the device fails (EIO, once) in the middle of a file's data: the Writer fails with
+/// the error, and no crash state before it breaks a promise.
+#[test]
+fn a_failed_write_fails_the_writer_and_breaks_no_promise() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    let out = run_with(&[FsKind::Ext4], &["writer-direct", "writer-dontcache"], 15, &[], Some(45));
+    let bad: Vec<String> = out.violations().map(ToString::to_string).collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    for r in &out.rows {
+        assert_eq!(r.failed_writes, 1, "{}", r.workload);
+        let e = r.failed_with.as_deref().unwrap_or_else(|| panic!("{} succeeded though a write of its data failed", r.workload));
+        assert!(e.contains("Input/output error"), "{}: {e}", r.workload);
+        assert!(r.returned_after_failure.is_empty(), "{}: {:?} returned success after the failed write", r.workload, r.returned_after_failure);
+    }
 }

@@ -30,6 +30,10 @@ struct Args {
     /// the sweep must then report violations. Needs a build with the `fault-injection` feature.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
+    /// Make the device fail the write of this number (from 0, counted from the mount) with EIO,
+    /// once: the engine must then fail, never promise what the image does not hold.
+    #[arg(long)]
+    eio: Option<usize>,
     /// Print every violation (default: the first 20).
     #[arg(long)]
     all: bool,
@@ -72,8 +76,13 @@ fn run(args: &Args) -> Result<usize, String> {
     if args.states == 0 {
         return Err("--states must be at least 1".into());
     }
-    let opts =
-        SweepOptions { fs: FsKind::parse_list(&args.fs).map_err(|e| e.to_string())?, states: args.states, seed: args.seed, scratch: args.scratch.clone() };
+    let opts = SweepOptions {
+        fs: FsKind::parse_list(&args.fs).map_err(|e| e.to_string())?,
+        states: args.states,
+        seed: args.seed,
+        eio_at: args.eio,
+        scratch: args.scratch.clone(),
+    };
     let wl = workloads::select(&args.workload)?;
     cleanup::on_signals().map_err(|e| format!("signal handler: {e}"))?;
     let mut shown = 0;
@@ -94,6 +103,13 @@ fn run(args: &Args) -> Result<usize, String> {
                 r.barriers,
                 if r.loop_direct_io { "direct-io" } else { "buffered" }
             ),
+        }
+        if r.failed_writes > 0 {
+            let after = if r.returned_after_failure.is_empty() { "none".to_string() } else { r.returned_after_failure.join(", ") };
+            match &r.failed_with {
+                Some(e) => println!("  {} failed write(s); returned after it: {after}; then the workload failed: {e}", r.failed_writes),
+                None => println!("  {} failed write(s); returned after it: {after}; every call succeeded", r.failed_writes),
+            }
         }
         for v in &r.violations {
             if args.all || shown < 20 {
