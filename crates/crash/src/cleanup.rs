@@ -42,6 +42,7 @@ impl Undo {
 static NEXT: AtomicU64 = AtomicU64::new(0);
 static PENDING: Mutex<Vec<(u64, Undo)>> = Mutex::new(Vec::new());
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static STOPPED: AtomicBool = AtomicBool::new(false);
 
 /// Registers `undo` until the returned ticket is [`done`]; returns the ticket.
 pub fn register(undo: Undo) -> u64 {
@@ -58,6 +59,18 @@ pub fn done(ticket: u64) {
 /// Whether a SIGINT or SIGTERM arrived (the sweep stops between crash states).
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// Stops the sweep between two crash states (its output was closed): [`interrupted`] turns
+/// true, and [`stopped`] says why.
+pub fn stop() {
+    STOPPED.store(true, Ordering::SeqCst);
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`stop`] was called.
+pub fn stopped() -> bool {
+    STOPPED.load(Ordering::Relaxed)
 }
 
 /// Undoes everything still registered, newest first.

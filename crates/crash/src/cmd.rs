@@ -61,6 +61,12 @@ impl Loop {
         }
         let ticket = cleanup::register(Undo::Detach(dev.clone()));
         let name = dev.trim_start_matches("/dev/");
+        // A cap on request size set by an earlier user of the device outlives its detach: back
+        // to the most the device takes.
+        let queue = format!("/sys/block/{name}/queue");
+        if let Ok(hw) = std::fs::read_to_string(format!("{queue}/max_hw_sectors_kb")) {
+            let _ = std::fs::write(format!("{queue}/max_sectors_kb"), hw.trim());
+        }
         let granted = std::fs::read_to_string(format!("/sys/block/{name}/loop/dio")).is_ok_and(|s| s.trim() == "1");
         Ok(Loop { dev, direct_io: granted, ticket })
     }

@@ -39,6 +39,17 @@ struct Args {
     all: bool,
 }
 
+/// Prints a line; once standard output is closed (`| head`), stops the sweep between two
+/// states (its mounts undone as on a signal) and exits 0.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        if writeln!(std::io::stdout().lock(), $($arg)*).is_err() {
+            cleanup::stop();
+        }
+    }};
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
@@ -89,8 +100,8 @@ fn run(args: &Args) -> Result<usize, String> {
     let out = cacheless_crash::sweep(&opts, &wl, |r| {
         let rate = if r.check_s > 0.0 { r.states as f64 / r.check_s } else { 0.0 };
         match &r.skipped {
-            Some(why) => println!("{:<6} {:<20} skipped: {why}", r.fs, r.workload),
-            None => println!(
+            Some(why) => say!("{:<6} {:<20} skipped: {why}", r.fs, r.workload),
+            None => say!(
                 "{:<6} {:<20} {:>5} states ({:.1}/s), {:>4} violations in {} states, {} temporaries; {} writes, {} flushes recorded, loop {}",
                 r.fs,
                 r.workload,
@@ -107,21 +118,24 @@ fn run(args: &Args) -> Result<usize, String> {
         if r.failed_writes > 0 {
             let after = if r.returned_after_failure.is_empty() { "none".to_string() } else { r.returned_after_failure.join(", ") };
             match &r.failed_with {
-                Some(e) => println!("  {} failed write(s); returned after it: {after}; then the workload failed: {e}", r.failed_writes),
-                None => println!("  {} failed write(s); returned after it: {after}; every call succeeded", r.failed_writes),
+                Some(e) => say!("  {} failed write(s); returned after it: {after}; then the workload failed: {e}", r.failed_writes),
+                None => say!("  {} failed write(s); returned after it: {after}; every call succeeded", r.failed_writes),
             }
         }
         for v in &r.violations {
             if args.all || shown < 20 {
-                println!("  violation: {v}");
+                say!("  violation: {v}");
                 shown += 1;
             }
         }
     })
     .map_err(|e| e.to_string());
     cleanup::undo_all();
+    if cleanup::stopped() {
+        return Ok(0);
+    }
     let out = out?;
     let n = out.violations().count();
-    println!("{} crash states, {n} violations", out.states());
+    say!("{} crash states, {n} violations", out.states());
     Ok(n)
 }
