@@ -76,7 +76,7 @@ pub fn read_file(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDic
 
 /// Writes a whole bytes-like object to a new file that replaces `path`, through the engine's
 /// small-file path (the one extraction uses): a temporary name beside it, the best mode for its
-/// size, fdatasync unless `sync=False`, then a rename. Returns the report.
+/// size, fsync unless `sync=False`, then a rename. Returns the report.
 #[pyfunction]
 #[pyo3(signature = (path, data, **options))]
 pub fn write_file<'py>(py: Python<'py>, path: PathBuf, data: &Bound<'py, PyAny>, options: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {

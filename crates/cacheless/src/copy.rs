@@ -433,7 +433,7 @@ impl Job<'_> {
                         self.extra(reader.file(), &file, smeta)?;
                         sys::apply_attrs(&file, self.wo.permissions, self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
                         if self.wo.sync {
-                            sys::fdatasync(&file, self.dst)?;
+                            sys::fsync(&file, self.dst)?;
                         }
                         self.progress.add_bytes(reader.len());
                         if let Some(h) = &mut self.hasher {
@@ -499,12 +499,12 @@ impl Job<'_> {
     /// Finishes a file from the creator, durable if the write options ask for it (a shared
     /// creator may not sync: a tree copy makes its small files durable in batches).
     fn finish(&self, f: NewFile) -> Result<WriteReport> {
+        // The attributes are set by the finish, and made durable by its fsync.
         if self.wo.sync {
-            sys::fdatasync(f.file(), self.dst)?;
+            f.finish_durable()
+        } else {
+            f.finish()
         }
-        let mut w = f.finish()?;
-        w.synced |= self.wo.sync;
-        Ok(w)
     }
 
     fn new_file(&self, creator: Option<&FileCreator>, len: u64) -> Result<NewFile> {

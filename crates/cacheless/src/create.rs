@@ -16,7 +16,7 @@ use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use crate::buf::AlignedBuf;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fault::Site;
+use crate::fault::{self, Site, Step};
 use crate::plan::{self, Plan};
 use crate::policy::{self, Decision, Mode};
 use crate::residency;
@@ -32,7 +32,7 @@ const BOUNCE: usize = 1 << 20;
 pub struct CreateOptions {
     /// Requested mode (default auto: the engine's policy for the file's size and filesystem).
     pub mode: Mode,
-    /// fdatasync each file before closing it (default true).
+    /// fsync each file (its data and attributes) before closing it (default true).
     pub sync: bool,
     /// How many files written through the cache (write-behind) stay open for a second page
     /// drop once their writeback is done; the first drop, right after the write, starts the
@@ -170,11 +170,31 @@ impl Shared {
     fn write_back_batch(&self) {
         let (files, _) = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|e| e.into_inner()));
         let Some(first) = files.first() else { return };
-        let _ = rustix::fs::syncfs(first);
+        if !fault::skipped(Step::Syncfs) {
+            let _ = rustix::fs::syncfs(first);
+        }
         for f in &files {
             let _ = residency::drop_range(f, 0, 0);
         }
     }
+}
+
+/// Makes everything written to the filesystem of `dir` durable (syncfs, Linux 2.6.39), as a
+/// caller of a [`FileCreator`] without `sync` ends (extract), and fails (EROFS) when the
+/// filesystem went read-only on an error meanwhile: a syncfs then succeeds though what was
+/// written since the filesystem's last commit is lost. Retried when interrupted; `path` names
+/// `dir` in the error.
+pub fn sync_filesystem(dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
+    if fault::skipped(Step::Syncfs) {
+        return Ok(());
+    }
+    loop {
+        match rustix::fs::syncfs(dir) {
+            Err(rustix::io::Errno::INTR) => {}
+            r => break r.map_err(|e| Error::io("syncfs", path, e.into()))?,
+        }
+    }
+    sys::still_writable(dir).map_err(|e| Error::io("syncfs", path, e))
 }
 
 impl Drop for Shared {
@@ -195,7 +215,7 @@ impl FileCreator {
     }
 
     /// Creates `name` (one path component) in `dir`, writes all of `data`, sets `attrs`,
-    /// fdatasyncs it if the options say so, and closes it. `display_path` names it in errors and
+    /// fsyncs it if the options say so, and closes it. `display_path` names it in errors and
     /// the report. On error nothing is left under `name`.
     pub fn write_file(&self, dir: BorrowedFd<'_>, name: &OsStr, display_path: &Path, data: &[u8], attrs: &FileAttrs) -> Result<WriteReport> {
         let mut draft = self.open(dir, name, display_path, data.len() as u64, attrs)?;
@@ -350,9 +370,22 @@ impl NewFile {
         &self.draft.path
     }
 
-    /// Sets the attributes, fdatasyncs if the options say so, and closes the file.
+    /// Sets the attributes, fsyncs if the options say so, and closes the file.
     pub fn finish(mut self) -> Result<WriteReport> {
         let report = self.draft.finish(&self.attrs)?;
+        self.finished = true;
+        self.draft.close();
+        Ok(report)
+    }
+
+    /// Sets the attributes, fsyncs the file whatever the options say (a copy made durable on
+    /// its own by a creator shared with batched ones), and closes it.
+    pub(crate) fn finish_durable(mut self) -> Result<WriteReport> {
+        let mut report = self.draft.finish(&self.attrs)?;
+        if !report.synced {
+            sys::fsync(&self.draft.file, &self.draft.path)?;
+            report.synced = true;
+        }
         self.finished = true;
         self.draft.close();
         Ok(report)
@@ -553,10 +586,11 @@ impl Draft {
     fn finish(&mut self, attrs: &FileAttrs) -> Result<WriteReport> {
         let decision = self.plan()?.plan.decision.clone();
         let sync = self.shared.opts.sync;
-        if sync {
-            sys::fdatasync(&self.file, &self.path)?;
-        }
+        // Attributes before the sync, so that it makes them durable with the data.
         sys::apply_attrs(&self.file, attrs.permissions, attrs.atime, attrs.mtime).map_err(|(op, e)| self.err(op, e))?;
+        if sync {
+            sys::fsync(&self.file, &self.path)?;
+        }
         Ok(WriteReport {
             path: self.path.clone(),
             bytes: self.end,

@@ -62,7 +62,7 @@ impl Site {
             Site::Open => &["open", "create", "open directory", "open for verify", "mkdir", "symlink", "link"],
             Site::Read => &["read"],
             Site::Write => &["write"],
-            Site::Sync => &["fdatasync", "fsync directory", "syncfs"],
+            Site::Sync => &["fdatasync", "fsync", "fsync directory", "syncfs"],
             Site::Rename => &["rename"],
         }
     }
@@ -151,6 +151,67 @@ fn short_of(len: usize, direct: bool) -> Option<usize> {
 
 #[cfg(feature = "fault-injection")]
 pub use armed::*;
+
+/// A step that makes written data durable, which [`skip_durability`] can remove to show that a
+/// crash test notices the loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// The fsync of the directory after a finished file is renamed into place (`publish`).
+    DirSync,
+    /// The sync of a finished file (its fsync before the rename, direct, uncached and
+    /// write-behind writes alike; the fdatasync before a verification).
+    Fdatasync,
+    /// The syncfs of a batch of small files (a tree copy's before its renames, a file
+    /// creator's write-back batch) and the final syncfs of a tree copy.
+    Syncfs,
+}
+
+impl Step {
+    /// Every step, in a fixed order.
+    pub const ALL: [Step; 3] = [Step::DirSync, Step::Fdatasync, Step::Syncfs];
+
+    fn bit(self) -> u8 {
+        match self {
+            Step::DirSync => 1,
+            Step::Fdatasync => 2,
+            Step::Syncfs => 4,
+        }
+    }
+
+    /// Its name on a command line: `dirsync`, `fdatasync`, `syncfs`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::DirSync => "dirsync",
+            Step::Fdatasync => "fdatasync",
+            Step::Syncfs => "syncfs",
+        }
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+static SKIPPED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Removes the durability `steps` from every later write of the process (none: all of them
+/// come back): the call is not made and reports success, as if the system had made it. For the
+/// crash simulator (`crates/crash`), which must then report lost data; never in a shipped build.
+#[cfg(feature = "fault-injection")]
+pub fn skip_durability(steps: &[Step]) {
+    let bits = steps.iter().fold(0, |b, s| b | s.bit());
+    SKIPPED.store(bits, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether [`skip_durability`] removed `step`.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn skipped(step: Step) -> bool {
+    SKIPPED.load(std::sync::atomic::Ordering::Relaxed) & step.bit() != 0
+}
+
+/// Without the feature every step is taken.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn skipped(_step: Step) -> bool {
+    false
+}
 
 /// Whether `file` is open with O_DIRECT.
 #[cfg(feature = "fault-injection")]

@@ -1,6 +1,6 @@
 //! The system calls on the write path, each in one place: creating a file under a temporary
 //! name, the write loop (short counts, EINTR), O_DIRECT on and off, attributes, and the commit
-//! sequence that makes a finished file durable and puts it in place (fdatasync, rename, fsync
+//! sequence that makes a finished file durable and puts it in place (fsync, rename, fsync
 //! of the directory). Every call that can fail transiently goes through [`call`], which retries
 //! EINTR and under the `fault-injection` feature lets a planned fault take the call's place.
 
@@ -17,7 +17,7 @@ use rustix::io::Errno;
 
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fault::{self, Injected, Site};
+use crate::fault::{self, Injected, Site, Step};
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -69,7 +69,23 @@ pub(crate) fn set_direct(file: &File, on: bool) -> io::Result<()> {
 
 /// fdatasync `file` (named `path` in the error), retried when interrupted.
 pub(crate) fn fdatasync(file: &File, path: &Path) -> Result<()> {
+    if fault::skipped(Step::Fdatasync) {
+        return Ok(());
+    }
     call(Site::Sync, || rustix::fs::fdatasync(file)).map_err(|e| Error::io("fdatasync", path, e))
+}
+
+/// fsync `file` (named `path` in the error): its data and its metadata (size, permission bits,
+/// times, owner, extended attributes), as a finished file needs before its rename. fdatasync
+/// is not enough there: the attributes set after the last write may stay out of what it makes
+/// durable (btrfs logs only the inode changes an fsync asks for), and the rename and the
+/// directory fsync that follow do not carry them. Retried when interrupted;
+/// [`Step::Fdatasync`] skips it.
+pub(crate) fn fsync(file: &File, path: &Path) -> Result<()> {
+    if fault::skipped(Step::Fdatasync) {
+        return Ok(());
+    }
+    call(Site::Sync, || rustix::fs::fsync(file)).map_err(|e| Error::io("fsync", path, e))
 }
 
 /// Why [`publish`] failed, and whether the file is in place.
@@ -83,15 +99,38 @@ pub(crate) struct Unpublished {
 }
 
 /// The last steps of the commit sequence of a file written under the temporary name `tmp` in
-/// `dir` (its data already synced with [`fdatasync`] when `durable`): rename it over `name`,
+/// `dir` (already synced with [`fsync`] when `durable`): rename it over `name`,
 /// then, when `durable`, fsync `dir` so that the new entry survives a crash. `path` names
 /// the file in errors.
 pub(crate) fn publish(dir: BorrowedFd<'_>, tmp: &OsStr, name: &OsStr, path: &Path, durable: bool) -> std::result::Result<(), Unpublished> {
     call(Site::Rename, || rustix::fs::renameat(dir, tmp, dir, name)).map_err(|e| Unpublished { renamed: false, error: Error::io("rename", path, e) })?;
-    if durable {
+    if durable && !fault::skipped(Step::DirSync) {
         call(Site::Sync, || rustix::fs::fsync(dir)).map_err(|e| Unpublished { renamed: true, error: Error::io("fsync directory", path, e) })?;
     }
     Ok(())
+}
+
+/// syncfs of the filesystem holding `fd` (Linux 2.6.39; its writeback errors since 5.8),
+/// retried when interrupted; under the `fault-injection` feature a planned fault takes its
+/// place, and [`Step::Syncfs`] can be skipped.
+pub(crate) fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
+    if fault::skipped(Step::Syncfs) {
+        return Ok(());
+    }
+    call(Site::Sync, || rustix::fs::syncfs(fd))?;
+    still_writable(fd)
+}
+
+/// After a syncfs that succeeded: EROFS if the filesystem of `fd` is now read-only. A
+/// filesystem that met a write error in its journal (ext4 aborts it and remounts read-only)
+/// answers every later syncfs with success, as there is nothing left it can write (Linux 6.18,
+/// shown by `crates/crash` with a failed write), though what was written since its last commit
+/// is lost. The callers synced a filesystem they wrote to, so read-only now means that.
+pub(crate) fn still_writable(fd: BorrowedFd<'_>) -> io::Result<()> {
+    match rustix::fs::fstatvfs(fd) {
+        Ok(s) if s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY) => Err(io::Error::from_raw_os_error(libc::EROFS)),
+        _ => Ok(()),
+    }
 }
 
 /// Checks that `name` is a single path component that names an entry.

@@ -42,7 +42,8 @@ pub struct WriteOptions {
     /// `finish` (default). When false, write under the final name, which must not exist;
     /// either way an unfinished file is removed.
     pub atomic: bool,
-    /// Make the data durable (fdatasync, and fsync of the directory after the rename) before
+    /// Make the file durable (fsync of its data and attributes, and of the directory after the
+    /// rename) before
     /// `finish` returns (default true).
     pub sync: bool,
     /// Permission bits to set (default: 0666 less the umask, as open(2) makes them).
@@ -80,7 +81,7 @@ pub struct WriteReport {
     pub direct_bytes: u64,
     /// Unaligned tail written after clearing O_DIRECT.
     pub tail_bytes: u64,
-    /// fdatasync'ed (and the directory fsync'ed) before returning.
+    /// fsync'ed (and the directory fsync'ed) before returning.
     pub synced: bool,
     /// The backend used for queued writes, if any.
     pub backend: Option<BackendChoice>,
@@ -405,8 +406,8 @@ impl Writer {
         first.map_or(Ok(()), Err)
     }
 
-    /// Writes what is buffered (the unaligned tail after clearing O_DIRECT), makes the file
-    /// durable unless `sync` is off, applies permissions and times, and renames it into place.
+    /// Writes what is buffered (the unaligned tail after clearing O_DIRECT), applies permissions
+    /// and times, makes the file durable unless `sync` is off, and renames it into place.
     pub fn finish(mut self) -> Result<WriteReport> {
         let mut tail_bytes = 0u64;
         if let Some(buf) = self.cur.take() {
@@ -434,8 +435,10 @@ impl Writer {
         if self.preallocated.is_some_and(|p| p != total) {
             self.file.set_len(total).map_err(|e| self.err("truncate", e))?;
         }
+        // Attributes before the sync, so that it makes them durable with the data.
+        sys::apply_attrs(&self.file, self.opts.permissions, self.opts.atime, self.opts.mtime).map_err(|(op, e)| self.err(op, e))?;
         if self.opts.sync {
-            sys::fdatasync(&self.file, &self.path)?;
+            sys::fsync(&self.file, &self.path)?;
         }
         // Drop what went through the cache: the direct tail, the last write-behind windows.
         match self.plan.decision.mode {
@@ -457,7 +460,6 @@ impl Writer {
             }
             _ => {}
         }
-        sys::apply_attrs(&self.file, self.opts.permissions, self.opts.atime, self.opts.mtime).map_err(|(op, e)| self.err(op, e))?;
         if let Some(tmp) = self.tmp.clone() {
             if let Err(u) = sys::publish(self.dir.as_fd(), &tmp, &self.name, &self.path, self.opts.sync) {
                 if u.renamed {

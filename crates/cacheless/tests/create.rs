@@ -236,3 +236,29 @@ fn a_forced_mode_the_filesystem_lacks_is_refused_with_a_hint() {
     assert!(e.to_string().contains("dontcache unavailable"), "{e}");
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0, "nothing left behind");
 }
+
+/// A filesystem that went read-only (as ext4 does when a journal write fails) answers syncfs
+/// with success, though nothing written since its last commit can be durable:
+/// `sync_filesystem` fails there with EROFS instead, naming the folder.
+#[test]
+fn syncing_a_filesystem_that_went_read_only_fails() {
+    if !require("root", cacheless_testkit::root()) {
+        return;
+    }
+    let fs = match cacheless_testkit::LoopFs::new(cacheless_testkit::FsKind::Ext4, 32) {
+        Ok(fs) => fs,
+        Err(why) => {
+            require("ext4", Err(why));
+            return;
+        }
+    };
+    let dir = open_dir(fs.path());
+    cacheless::sync_filesystem(dir.as_fd(), fs.path()).unwrap();
+    let remount = std::process::Command::new("mount").args(["-o", "remount,ro"]).arg(fs.path()).status().unwrap();
+    assert!(remount.success());
+    assert!(rustix::fs::syncfs(&dir).is_ok(), "the kernel's syncfs says nothing of it");
+    let e = cacheless::sync_filesystem(dir.as_fd(), fs.path()).unwrap_err();
+    assert_eq!(e.errno(), Some(libc::EROFS), "{e}");
+    assert_eq!(e.op(), "syncfs");
+    assert!(e.to_string().contains(&fs.path().display().to_string()), "{e}");
+}

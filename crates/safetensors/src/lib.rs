@@ -8,7 +8,7 @@
 //! cached is read buffered (the engine's auto mode), so warm loads stay fast and warm.
 //!
 //! Saving writes the same bytes the `safetensors` crate writes (its header, its tensor order)
-//! through the engine's [`cacheless::Writer`]: direct I/O, under a temporary name, fdatasync'ed
+//! through the engine's [`cacheless::Writer`]: direct I/O, under a temporary name, fsync'ed
 //! and renamed, so readers of the old file are never disturbed.
 //!
 //! ```no_run

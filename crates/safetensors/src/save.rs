@@ -96,7 +96,7 @@ pub fn serialize(tensors: &[TensorData<'_>], metadata: Option<&HashMap<String, S
 }
 
 /// Saves `tensors` to `path` byte-for-byte as the `safetensors` package does: under a temporary
-/// name beside it, in the mode chosen for the file (direct I/O for large files), fdatasync'ed
+/// name beside it, in the mode chosen for the file (direct I/O for large files), fsync'ed
 /// and renamed over `path` (`opts.atomic` and `opts.sync` are forced on). Readers and mappings
 /// of an old `path` keep seeing the old file. `progress` counts bytes and cancels; a failed or
 /// cancelled save leaves `path` as it was and no temporary behind.

@@ -98,7 +98,7 @@ def write_file(path: PathLike, data: Any, *, mode: str = "auto", sync: bool = Tr
     """Writes a whole bytes-like object (bytes, bytearray, memoryview, numpy array) to ``path``.
 
     The file is written under a temporary name beside ``path`` in the best mode for its size
-    (RWF_DONTCACHE or write-behind for small files, O_DIRECT for large ones), fdatasync'ed
+    (RWF_DONTCACHE or write-behind for small files, O_DIRECT for large ones), fsync'ed
     (unless ``sync=False``) and renamed over ``path``: readers see the old file or the whole new
     one, and nothing is left in the page cache. Returns the report (bytes, mode and why).
     """
@@ -127,7 +127,7 @@ def copy(
     """Copies the file ``src`` to ``dst`` (into it, if ``dst`` is a directory), like ``shutil.copy``;
     with ``recursive`` or ``archive``, a whole tree, like ``cacheless cp -r`` / ``cp -a``.
 
-    The copy is written under a temporary name beside ``dst``, fdatasync'ed (unless
+    The copy is written under a temporary name beside ``dst``, fsync'ed (unless
     ``sync=False``) and renamed into place, so an interrupted copy never leaves a partial file.
     ``reflink`` ("auto", "always", "never", as GNU cp): clone the extents (FICLONE) where the
     filesystem can; "always" raises OSError where it cannot. ``sparse`` ("auto", "always",
@@ -242,7 +242,7 @@ def pack(
     ``xattrs`` stores extended attributes (as GNU tar ``--xattrs``).
 
     Inputs are read without leaving them cached; the archive is written under a temporary name
-    beside it, fdatasync'ed (unless ``sync=False``) and renamed into place, so a failed or
+    beside it, fsync'ed (unless ``sync=False``) and renamed into place, so a failed or
     interrupted pack leaves no archive and no temporary. Returns the report (as
     ``cacheless pack --json``). Members that could not be read, or changed while read, raise
     ``OSError`` with the report in its ``report`` attribute (the archive is valid without

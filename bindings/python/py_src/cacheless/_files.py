@@ -99,7 +99,7 @@ class CachelessReader(_File):
 
 class CachelessWriter(_File):
     """A file being written: under a temporary name beside the destination until ``close()``,
-    which writes the rest, fdatasyncs (unless ``sync=False``) and renames it into place. An
+    which writes the rest, fsyncs (unless ``sync=False``) and renames it into place. An
     exception inside a ``with`` block, ``discard()``, or dropping the object unclosed removes
     the temporary and leaves the destination as it was. Sequential: ``seek`` only to the
     current position."""
@@ -172,7 +172,7 @@ def open(
 
     ``mode`` is the I/O mode ("auto", "direct", "dontcache", "writebehind", "buffered"). For
     writing, ``size_hint`` (the final size, if known) picks the mode and preallocates, and
-    ``sync=False`` skips the fdatasync before the rename. ``backend=``, ``block_size=`` and
+    ``sync=False`` skips the fsync before the rename. ``backend=``, ``block_size=`` and
     ``queue_depth=`` tune the engine. Binary only: wrap in
     ``io.TextIOWrapper(io.BufferedReader(f))`` for text.
     """

@@ -176,9 +176,11 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let t_sync = Instant::now();
     // An interrupted run stops at once: what it completed stays, not made durable.
     if opts.sync && !report.interrupted {
-        match rustix::fs::syncfs(root.fd()) {
+        // The engine's: it also fails where the filesystem went read-only on a write error,
+        // which a plain syncfs answers with success.
+        match cacheless::sync_filesystem(root.fd(), &root.path) {
             Ok(()) => report.synced = true,
-            Err(e) => sh.fail(format!("{}: syncfs: {e}", root.path.display())),
+            Err(e) => sh.fail(format!("{}: syncfs: {}", root.path.display(), e.io_error())),
         }
     }
     report.sync_s = t_sync.elapsed().as_secs_f64();

@@ -3,10 +3,10 @@
 //! small ones made durable by one `syncfs`.
 
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -14,7 +14,7 @@ use super::Sink;
 use crate::copy::{stage_copy, CopyOptions, CopyReport, Method, Staged};
 use crate::create::FileCreator;
 use crate::error::{Error, ErrorKind};
-use crate::fault::Site;
+
 use crate::pool::Work;
 use crate::read::ReadOptions;
 use crate::sys;
@@ -66,6 +66,9 @@ pub(super) struct Copier {
     pub reports: Mutex<Vec<CopyReport>>,
     pub reflinked: AtomicU64,
     pub verify_ns: AtomicU64,
+    /// Something was put in place without a directory fsync (a batch's renames, a symlink):
+    /// the final syncfs must run, even when the copy made no folder.
+    pub unsynced: AtomicBool,
 }
 
 impl Copier {
@@ -131,7 +134,7 @@ impl Copier {
         if b.files.is_empty() {
             return;
         }
-        if let Err(e) = sys::call(Site::Sync, || rustix::fs::syncfs(&**b.files[0].dir())) {
+        if let Err(e) = sys::syncfs(b.files[0].dir().as_fd()) {
             // Not durable: none of them takes its final name (dropping them removes them).
             for s in &b.files {
                 self.sink.fail(Error::io("syncfs", s.path(), std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))));
@@ -140,6 +143,8 @@ impl Copier {
         }
         // Written back now: what the small files' writes left in the cache can go.
         self.creator.drop_deferred();
+        // Their renames are not synced here: the final syncfs makes them durable.
+        self.unsynced.store(true, Ordering::Relaxed);
         for s in b.files {
             match s.commit() {
                 Ok(r) => self.done(r),

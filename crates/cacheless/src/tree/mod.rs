@@ -8,7 +8,7 @@
 //! worker of the [`pool`](crate::pool), through [`stage_copy`](crate::stage_copy) (a reflink
 //! where possible, small files written whole by a shared [`FileCreator`], holes kept). Small
 //! files are made durable in batches, with one `syncfs` before a batch is renamed into place,
-//! instead of one fdatasync each; large files, and every file under `verify`, are fdatasync'ed
+//! instead of one fsync each; large files, and every file under `verify`, are fsync'ed
 //! one by one. Directories get their mode, owner, xattrs and times after their contents,
 //! deepest first.
 //!
@@ -31,7 +31,7 @@ mod walk;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -175,6 +175,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         reports: Mutex::new(Vec::new()),
         reflinked: AtomicU64::new(0),
         verify_ns: AtomicU64::new(0),
+        unsynced: AtomicBool::new(false),
     });
     let pool = Pool::new(plan.threads, plan.queue, &copier)?;
     let sampler = o.bwlimit.map(|_| samples::Sampler::start(progress));
@@ -225,7 +226,8 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
 }
 
 /// Once every file is in place: the hard links, the directories' metadata (deepest first), and
-/// a syncfs that makes the renames and the metadata durable.
+/// a syncfs that makes the renames and the metadata durable (those of batched files and
+/// symlinks included).
 fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
     let sink = w.copier.sink.clone();
     for (first, link) in std::mem::take(&mut w.pending_links) {
@@ -242,10 +244,25 @@ fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
             sink.fail(e);
         }
     }
-    if sync && (!w.dirs.is_empty() || w.hardlinks > 0) {
-        let synced = call(Site::Open, || rustix::fs::open(dst, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty()))
-            .map_err(|e| Error::io("open", dst, e))
-            .and_then(|fd| call(Site::Sync, || rustix::fs::syncfs(&fd)).map_err(|e| Error::io("syncfs", dst, e)));
+    // Batched files and symlinks were renamed into place without a directory fsync: the
+    // syncfs makes those renames durable too, also where no folder was made (one small file).
+    if sync && (!w.dirs.is_empty() || w.hardlinks > 0 || w.copier.unsynced.load(Ordering::Relaxed)) {
+        // Any descriptor of the filesystem will do: the destination when it is a folder, else
+        // the folder it is in (a symlink copied as one may point anywhere, or nowhere).
+        let dst_dir = std::fs::symlink_metadata(dst).is_ok_and(|m| m.is_dir());
+        let at = match dst.parent() {
+            Some(p) if !dst_dir => {
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                }
+            }
+            _ => dst,
+        };
+        let synced = call(Site::Open, || rustix::fs::open(at, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty()))
+            .map_err(|e| Error::io("open", at, e))
+            .and_then(|fd| crate::sys::syncfs(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| Error::io("syncfs", dst, e)));
         if let Err(e) = synced {
             sink.fail(e);
         }

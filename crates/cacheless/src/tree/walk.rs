@@ -180,6 +180,8 @@ impl Walker<'_> {
             return Err(e);
         }
         rename_over(&tmp, dst)?;
+        // Not synced here: the final syncfs makes it durable.
+        self.copier.unsynced.store(true, std::sync::atomic::Ordering::Relaxed);
         self.copier.sink.progress.file_done();
         Ok(())
     }

@@ -17,7 +17,7 @@ lives as long as any array taken from it. A tensor whose file offset is not alig
 dtype (possible only in hand-made files) is copied into an aligned array of its own.
 
 ``save_file`` writes exactly the bytes the ``safetensors`` package writes (same header, same
-tensor order) with direct I/O, under a temporary name, fdatasync'ed and renamed: readers and
+tensor order) with direct I/O, under a temporary name, fsync'ed and renamed: readers and
 mappings of an old file keep seeing the old file, and no page cache is left behind.
 
 Where the safetensors package is wrong we are not: a non-contiguous numpy array is saved by its

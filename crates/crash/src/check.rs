@@ -1,0 +1,166 @@
+//! Checking one crash state: mount the image (its journal replayed), check each file and
+//! folder the workload wrote against what was promised at the cut, count the engine's
+//! temporaries left behind, unmount, and run the filesystem's own checker.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::cmd::{self, Loop, Mount};
+use crate::workload::{FileExpect, Meta, Workload};
+use crate::Result;
+
+/// What one state showed.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// Broken promises: (file, what was found), the file empty for the filesystem itself.
+    pub violations: Vec<(String, String)>,
+    /// Temporaries of the engine found (allowed: a crash may leave them).
+    pub temporaries: Vec<String>,
+}
+
+/// Whether `name` is one of the engine's temporary names, `.NAME.cacheless-PID-N.tmp`
+/// (`cacheless::sys::temp_name`),
+/// and the tree copy's symlinks and hard links, `.NAME.cacheless-PID.tmp` and
+/// `.NAME.cacheless-PID.link.tmp`.
+pub fn is_temporary(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.').and_then(|r| r.strip_suffix(".tmp")) else { return false };
+    let Some((_, tail)) = rest.rsplit_once(".cacheless-") else { return false };
+    let tail = tail.strip_suffix(".link").unwrap_or(tail);
+    let num = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    match tail.split_once('-') {
+        Some((pid, n)) => num(pid) && num(n),
+        None => num(tail),
+    }
+}
+
+/// What differs between `m` and the permission bits and time `want`, if anything.
+fn meta_differs(m: &std::fs::Metadata, want: Option<Meta>) -> Option<String> {
+    let w = want?;
+    let (mode, mtime) = (m.mode() & 0o7777, m.mtime());
+    (mode != w.mode || mtime != w.mtime).then(|| format!("mode {mode:o} and mtime {mtime}, not {:o} and {}", w.mode, w.mtime))
+}
+
+/// Short description of content `c` against the old and new contents.
+fn describe(c: &[u8], f: &FileExpect) -> String {
+    let old = f.old.as_ref().map_or("none".to_string(), |o| format!("{} B", o.len()));
+    let same = c.iter().zip(f.new.iter()).take_while(|(a, b)| a == b).count();
+    format!("{} B, the first {same} B of the new content (new {} B, old {old})", c.len(), f.new.len())
+}
+
+/// Checks one file under `root` given the markers `promised`.
+fn check_file(root: &Path, f: &FileExpect, promised: &BTreeSet<String>) -> Option<String> {
+    let p = root.join(&f.path);
+    let owed = promised.contains(&f.promised_by);
+    match std::fs::symlink_metadata(&p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if owed {
+                Some(format!("missing, though `{}` had returned", f.promised_by))
+            } else if f.old.is_some() && f.atomic {
+                Some("missing: the old file is lost and the new one not in place".into())
+            } else {
+                None
+            }
+        }
+        Err(e) => Some(format!("stat: {e}")),
+        Ok(m) if !m.is_file() => Some(format!("not a regular file ({:?})", m.file_type())),
+        Ok(m) => match std::fs::read(&p) {
+            Err(e) => Some(format!("read: {e}")),
+            Ok(c) if c[..] == f.new[..] => meta_differs(&m, f.meta).map(|d| format!("the new content with the wrong attributes: {d}")),
+            Ok(c) if owed => Some(format!("not the promised content (`{}` had returned): {}", f.promised_by, describe(&c, f))),
+            Ok(c) if f.old.as_ref().is_some_and(|o| c[..] == o[..]) => None,
+            Ok(c) if f.atomic => Some(format!("half-written file under its final name: {}", describe(&c, f))),
+            Ok(_) => None,
+        },
+    }
+}
+
+/// Every temporary under `dir`, as paths relative to `root`.
+fn temporaries(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let p = e.path();
+        if is_temporary(&name) {
+            out.push(p.strip_prefix(root).unwrap_or(&p).display().to_string());
+        } else if e.file_type().is_ok_and(|t| t.is_dir()) && name != "lost+found" {
+            temporaries(root, &p, out);
+        }
+    }
+}
+
+/// Mount options for checking a state of `fstype` (xfs: the states share one UUID).
+fn mount_opts(fstype: &str) -> &'static str {
+    if fstype == "xfs" {
+        "nouuid"
+    } else {
+        ""
+    }
+}
+
+/// Checks the crash state in `image` (a filesystem of `fstype`) against `w`'s expectations,
+/// with `promised` the markers the cut owes; mounts it at `mnt`.
+pub fn state(fstype: &str, image: &Path, mnt: &Path, w: &Workload, promised: &BTreeSet<String>) -> Result<Verdict> {
+    let mut v = Verdict::default();
+    {
+        let lo = Loop::attach(image, false)?;
+        match Mount::new(lo.dev(), fstype, mnt, mount_opts(fstype)) {
+            Err(e) => v.violations.push((String::new(), format!("does not mount: {e}"))),
+            Ok(m) => {
+                for f in &w.files {
+                    if let Some(what) = check_file(mnt, f, promised) {
+                        v.violations.push((f.path.display().to_string(), what));
+                    }
+                }
+                for d in w.dirs.iter().filter(|d| promised.contains(&d.promised_by)) {
+                    let problem = match std::fs::metadata(mnt.join(&d.path)) {
+                        Ok(m) if m.is_dir() => meta_differs(&m, d.meta).map(|x| format!("folder with the wrong attributes: {x}")),
+                        _ => Some("folder missing".to_string()),
+                    };
+                    if let Some(p) = problem {
+                        v.violations.push((d.path.display().to_string(), format!("{p}, though `{}` had returned", d.promised_by)));
+                    }
+                }
+                for l in &w.symlinks {
+                    let owed = promised.contains(&l.promised_by);
+                    let problem = match std::fs::read_link(mnt.join(&l.path)) {
+                        Ok(t) if t == l.target => None,
+                        Ok(t) => Some(format!("points at {}, not {}", t.display(), l.target.display())),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !owed => None,
+                        Err(e) => Some(format!("symlink unreadable or missing ({e}), though `{}` had returned", l.promised_by)),
+                    };
+                    if let Some(p) = problem {
+                        v.violations.push((l.path.display().to_string(), p));
+                    }
+                }
+                temporaries(mnt, mnt, &mut v.temporaries);
+                m.unmount()?;
+            }
+        }
+    }
+    if let Some(complaint) = cmd::fsck(fstype, image)? {
+        v.violations.push((String::new(), format!("the filesystem checker complains: {}", first_lines(&complaint, 6))));
+    }
+    Ok(v)
+}
+
+fn first_lines(s: &str, n: usize) -> String {
+    s.lines().filter(|l| !l.trim().is_empty()).take(n).collect::<Vec<_>>().join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporaries_are_recognised_by_the_engines_pattern() {
+        assert!(is_temporary(".data.bin.cacheless-1234-0.tmp"));
+        assert!(is_temporary(".a.b.cacheless-1-22.tmp"));
+        assert!(!is_temporary("data.bin"));
+        assert!(!is_temporary(".data.bin.cacheless-12x-0.tmp"));
+        assert!(!is_temporary(".data.bin.cacheless-1-.tmp"));
+        assert!(!is_temporary(".data.bin.tmp"));
+        assert!(is_temporary(".link.cacheless-77.tmp") && is_temporary(".f.cacheless-77.link.tmp"), "the tree copy's symlinks and hard links");
+        assert!(!is_temporary(".f.cacheless-.link.tmp"));
+    }
+}
