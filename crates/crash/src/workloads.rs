@@ -7,6 +7,10 @@
 //! - `copy-tree`: [`copy_tree`] of a small tree (a large file, small batched files, a
 //!   subfolder, a symlink, a hard link) with `archive`; `copy-tree-file` and
 //!   `copy-tree-symlink`: of one small file, of one symlink.
+//! - `copy-tree-noreflink`: the same tree with `reflink = never` (`cp -a --reflink=never`), into
+//!   an existing folder through `SRC/.`.
+//! - `pack`: [`cacheless_archive::pack`] of a small tree (sorted, reproducible) over an
+//!   existing archive.
 //! - `creator-batch`: a [`FileCreator`] writing small files in write-back batches under their
 //!   final names (as extract does), made durable by a syncfs; then a durable
 //!   [`FileCreator::replace`].
@@ -19,8 +23,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cacheless::{
-    copy_file_with, copy_tree, CopyOptions, CreateOptions, FileAttrs, FileCreator, IoOptions, Mode, Progress, ReadOptions, TreeOptions, WriteOptions, Writer,
+    copy_file_with, copy_tree, CopyOptions, CreateOptions, FileAttrs, FileCreator, IoOptions, Mode, Progress, ReadOptions, Reflink, TreeOptions, WriteOptions,
+    Writer,
 };
+use cacheless_archive::pack::SortOrder;
+use cacheless_archive::{Output, PackOptions};
 use rand::{RngCore, SeedableRng};
 
 use crate::workload::{Ctx, DirExpect, FileExpect, Meta, Ran, SymlinkExpect, Workload};
@@ -42,6 +49,8 @@ pub fn all() -> Vec<Workload> {
         tree(),
         tree_file(),
         tree_symlink(),
+        tree_no_reflink(),
+        pack(),
         creator_batch(),
     ]
 }
@@ -182,9 +191,14 @@ fn tree_files() -> Vec<(&'static str, Arc<[u8]>, Meta)> {
 const TREE_DIRS: [(&str, Meta); 2] = [("sub", Meta { mode: 0o711, mtime: 1_200_000_000 }), ("", Meta { mode: 0o750, mtime: 1_100_000_000 })];
 
 fn run_tree(ctx: &Ctx, src: &str, dst: &str) -> Result<Ran, String> {
+    run_tree_with(ctx, src, dst, Reflink::Auto)
+}
+
+fn run_tree_with(ctx: &Ctx, src: &str, dst: &str, reflink: Reflink) -> Result<Ran, String> {
     let mut o = TreeOptions::new(io(Mode::Auto));
     o.recursive = true;
     o.archive = true;
+    o.reflink = reflink;
     let r = copy_tree(&[ctx.scratch.join(src)], &ctx.path(dst), &o, &Arc::new(Progress::new())).map_err(|e| e.to_string())?;
     if let Some(e) = r.first_error {
         return Err(e.to_string());
@@ -193,24 +207,26 @@ fn run_tree(ctx: &Ctx, src: &str, dst: &str) -> Result<Ran, String> {
     Ok(Ran::Done)
 }
 
+/// Writes the tree `copy-tree` copies into `tree`.
+fn make_tree(tree: &Path, files: &[(&str, Arc<[u8]>, Meta)]) -> std::io::Result<()> {
+    std::fs::create_dir_all(tree.join("sub"))?;
+    for (p, d, m) in files {
+        std::fs::write(tree.join(p), &d[..])?;
+        set_meta(&tree.join(p), *m)?;
+    }
+    std::os::unix::fs::symlink("../a.txt", tree.join("sub/sym"))?;
+    // A hard link, which archive mode keeps.
+    std::fs::hard_link(tree.join("b.txt"), tree.join("sub/b-link"))?;
+    TREE_DIRS.iter().try_for_each(|(d, m)| set_meta(&tree.join(d), *m))
+}
+
 /// copy_tree (archive) of a small tree to a new folder.
 fn tree() -> Workload {
     let files = tree_files();
     let setup_files = files.clone();
     Workload {
         name: "copy-tree".into(),
-        setup: Box::new(move |_, scratch| {
-            let tree = scratch.join("tree");
-            std::fs::create_dir_all(tree.join("sub"))?;
-            for (p, d, m) in &setup_files {
-                std::fs::write(tree.join(p), &d[..])?;
-                set_meta(&tree.join(p), *m)?;
-            }
-            std::os::unix::fs::symlink("../a.txt", tree.join("sub/sym"))?;
-            // A hard link, which archive mode keeps.
-            std::fs::hard_link(tree.join("b.txt"), tree.join("sub/b-link"))?;
-            TREE_DIRS.iter().try_for_each(|(d, m)| set_meta(&tree.join(d), *m))
-        }),
+        setup: Box::new(move |_, scratch| make_tree(&scratch.join("tree"), &setup_files)),
         run: Box::new(|ctx: &Ctx| run_tree(ctx, "tree", "dst")),
         files: files
             .into_iter()
@@ -247,6 +263,74 @@ fn tree_symlink() -> Workload {
         files: vec![],
         dirs: vec![],
         symlinks: vec![SymlinkExpect { path: PathBuf::from("link"), target: PathBuf::from("some/target"), promised_by: "link".into() }],
+    }
+}
+
+/// copy_tree (archive, never a reflink) of the contents of a small tree (`tree/.`) into an
+/// existing folder.
+fn tree_no_reflink() -> Workload {
+    let files = tree_files();
+    let setup_files = files.clone();
+    Workload {
+        name: "copy-tree-noreflink".into(),
+        setup: Box::new(move |root, scratch| {
+            std::fs::create_dir(root.join("into"))?;
+            std::fs::File::open(root)?.sync_all()?;
+            make_tree(&scratch.join("tree"), &setup_files)
+        }),
+        run: Box::new(|ctx: &Ctx| run_tree_with(ctx, "tree/.", "into", Reflink::Never)),
+        files: files.into_iter().map(|(p, d, m)| FileExpect { meta: Some(m), ..expect(&format!("into/{p}"), None, d, "into", true) }).collect(),
+        dirs: vec![DirExpect { path: PathBuf::from("into/sub"), promised_by: "into".into(), meta: Some(TREE_DIRS[0].1) }],
+        symlinks: vec![SymlinkExpect { path: PathBuf::from("into/sub/sym"), target: PathBuf::from("../a.txt"), promised_by: "into".into() }],
+    }
+}
+
+/// Packs `tree` (in `dir`) to `out`, sorted by name with one time for every member, so that the
+/// archive's bytes depend on the tree only.
+fn pack_tree(dir: &Path, out: &Path) -> Result<(), String> {
+    let mut o = PackOptions::new(Output::Path(out.to_path_buf()), vec![PathBuf::from("tree")]);
+    o.members.directory = Some(dir.to_path_buf());
+    o.members.sort = SortOrder::Name;
+    o.members.mtime = Some((1_300_000_000, 0));
+    o.io = io(Mode::Auto);
+    let r = cacheless_archive::pack(o).map_err(|e| e.to_string())?;
+    if r.failure_count > 0 {
+        return Err(format!("{} members could not be packed", r.failure_count));
+    }
+    Ok(())
+}
+
+/// pack of a small tree over an existing archive. The archive it must hold is packed first,
+/// from the same tree, into a folder of its own.
+fn pack() -> Workload {
+    let files = tree_files();
+    let old = noise(80, 50_000);
+    let new: Arc<[u8]> = (|| -> Result<Vec<u8>, String> {
+        let d = tempfile::tempdir().map_err(|e| e.to_string())?;
+        make_tree(&d.path().join("tree"), &files).map_err(|e| e.to_string())?;
+        pack_tree(d.path(), &d.path().join("a.tar.zst"))?;
+        std::fs::read(d.path().join("a.tar.zst")).map_err(|e| e.to_string())
+    })()
+    .unwrap_or_default()
+    .into();
+    let (setup_old, packed) = (old.clone(), !new.is_empty());
+    Workload {
+        name: "pack".into(),
+        setup: Box::new(move |root, scratch| {
+            if !packed {
+                return Err(std::io::Error::other("the expected archive could not be packed"));
+            }
+            write_synced(&root.join("a.tar.zst"), &setup_old)?;
+            make_tree(&scratch.join("tree"), &files)
+        }),
+        run: Box::new(|ctx: &Ctx| {
+            pack_tree(&ctx.scratch, &ctx.path("a.tar.zst"))?;
+            ctx.mark("a.tar.zst");
+            Ok(Ran::Done)
+        }),
+        files: vec![expect("a.tar.zst", Some(old), new, "a.tar.zst", true)],
+        dirs: vec![],
+        symlinks: vec![],
     }
 }
 
