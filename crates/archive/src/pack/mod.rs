@@ -63,8 +63,6 @@ struct Shares {
     parts: cacheless::Shares,
     workers: usize,
     slots: usize,
-    /// Bytes the shares need beyond the budget (one frame and one request each at least).
-    over: usize,
 }
 
 impl Shares {
@@ -94,8 +92,7 @@ fn shares(o: &PackOptions, frame: usize) -> Shares {
     // the frames: a worker never waits for it. The shares are taken together, so that a budget
     // smaller than they need is exceeded (and reported) rather than waited on forever.
     let parts = o.io.budget.split(&[wbytes.max(1), (slots * frame).max(1), rbytes.max(1), workers * frame]);
-    let over = parts.over();
-    Shares { parts, workers, slots, over }
+    Shares { parts, workers, slots }
 }
 
 /// Hands walked members to the reader pool and the writer, in order.
@@ -181,12 +178,12 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
     let (slots, walk) = spawn_walk(&opts, skip, &sh, &progress)?;
     let (frame_tx, pool, compress) = spawn_compression(c, codecs, &sh, sink, &progress)?;
     let mut counts = Counts::new(empty_report(out_name.clone(), c, level, frame, &sh));
-    if sh.over > 0 {
+    if sh.parts.over() > 0 {
         counts.warn(format!(
             "the memory budget of {} MiB is less than pack needs with {} MiB frames (one per compression stage, plus the writer's and the read-ahead's buffers): using {} MiB more",
             opts.io.budget.limit() >> 20,
             frame >> 20,
-            sh.over.div_ceil(1 << 20)
+            sh.parts.over().div_ceil(1 << 20)
         ));
     }
     let tar = TarOut::new(frame, frame_tx, sh.comp().clone(), pool);
