@@ -185,7 +185,16 @@ impl Shared {
 /// written since the filesystem's last commit is lost. Retried when interrupted; `path` names
 /// `dir` in the error.
 pub fn sync_filesystem(dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
-    sys::syncfs(dir).map_err(|e| Error::io("syncfs", path, e))
+    if fault::skipped(Step::Syncfs) {
+        return Ok(());
+    }
+    loop {
+        match rustix::fs::syncfs(dir) {
+            Err(rustix::io::Errno::INTR) => {}
+            r => break r.map_err(|e| Error::io("syncfs", path, e.into()))?,
+        }
+    }
+    sys::still_writable(dir).map_err(|e| Error::io("syncfs", path, e))
 }
 
 impl Drop for Shared {

@@ -262,7 +262,7 @@ fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
         };
         let synced = call(Site::Open, || rustix::fs::open(at, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty()))
             .map_err(|e| Error::io("open", at, e))
-            .and_then(|fd| crate::create::sync_filesystem(std::os::fd::AsFd::as_fd(&fd), dst));
+            .and_then(|fd| crate::sys::syncfs(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| Error::io("syncfs", dst, e)));
         if let Err(e) = synced {
             sink.fail(e);
         }
