@@ -124,6 +124,9 @@ struct Names {
     pending: HashMap<Vec<Vec<u8>>, u64>,
     /// Names whose latest file failed (and was removed).
     failed: HashSet<Vec<Vec<u8>>>,
+    /// Threads waiting in [`InFlight::settle`]: a settled file wakes them only when there are
+    /// some (a wake-up is a system call, and most files settle with nobody waiting).
+    waiting: usize,
 }
 
 /// What became of the file last written under a name.
@@ -164,7 +167,9 @@ impl InFlight {
             }
             // Woken when a file settles; the timeout bounds how late a cancel is seen, and how
             // long a file that is written already waits for its batch.
-            let (guard, waited) = self.changed.wait_timeout(st, Duration::from_millis(20)).unwrap_or_else(|e| e.into_inner());
+            st.waiting += 1;
+            let (mut guard, waited) = self.changed.wait_timeout(st, Duration::from_millis(20)).unwrap_or_else(|e| e.into_inner());
+            guard.waiting -= 1;
             st = guard;
             if waited.timed_out() && st.pending.contains_key(&rel.0) {
                 drop(st);
@@ -207,7 +212,9 @@ impl Drop for Ticket {
                 st.failed.insert(std::mem::take(&mut self.key));
             }
         }
-        self.names.changed.notify_all();
+        if st.waiting > 0 {
+            self.names.changed.notify_all();
+        }
     }
 }
 
