@@ -571,3 +571,57 @@ fn the_suite_passes_where_seccomp_denies_io_uring() {
     assert!(out.status.success(), "the suite under seccomp: {text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("test result: ok"), "{text}");
 }
+
+/// Extracted files get their final names only after a syncfs made their data durable: created
+/// without a name (O_TMPFILE) and linked, or, where that is turned off or missing, under a
+/// temporary name and renamed; linked through /proc/self/fd where linkat(AT_EMPTY_PATH) is
+/// turned off. Each path gives GNU tar's tree, replaces files already there (a file, a symlink
+/// to a file outside, which must stay as it was, a hard-linked file whose other name keeps the
+/// old bytes), says which path it took, and leaves no temporaries.
+#[test]
+fn extract_names_files_after_their_sync_on_every_path_as_gnu_tar_does() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("deep/er/still")).unwrap();
+    for i in 0..300usize {
+        let dir = if i % 3 == 0 { src.join("deep/er/still") } else { src.clone() };
+        std::fs::write(dir.join(format!("f{i}")), random_bytes(1 + (i * 37) % 9000, i as u64)).unwrap();
+    }
+    std::fs::write(src.join("big"), random_bytes((3 << 20) + 11, 7)).unwrap();
+    std::fs::set_permissions(src.join("f1"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::fs::hard_link(src.join("f2"), src.join("f2-link")).unwrap();
+    std::os::unix::fs::symlink("f4", src.join("sym")).unwrap();
+    let tar = d.path().join("a.tar");
+    let st = Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&src).arg(".").status().unwrap();
+    assert!(st.success());
+    let outside = d.path().join("outside");
+    std::fs::write(&outside, b"outside").unwrap();
+    // What is in the destination before: files the archive replaces.
+    let prepare = |dest: &Path| {
+        std::fs::create_dir_all(dest).unwrap();
+        std::fs::write(dest.join("f5"), b"old five").unwrap();
+        std::os::unix::fs::symlink(&outside, dest.join("f6")).unwrap();
+        std::fs::write(dest.join("f8"), b"old eight").unwrap();
+        std::fs::hard_link(dest.join("f8"), dest.join("keeps-old-eight")).unwrap();
+        std::fs::File::options().write(true).open(dest.join("f8")).unwrap().set_modified(filetime(1_500_000_000, 7)).unwrap();
+    };
+    let gnu = d.path().join("gnu");
+    prepare(&gnu);
+    let st = Command::new("tar").arg("-xpf").arg(&tar).arg("-C").arg(&gnu).status().unwrap();
+    assert!(st.success());
+    for (disable, says) in [("", "linked (linkat AT_EMPTY_PATH)"), ("tmpfile", "under temporary names"), ("flink", "through /proc/self/fd")] {
+        let dest = d.path().join(format!("ours-{disable}"));
+        prepare(&dest);
+        let out = bin().env("CACHELESS_DISABLE", disable).args(["--json", "extract", "-C", s(&dest), s(&tar)]).output().unwrap();
+        assert!(out.status.success(), "{disable}: {}", String::from_utf8_lossy(&out.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let naming = report["naming"].as_str().unwrap();
+        assert!(naming.contains(says) && naming.contains("after the syncfs"), "{disable}: {naming}");
+        assert_same_tree(&gnu, &dest);
+        assert_eq!(std::fs::read(&outside).unwrap(), b"outside", "{disable}: the symlink's target was written through");
+        assert_eq!(std::fs::read(dest.join("keeps-old-eight")).unwrap(), b"old eight", "{disable}");
+        for dir in [dest.clone(), dest.join("deep/er/still")] {
+            no_temp_files(&dir);
+        }
+    }
+}

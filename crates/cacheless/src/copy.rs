@@ -512,7 +512,13 @@ impl Job<'_> {
         let creator = match creator {
             Some(c) => c,
             None => {
-                own = FileCreator::new(CreateOptions { mode: self.wo.io.mode, sync: self.wo.sync, deferred_drops: 0, batch_writeback: 0 });
+                own = FileCreator::new(CreateOptions {
+                    mode: self.wo.io.mode,
+                    sync: self.wo.sync,
+                    deferred_drops: 0,
+                    batch_writeback: 0,
+                    publish_after_sync: false,
+                });
                 &own
             }
         };

@@ -48,11 +48,111 @@ pub struct CreateOptions {
     /// fraction of the requests. Dirty pages of other programs on the same filesystem are
     /// written back by the same syncfs (they stay cached).
     pub batch_writeback: u64,
+    /// Name files only once their data is durable (default false). When true and `sync` is
+    /// off, [`FileCreator::create`] creates each file without a name (O_TMPFILE), or under a
+    /// temporary name beside its final one where the filesystem has no O_TMPFILE (or
+    /// `CACHELESS_DISABLE=tmpfile`); once finished it waits in the batch, and the batch's
+    /// syncfs is followed by the links (or renames) that name its files. A power cut then
+    /// leaves under a final name nothing, the file it replaced, or the complete new file,
+    /// never a file whose data did not reach the disk (which ext4 shows as zeros of the new
+    /// length); what it may leave besides is nothing (an unnamed file is freed at the next
+    /// mount) or, under temporary names, the temporaries `.NAME.cacheless-PID-N.tmp`. For callers that make the
+    /// whole tree durable at the end (extract): a last [`FileCreator::publish_now`] names what
+    /// is still waiting, and their final syncfs makes the names durable. The batch is written
+    /// back every `batch_writeback` bytes (32 MiB when 0) or `deferred_drops` files.
+    pub publish_after_sync: bool,
 }
 
 impl Default for CreateOptions {
     fn default() -> CreateOptions {
-        CreateOptions { mode: Mode::Auto, sync: true, deferred_drops: 64, batch_writeback: 0 }
+        CreateOptions { mode: Mode::Auto, sync: true, deferred_drops: 64, batch_writeback: 0, publish_after_sync: false }
+    }
+}
+
+/// Bytes of files waiting for their name before their batch is synced, when
+/// [`CreateOptions::batch_writeback`] does not say.
+const PUBLISH_BATCH: u64 = 32 << 20;
+
+/// Called once a file waiting for its name got it (`Ok`), or did not (the batch's syncfs or the
+/// rename failed: the file is removed, the error names it).
+pub type Published = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// A complete file without its final name (none at all, or a temporary one) in its directory,
+/// waiting for the syncfs after which it is given it ([`CreateOptions::publish_after_sync`]).
+/// Dropped without being published, it is removed.
+pub struct PendingFile {
+    /// The file, open (for the syncfs of its batch, and to link it when it has no name).
+    file: Option<Arc<File>>,
+    dir: Arc<OwnedFd>,
+    /// Its temporary name; `None`: it has none (O_TMPFILE).
+    tmp: Option<OsString>,
+    name: OsString,
+    path: PathBuf,
+    done: bool,
+}
+
+impl PendingFile {
+    pub(crate) fn new(file: Option<Arc<File>>, dir: Arc<OwnedFd>, tmp: Option<OsString>, name: OsString, path: PathBuf) -> PendingFile {
+        PendingFile { file, dir, tmp, name, path, done: false }
+    }
+
+    /// The directory it is in.
+    pub fn dir(&self) -> &Arc<OwnedFd> {
+        &self.dir
+    }
+
+    /// The final path, as given at creation.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Gives it its final name, replacing a file there (its durability is the caller's: a
+    /// later syncfs).
+    fn publish(mut self) -> Result<()> {
+        let r = match (&self.tmp, &self.file) {
+            (Some(tmp), _) => sys::publish(self.dir.as_fd(), tmp, &self.name, &self.path, false).map_err(|u| u.error),
+            (None, Some(f)) => sys::link_unnamed(f, self.dir.as_fd(), &self.name, &self.path),
+            (None, None) => Err(Error::new(ErrorKind::InvalidInput, "link", &self.path, "neither a name nor an open file")),
+        };
+        self.done = r.is_ok();
+        r
+    }
+}
+
+impl std::fmt::Debug for PendingFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingFile").field("path", &self.path).field("tmp", &self.tmp).finish()
+    }
+}
+
+impl Drop for PendingFile {
+    fn drop(&mut self) {
+        // A file without a name goes with its last descriptor.
+        if let (false, Some(tmp)) = (self.done, &self.tmp) {
+            let _ = rustix::fs::unlinkat(&*self.dir, tmp.as_os_str(), AtFlags::empty());
+        }
+    }
+}
+
+/// A finished file in the batch: open (the batch's syncfs needs a descriptor of a file, as a
+/// directory may be open with O_PATH only), its pages to drop once written back, and its name
+/// to give.
+struct Batched {
+    file: Arc<File>,
+    drop_pages: bool,
+    publish: Option<(PendingFile, Published)>,
+}
+
+/// The files waiting for the batch's syncfs, and their bytes.
+#[derive(Default)]
+struct Batch {
+    files: Vec<Batched>,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch").field("files", &self.files.len()).field("bytes", &self.bytes).finish()
     }
 }
 
@@ -91,8 +191,9 @@ struct Shared {
     opts: CreateOptions,
     deferred: Mutex<VecDeque<Arc<File>>>,
     /// Small files written plainly, waiting to be written back together (see
-    /// [`CreateOptions::batch_writeback`]), and their bytes.
-    batch: Mutex<(Vec<Arc<File>>, u64)>,
+    /// [`CreateOptions::batch_writeback`]), and files waiting for their name (see
+    /// [`CreateOptions::publish_after_sync`]).
+    batch: Mutex<Batch>,
     /// The last directory files were created in and its device: files created one after
     /// another in one directory cost one fstat for all, not one each.
     last_dir: Mutex<Option<(Arc<OwnedFd>, caps::FsKey)>>,
@@ -150,31 +251,58 @@ impl Shared {
         Ok(Plan::new(caps, decision))
     }
 
-    /// Adds a finished small file to the batch, writing the batch back once it is full.
-    fn add_to_batch(&self, file: Arc<File>, bytes: u64) {
+    /// Whether files are created under a temporary name and named after their batch's syncfs.
+    fn publishes(&self) -> bool {
+        self.opts.publish_after_sync && !self.opts.sync
+    }
+
+    /// Adds a finished file to the batch (its pages to drop, its name to give), writing the
+    /// batch back once it is full.
+    fn add_to_batch(&self, entry: Batched, bytes: u64) {
         let full = {
             let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
-            b.0.push(file);
-            b.1 += bytes;
-            b.1 >= self.opts.batch_writeback || b.0.len() >= self.opts.deferred_drops.max(1)
+            b.files.push(entry);
+            b.bytes += bytes;
+            let max_bytes = match self.opts.batch_writeback {
+                0 => PUBLISH_BATCH,
+                n => n,
+            };
+            b.bytes >= max_bytes || b.files.len() >= self.opts.deferred_drops.max(1)
         };
         if full {
             self.write_back_batch();
         }
     }
 
-    /// Syncs the filesystem of the batched files, then drops their (now clean) pages. Best
-    /// effort, like every page drop: the data is in the files whatever happens here, and a
-    /// writeback error is reported to whoever makes them durable (syncfs reports it to every
-    /// descriptor of the filesystem opened before it).
+    /// Syncs the filesystem of the batched files, then names those waiting for their name and
+    /// drops the pages of the others (clean now). The page drops are best effort: the data is
+    /// in the files whatever happens here. A file waiting for its name is named only after a
+    /// syncfs that succeeded (and found the filesystem still writable); else it is removed and
+    /// its callback gets the error. Without such files the result of the syncfs is not needed
+    /// here: a writeback error is reported to whoever makes the files durable (syncfs reports
+    /// it to every descriptor of the filesystem opened before it).
     fn write_back_batch(&self) {
-        let (files, _) = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|e| e.into_inner()));
-        let Some(first) = files.first() else { return };
-        if !fault::skipped(Step::Syncfs) {
-            let _ = rustix::fs::syncfs(first);
-        }
-        for f in &files {
-            let _ = residency::drop_range(f, 0, 0);
+        let batch = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|e| e.into_inner()));
+        let Some(first) = batch.files.first() else { return };
+        let synced = if batch.files.iter().any(|b| b.publish.is_some()) {
+            sys::syncfs(first.file.as_fd())
+        } else {
+            if !fault::skipped(Step::Syncfs) {
+                let _ = rustix::fs::syncfs(&*first.file);
+            }
+            Ok(())
+        };
+        for b in batch.files {
+            if let Some((pending, then)) = b.publish {
+                then(match &synced {
+                    Ok(()) => pending.publish(),
+                    // Dropping `pending` removes its temporary.
+                    Err(e) => Err(Error::io("syncfs", &pending.path, io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO)))),
+                });
+            }
+            if b.drop_pages {
+                let _ = residency::drop_range(&b.file, 0, 0);
+            }
         }
     }
 }
@@ -185,16 +313,7 @@ impl Shared {
 /// written since the filesystem's last commit is lost. Retried when interrupted; `path` names
 /// `dir` in the error.
 pub fn sync_filesystem(dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
-    if fault::skipped(Step::Syncfs) {
-        return Ok(());
-    }
-    loop {
-        match rustix::fs::syncfs(dir) {
-            Err(rustix::io::Errno::INTR) => {}
-            r => break r.map_err(|e| Error::io("syncfs", path, e.into()))?,
-        }
-    }
-    sys::still_writable(dir).map_err(|e| Error::io("syncfs", path, e))
+    sys::syncfs(dir).map_err(|e| Error::io("syncfs", path, e))
 }
 
 impl Drop for Shared {
@@ -206,7 +325,7 @@ impl Drop for Shared {
 impl FileCreator {
     /// A creator writing with `opts`.
     pub fn new(opts: CreateOptions) -> FileCreator {
-        FileCreator { shared: Arc::new(Shared { opts, deferred: Mutex::new(VecDeque::new()), batch: Mutex::new((Vec::new(), 0)), last_dir: Mutex::new(None) }) }
+        FileCreator { shared: Arc::new(Shared { opts, deferred: Mutex::new(VecDeque::new()), batch: Mutex::default(), last_dir: Mutex::new(None) }) }
     }
 
     /// The options it writes with.
@@ -225,7 +344,7 @@ impl FileCreator {
                 Ok(report)
             }
             Err(e) => {
-                draft.discard(dir, name);
+                draft.discard(dir, Some(name));
                 Err(e)
             }
         }
@@ -253,7 +372,7 @@ impl FileCreator {
                 // After a failed directory fsync the rename has happened: the file is whole,
                 // only its durability is in doubt, and the error says so. Otherwise the
                 // temporary is still there and goes.
-                draft.discard(dir.as_fd(), &tmp);
+                draft.discard(dir.as_fd(), Some(&tmp));
                 Err(e)
             }
         }
@@ -263,10 +382,59 @@ impl FileCreator {
     /// on any thread: for callers that must create entries in order but write them in
     /// parallel. `size_hint` is the number of bytes that will be written (it picks the mode).
     /// Dropped without [`NewFile::finish`], the file is removed.
+    ///
+    /// With [`CreateOptions::publish_after_sync`] the file is created without a name
+    /// (O_TMPFILE; under a temporary name where the filesystem has no O_TMPFILE), and named
+    /// after the syncfs of the batch it joins when finished: [`NewFile::finish_then`] says
+    /// when. Nothing is checked or replaced at `name` until then; naming it replaces a file or
+    /// symlink there at once.
     pub fn create(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<NewFile> {
-        let mut draft = self.open(dir.as_fd(), name, display_path, size_hint, &attrs)?;
+        let (mut draft, unnamed) = if self.shared.publishes() {
+            sys::check_name("create", display_path, name)?;
+            let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
+            match sys::create_unnamed(dir.as_fd(), display_path, perm)? {
+                Some(fd) => (self.draft(fd, display_path, size_hint), Some(None)),
+                None => {
+                    let (fd, tmp) = sys::create_temp(dir.as_fd(), name, display_path, perm)?;
+                    (self.draft(fd, display_path, size_hint), Some(Some(tmp)))
+                }
+            }
+        } else {
+            (self.open(dir.as_fd(), name, display_path, size_hint, &attrs)?, None)
+        };
         draft.caps = self.dir_caps(&dir);
-        Ok(NewFile { draft, dir, name: name.to_os_string(), attrs, finished: false })
+        Ok(NewFile { draft, dir, name: name.to_os_string(), unnamed, attrs, finished: false })
+    }
+
+    /// Names `file` (a complete file under a temporary name, such as a [`Writer`](crate::Writer)
+    /// finished with [`Writer::finish_pending`](crate::Writer::finish_pending)) after the next
+    /// syncfs of the batch, as files created with [`CreateOptions::publish_after_sync`] are;
+    /// `bytes` counts towards the batch's size. `then` says when (at once with its error where
+    /// the creator does not publish after sync: the file is named now).
+    pub fn publish_after_sync(&self, file: PendingFile, bytes: u64, then: Published) {
+        if self.shared.publishes() {
+            let Some(open) = file.file.clone() else {
+                return then(Err(Error::new(ErrorKind::InvalidInput, "publish", &file.path, "not open")));
+            };
+            self.shared.add_to_batch(Batched { file: open, drop_pages: false, publish: Some((file, then)) }, bytes);
+        } else {
+            then(file.publish());
+        }
+    }
+
+    /// How files waiting for their name are created and named (O_TMPFILE and a link, or a
+    /// temporary name and a rename, and why), in words for a report; `None` where files are
+    /// created under their final name.
+    pub fn naming(&self) -> Option<String> {
+        self.shared.publishes().then(sys::naming)
+    }
+
+    /// Syncs the filesystem now and names every file waiting for its name (see
+    /// [`CreateOptions::publish_after_sync`]), each file's callback saying how it went; drops
+    /// the pages of batched files. For a caller about to use one of their names, and at the
+    /// end of a job.
+    pub fn publish_now(&self) {
+        self.shared.write_back_batch();
     }
 
     /// The capabilities of the filesystem of `dir` (that of every file created in it), when its
@@ -327,7 +495,8 @@ impl FileCreator {
     }
 }
 
-/// A file made by [`FileCreator::create`]: open, under its final name, not yet finished.
+/// A file made by [`FileCreator::create`]: open, under its final name (or a temporary one, see
+/// [`CreateOptions::publish_after_sync`]), not yet finished.
 ///
 /// Write it with [`NewFile::write_at`] (any offsets: what is not written stays a hole), set
 /// its length with [`NewFile::set_len`] if it ends in a hole, then [`NewFile::finish`] it.
@@ -337,6 +506,9 @@ pub struct NewFile {
     draft: Draft,
     dir: Arc<OwnedFd>,
     name: OsString,
+    /// Written without its final name until its batch gives it: `Some(None)` without a name
+    /// (O_TMPFILE), `Some(Some(tmp))` under a temporary one.
+    unnamed: Option<Option<OsString>>,
     attrs: FileAttrs,
     finished: bool,
 }
@@ -370,11 +542,37 @@ impl NewFile {
         &self.draft.path
     }
 
-    /// Sets the attributes, fsyncs if the options say so, and closes the file.
-    pub fn finish(mut self) -> Result<WriteReport> {
-        let report = self.draft.finish(&self.attrs)?;
+    /// Sets the attributes, fsyncs if the options say so, and closes the file. A file under a
+    /// temporary name gets its final name later, with its batch: see [`NewFile::finish_then`]
+    /// to learn when, or whether it failed.
+    pub fn finish(self) -> Result<WriteReport> {
+        self.finish_then(Box::new(|_| {}))
+    }
+
+    /// As [`NewFile::finish`], then `then` once the file has its final name: at once for a
+    /// file created under it, after its batch's syncfs for one under a temporary name (or with
+    /// the error that removed it). Not called when finishing fails (the error is returned).
+    pub fn finish_then(mut self, then: Published) -> Result<WriteReport> {
+        let report = match self.draft.finish(&self.attrs) {
+            Ok(r) => r,
+            Err(e) => {
+                // The file goes first, then what `then` holds (a caller may wait on it).
+                drop(self);
+                drop(then);
+                return Err(e);
+            }
+        };
         self.finished = true;
-        self.draft.close();
+        match self.unnamed.take() {
+            None => {
+                self.draft.close();
+                then(Ok(()));
+            }
+            Some(tmp) => {
+                let pending = PendingFile::new(Some(self.draft.file.clone()), self.dir.clone(), tmp, std::mem::take(&mut self.name), self.draft.path.clone());
+                self.draft.close_pending(pending, then);
+            }
+        }
         Ok(report)
     }
 
@@ -395,7 +593,10 @@ impl NewFile {
 impl Drop for NewFile {
     fn drop(&mut self) {
         if !self.finished {
-            self.draft.discard(self.dir.as_fd(), &self.name);
+            match &self.unnamed {
+                None => self.draft.discard(self.dir.as_fd(), Some(&self.name)),
+                Some(tmp) => self.draft.discard(self.dir.as_fd(), tmp.as_deref()),
+            }
         }
     }
 }
@@ -611,18 +812,32 @@ impl Draft {
         if self.shared.opts.sync {
             let _ = residency::drop_range(&self.file, 0, 0);
         } else if self.batched {
-            self.shared.add_to_batch(self.file.clone(), self.end);
+            self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages: true, publish: None }, self.end);
         } else {
             self.shared.defer(self.file.clone());
         }
     }
 
-    /// Removes the unfinished file `name` from `dir`, dropping what it put in the cache.
-    fn discard(&self, dir: BorrowedFd<'_>, name: &OsStr) {
+    /// Closes a finished file under a temporary name: it joins the batch, to be named after
+    /// its syncfs (its pages dropped then too, or kept for a later drop as [`Draft::close`]
+    /// does).
+    fn close_pending(&mut self, pending: PendingFile, then: Published) {
+        let drop_pages = self.cached && self.batched;
+        if self.cached && !self.batched {
+            self.shared.defer(self.file.clone());
+        }
+        self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages, publish: Some((pending, then)) }, self.end);
+    }
+
+    /// Removes the unfinished file `name` from `dir` (a file without a name goes when it is
+    /// closed), dropping what it put in the cache.
+    fn discard(&self, dir: BorrowedFd<'_>, name: Option<&OsStr>) {
         if self.cached {
             let _ = residency::drop_range(&self.file, 0, 0);
         }
-        let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
+        if let Some(name) = name {
+            let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
+        }
     }
 }
 

@@ -60,7 +60,7 @@ pub use buf::{AlignedBuf, Budget, LeaseRequest, Shares};
 pub use copy::{
     copy_file, copy_file_with, copy_xattrs, open_parent, stage_copy, CopyOptions, CopyReport, Method, Reflink, Sparse, Staged, VerifyHook, VerifyReport,
 };
-pub use create::{sync_filesystem, CreateOptions, FileAttrs, FileCreator, NewFile};
+pub use create::{sync_filesystem, CreateOptions, FileAttrs, FileCreator, NewFile, PendingFile, Published};
 pub use error::{Error, ErrorKind, Hint, Result};
 pub use options::{IoOptions, DEFAULT_BUDGET};
 pub use plan::Plan;

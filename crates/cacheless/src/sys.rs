@@ -46,6 +46,93 @@ pub(crate) fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, perm: 
     }
 }
 
+/// Set once a filesystem refused O_TMPFILE: files are then created under temporary names.
+static NO_TMPFILE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set once linkat(AT_EMPTY_PATH) was refused (it needs CAP_DAC_READ_SEARCH before Linux
+/// 6.10): a file without a name is then linked through /proc/self/fd.
+static NO_EMPTY_PATH_LINK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Creates a file without a name in `dir` (O_TMPFILE, Linux 3.11; ext4, xfs, btrfs, tmpfs),
+/// read-write with permission bits `perm`, to be named by [`link_unnamed`]; until then a crash
+/// leaves nothing of it (the filesystem frees it at its next mount). `None` where the
+/// filesystem has no O_TMPFILE (remembered for the process). `path` names it in errors.
+pub(crate) fn create_unnamed(dir: BorrowedFd<'_>, path: &Path, perm: u32) -> Result<Option<OwnedFd>> {
+    if NO_TMPFILE.load(Ordering::Relaxed) || switched_off().0 {
+        return Ok(None);
+    }
+    match call(Site::Open, || rustix::fs::openat(dir, ".", OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(perm))) {
+        Ok(fd) => Ok(Some(fd)),
+        // Older kernels answer EISDIR (the flag includes O_DIRECTORY), filesystems without it
+        // EOPNOTSUPP.
+        Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL)) => {
+            NO_TMPFILE.store(true, Ordering::Relaxed);
+            Ok(None)
+        }
+        Err(e) => Err(Error::io("create", path, e)),
+    }
+}
+
+/// Gives the unnamed file `file` (see [`create_unnamed`]) the name `name` in `dir`, replacing
+/// a file or symlink there: linked under it where it is free, else under a temporary name
+/// renamed over it. `path` names it in errors.
+pub(crate) fn link_unnamed(file: &File, dir: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<()> {
+    match link_fd(file, dir, name) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let mut tries = 0;
+            let tmp = loop {
+                let t = temp_name(name);
+                match link_fd(file, dir, &t) {
+                    Ok(()) => break t,
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
+                    Err(e) => return Err(Error::io("link", path, e)),
+                }
+            };
+            publish(dir, &tmp, name, path, false).map_err(|u| {
+                let _ = rustix::fs::unlinkat(dir, tmp.as_os_str(), rustix::fs::AtFlags::empty());
+                u.error
+            })
+        }
+        Err(e) => Err(Error::io("link", path, e)),
+    }
+}
+
+/// Whether O_TMPFILE and linkat(AT_EMPTY_PATH) are turned off (`CACHELESS_DISABLE=tmpfile`,
+/// `flink`), read once: they are asked per file.
+fn switched_off() -> (bool, bool) {
+    static OFF: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| (crate::env::disabled("tmpfile"), crate::env::disabled("flink")))
+}
+
+/// How files written by a creator that names them after their syncfs got their names so far
+/// (see [`create_unnamed`] and [`link_unnamed`]), in words for reports.
+pub(crate) fn naming() -> String {
+    let (no_tmpfile, no_flink) = switched_off();
+    let created = if no_tmpfile {
+        "under temporary names (.NAME.cacheless-PID-N.tmp; O_TMPFILE disabled), renamed".to_string()
+    } else if NO_TMPFILE.load(Ordering::Relaxed) {
+        "under temporary names (.NAME.cacheless-PID-N.tmp; O_TMPFILE unsupported), renamed".to_string()
+    } else if no_flink || NO_EMPTY_PATH_LINK.load(Ordering::Relaxed) {
+        format!("without a name (O_TMPFILE), linked through /proc/self/fd (linkat AT_EMPTY_PATH {})", if no_flink { "disabled" } else { "refused" })
+    } else {
+        "without a name (O_TMPFILE), linked (linkat AT_EMPTY_PATH)".to_string()
+    };
+    format!("{created} after the syncfs of their batch")
+}
+
+/// linkat of an open file to `name` in `dir`.
+fn link_fd(file: &File, dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    use rustix::fs::AtFlags;
+    if !NO_EMPTY_PATH_LINK.load(Ordering::Relaxed) && !switched_off().1 {
+        match call(Site::Open, || rustix::fs::linkat(file, "", dir, name, AtFlags::EMPTY_PATH)) {
+            Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::NOENT | Errno::PERM)) => NO_EMPTY_PATH_LINK.store(true, Ordering::Relaxed),
+            r => return r,
+        }
+    }
+    let proc = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(file));
+    call(Site::Open, || rustix::fs::linkat(rustix::fs::CWD, proc.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW))
+}
+
 /// Opens the directory `path` would be created in, and returns it with `path`'s file name.
 pub(crate) fn open_parent(path: &Path) -> Result<(OwnedFd, &OsStr)> {
     let name = path.file_name().ok_or_else(|| Error::new(ErrorKind::InvalidInput, "create", path, "no file name"))?;

@@ -409,6 +409,41 @@ impl Writer {
     /// Writes what is buffered (the unaligned tail after clearing O_DIRECT), applies permissions
     /// and times, makes the file durable unless `sync` is off, and renames it into place.
     pub fn finish(mut self) -> Result<WriteReport> {
+        let report = self.write_rest()?;
+        if let Some(tmp) = self.tmp.clone() {
+            if let Err(u) = sys::publish(self.dir.as_fd(), &tmp, &self.name, &self.path, self.opts.sync) {
+                if u.renamed {
+                    // The complete, durable file is in place: it stays (removing it would also
+                    // lose the file it replaced), only its directory entry's durability failed.
+                    self.tmp = None;
+                    self.finished = true;
+                }
+                return Err(u.error);
+            }
+            self.tmp = None;
+        }
+        self.finished = true;
+        Ok(report)
+    }
+
+    /// As [`Writer::finish`] for an atomic writer, but leaves the complete file under its
+    /// temporary name, to be named later: by a [`FileCreator`](crate::FileCreator) after the
+    /// syncfs that makes it durable ([`FileCreator::publish_after_sync`](crate::FileCreator::publish_after_sync)).
+    /// Fails for a writer that is not atomic (its file has its final name already).
+    pub fn finish_pending(mut self) -> Result<(WriteReport, crate::create::PendingFile)> {
+        if self.tmp.is_none() {
+            return Err(Error::new(ErrorKind::InvalidInput, "finish", &self.path, "not written under a temporary name"));
+        }
+        let report = self.write_rest()?;
+        let dir = self.dir.try_clone().map_err(|e| self.err("dup", e))?;
+        let file = self.file.try_clone().map_err(|e| self.err("dup", e))?;
+        let tmp = self.tmp.take().unwrap_or_default();
+        self.finished = true;
+        Ok((report, crate::create::PendingFile::new(Some(Arc::new(file)), Arc::new(dir), Some(tmp), self.name.clone(), self.path.clone())))
+    }
+
+    /// Everything [`Writer::finish`] does before the rename.
+    fn write_rest(&mut self) -> Result<WriteReport> {
         let mut tail_bytes = 0u64;
         if let Some(buf) = self.cur.take() {
             let len = std::mem::take(&mut self.cur_len);
@@ -460,19 +495,6 @@ impl Writer {
             }
             _ => {}
         }
-        if let Some(tmp) = self.tmp.clone() {
-            if let Err(u) = sys::publish(self.dir.as_fd(), &tmp, &self.name, &self.path, self.opts.sync) {
-                if u.renamed {
-                    // The complete, durable file is in place: it stays (removing it would also
-                    // lose the file it replaced), only its directory entry's durability failed.
-                    self.tmp = None;
-                    self.finished = true;
-                }
-                return Err(u.error);
-            }
-            self.tmp = None;
-        }
-        self.finished = true;
         Ok(WriteReport {
             path: self.path.clone(),
             bytes: total,

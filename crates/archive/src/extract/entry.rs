@@ -233,14 +233,16 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Waits until no worker is writing a file named `rel`, and says how the last one ended. A
-    /// file of that name still in the batch is handed to the workers first (else nothing would
+    /// Waits until no file named `rel` is being written or waits for its name, and says how
+    /// the last one ended. A file of that name still in the batch is handed to the workers
+    /// first, and one waiting for its name is named by a syncfs made now (else nothing might
     /// ever settle it).
     fn settle(&mut self, rel: &RelPath, e: &Entry) -> Result<Settled, Fail> {
         if self.sh.in_flight.pending(rel) {
             self.flush_batch();
         }
-        match self.sh.in_flight.settle(rel, &self.sh.progress) {
+        let creator = &self.sh.creator;
+        match self.sh.in_flight.settle(rel, &self.sh.progress, || creator.publish_now()) {
             Settled::Cancelled => Err(Fail::Fatal(Error::Interrupted { entry: e.display() })),
             s => Ok(s),
         }
@@ -249,14 +251,26 @@ impl Ctx<'_> {
     /// Creates a file entry with an engine call, in archive order, replacing what is there as
     /// for other entries. The resolver speaks errnos (EEXIST makes it replace the entry); the
     /// engine's error, with its hint, is what gets reported.
+    ///
+    /// Files are written under a temporary name and renamed over `rel` once durable (see
+    /// `cacheless::CreateOptions::publish_after_sync`), which replaces a file or symlink there
+    /// at once: what is there is looked at first, and a directory is removed (or the entry
+    /// refused) here, in archive order, as is anything with old files kept.
     fn create_entry<T>(&mut self, rel: &RelPath, mut make: impl FnMut(&Arc<OwnedFd>, &OsStr) -> cacheless::Result<T>) -> Result<T, Fail> {
         let mut engine_err = None;
-        let r = self.root.create_with(rel, self.opts.keep_old_files, "create", |d, n| match make(d, n) {
-            Ok(t) => Ok(t),
-            Err(err) => {
-                let errno = err.errno().map(Errno::from_raw_os_error).unwrap_or(Errno::IO);
-                engine_err = Some(err);
-                Err(errno)
+        let keep_old = self.opts.keep_old_files;
+        let r = self.root.create_with(rel, keep_old, "create", |d, n| {
+            match rustix::fs::statat(d, n, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if keep_old || rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => return Err(Errno::EXIST),
+                _ => {}
+            }
+            match make(d, n) {
+                Ok(t) => Ok(t),
+                Err(err) => {
+                    let errno = err.errno().map(Errno::from_raw_os_error).unwrap_or(Errno::IO);
+                    engine_err = Some(err);
+                    Err(errno)
+                }
             }
         });
         match r {
@@ -343,8 +357,9 @@ impl Ctx<'_> {
     fn stream_file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> Result<(), Fail> {
         let mut wo = self.shares.large_file(&self.opts.io);
         wo.size_hint = Some(e.size);
-        wo.atomic = false;
-        wo.sync = false; // syncfs at the end makes the whole tree durable at once
+        // Under a temporary name, renamed once a syncfs made it durable (see `jobs`).
+        wo.atomic = true;
+        wo.sync = false;
         wo.permissions = Some(meta.mode);
         wo.mtime = Some(system_time(meta.mtime));
         let display = self.root.path.join(rel.to_path());
@@ -378,7 +393,9 @@ impl Ctx<'_> {
         }
         file.set_len(e.size).map_err(|er| Fail::Entry(Error::Engine(er)))?;
         chown(file.file(), &meta).map_err(|er| Fail::Entry(Error::io("fchown", display, er)))?;
-        let rep = file.finish().map_err(|er| Fail::Entry(Error::Engine(er)))?;
+        // Named after a syncfs, like the workers' files: its ticket settles then.
+        let ticket = self.sh.in_flight.begin(&rel);
+        let rep = file.finish_then(self.sh.on_published(&rel, ticket)).map_err(|er| Fail::Entry(Error::Engine(er)))?;
         self.sh.file_done(rep.decision.mode);
         Ok(())
     }

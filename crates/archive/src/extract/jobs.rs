@@ -153,16 +153,24 @@ impl InFlight {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).pending.contains_key(&rel.0)
     }
 
-    /// Waits until no worker is writing `rel`, and says how its last file ended. Checks
-    /// `progress` for cancellation while it waits.
-    pub(super) fn settle(&self, rel: &RelPath, progress: &Progress) -> Settled {
+    /// Waits until no file named `rel` is being written or waits for its name, and says how its
+    /// last file ended. `publish` names the files waiting for their name (a syncfs), called
+    /// when waiting is not enough. Checks `progress` for cancellation while it waits.
+    pub(super) fn settle(&self, rel: &RelPath, progress: &Progress, publish: impl Fn()) -> Settled {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while st.pending.contains_key(&rel.0) {
             if progress.is_cancelled() {
                 return Settled::Cancelled;
             }
-            // Woken when a file settles; the timeout only bounds how late a cancel is seen.
-            st = self.changed.wait_timeout(st, Duration::from_millis(100)).unwrap_or_else(|e| e.into_inner()).0;
+            // Woken when a file settles; the timeout bounds how late a cancel is seen, and how
+            // long a file that is written already waits for its batch.
+            let (guard, waited) = self.changed.wait_timeout(st, Duration::from_millis(20)).unwrap_or_else(|e| e.into_inner());
+            st = guard;
+            if waited.timed_out() && st.pending.contains_key(&rel.0) {
+                drop(st);
+                publish();
+                st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            }
         }
         if st.failed.contains(&rel.0) {
             Settled::Failed
@@ -172,8 +180,9 @@ impl InFlight {
     }
 }
 
-/// A file in flight. Dropped without [`Ticket::ok`] (the job failed, panicked or never ran),
-/// its name counts as failed. Drop it only after the file is finished or removed.
+/// A file in flight, until it has its final name. Dropped without [`Ticket::ok`] (the job
+/// failed, panicked or never ran), its name counts as failed. Drop it only after the file is
+/// named or removed.
 pub(super) struct Ticket {
     names: Arc<InFlight>,
     key: Vec<Vec<u8>>,
@@ -202,11 +211,29 @@ impl Drop for Ticket {
     }
 }
 
+/// The failures of a run: the first 1000 messages, and how many there were. Shared with the
+/// callbacks that name files after their batch's syncfs.
+#[derive(Default)]
+pub(super) struct Failures {
+    list: Mutex<(Vec<String>, u64)>,
+}
+
+impl Failures {
+    fn add(&self, progress: &Progress, msg: String) {
+        progress.error();
+        let mut f = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        f.1 += 1;
+        if f.0.len() < 1000 {
+            f.0.push(msg);
+        }
+    }
+}
+
 /// What the parser's thread and the workers share.
 pub(super) struct Shared {
     pub creator: FileCreator,
     pub progress: Arc<Progress>,
-    failures: Mutex<(Vec<String>, u64)>,
+    failures: Arc<Failures>,
     /// Files written per mode.
     pub modes: ModeCounter,
     /// Chunk buffers given back by the workers, for the next streamed entry.
@@ -217,22 +244,32 @@ pub(super) struct Shared {
 
 impl Shared {
     pub(super) fn new(creator: FileCreator, progress: Arc<Progress>) -> Shared {
-        Shared { creator, progress, failures: Mutex::new((Vec::new(), 0)), modes: Default::default(), bufs: Mutex::new(Vec::new()), in_flight: Arc::default() }
+        Shared { creator, progress, failures: Arc::default(), modes: Default::default(), bufs: Mutex::new(Vec::new()), in_flight: Arc::default() }
     }
 
     /// Counts and records a failed entry (the first 1000 messages are kept).
     pub(super) fn fail(&self, msg: String) {
-        self.progress.error();
-        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        f.1 += 1;
-        if f.0.len() < 1000 {
-            f.0.push(msg);
-        }
+        self.failures.add(&self.progress, msg);
     }
 
     /// The failures so far, and how many there were.
     pub(super) fn take_failures(&self) -> (Vec<String>, u64) {
-        std::mem::take(&mut *self.failures.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.failures.list.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// What to do once the file `rel` has its final name (see
+    /// `cacheless::CreateOptions::publish_after_sync`): settle its ticket as complete, or, when
+    /// its batch's syncfs or its rename failed (it was removed), record why and settle it as
+    /// failed.
+    pub(super) fn on_published(&self, rel: &RelPath, ticket: Ticket) -> cacheless::Published {
+        let (failures, progress, rel) = (self.failures.clone(), self.progress.clone(), rel.clone());
+        Box::new(move |r| match r {
+            Ok(()) => ticket.ok(),
+            Err(e) => {
+                failures.add(&progress, named(&rel, &e.to_string(), true));
+                drop(ticket);
+            }
+        })
     }
 
     /// Counts a completed file and the mode it got.
@@ -262,8 +299,9 @@ impl Shared {
         }
     }
 
-    /// Writes and finishes a small file; true when it is complete (else it was removed).
-    fn file_job(&self, rel: &RelPath, mut file: NewFile, meta: &Meta, data: Data) -> bool {
+    /// Writes and finishes a small file; its ticket settles once the file has its final name
+    /// (or failed and was removed).
+    fn file_job(&self, rel: &RelPath, mut file: NewFile, meta: &Meta, data: Data, ticket: Ticket) {
         let res = match data {
             Data::Whole(buf, len, _lease) => file.write_at(&buf[..len], 0).map_err(Some),
             Data::Owned(buf, len) => file.write_at(&buf[..len], 0).map_err(Some),
@@ -276,35 +314,41 @@ impl Shared {
                 })
             }
         };
-        let res = res
-            .and_then(|()| chown(file.file(), meta).map_err(|e| Some(cacheless::Error::io("fchown", file.path(), e.into()))))
-            .and_then(|()| file.finish().map_err(Some));
-        self.done(rel, res)
+        let res = res.and_then(|()| chown(file.file(), meta).map_err(|e| Some(cacheless::Error::io("fchown", file.path(), e.into()))));
+        // The ticket goes with the file once it is finished: its callback settles it.
+        let res = match res {
+            Ok(()) => file.finish_then(self.on_published(rel, ticket)).map_err(Some),
+            Err(e) => {
+                // Removed before its ticket settles as failed (at the end of this call).
+                drop(file);
+                Err(e)
+            }
+        };
+        self.done(rel, res);
     }
 
-    /// Writes and finishes a large file; true when it is complete (else it was removed).
-    fn stream_job(&self, rel: &RelPath, mut w: cacheless::Writer, rx: Receiver<Msg>, meta: &Meta) -> bool {
+    /// Writes and finishes a large file under its temporary name; it is named after the
+    /// creator's next syncfs, and its ticket settles then (or when it failed and was removed).
+    fn stream_job(&self, rel: &RelPath, mut w: cacheless::Writer, rx: Receiver<Msg>, meta: &Meta, ticket: Ticket) {
         let res = self
             .take_chunks(&rx, |s| w.write_bytes(s))
             .and_then(|()| chown(w.file(), meta).map_err(|e| Some(cacheless::Error::io("fchown", w.path(), e.into()))))
             // Permissions and mtime are applied by finish (after the fchown above).
-            .and_then(|()| w.finish().map_err(Some));
-        self.done(rel, res)
+            .and_then(|()| w.finish_pending().map_err(Some));
+        let res = res.map(|(rep, pending)| {
+            self.creator.publish_after_sync(pending, rep.bytes, self.on_published(rel, ticket));
+            rep
+        });
+        self.done(rel, res);
     }
 
     /// Counts a file's outcome. A failed file was removed (dropped unfinished); `Err(None)`:
     /// the parser stopped inside it and reports why.
-    fn done(&self, rel: &RelPath, res: Result<cacheless::WriteReport, Option<cacheless::Error>>) -> bool {
+    fn done(&self, rel: &RelPath, res: Result<cacheless::WriteReport, Option<cacheless::Error>>) {
         match res {
-            Ok(rep) => {
-                self.file_done(rep.decision.mode);
-                true
-            }
-            Err(Some(e)) => {
-                self.fail(named(rel, &e.to_string(), true));
-                false
-            }
-            Err(None) => false,
+            Ok(rep) => self.file_done(rep.decision.mode),
+            Err(Some(e)) => self.fail(named(rel, &e.to_string(), true)),
+            Err(None) => {}
         }
     }
 }
@@ -329,28 +373,17 @@ impl Work for Shared {
                     let name = f.rel.to_path().display().to_string();
                     // One file's panic fails that file (dropped while unwinding: removed, and its
                     // ticket unsettled after it), not the rest.
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        if self.file_job(&f.rel, f.file, &f.meta, Data::Owned(f.buf, f.len)) {
-                            f.ticket.ok();
-                        }
-                    }));
+                    let r =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.file_job(&f.rel, f.file, &f.meta, Data::Owned(f.buf, f.len), f.ticket)));
                     if let Err(p) = r {
                         self.panicked(name, crate::error::panic_message(&*p));
                     }
                 }
             }
-            // The file is finished or removed when the job returns: only then is it settled
-            // (a panicking job drops its ticket unsettled, after its file).
-            Job::File { rel, file, meta, data, ticket } => {
-                if self.file_job(&rel, *file, &meta, data) {
-                    ticket.ok();
-                }
-            }
-            Job::Stream { rel, writer, rx, meta, ticket } => {
-                if self.stream_job(&rel, *writer, rx, &meta) {
-                    ticket.ok();
-                }
-            }
+            // The file is settled once it has its final name, or when it failed and was
+            // removed (a panicking job drops its ticket unsettled, after its file).
+            Job::File { rel, file, meta, data, ticket } => self.file_job(&rel, *file, &meta, data, ticket),
+            Job::Stream { rel, writer, rx, meta, ticket } => self.stream_job(&rel, *writer, rx, &meta, ticket),
         }
     }
     fn name(job: &Job) -> String {

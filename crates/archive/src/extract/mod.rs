@@ -1,7 +1,7 @@
 //! The many-file creator behind `cacheless extract`.
 //!
 //! One thread parses the tar stream and performs every namespace operation (mkdirat, the
-//! engine's O_CREAT|O_EXCL|O_NOFOLLOW create, symlinkat, linkat, unlinkat) in archive order,
+//! engine's create, symlinkat, linkat, unlinkat) in archive order,
 //! so replacement and symlink checks see exactly the state GNU tar would. File data,
 //! permissions, ownership, mtime and close run on a pool of worker threads, so many files are
 //! in flight at once. Every byte goes through the engine: small files are read whole and
@@ -9,9 +9,15 @@
 //! are written back in batches, a syncfs per 32 MiB of them, so that the device sees a few
 //! large requests instead of one or more per file, see `ExtractOptions::batch_writeback`), large ones are
 //! streamed in 4 MiB chunks to its `Writer` (O_DIRECT with its queue of writes in flight, on
-//! io_uring or threads). All buffers are leased from the engine's memory budget. Directories
-//! get their mode and mtime after their contents, deepest first; then `syncfs` makes the tree
-//! durable before success is reported.
+//! io_uring or threads). No file gets its final name before its data is durable: small ones
+//! are created without a name (O_TMPFILE) and large ones under a temporary name, and each
+//! batch's syncfs is followed by the links and renames that name its files (the creator's
+//! `publish_after_sync`), so a power cut leaves under a final name the old file, nothing, or
+//! the complete new one. A file's ticket (`jobs::InFlight`) settles once it has its name: a hard
+//! link to it, or a later member of the same name, waits for that. All buffers are leased from
+//! the engine's memory budget. Directories get their mode and mtime after their contents,
+//! deepest first; then `syncfs` makes the tree (the names included) durable before success is
+//! reported.
 //!
 //! Nothing process-wide is changed: the umask is read, not set, and the number of files held
 //! open is sized to the current RLIMIT_NOFILE (raising it is the caller's business).
@@ -84,7 +90,13 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let stream = source::open(input, progress.clone(), &shares.archive_read(&opts.io), &decompress)?;
     let info = stream.info.clone();
     let is_root = rustix::process::geteuid().is_root();
-    let creator = FileCreator::new(CreateOptions { mode: opts.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: opts.batch_writeback });
+    let creator = FileCreator::new(CreateOptions {
+        mode: opts.io.mode,
+        sync: false,
+        deferred_drops: plan.deferred,
+        batch_writeback: opts.batch_writeback,
+        publish_after_sync: true,
+    });
     let sh = Arc::new(Shared::new(creator, progress.clone()));
     let pool = Pool::new(plan.threads, plan.queue, &sh)?;
     let report = ExtractReport {
@@ -100,6 +112,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         modes: ModeCounts::default(),
         direct_ok: None,
         dontcache_ok: None,
+        naming: String::new(),
         resolve: format!("{:?}: {}", root.resolve, root.resolve_reason).to_lowercase(),
         open_files_limit: nofile,
         synced: false,
@@ -156,6 +169,9 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     ctx.flush_batch();
     let Ctx { pool, mut root, mut dirs, mut report, .. } = ctx;
     pool.finish();
+    // Every file written is complete: a syncfs makes the last batch durable and names it (an
+    // interrupted run too: what it completed stays).
+    sh.creator.publish_now();
     report.interrupted = matches!(report.fatal_error, Some(Error::Interrupted { .. }));
     report.fatal = report.fatal_error.as_ref().map(|e| match e {
         Error::Interrupted { entry } if entry.is_empty() => "interrupted".to_string(),
@@ -180,13 +196,14 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         // which a plain syncfs answers with success.
         match cacheless::sync_filesystem(root.fd(), &root.path) {
             Ok(()) => report.synced = true,
-            Err(e) => sh.fail(format!("{}: syncfs: {}", root.path.display(), e.io_error())),
+            Err(e) => sh.fail(e.to_string()),
         }
     }
     report.sync_s = t_sync.elapsed().as_secs_f64();
     // Written back now (or soon, without sync): the second drop of write-behind files' pages.
     sh.creator.drop_deferred();
     report.modes = sh.modes.counts();
+    report.naming = sh.creator.naming().unwrap_or_default();
     if let Ok(fs) = cacheless::caps::for_dir(&root.path) {
         report.direct_ok = Some(fs.direct.is_ok());
         report.dontcache_ok = Some(fs.dontcache.is_ok());

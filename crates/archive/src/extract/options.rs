@@ -106,6 +106,10 @@ pub struct ExtractReport {
     /// Whether the destination's filesystem takes RWF_DONTCACHE (the engine's probe, or a write
     /// that refused it).
     pub dontcache_ok: Option<bool>,
+    /// How files got their final names: created without one (O_TMPFILE) or under a temporary
+    /// one, and named only after the syncfs that made their data durable, so that a power cut
+    /// never leaves a final name on data that did not reach the disk.
+    pub naming: String,
     /// How parents were resolved (`openat2` or `walk`) and why.
     pub resolve: String,
     /// The soft limit on open files (RLIMIT_NOFILE) the extraction sized its threads, queue and

@@ -168,7 +168,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         ro: ReadOptions::from(o.io.clone()),
         wo,
         co,
-        creator: FileCreator::new(CreateOptions { mode: o.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: 0 }),
+        creator: FileCreator::new(CreateOptions { mode: o.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: 0, publish_after_sync: false }),
         sink: sink.clone(),
         batched: o.sync && o.verify.is_none(),
         batch: Mutex::default(),
