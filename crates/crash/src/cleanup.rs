@@ -17,6 +17,13 @@ pub enum Undo {
     Detach(String),
     /// Remove this folder and what is in it.
     RemoveDir(PathBuf),
+    /// Abort this FUSE connection (its number under /sys/fs/fuse/connections), if it is still
+    /// there. The recorder serves the loop device under the filesystem being tested from a
+    /// thread of this process: a signal that ends the process while the main thread is in
+    /// that filesystem (its unmount writing its journal) would leave the main thread waiting
+    /// forever on a server that is gone, and the process, its loop device and every `sync` on
+    /// the machine with it. Aborting fails those requests instead (EIO, as a dead device).
+    AbortFuse(u64),
 }
 
 impl Undo {
@@ -33,16 +40,49 @@ impl Undo {
                 quiet(Command::new("losetup").arg("-d").arg(dev));
             }
             Undo::RemoveDir(p) => {
-                let _ = std::fs::remove_dir_all(p);
+                // The main thread may still be writing a file in it (the handler does not stop
+                // it): a few tries.
+                for _ in 0..5 {
+                    if std::fs::remove_dir_all(p).is_ok() || !p.exists() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
             }
+            Undo::AbortFuse(n) => abort_fuse(*n, quiet),
         }
+    }
+}
+
+/// Writes to the `abort` file of FUSE connection `n`, mounting the FUSE control filesystem for
+/// it where it is not mounted (and unmounting it again after).
+fn abort_fuse(n: u64, quiet: impl Fn(&mut Command) -> bool) {
+    let dir = std::path::Path::new("/sys/fs/fuse/connections");
+    let mounted =
+        std::fs::read_to_string("/proc/self/mounts").is_ok_and(|m| m.lines().any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/fuse/connections")));
+    let ours = !mounted && quiet(Command::new("mount").args(["-t", "fusectl", "fusectl"]).arg(dir));
+    let abort = dir.join(n.to_string()).join("abort");
+    if abort.exists() {
+        let _ = std::fs::write(&abort, "1");
+    }
+    if ours {
+        quiet(Command::new("umount").arg(dir));
     }
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 static PENDING: Mutex<Vec<(u64, Undo)>> = Mutex::new(Vec::new());
+static GATE: Mutex<()> = Mutex::new(());
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 static STOPPED: AtomicBool = AtomicBool::new(false);
+
+/// Held by a guard from before it makes what it undoes until it has registered it, and by the
+/// signal handler from before its undo until the process exits: whatever a guard makes is
+/// either registered before the undo (and undone) or never made, though the main thread goes
+/// on while the handler works.
+pub fn gate() -> std::sync::MutexGuard<'static, ()> {
+    GATE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Registers `undo` until the returned ticket is [`done`]; returns the ticket.
 pub fn register(undo: Undo) -> u64 {
@@ -73,8 +113,14 @@ pub fn stopped() -> bool {
     STOPPED.load(Ordering::Relaxed)
 }
 
-/// Undoes everything still registered, newest first.
+/// Undoes everything still registered, newest first. After a signal, waits instead for the
+/// handler, which undoes it and ends the process with the signal's status.
 pub fn undo_all() {
+    let _gate = gate();
+    undo_pending();
+}
+
+fn undo_pending() {
     let all: Vec<(u64, Undo)> = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
     for (_, u) in all.iter().rev() {
         u.run();
@@ -89,7 +135,9 @@ pub fn on_signals() -> std::io::Result<()> {
     std::thread::Builder::new().name("crash-signals".into()).spawn(move || {
         if let Some(sig) = signals.forever().next() {
             INTERRUPTED.store(true, Ordering::SeqCst);
-            undo_all();
+            // Held until the exit: nothing new is made meanwhile.
+            let _held = gate();
+            undo_pending();
             // The process must end now, with the signal's status: the main thread may be
             // blocked on a filesystem the undo just took away.
             #[allow(clippy::exit)]

@@ -45,6 +45,7 @@ impl Loop {
     /// Attaches `image` to a free loop device, with direct I/O when `direct_io` and the
     /// backing file takes it (see [`Loop::direct_io`] for what was granted).
     pub fn attach(image: &Path, direct_io: bool) -> Result<Loop> {
+        let _gate = cleanup::gate();
         let mut c = Command::new("losetup");
         c.args(["--find", "--show"]);
         if direct_io {
@@ -105,6 +106,7 @@ pub struct Mount {
 impl Mount {
     /// Mounts `dev` (of type `fstype`) at `at`, with `opts` if not empty.
     pub fn new(dev: &str, fstype: &str, at: &Path, opts: &str) -> Result<Mount> {
+        let _gate = cleanup::gate();
         let mut c = Command::new("mount");
         c.args(["-t", fstype]);
         if !opts.is_empty() {

@@ -200,12 +200,15 @@ pub struct Recorder {
     mnt: PathBuf,
     log: Log,
     ticket: u64,
+    /// The ticket of the abort of its FUSE connection (see [`Undo::AbortFuse`]).
+    abort_ticket: Option<u64>,
 }
 
 impl Recorder {
     /// Serves `backing` (its size fixed from now) as `MNT/image`, recording into a new log;
     /// the write numbered `fail_at` (from 0) fails with EIO, as a device's transient error.
     pub fn mount(backing: &Path, mnt: &Path, fail_at: Option<usize>) -> Result<Recorder> {
+        let _gate = cleanup::gate();
         let file = std::fs::OpenOptions::new().read(true).write(true).open(backing).map_err(|e| Error::io("open", backing, e))?;
         let size = file.metadata().map_err(|e| Error::io("stat", backing, e))?.len();
         let log = Log::default();
@@ -213,8 +216,11 @@ impl Recorder {
         let opts = [MountOption::FSName("cacheless-crash".into()), MountOption::Subtype("record".into()), MountOption::RW, MountOption::NoAtime];
         let session = fuser::spawn_mount2(fs, mnt, &opts)
             .map_err(|e| Error::Command { what: format!("FUSE mount at {}", mnt.display()), detail: format!("{e} (needs /dev/fuse and root)") })?;
+        // Registered before the unmount, so that a signal undoes it after: once the unmount
+        // and the detach of the loop device on it are done, as far as they can be.
+        let abort_ticket = rustix::fs::stat(mnt).ok().map(|st| cleanup::register(Undo::AbortFuse(connection(st.st_dev))));
         let ticket = cleanup::register(Undo::Umount(mnt.to_path_buf()));
-        Ok(Recorder { session: Some(session), mnt: mnt.to_path_buf(), log, ticket })
+        Ok(Recorder { session: Some(session), mnt: mnt.to_path_buf(), log, ticket, abort_ticket })
     }
 
     /// The served image file.
@@ -233,7 +239,17 @@ impl Drop for Recorder {
         // Dropping the session unmounts it and joins its thread.
         drop(self.session.take());
         cleanup::done(self.ticket);
+        if let Some(t) = self.abort_ticket {
+            cleanup::done(t);
+        }
     }
+}
+
+/// The number of the FUSE connection of a mount whose `st_dev` is `dev`: its name under
+/// /sys/fs/fuse/connections, the kernel's own encoding of the device number (major << 20 |
+/// minor), which is not the one stat(2) reports.
+fn connection(dev: rustix::fs::Dev) -> u64 {
+    (u64::from(rustix::fs::major(dev)) << 20) | u64::from(rustix::fs::minor(dev))
 }
 
 /// Whether this process can run the recorder: root, and /dev/fuse.

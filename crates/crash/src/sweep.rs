@@ -47,6 +47,17 @@ impl FsKind {
             .collect()
     }
 
+    /// The filesystems a sweep runs on unless told: ext4 and xfs, and btrfs where btrfs-progs
+    /// is installed (`mkfs.btrfs` and `btrfs` on the PATH).
+    pub fn defaults() -> Vec<FsKind> {
+        let on_path = |tool: &str| std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
+        let mut v = vec![FsKind::Ext4, FsKind::Xfs];
+        if on_path("mkfs.btrfs") && on_path("btrfs") {
+            v.push(FsKind::Btrfs);
+        }
+        v
+    }
+
     /// Image size: small, so that each state is cheap (btrfs needs more for its metadata).
     fn image_mib(self) -> u64 {
         match self {
@@ -65,10 +76,13 @@ pub struct SweepOptions {
     pub states: usize,
     /// Seed of the random subsets.
     pub seed: u64,
-    /// Fail the write of this number (from 0, counted from the mount of the recorded
-    /// filesystem) with EIO, once: the engine must then report an error, never a promise the
-    /// image does not hold.
-    pub eio_at: Option<usize>,
+    /// Fail the write of each of these numbers (from 0, counted from the mount of the recorded
+    /// filesystem) with EIO, once, in a run of its own: the engine must then report an error,
+    /// never a promise the image does not hold. Empty: no failed write.
+    pub eio_at: Vec<usize>,
+    /// Also fail, each in a run of its own, this many writes spread evenly over those of a run
+    /// without a failure (made and checked first, as without this option).
+    pub eio_spread: usize,
     /// Where the images go (default /dev/shm where it has 1 GiB free, else the temporary
     /// folder).
     pub scratch: Option<PathBuf>,
@@ -117,6 +131,8 @@ pub struct Row {
     pub temporaries: usize,
     /// Why it did not run (a mode the filesystem refuses), if it did not.
     pub skipped: Option<String>,
+    /// The write the device was told to fail (EIO), if any.
+    pub eio_at: Option<usize>,
     /// With a failed write: the error the workload stopped on (None: every call succeeded).
     pub failed_with: Option<String>,
     /// Writes the device failed.
@@ -137,6 +153,7 @@ struct Scratch {
 
 impl Scratch {
     fn new(base: &Path) -> Result<Scratch> {
+        let _gate = cleanup::gate();
         let dir = tempfile::Builder::new().prefix("cacheless-crash-").tempdir_in(base).map_err(|e| Error::io("create a folder in", base, e))?;
         let ticket = cleanup::register(Undo::RemoveDir(dir.path().to_path_buf()));
         for sub in ["mnt", "fuse", "scratch"] {
@@ -168,8 +185,10 @@ fn default_scratch() -> PathBuf {
 }
 
 /// Records `w` on a fresh `fs`: returns the log, whether the loop device did direct I/O, and
-/// how the run ended. `s` holds `base.img` (made and set up here) and the mounts.
-fn record(fs: FsKind, w: &Workload, s: &Scratch, eio_at: Option<usize>) -> Result<(Vec<Event>, bool, Result<Ran, String>)> {
+/// how the run ended. `s` holds `base.img` (made and set up here) and the mounts. `small`:
+/// requests capped as for a failed write (see below) though none fails, so that a run without
+/// a failure numbers its writes as the runs with one do.
+fn record(fs: FsKind, w: &Workload, s: &Scratch, eio_at: Option<usize>, small: bool) -> Result<(Vec<Event>, bool, Result<Ran, String>)> {
     let base = s.path("base.img");
     let f = std::fs::File::create(&base).map_err(|e| Error::io("create", &base, e))?;
     f.set_len(fs.image_mib() << 20).map_err(|e| Error::io("truncate", &base, e))?;
@@ -186,7 +205,7 @@ fn record(fs: FsKind, w: &Workload, s: &Scratch, eio_at: Option<usize>) -> Resul
     let rec = Recorder::mount(&live, &s.path("fuse"), eio_at)?;
     let (ran, dio) = {
         let lo = Loop::attach(&rec.image(), true)?;
-        if eio_at.is_some() {
+        if eio_at.is_some() || small {
             // The loop driver takes a short write of its backing file for a complete one (its
             // completion fails only a read that comes up short), and FUSE answers a request it
             // split with the bytes written before the part that failed: requests of at most
@@ -266,12 +285,13 @@ fn check_states(fs: FsKind, w: &Workload, s: &Scratch, log: &[Event], opts: &Swe
     Ok(())
 }
 
-/// Runs `w` on `fs` and checks its crash states.
-pub fn one(fs: FsKind, w: &Workload, opts: &SweepOptions) -> Result<Row> {
+/// Runs `w` on `fs`, with the write numbered `eio_at` failed if given, and checks its crash
+/// states.
+pub fn one(fs: FsKind, w: &Workload, opts: &SweepOptions, eio_at: Option<usize>) -> Result<Row> {
     let base = opts.scratch.clone().unwrap_or_else(default_scratch);
     let s = Scratch::new(&base)?;
-    let mut row = Row { fs: fs.name(), workload: w.name.clone(), ..Row::default() };
-    let (log, dio, ran) = record(fs, w, &s, opts.eio_at)?;
+    let mut row = Row { fs: fs.name(), workload: w.name.clone(), eio_at, ..Row::default() };
+    let (log, dio, ran) = record(fs, w, &s, eio_at, opts.eio_spread > 0)?;
     row.loop_direct_io = dio;
     row.writes = log.iter().filter(|e| matches!(e, Event::Write { .. })).count();
     row.barriers = log.iter().filter(|e| matches!(e, Event::Barrier)).count();
@@ -287,15 +307,47 @@ pub fn one(fs: FsKind, w: &Workload, opts: &SweepOptions) -> Result<Row> {
     // With a failed write, the states are cut before it: what the filesystem does about the
     // error afterwards (ext4 aborts its journal, and may lose commits it had made) is beyond
     // any promise. The calls that returned after it are named for the reader.
-    let (log, after): (&[Event], &[Event]) = match log.iter().position(|e| matches!(e, Event::Failed { .. })) {
+    let (cut, after): (&[Event], &[Event]) = match log.iter().position(|e| matches!(e, Event::Failed { .. })) {
         Some(p) => log.split_at(p),
         None => (&log, &[]),
     };
     row.returned_after_failure = after.iter().filter_map(|e| if let Event::Mark(m) = e { Some(m.clone()) } else { None }).collect();
     let t = Instant::now();
-    check_states(fs, w, &s, log, opts, &mut row)?;
+    check_states(fs, w, &s, cut, opts, &mut row)?;
+    if row.failed_writes > 0 {
+        check_left(fs, w, &s, &log, &mut row)?;
+    }
     row.check_s = t.elapsed().as_secs_f64();
     Ok(row)
+}
+
+/// After a failed write: every call that returned success, before the failure or after it,
+/// must have left what it promised in the image the run left behind (no cut: the filesystem
+/// unmounted as well as it could). A call that failed promised nothing.
+fn check_left(fs: FsKind, w: &Workload, s: &Scratch, log: &[Event], row: &mut Row) -> Result<()> {
+    let promised: BTreeSet<String> = log.iter().filter_map(|e| if let Event::Mark(m) = e { Some(m.clone()) } else { None }).collect();
+    if promised.is_empty() {
+        return Ok(());
+    }
+    // A copy: the recorded image stays as the run left it.
+    let left = s.path("left.img");
+    states::sparse_copy(&s.path("live.img"), &left)?;
+    let v = check::promises(fs.name(), &left, &s.path("mnt"), w, &promised)?;
+    row.states += 1;
+    row.temporaries += v.temporaries.len();
+    let label = format!("the image the run left, after the failed write; promised: {}", promised.iter().cloned().collect::<Vec<_>>().join(", "));
+    if !v.violations.is_empty() {
+        row.bad_states += 1;
+    }
+    row.violations.extend(v.violations.into_iter().map(|(file, what)| Violation { fs: fs.name(), workload: w.name.clone(), state: label.clone(), file, what }));
+    Ok(())
+}
+
+/// `k` write numbers spread evenly over `writes` (the middle of `k` equal slices), distinct.
+pub fn spread(writes: usize, k: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..k).map(|i| (2 * i + 1) * writes / (2 * k)).collect();
+    v.dedup();
+    v
 }
 
 /// What a sweep found.
@@ -326,9 +378,25 @@ pub fn sweep(opts: &SweepOptions, workloads: &[Workload], mut each: impl FnMut(&
     let mut out = Outcome::default();
     for &fs in &opts.fs {
         for w in workloads {
-            let row = one(fs, w, opts)?;
-            each(&row);
-            out.rows.push(row);
+            let mut fail_at = opts.eio_at.clone();
+            if fail_at.is_empty() || opts.eio_spread > 0 {
+                let row = one(fs, w, opts, None)?;
+                if row.skipped.is_none() {
+                    fail_at.extend(spread(row.writes, opts.eio_spread));
+                }
+                each(&row);
+                out.rows.push(row);
+            }
+            fail_at.sort_unstable();
+            fail_at.dedup();
+            for n in fail_at {
+                if cleanup::interrupted() {
+                    return Err(Error::Interrupted);
+                }
+                let row = one(fs, w, opts, Some(n))?;
+                each(&row);
+                out.rows.push(row);
+            }
         }
     }
     Ok(out)

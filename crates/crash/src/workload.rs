@@ -44,7 +44,8 @@ impl Ctx {
 pub enum Ran {
     /// Every call returned.
     Done,
-    /// The filesystem cannot do what the workload asks (a forced mode it refuses): the reason.
+    /// The filesystem cannot do what the workload asks (a forced mode it refuses), or this
+    /// machine lacks what it needs (the `python` workload's interpreter): the reason.
     Unsupported(String),
 }
 

@@ -12,13 +12,21 @@
 //! - `pack`: [`cacheless_archive::pack`] of a small tree (sorted, reproducible) over an
 //!   existing archive.
 //! - `creator-batch`: a [`FileCreator`] writing small files in write-back batches under their
-//!   final names (as extract does), made durable by a syncfs; then a durable
-//!   [`FileCreator::replace`].
+//!   final names, made durable by a syncfs; then a durable [`FileCreator::replace`].
+//! - `extract`: [`cacheless_archive::extract`] of a tar archive (folders six deep, 240 small
+//!   files in small write-back batches, two files over 1 MiB, a member over an existing file, a
+//!   hard link), each file promised byte-exact with its mode and time once extract returned
+//!   (its syncfs), and every final name holding the old content, the whole new one or nothing
+//!   before that.
+//! - `python`: the Python package's `cacheless.safetensors.save_file`, `cacheless.write_file`
+//!   and `cacheless.open(path, "wb")`, called by a child interpreter ([`python`]), each durable
+//!   and atomic.
 
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,7 +35,8 @@ use cacheless::{
     Writer,
 };
 use cacheless_archive::pack::SortOrder;
-use cacheless_archive::{Output, PackOptions};
+use cacheless_archive::{ExtractOptions, Input, Output, PackOptions};
+use cacheless_safetensors::{Dtype, TensorData};
 use rand::{RngCore, SeedableRng};
 
 use crate::workload::{Ctx, DirExpect, FileExpect, Meta, Ran, SymlinkExpect, Workload};
@@ -52,6 +61,8 @@ pub fn all() -> Vec<Workload> {
         tree_no_reflink(),
         pack(),
         creator_batch(),
+        extract(),
+        python_calls(),
     ]
 }
 
@@ -369,4 +380,310 @@ fn creator_batch() -> Workload {
         dirs: vec![DirExpect { path: PathBuf::from("x"), promised_by: "batch".into(), meta: None }],
         symlinks: vec![],
     }
+}
+
+/// A member of the archive `extract` unpacks.
+#[derive(Clone)]
+enum Member {
+    /// A folder, with its permission bits and time.
+    Dir(String, Meta),
+    /// A regular file: its content, permission bits and time.
+    File(String, Arc<[u8]>, Meta),
+    /// A hard link to an earlier member.
+    Link(String, String),
+}
+
+/// The folders of the archive, six deep (`d1` .. `d1/d2/d3/d4/d5/d6`).
+fn extract_dirs() -> Vec<String> {
+    (1..=6).map(|depth| (1..=depth).map(|i| format!("d{i}")).collect::<Vec<_>>().join("/")).collect()
+}
+
+/// The member that replaces a file already in the destination.
+const EXTRACT_REPLACED: &str = "d1/old.txt";
+/// The hard link, and the member it links to.
+const EXTRACT_LINK: (&str, &str) = ("d1/d2/d3/link.bin", "d1/d2/f007.bin");
+
+/// The archive's members in order: the folders, 240 small files of 1-8 KiB spread over them
+/// (written in write-back batches), two files of 1 MiB and more among them (streamed through
+/// the Writer), a member over an existing file, and a hard link at the end.
+fn extract_members() -> Vec<Member> {
+    let dirs = extract_dirs();
+    let mut out: Vec<Member> = dirs
+        .iter()
+        .zip(0i64..)
+        .map(|(d, i)| Member::Dir(d.clone(), Meta { mode: if i % 2 == 0 { 0o755 } else { 0o750 }, mtime: 1_500_000_000 + i * 100 }))
+        .collect();
+    let modes = [0o644, 0o600, 0o640, 0o755];
+    for i in 0..240usize {
+        let meta = Meta { mode: modes[i % 4], mtime: 1_400_000_000 + 61 * i64::try_from(i).unwrap_or(0) };
+        out.push(Member::File(format!("{}/f{i:03}.bin", dirs[i % 6]), noise(1000 + i as u64, 1024 + (i * 2903) % 7169), meta));
+        match i {
+            80 => out.push(Member::File("d1/d2/big1.bin".into(), noise(990, (1 << 20) + 4099), Meta { mode: 0o644, mtime: 1_450_000_000 })),
+            120 => out.push(Member::File(EXTRACT_REPLACED.into(), noise(991, 6000), Meta { mode: 0o600, mtime: 1_450_000_100 })),
+            160 => out.push(Member::File("d1/d2/d3/d4/d5/big2.bin".into(), noise(992, (2 << 20) + 777), Meta { mode: 0o640, mtime: 1_450_000_200 })),
+            _ => {}
+        }
+    }
+    out.push(Member::Link(EXTRACT_LINK.0.into(), EXTRACT_LINK.1.into()));
+    out
+}
+
+/// The members as a plain tar archive (GNU headers, owner root).
+fn tar_of(members: &[Member]) -> std::io::Result<Vec<u8>> {
+    let mut b = tar::Builder::new(Vec::new());
+    for m in members {
+        let mut h = tar::Header::new_gnu();
+        h.set_uid(0);
+        h.set_gid(0);
+        let (path, data): (&str, &[u8]) = match m {
+            Member::Dir(p, meta) => {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_mode(meta.mode);
+                h.set_mtime(meta.mtime.unsigned_abs());
+                (p, &[])
+            }
+            Member::File(p, d, meta) => {
+                h.set_entry_type(tar::EntryType::Regular);
+                h.set_mode(meta.mode);
+                h.set_mtime(meta.mtime.unsigned_abs());
+                (p, d)
+            }
+            Member::Link(p, target) => {
+                h.set_entry_type(tar::EntryType::Link);
+                h.set_link_name(target)?;
+                h.set_mode(0o644);
+                (p, &[])
+            }
+        };
+        h.set_path(path)?;
+        h.set_size(data.len() as u64);
+        h.set_cksum();
+        b.append(&h, data)?;
+    }
+    b.into_inner()
+}
+
+/// extract of a tar archive into `out`: deep folders, many small files in small write-back
+/// batches, two large files, a member over an existing file, a hard link; then its syncfs.
+fn extract() -> Workload {
+    let members = extract_members();
+    let old = noise(993, 3000);
+    let (setup_members, setup_old) = (members.clone(), old.clone());
+    let files: Vec<(String, Arc<[u8]>, Meta)> =
+        members.iter().filter_map(|m| if let Member::File(p, d, meta) = m { Some((p.clone(), d.clone(), *meta)) } else { None }).collect();
+    let mut expects: Vec<FileExpect> = files
+        .iter()
+        .map(|(p, d, m)| {
+            let was = (p == EXTRACT_REPLACED).then(|| old.clone());
+            FileExpect { meta: Some(*m), ..expect(&format!("out/{p}"), was, d.clone(), "extract", true) }
+        })
+        .collect();
+    if let Some((_, d, m)) = files.iter().find(|(p, _, _)| p == EXTRACT_LINK.1) {
+        expects.push(FileExpect { meta: Some(*m), ..expect(&format!("out/{}", EXTRACT_LINK.0), None, d.clone(), "extract", true) });
+    }
+    let dirs = members
+        .iter()
+        .filter_map(|m| {
+            if let Member::Dir(p, meta) = m {
+                Some(DirExpect { path: Path::new("out").join(p), promised_by: "extract".into(), meta: Some(*meta) })
+            } else {
+                None
+            }
+        })
+        .collect();
+    Workload {
+        name: "extract".into(),
+        setup: Box::new(move |root, scratch| {
+            std::fs::create_dir_all(root.join("out/d1"))?;
+            write_synced(&root.join("out").join(EXTRACT_REPLACED), &setup_old)?;
+            std::fs::write(scratch.join("a.tar"), tar_of(&setup_members)?)
+        }),
+        run: Box::new(|ctx: &Ctx| {
+            let mut o = ExtractOptions::new(ctx.path("out"));
+            o.io = io(Mode::Auto);
+            // Small batches, so that the small files are written back in many of them (about
+            // twenty), each ended by a syncfs, between and around the two large files.
+            o.batch_writeback = 64 << 10;
+            let r = cacheless_archive::extract(Input::Path(ctx.scratch.join("a.tar")), &o).map_err(|e| e.to_string())?;
+            if !r.is_ok() {
+                return Err(r.fatal.or_else(|| r.failures.first().cloned()).unwrap_or_else(|| "extract failed".into()));
+            }
+            if !r.synced {
+                return Err("extract returned without its syncfs".into());
+            }
+            ctx.mark("extract");
+            Ok(Ran::Done)
+        }),
+        files: expects,
+        dirs,
+        symlinks: vec![],
+    }
+}
+
+/// The interpreter the `python` workload runs its calls in: `CACHELESS_PYTHON` where set, else
+/// this repository's test virtualenv, `target/python-venv/bin/python` (scripts/test makes it
+/// and installs the package into it with maturin). `Err` says why there is none to use: no
+/// interpreter there, or one that cannot import `cacheless`.
+pub fn python() -> Result<PathBuf, String> {
+    // Looked for once: each run of the workload would otherwise pay an interpreter's start.
+    static FOUND: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    FOUND.get_or_init(find_python).clone()
+}
+
+fn find_python() -> Result<PathBuf, String> {
+    let py = match std::env::var_os("CACHELESS_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).unwrap_or(Path::new(".")).join("target/python-venv/bin/python"),
+    };
+    if !py.is_file() {
+        return Err(format!("no Python interpreter at {} (scripts/test makes that virtualenv; CACHELESS_PYTHON names another)", py.display()));
+    }
+    let out = Command::new(&py).args(["-c", "import cacheless, cacheless.safetensors"]).output().map_err(|e| format!("{}: {e}", py.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("{} cannot import cacheless: {}", py.display(), err.trim().lines().last().unwrap_or("")));
+    }
+    Ok(py)
+}
+
+/// What the `python` workload's interpreter runs: `ROOT` (the mount point) and `SRC` (the
+/// scratch folder with the data) as arguments. After each call it prints the call's name and
+/// waits for a line on its standard input, so that the marker is in the log before anything
+/// of the next call is written.
+const PYTHON_CALLS: &str = r#"
+import sys
+import numpy as np
+import cacheless
+from cacheless.safetensors import save_file
+
+root, src = sys.argv[1], sys.argv[2]
+
+def returned(name):
+    print(name, flush=True)
+    sys.stdin.readline()
+
+def raw(name):
+    with open(f"{src}/{name}", "rb") as f:
+        return f.read()
+
+tensors = {
+    "w": np.frombuffer(raw("w.bin"), dtype="<f4").reshape(512, 1025),
+    "b": np.frombuffer(raw("b.bin"), dtype=np.uint8),
+    "i": np.frombuffer(raw("i.bin"), dtype="<i8").reshape(3, 5),
+}
+save_file(tensors, f"{root}/model.safetensors", metadata={"format": "np"})
+returned("model.safetensors")
+
+cacheless.write_file(f"{root}/blob.bin", raw("blob.bin"))
+returned("blob.bin")
+
+data = raw("stream.bin")
+with cacheless.open(f"{root}/stream.bin", "wb", size_hint=len(data)) as f:
+    for at in range(0, len(data), 65537):
+        f.write(data[at:at + 65537])
+returned("stream.bin")
+"#;
+
+/// A tensor the `python` workload saves.
+struct Tensor {
+    /// Its name.
+    name: &'static str,
+    /// The scratch file its bytes are read from (the child cannot make the same noise).
+    file: &'static str,
+    /// Its element type.
+    dtype: Dtype,
+    /// Its shape.
+    shape: Vec<usize>,
+    /// Its bytes, little-endian.
+    data: Arc<[u8]>,
+}
+
+/// The tensors the `python` workload saves (the script gives the same dtypes and shapes).
+fn python_tensors() -> Vec<Tensor> {
+    let t = |name, file, dtype, shape: Vec<usize>, seed| {
+        let len = cacheless_safetensors::header::nbytes(dtype, &shape).and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+        Tensor { name, file, dtype, shape, data: noise(seed, len) }
+    };
+    vec![t("w", "w.bin", Dtype::F32, vec![512, 1025], 60), t("b", "b.bin", Dtype::U8, vec![777], 61), t("i", "i.bin", Dtype::I64, vec![3, 5], 62)]
+}
+
+/// The calls of the Python package, each in a child interpreter writing into the filesystem
+/// under test, each durable and atomic as documented: `cacheless.safetensors.save_file` of
+/// 2 MiB of tensors to a new file (durable and atomic always), `cacheless.write_file` over an
+/// existing file and `cacheless.open(path, "wb")` written in odd-sized pieces over another
+/// (both durable with their default `sync=True`, atomic always). Skipped, saying why, without
+/// an interpreter that imports the package ([`python`]).
+fn python_calls() -> Workload {
+    let tensors = python_tensors();
+    let meta = std::collections::HashMap::from([("format".to_string(), "np".to_string())]);
+    let views: Vec<TensorData<'_>> = tensors.iter().map(|t| TensorData { name: t.name, dtype: t.dtype, shape: &t.shape, data: &t.data }).collect();
+    // Empty where it cannot be built: the run then fails, saying so.
+    let model: Arc<[u8]> = cacheless_safetensors::serialize(&views, Some(&meta)).unwrap_or_default().into();
+    drop(views);
+    let (blob_old, blob) = (noise(63, 100_000), noise(64, (300 << 10) + 11));
+    let (stream_old, stream) = (noise(65, 70_000), noise(66, (3 << 20) + 5));
+    let (setup_olds, setup_new) = ([blob_old.clone(), stream_old.clone()], [blob.clone(), stream.clone()]);
+    let built = !model.is_empty();
+    Workload {
+        name: "python".into(),
+        setup: Box::new(move |root, scratch| {
+            write_synced(&root.join("blob.bin"), &setup_olds[0])?;
+            write_synced(&root.join("stream.bin"), &setup_olds[1])?;
+            std::fs::write(scratch.join("blob.bin"), &setup_new[0][..])?;
+            std::fs::write(scratch.join("stream.bin"), &setup_new[1][..])?;
+            tensors.iter().try_for_each(|t| std::fs::write(scratch.join(t.file), &t.data[..]))
+        }),
+        run: Box::new(move |ctx: &Ctx| {
+            if !built {
+                return Err("the expected safetensors file could not be built".into());
+            }
+            let py = match python() {
+                Ok(p) => p,
+                Err(why) => return Ok(Ran::Unsupported(why)),
+            };
+            run_python(ctx, &py, &["model.safetensors", "blob.bin", "stream.bin"])
+        }),
+        files: vec![
+            expect("model.safetensors", None, model, "model.safetensors", true),
+            expect("blob.bin", Some(blob_old), blob, "blob.bin", true),
+            expect("stream.bin", Some(stream_old), stream, "stream.bin", true),
+        ],
+        dirs: vec![],
+        symlinks: vec![],
+    }
+}
+
+/// Runs [`PYTHON_CALLS`] in `py`, marking each of `calls` as the child says it returned.
+fn run_python(ctx: &Ctx, py: &Path, calls: &[&str]) -> Result<Ran, String> {
+    use std::io::{BufRead, Write};
+    let err_path = ctx.scratch.join("python.err");
+    let err = std::fs::File::create(&err_path).map_err(|e| format!("create {}: {e}", err_path.display()))?;
+    let mut child = Command::new(py)
+        .arg("-c")
+        .arg(PYTHON_CALLS)
+        .arg(&ctx.root)
+        .arg(&ctx.scratch)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", py.display()))?;
+    let (Some(mut to), Some(from)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err("the child's pipes are missing".into());
+    };
+    for line in std::io::BufReader::new(from).lines() {
+        let Ok(line) = line else { break };
+        if let Some(call) = calls.iter().find(|c| **c == line.trim()) {
+            ctx.mark(call);
+        }
+        // A child that has already exited is seen at the wait below.
+        let _ = writeln!(to, "go");
+    }
+    drop(to);
+    let status = child.wait().map_err(|e| format!("wait for {}: {e}", py.display()))?;
+    if status.success() {
+        return Ok(Ran::Done);
+    }
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    Err(format!("{} exited with {status}: {}", py.display(), stderr.trim().lines().last().unwrap_or("")))
 }

@@ -14,9 +14,10 @@ struct Args {
     /// Crash states per filesystem and workload (at most).
     #[arg(long, default_value_t = 40)]
     states: usize,
-    /// Filesystems, comma-separated: ext4, xfs, btrfs.
-    #[arg(long, default_value = "ext4,xfs")]
-    fs: String,
+    /// Filesystems, comma-separated: ext4, xfs, btrfs (default ext4 and xfs, and btrfs where
+    /// btrfs-progs is installed).
+    #[arg(long)]
+    fs: Option<String>,
     /// Workloads, comma-separated (default all).
     #[arg(long, value_delimiter = ',')]
     workload: Vec<String>,
@@ -31,9 +32,14 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
     /// Make the device fail the write of this number (from 0, counted from the mount) with EIO,
-    /// once: the engine must then fail, never promise what the image does not hold.
-    #[arg(long)]
-    eio: Option<usize>,
+    /// once: the engine must then fail, never promise what the image does not hold. Several,
+    /// comma-separated: a run for each.
+    #[arg(long, value_delimiter = ',')]
+    eio: Vec<usize>,
+    /// Fail this many writes, each in a run of its own, spread evenly over the writes of a run
+    /// without a failure (made and checked first).
+    #[arg(long, default_value_t = 0)]
+    eio_sweep: usize,
     /// Print every violation (default: the first 20).
     #[arg(long)]
     all: bool,
@@ -88,10 +94,14 @@ fn run(args: &Args) -> Result<usize, String> {
         return Err("--states must be at least 1".into());
     }
     let opts = SweepOptions {
-        fs: FsKind::parse_list(&args.fs).map_err(|e| e.to_string())?,
+        fs: match &args.fs {
+            Some(list) => FsKind::parse_list(list).map_err(|e| e.to_string())?,
+            None => FsKind::defaults(),
+        },
         states: args.states,
         seed: args.seed,
-        eio_at: args.eio,
+        eio_at: args.eio.clone(),
+        eio_spread: args.eio_sweep,
         scratch: args.scratch.clone(),
     };
     let wl = workloads::select(&args.workload)?;
@@ -99,12 +109,16 @@ fn run(args: &Args) -> Result<usize, String> {
     let mut shown = 0;
     let out = cacheless_crash::sweep(&opts, &wl, |r| {
         let rate = if r.check_s > 0.0 { r.states as f64 / r.check_s } else { 0.0 };
+        let name = match r.eio_at {
+            Some(n) => format!("{} (EIO {n})", r.workload),
+            None => r.workload.clone(),
+        };
         match &r.skipped {
-            Some(why) => say!("{:<6} {:<20} skipped: {why}", r.fs, r.workload),
+            Some(why) => say!("{:<6} {:<20} skipped: {why}", r.fs, name),
             None => say!(
                 "{:<6} {:<20} {:>5} states ({:.1}/s), {:>4} violations in {} states, {} temporaries; {} writes, {} flushes recorded, loop {}",
                 r.fs,
-                r.workload,
+                name,
                 r.states,
                 rate,
                 r.violations.len(),
@@ -114,6 +128,9 @@ fn run(args: &Args) -> Result<usize, String> {
                 r.barriers,
                 if r.loop_direct_io { "direct-io" } else { "buffered" }
             ),
+        }
+        if r.eio_at.is_some() && r.failed_writes == 0 {
+            say!("  the run ended before that write: nothing failed");
         }
         if r.failed_writes > 0 {
             let after = if r.returned_after_failure.is_empty() { "none".to_string() } else { r.returned_after_failure.join(", ") };
