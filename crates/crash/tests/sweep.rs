@@ -131,8 +131,9 @@ fn without_the_syncfs_a_batch_of_small_files_is_lost() {
     if !can_run() {
         return;
     }
-    let out = run(&[FsKind::Ext4], &["copy-tree"], 30, &[Step::Syncfs]);
+    let out = run(&[FsKind::Ext4], &["copy-tree", "extract"], 30, &[Step::Syncfs]);
     assert_caught(&out, "syncfs", "copy-tree");
+    assert_caught(&out, "syncfs", "extract");
 }
 
 /// Regression: the Writer (and a copy's small files) set the permission bits and times after
