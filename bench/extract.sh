@@ -18,10 +18,12 @@
 #
 # Environment: CACHELESS (binary, default target/release/cacheless), WORK (scratch dir on the
 # filesystem under test, default /var/tmp/cacheless-bench-extract), RUNS (5), NAME (label),
-# LARGE (16 x 64 MiB), MEDIUM (4000 x 128 KiB), SMALL (20000 x 1..SMALL_MAX_KIB KiB),
-# SMALL_MAX_KIB (40), EXTRA (extra flags for cacheless extract), TOOLS (the tools to compare, a
-# subset of: cacheless tar tar-T0), ARCHIVES (single multi), SYSCALLS (1).
+# LARGE (16 x 64 MiB), MEDIUM (4000 x 128 KiB), SMALL (20000 x SMALL_MIN_KIB..SMALL_MAX_KIB KiB),
+# SMALL_MIN_KIB (1), SMALL_MAX_KIB (40), EXTRA (extra flags for cacheless extract), TOOLS (the
+# tools to compare, a subset of: cacheless tar tar-T0), ARCHIVES (single multi), SYSCALLS (1).
 # The 200,000-file variant: NAME=200k LARGE=0 MEDIUM=0 SMALL=200000 SMALL_MAX_KIB=8 bench/extract.sh
+# The 1,000,000-file variant (0-4 KiB; about 12 GiB of scratch space with both archives and the
+# output): NAME=1m LARGE=0 MEDIUM=0 SMALL=1000000 SMALL_MIN_KIB=0 SMALL_MAX_KIB=4 bench/extract.sh
 # A smoke run: NAME=smoke RUNS=1 LARGE=1 MEDIUM=20 SMALL=200 bench/extract.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
