@@ -8,13 +8,19 @@
 # whose order rotates (bench/lib.sh; the position is recorded). Per run: wall, user and sys CPU
 # (GNU time, children included), page-cache growth (Cached in /proc/meminfo after minus before)
 # and the residency of the source and the copy afterwards (fincore). Writes WORK/raw-NAME.csv
-# and prints a markdown summary.
+# and prints a markdown summary, with CPU microseconds per file.
+# After the timed runs on the host, two more cold runs of each tool, not timed, that count system
+# calls: under perf stat's syscall and io_uring tracepoints, and under strace -f -c for the table
+# of calls (bench/lib.sh's syscall_counts): WORK/syscalls-NAME.csv, WORK/strace-*.txt, and
+# syscalls per file in the summary. SYSCALLS=0 leaves them out.
 #
 # Environment: CACHELESS (binary, default target/release/cacheless), WORK (scratch dir on the
 # filesystem under test, default /var/tmp/cacheless-bench-cp), RUNS (5), FILES (100000 small
 # files of 1..MAX_KIB KiB), MAX_KIB (64), BIG (8 large files of BIG_MIB MiB), BIG_MIB (512),
 # NAME (label), EXTRA (extra flags for cacheless cp), REFLINK_FS (e.g. "xfs btrfs": also run on
-# loop images of these filesystems; default none), TOOLS (default "cacheless cp rsync verify").
+# loop images of these filesystems; default none), TOOLS (default "cacheless cp rsync verify"),
+# SYSCALLS (1).
+# Small files only (100,000 of 1-8 KiB): NAME=cp-100k-small FILES=100000 MAX_KIB=8 BIG=0 bench/cp.sh
 # Smoke run: FILES=2000 BIG=2 BIG_MIB=64 RUNS=1 REFLINK_FS="xfs btrfs" bench/cp.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,16 +70,22 @@ resident_kib() { # every file of the source and the copy, exact (fincore)
 RAW=$WORK/raw-$NAME.csv
 echo "fs,tool,run,position,wall_s,user_s,sys_s,cache_growth_kib,resident_after_kib,tree_bytes,files" > "$RAW"
 
+# command_for TOOL SRC OUT: the command line that copies SRC to OUT with TOOL.
+command_for() {
+    case $1 in
+        cacheless) echo "\"$BIN\" cp -a $EXTRA \"$2\" \"$3\"" ;;
+        verify) echo "\"$BIN\" cp -a --verify $EXTRA \"$2\" \"$3\"" ;;
+        cp) echo "cp -a \"$2\" \"$3\" && sync" ;;
+        rsync) echo "rsync -a \"$2/\" \"$3/\" && sync" ;;
+        *) echo "unknown tool $1" >&2; exit 2 ;;
+    esac
+}
+
 # one FS SRC OUT TOOL RUN POSITION
 one() {
     local fs=$1 src=$2 out=$3 tool=$4 run=$5 pos=$6 cmd
+    cmd=$(command_for "$tool" "$src" "$out")
     rm -rf "$out"; sync; echo 3 > /proc/sys/vm/drop_caches; settle
-    case $tool in
-        cacheless) cmd="\"$BIN\" cp -a $EXTRA \"$src\" \"$out\"" ;;
-        verify) cmd="\"$BIN\" cp -a --verify $EXTRA \"$src\" \"$out\"" ;;
-        cp) cmd="cp -a \"$src\" \"$out\" && sync" ;;
-        rsync) cmd="rsync -a \"$src/\" \"$out/\" && sync" ;;
-    esac
     local m
     m=$(timed "$tool" "$cmd")
     echo "$fs,$tool,$run,$pos,$m,$(resident_kib "$src" "$out"),$TREE_BYTES,$NFILES" | tee -a "$RAW"
@@ -103,6 +115,15 @@ TREE_BYTES=$(du -sb --apparent-size "$TREE" | cut -f1)
 NFILES=$(find "$TREE" -type f | wc -l)
 # shellcheck disable=SC2086
 series host "$TREE" "$WORK/out" $TOOLS
+# More cold runs of each on the host, not timed: the system calls it makes.
+SYS=$WORK/syscalls-$NAME.csv
+echo "fs,tool,syscalls,futex,io_uring_enter,uring_ops,strace_syscalls,strace_futex,files" > "$SYS"
+cold_host() { rm -rf "$WORK/out"; sync; echo 3 > /proc/sys/vm/drop_caches; settle; }
+for tool in $TOOLS; do
+    counts=$(syscall_counts "$NAME-$tool" cold_host "$(command_for "$tool" "$TREE" "$WORK/out")")
+    echo "host,$tool,$counts,$NFILES" | tee -a "$SYS"
+done
+rm -rf "$WORK/out"
 
 # The reflink path: the tree and its copy inside a loop image of each filesystem (sized for the
 # source, two copies' metadata and slack), O_DIRECT loop so the image file itself stays uncached.
@@ -121,22 +142,39 @@ for fs in $REFLINK_FS; do
     cleanup; trap - EXIT
 done
 
-python3 - "$RAW" <<'PY'
+python3 - "$RAW" "$SYS" <<'PY'
 import csv, statistics as st, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
+sysc = {(r["fs"], r["tool"]): r for r in csv.DictReader(open(sys.argv[2]))}
 def sel(fs, tool): return [r for r in rows if r["fs"] == fs and r["tool"] == tool]
 def med(fs, tool, k): return st.median(float(r[k]) for r in sel(fs, tool))
+def per_file(fs, tool, f):
+    r = sysc.get((fs, tool))
+    if r is None or r[f] in ("", "-"):
+        return "-"
+    v = float(r[f]) / float(r["files"])
+    return f"{v:.2f}" if v == 0 or v >= 0.1 else f"{v:.4f}"
+def calls(fs, tool):
+    # perf's undisturbed count where there is one, else strace's (its futex count inflated).
+    r = sysc.get((fs, tool))
+    if r is not None and r["syscalls"] in ("", "-"):
+        return f"{per_file(fs, tool, 'strace_syscalls')} ({per_file(fs, tool, 'strace_futex')}, strace)"
+    return f"{per_file(fs, tool, 'syscalls')} ({per_file(fs, tool, 'futex')})"
 tb = float(rows[0]["tree_bytes"]); n = rows[0]["files"]
 labels = {"cacheless": "cacheless cp -a", "verify": "cacheless cp -a --verify", "cp": "cp -a && sync", "rsync": "rsync -a && sync"}
 for fs in dict.fromkeys(r["fs"] for r in rows):
     tools = [t for t in labels if sel(fs, t)]
     runs = len(sel(fs, tools[0]))
     print(f"\n{fs}: tree {tb/2**30:.2f} GiB apparent, {n} files; medians of {runs} cold interleaved runs\n")
-    print("| tool | wall s | user s | sys s | page-cache growth | resident after (source+copy) |")
-    print("|---|---|---|---|---|---|")
+    print("| tool | wall s | user s | sys s | CPU us/file (user + sys) | syscalls/file (futex) | io_uring_enter / io_uring ops per file | page-cache growth | resident after (source+copy) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for t in tools:
         g = med(fs, t, "cache_growth_kib") * 1024
-        print(f"| {labels[t]} | {med(fs,t,'wall_s'):.2f} | {med(fs,t,'user_s'):.2f} | {med(fs,t,'sys_s'):.2f} | {g/2**20:.0f} MiB ({100*g/tb:.1f} %) | {med(fs,t,'resident_after_kib')/1024:.0f} MiB |")
+        u, s_ = med(fs, t, "user_s"), med(fs, t, "sys_s")
+        pf = lambda v: v / float(n) * 1e6
+        print(f"| {labels[t]} | {med(fs,t,'wall_s'):.2f} | {u:.2f} | {s_:.2f} | {pf(u + s_):.1f} ({pf(u):.1f} + {pf(s_):.1f}) | "
+              f"{calls(fs, t)} | {per_file(fs, t, 'io_uring_enter')} / {per_file(fs, t, 'uring_ops')} | "
+              f"{g/2**20:.0f} MiB ({100*g/tb:.1f} %) | {med(fs,t,'resident_after_kib')/1024:.0f} MiB |")
     c = med(fs, "cacheless", "wall_s")
     peers = [t for t in ("cp", "rsync") if t in tools]
     if peers:

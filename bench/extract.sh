@@ -9,15 +9,21 @@
 # Per run: wall, user and sys CPU (GNU time, children included), page-cache growth (Cached in
 # /proc/meminfo after minus before) and the exact residency of the archive and the extracted
 # tree afterwards (fincore). Writes WORK/raw-NAME.csv and prints a markdown summary with CPU
-# seconds (user + sys) per GiB of tree, and for cacheless the frames and decompression threads
-# its --json report gives.
+# seconds (user + sys) per GiB of tree and microseconds per file, and for cacheless the frames
+# and decompression threads its --json report gives.
+# After the timed runs, two more cold runs of each tool and archive, not timed, that count system
+# calls: under perf stat's syscall and io_uring tracepoints, and under strace -f -c for the table
+# of calls (bench/lib.sh's syscall_counts): WORK/syscalls-NAME.csv, WORK/strace-*.txt, and
+# syscalls per file in the summary. SYSCALLS=0 leaves them out.
 #
 # Environment: CACHELESS (binary, default target/release/cacheless), WORK (scratch dir on the
 # filesystem under test, default /var/tmp/cacheless-bench-extract), RUNS (5), NAME (label),
-# LARGE (16 x 64 MiB), MEDIUM (4000 x 128 KiB), SMALL (20000 x 1..SMALL_MAX_KIB KiB),
-# SMALL_MAX_KIB (40), EXTRA (extra flags for cacheless extract), TOOLS (the tools to compare, a
-# subset of: cacheless tar tar-T0), ARCHIVES (single multi).
+# LARGE (16 x 64 MiB), MEDIUM (4000 x 128 KiB), SMALL (20000 x SMALL_MIN_KIB..SMALL_MAX_KIB KiB),
+# SMALL_MIN_KIB (1), SMALL_MAX_KIB (40), EXTRA (extra flags for cacheless extract), TOOLS (the
+# tools to compare, a subset of: cacheless tar tar-T0), ARCHIVES (single multi), SYSCALLS (1).
 # The 200,000-file variant: NAME=200k LARGE=0 MEDIUM=0 SMALL=200000 SMALL_MAX_KIB=8 bench/extract.sh
+# The 1,000,000-file variant (0-4 KiB; about 12 GiB of scratch space with both archives and the
+# output): NAME=1m LARGE=0 MEDIUM=0 SMALL=1000000 SMALL_MIN_KIB=0 SMALL_MAX_KIB=4 bench/extract.sh
 # A smoke run: NAME=smoke RUNS=1 LARGE=1 MEDIUM=20 SMALL=200 bench/extract.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,17 +47,22 @@ cached_kib() { awk '/^Cached:/ {print $2}' /proc/meminfo; }
 resident_kib() { # archive + every extracted file, exact (fincore)
     { echo "$1"; find "$OUT" -type f; } | xargs -d '\n' fincore -b -n -o RES 2>/dev/null | awk '{s+=$1} END {print int(s/1024)}'
 }
+# command_for TOOL ARCHIVE: the command line that extracts ARCHIVE into OUT with TOOL.
+command_for() {
+    case $1 in
+        cacheless) echo "\"$BIN\" extract --json $EXTRA \"$2\" -C \"$OUT\" > \"$WORK/report.json\"" ;;
+        tar) echo "tar -I zstd -xf \"$2\" -C \"$OUT\" && sync" ;;
+        tar-T0) echo "tar -I 'zstd -T0' -xf \"$2\" -C \"$OUT\" && sync" ;;
+        *) echo "unknown tool $1" >&2; exit 2 ;;
+    esac
+}
+cold() { rm -rf "$OUT"; mkdir -p "$OUT"; sync; echo 3 > /proc/sys/vm/drop_caches; settle; }
 one() { # tool@archive run position
     local tool=${1%@*} kind=${1#*@} run=$2 pos=$3 cmd arch frames=- dthreads=-
     arch=ARCH_$kind
     arch=${!arch}
-    rm -rf "$OUT"; mkdir -p "$OUT"; sync; echo 3 > /proc/sys/vm/drop_caches; settle
-    case $tool in
-        cacheless) cmd="\"$BIN\" extract --json $EXTRA \"$arch\" -C \"$OUT\" > \"$WORK/report.json\"" ;;
-        tar) cmd="tar -I zstd -xf \"$arch\" -C \"$OUT\" && sync" ;;
-        tar-T0) cmd="tar -I 'zstd -T0' -xf \"$arch\" -C \"$OUT\" && sync" ;;
-        *) echo "unknown tool $tool" >&2; exit 2 ;;
-    esac
+    cmd=$(command_for "$tool" "$arch")
+    cold
     local before after t
     before=$(cached_kib)
     /usr/bin/time -f "%e %U %S" -o "$WORK/time.txt" bash -c "$cmd" >/dev/null 2>"$WORK/stderr-$tool.txt" \
@@ -72,10 +83,33 @@ for run in $(seq 1 "$RUNS"); do
         one "$item" "$run" "$pos"
     done
 done
+# More cold runs of each, not timed: the system calls it makes.
+SYS=$WORK/syscalls-$NAME.csv
+echo "tool,archive,syscalls,futex,io_uring_enter,uring_ops,strace_syscalls,strace_futex,files" > "$SYS"
+for item in "${ITEMS[@]}"; do
+    tool=${item%@*} kind=${item#*@}
+    arch=ARCH_$kind
+    cmd=$(command_for "$tool" "${!arch}")
+    counts=$(syscall_counts "$NAME-$tool-$kind" cold "$cmd")
+    echo "$tool,$kind,$counts,$FILES" | tee -a "$SYS"
+done
 rm -rf "$OUT"
-python3 - "$RAW" <<'PY'
+python3 - "$RAW" "$SYS" <<'PY'
 import csv, statistics as st, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
+sysc = {(r["tool"], r["archive"]): r for r in csv.DictReader(open(sys.argv[2]))}
+def per_file(k, f):
+    r = sysc.get(k)
+    if r is None or r[f] in ("", "-"):
+        return "-"
+    v = float(r[f]) / float(r["files"])
+    return f"{v:.2f}" if v == 0 or v >= 0.1 else f"{v:.4f}"
+def calls(k):
+    # perf's undisturbed count where there is one, else strace's (its futex count inflated).
+    r = sysc.get(k)
+    if r is not None and r["syscalls"] in ("", "-"):
+        return f"{per_file(k, 'strace_syscalls')} ({per_file(k, 'strace_futex')}, strace)"
+    return f"{per_file(k, 'syscalls')} ({per_file(k, 'futex')})"
 keys = list(dict.fromkeys((r["tool"], r["archive"]) for r in rows))
 def sel(k): return [r for r in rows if (r["tool"], r["archive"]) == k]
 def med(k, f): return st.median(float(r[f]) for r in sel(k))
@@ -83,13 +117,16 @@ def cpu(k): return st.median(float(r["user_s"]) + float(r["sys_s"]) for r in sel
 tb = float(rows[0]["tree_bytes"]); n = rows[0]["files"]; gib = tb / 2**30
 labels = {"cacheless": "cacheless extract", "tar": "tar -I zstd -xf && sync", "tar-T0": "tar -I 'zstd -T0' -xf && sync"}
 print(f"\ntree: {gib:.2f} GiB apparent, {n} files; medians of {len(sel(keys[0]))} cold interleaved runs\n")
-print("| tool | archive | wall s | user s | sys s | CPU s/GiB | page-cache growth | resident after (archive+tree) | frames / decompression threads |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| tool | archive | wall s | user s | sys s | CPU s/GiB | CPU us/file (user + sys) | syscalls/file (futex) | io_uring_enter / io_uring ops per file | page-cache growth | resident after (archive+tree) | frames / decompression threads |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 for k in keys:
     g = med(k, "cache_growth_kib") * 1024
     r0 = sel(k)[0]
     fr = f"{r0['frames']} / {r0['decompress_threads']}" if k[0] == "cacheless" else "-"
+    pf = lambda f: float(med(k, f)) / float(n) * 1e6
     print(f"| {labels[k[0]]} | {k[1]}-frame | {med(k,'wall_s'):.2f} | {med(k,'user_s'):.2f} | {med(k,'sys_s'):.2f} | {cpu(k)/gib:.2f} | "
+          f"{cpu(k)/float(n)*1e6:.1f} ({pf('user_s'):.1f} + {pf('sys_s'):.1f}) | {calls(k)} | "
+          f"{per_file(k, 'io_uring_enter')} / {per_file(k, 'uring_ops')} | "
           f"{g/2**20:.0f} MiB ({100*g/tb:.1f} %) | {med(k,'resident_after_kib')/1024:.0f} MiB | {fr} |")
 for a in dict.fromkeys(k[1] for k in keys):
     c = ("cacheless", a)

@@ -79,3 +79,46 @@ timed() {
     after=$(cached_kib)
     echo "${t// /,},$((after - before))"
 }
+
+# syscall_counts LABEL PREP CMD: the system calls CMD makes, from two more runs of it under bash,
+# neither timed, each after PREP (a shell function: make the run cold and its output absent).
+# - Under `perf stat` with the tracepoints raw_syscalls:sys_enter (every system call of every
+#   thread and child), syscalls:sys_enter_futex, syscalls:sys_enter_io_uring_enter and
+#   io_uring:io_uring_submit_req (the requests submitted through io_uring, which are no system
+#   calls: one io_uring_enter may submit many, a SQPOLL ring none). The counters cost little,
+#   so the threads' timing, and with it how often they contend on a lock (futex), stays as in a
+#   timed run. Needs tracefs (mount -t tracefs nodev /sys/kernel/tracing).
+# - Under `strace -f -c`, for the table of which calls were made (WORK/strace-LABEL.txt).
+#   strace stops every thread at every call: that run is several times slower, and its futex
+#   count (threads waiting on each other) is inflated; the other calls it counts exactly.
+# Prints "syscalls,futex,io_uring_enter,uring_ops,strace_syscalls,strace_futex" ("-" for what
+# could not be counted: perf or the tracepoints missing, strace missing). SYSCALLS=0 skips both
+# runs. Needs WORK.
+syscall_counts() {
+    local label=$1 prep=$2 cmd=$3 st=$WORK/strace-$1.txt pf=$WORK/perf-$1.txt
+    local calls=- futex=- enters=- ops=- scalls=- sfutex=-
+    local events=raw_syscalls:sys_enter,syscalls:sys_enter_futex,syscalls:sys_enter_io_uring_enter,io_uring:io_uring_submit_req
+    if [ "${SYSCALLS:-1}" = 0 ]; then
+        echo "-,-,-,-,-,-"
+        return 0
+    fi
+    if command -v perf >/dev/null && perf stat -x, -e "$events" -o /dev/null true 2>/dev/null; then
+        "$prep"
+        perf stat -x, -e "$events" -o "$pf" -- bash -c "$cmd" >/dev/null 2>"$WORK/stderr-perf-$label.txt" \
+            || { echo "$label failed under perf stat:" >&2; cat "$WORK/stderr-perf-$label.txt" >&2; exit 1; }
+        # perf stat -x, rows: count, unit, event, ...
+        calls=$(awk -F, '$3 == "raw_syscalls:sys_enter" {print $1}' "$pf")
+        futex=$(awk -F, '$3 == "syscalls:sys_enter_futex" {print $1}' "$pf")
+        enters=$(awk -F, '$3 == "syscalls:sys_enter_io_uring_enter" {print $1}' "$pf")
+        ops=$(awk -F, '$3 == "io_uring:io_uring_submit_req" {print $1}' "$pf")
+    fi
+    if command -v strace >/dev/null; then
+        "$prep"
+        strace -f -c -o "$st" bash -c "$cmd" >/dev/null 2>"$WORK/stderr-strace-$label.txt" \
+            || { echo "$label failed under strace:" >&2; cat "$WORK/stderr-strace-$label.txt" >&2; exit 1; }
+        # strace -c rows: % time, seconds, usecs/call, calls, [errors], syscall.
+        scalls=$(awk '$NF == "total" {print $4}' "$st")
+        sfutex=$(awk '$NF == "futex" {print $4}' "$st")
+    fi
+    echo "${calls:--},${futex:--},${enters:--},${ops:--},${scalls:--},${sfutex:-0}"
+}

@@ -104,12 +104,23 @@ pub struct Parser<R: Read> {
     /// Padding after the current entry's data.
     pad: u64,
     global: Pax,
-    cur_name: String,
+    /// The current member's name as stored, raw: made a `String` only when an error names it
+    /// (a lossy copy for every header cost two allocations per entry).
+    cur_name: Vec<u8>,
+    /// Buffer for skipping data, allocated on the first skip longer than a block.
+    scratch: Vec<u8>,
     ended: bool,
 }
 
-fn corrupt(reason: impl Into<String>, entry: &str, offset: u64) -> Error {
-    Error::Corrupt { reason: reason.into(), entry: entry.to_string(), offset }
+/// Bytes skipped per read (and the size of the buffer for it).
+const SKIP_CHUNK: usize = 64 * 1024;
+
+fn lossy(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+fn corrupt(reason: impl Into<String>, entry: &[u8], offset: u64) -> Error {
+    Error::Corrupt { reason: reason.into(), entry: lossy(entry), offset }
 }
 
 /// Parses a numeric header field: octal (NUL/space terminated) or GNU base-256 (high bit set).
@@ -155,7 +166,7 @@ pub fn parse_numeric(field: &[u8]) -> std::result::Result<i64, String> {
     Ok(v)
 }
 
-fn unsigned(field: &[u8], what: &str, name: &str, off: u64) -> Result<u64> {
+fn unsigned(field: &[u8], what: &str, name: &[u8], off: u64) -> Result<u64> {
     let v = parse_numeric(field).map_err(|e| corrupt(format!("{what}: {e}"), name, off))?;
     u64::try_from(v).map_err(|_| corrupt(format!("negative {what} ({v})"), name, off))
 }
@@ -165,6 +176,18 @@ fn nul_trim(b: &[u8]) -> &[u8] {
         Some(p) => &b[..p],
         None => b,
     }
+}
+
+/// A header's checksums: the sum of its bytes with the checksum field read as 8 spaces, and the
+/// historic signed sum some tars wrote (each byte as a two's complement i8: 256 less for each
+/// byte from 0x80 up; spaces are below it). Summed in plain loops the compiler vectorises.
+fn header_sums(block: &[u8; 512]) -> (i64, i64) {
+    let (head, rest) = block.split_at(148);
+    let tail = &rest[8..];
+    let sum = |b: &[u8]| b.iter().map(|&b| u32::from(b)).sum::<u32>();
+    let high = |b: &[u8]| b.iter().map(|&b| u32::from(b >> 7)).sum::<u32>();
+    let u = i64::from(sum(head) + sum(tail) + 8 * u32::from(b' '));
+    (u, u - 256 * i64::from(high(head) + high(tail)))
 }
 
 /// Nanoseconds per unit of each fraction digit: 10^8 for the first, down to 1 for the ninth.
@@ -190,12 +213,23 @@ fn parse_pax_time(v: &str) -> Option<(i64, u32)> {
 impl<R: Read> Parser<R> {
     /// Starts parsing at offset 0 of `r`.
     pub fn new(r: R) -> Self {
-        Parser { r, pos: 0, remaining: 0, pad: 0, global: Pax::default(), cur_name: String::new(), ended: false }
+        Parser { r, pos: 0, remaining: 0, pad: 0, global: Pax::default(), cur_name: Vec::new(), scratch: Vec::new(), ended: false }
     }
 
     /// Offset in the tar stream consumed so far.
     pub fn position(&self) -> u64 {
         self.pos
+    }
+
+    /// The current member's name, for messages.
+    fn name(&self) -> String {
+        lossy(&self.cur_name)
+    }
+
+    /// Makes `name` the current member's name (reusing the buffer).
+    fn set_name(&mut self, name: &[u8]) {
+        self.cur_name.clear();
+        self.cur_name.extend_from_slice(name);
     }
 
     /// The stream being parsed.
@@ -215,7 +249,7 @@ impl<R: Read> Parser<R> {
                     // Report where the cut block starts.
                     let offset = self.pos;
                     self.pos += got as u64;
-                    return Err(Error::Truncated { what, entry: self.cur_name.clone(), offset });
+                    return Err(Error::Truncated { what, entry: self.name(), offset });
                 }
                 Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -233,18 +267,33 @@ impl<R: Read> Parser<R> {
         };
         match e.kind() {
             io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput | io::ErrorKind::UnexpectedEof | io::ErrorKind::Other => {
-                Error::Decompress { entry: self.cur_name.clone(), offset: self.pos, error: e }
+                Error::Decompress { entry: self.name(), offset: self.pos, error: e }
             }
             _ => Error::io("read", "archive", e),
         }
     }
 
-    fn skip(&mut self, mut n: u64, what: &'static str) -> Result<()> {
-        let mut buf = [0u8; 64 * 1024];
+    fn skip(&mut self, n: u64, what: &'static str) -> Result<()> {
+        // The padding after each member's data (under a block) is skipped through a block on
+        // the stack; longer runs through the parser's buffer. A 64 KiB array zeroed on every
+        // call cost more than the rest of the header's parsing.
+        if n <= BLOCK {
+            let mut buf = [0u8; 512];
+            return self.skip_with(n, &mut buf, what);
+        }
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.resize(SKIP_CHUNK, 0);
+        let r = self.skip_with(n, &mut buf, what);
+        self.scratch = buf;
+        r
+    }
+
+    /// Skips `n` bytes, reading them into `buf` (at most its length at a time).
+    fn skip_with(&mut self, mut n: u64, buf: &mut [u8], what: &'static str) -> Result<()> {
         while n > 0 {
             let k = cacheless::conv::fit(n, buf.len());
             if !self.fill(&mut buf[..k], what)? {
-                return Err(Error::Truncated { what, entry: self.cur_name.clone(), offset: self.pos });
+                return Err(Error::Truncated { what, entry: self.name(), offset: self.pos });
             }
             n -= k as u64;
         }
@@ -274,7 +323,7 @@ impl<R: Read> Parser<R> {
         let k = cacheless::conv::fit(self.remaining, buf.len());
         loop {
             match self.r.read(&mut buf[..k]) {
-                Ok(0) => return Err(Error::Truncated { what: "data", entry: self.cur_name.clone(), offset: self.pos }),
+                Ok(0) => return Err(Error::Truncated { what: "data", entry: self.name(), offset: self.pos }),
                 Ok(n) => {
                     self.pos += n as u64;
                     self.remaining -= n as u64;
@@ -292,7 +341,7 @@ impl<R: Read> Parser<R> {
         while got < buf.len() {
             let n = self.read_data(&mut buf[got..])?;
             if n == 0 {
-                return Err(Error::Truncated { what: "data", entry: self.cur_name.clone(), offset: self.pos });
+                return Err(Error::Truncated { what: "data", entry: self.name(), offset: self.pos });
             }
             got += n;
         }
@@ -305,7 +354,7 @@ impl<R: Read> Parser<R> {
         }
         let mut v = vec![0u8; cacheless::conv::usize_of(size)];
         if !self.fill(&mut v, what)? && size > 0 {
-            return Err(Error::Truncated { what, entry: self.cur_name.clone(), offset: self.pos });
+            return Err(Error::Truncated { what, entry: self.name(), offset: self.pos });
         }
         let pad = (BLOCK - size % BLOCK) % BLOCK;
         self.skip(pad, what)?;
@@ -332,7 +381,7 @@ impl<R: Read> Parser<R> {
             let mut block = [0u8; 512];
             if !self.fill(&mut block, "header")? {
                 if first_offset.is_some() {
-                    return Err(Error::Truncated { what: "header", entry: self.cur_name.clone(), offset: off });
+                    return Err(Error::Truncated { what: "header", entry: self.name(), offset: off });
                 }
                 // EOF without end-of-archive blocks: GNU tar accepts it silently.
                 self.ended = true;
@@ -348,7 +397,10 @@ impl<R: Read> Parser<R> {
             }
             first_offset.get_or_insert(off);
             let h = tar::Header::from_byte_slice(&block);
-            self.cur_name = String::from_utf8_lossy(&long_name.clone().unwrap_or_else(|| h.path_bytes().into_owned())).into_owned();
+            match &long_name {
+                Some(n) => self.set_name(n),
+                None => self.set_name(&h.path_bytes()),
+            }
             self.verify_checksum(&block, off)?;
             let old = h.as_old();
             let size = unsigned(&old.size, "size", &self.cur_name, off)?;
@@ -400,14 +452,7 @@ impl<R: Read> Parser<R> {
 
     fn verify_checksum(&self, block: &[u8; 512], off: u64) -> Result<()> {
         let stored = parse_numeric(&block[148..156]).map_err(|e| corrupt(format!("checksum field: {e}"), &self.cur_name, off))?;
-        let mut u: i64 = 0;
-        let mut s: i64 = 0;
-        for (i, &b) in block.iter().enumerate() {
-            let b = if (148..156).contains(&i) { b' ' } else { b };
-            u += i64::from(b);
-            // The historic signed sum some tars wrote: the byte as a two's complement i8.
-            s += i64::from(i8::from_ne_bytes([b]));
-        }
+        let (u, s) = header_sums(block);
         if stored != u && stored != s {
             return Err(corrupt(format!("header checksum mismatch (stored {stored}, computed {u})"), &self.cur_name, off));
         }
@@ -489,32 +534,32 @@ impl<R: Read> Parser<R> {
         size: u64,
         long_name: Option<Vec<u8>>,
         long_link: Option<Vec<u8>>,
-        pax: Pax,
+        mut pax: Pax,
     ) -> Result<Entry> {
         let old = h.as_old();
-        let mut path = long_name.unwrap_or_else(|| h.path_bytes().into_owned());
-        if let Some(p) = &pax.path {
-            path = p.clone();
-        }
+        let path = match (pax.path.take(), long_name) {
+            (Some(p), _) | (None, Some(p)) => p,
+            (None, None) => h.path_bytes().into_owned(),
+        };
         let mut link = long_link.or_else(|| h.link_name_bytes().map(|c| c.into_owned()));
         if let Some(l) = &pax.linkpath {
             link = Some(l.clone());
         }
-        self.cur_name = String::from_utf8_lossy(&path).into_owned();
-        let name = self.cur_name.clone();
-        let mode = unsigned(&old.mode, "mode", &name, off)?;
+        self.set_name(&path);
+        let name = &self.cur_name;
+        let mode = unsigned(&old.mode, "mode", name, off)?;
         let mode = (mode & 0o7777) as u32;
         let uid = match pax.uid {
             Some(u) => u,
-            None => unsigned(&old.uid, "uid", &name, off)?,
+            None => unsigned(&old.uid, "uid", name, off)?,
         };
         let gid = match pax.gid {
             Some(g) => g,
-            None => unsigned(&old.gid, "gid", &name, off)?,
+            None => unsigned(&old.gid, "gid", name, off)?,
         };
         let mtime = match pax.mtime {
             Some(t) => t,
-            None => (parse_numeric(&old.mtime).map_err(|e| corrupt(format!("mtime: {e}"), &name, off))?, 0),
+            None => (parse_numeric(&old.mtime).map_err(|e| corrupt(format!("mtime: {e}"), name, off))?, 0),
         };
         let data_len = pax.size.unwrap_or(size);
         let tf = old.linkflag[0];
@@ -536,7 +581,7 @@ impl<R: Read> Parser<R> {
         if matches!(kind, Kind::CharDev | Kind::BlockDev) {
             if let Some(u) = h.as_ustar() {
                 let num = |f: &[u8], what: &str| {
-                    unsigned(f, what, &name, off).and_then(|v| u32::try_from(v).map_err(|_| corrupt(format!("{what} {v} out of range"), &name, off)))
+                    unsigned(f, what, name, off).and_then(|v| u32::try_from(v).map_err(|_| corrupt(format!("{what} {v} out of range"), name, off)))
                 };
                 dev = (num(&u.dev_major, "devmajor")?, num(&u.dev_minor, "devminor")?);
             }
@@ -558,51 +603,64 @@ impl<R: Read> Parser<R> {
         self.remaining = data_len;
         self.pad = (BLOCK - data_len % BLOCK) % BLOCK;
 
-        if tf == b'S' {
+        if tf == b'S' || (kind == Kind::File && pax.sparse_major.is_some()) {
+            // Reading the map borrows the parser: the name its errors carry is copied (the
+            // member's name before a pax sparse name replaces it).
+            let name = self.cur_name.clone();
+            self.sparse_map(&mut e, h, &pax, &name, off)?;
+        }
+        let _ = block;
+        Ok(e)
+    }
+
+    /// Reads and checks the sparse map of `e` (GNU old sparse when its type is 'S', else pax
+    /// 0.0, 0.1 or 1.0). `name` is the member's name for errors about the map.
+    fn sparse_map(&mut self, e: &mut Entry, h: &tar::Header, pax: &Pax, name: &[u8], off: u64) -> Result<()> {
+        if h.as_old().linkflag[0] == b'S' {
             // GNU old sparse: 4 descriptors in the header, more in extension blocks.
-            let g = h.as_gnu().ok_or_else(|| corrupt("sparse entry without GNU magic", &name, off))?;
+            let g = h.as_gnu().ok_or_else(|| corrupt("sparse entry without GNU magic", name, off))?;
             let mut map = Vec::new();
             let push = |o: &[u8], n: &[u8], map: &mut Vec<(u64, u64)>| -> Result<bool> {
                 if o.iter().all(|&b| b == 0) && n.iter().all(|&b| b == 0) {
                     return Ok(false);
                 }
-                map.push((unsigned(o, "sparse offset", &name, off)?, unsigned(n, "sparse length", &name, off)?));
+                map.push((unsigned(o, "sparse offset", name, off)?, unsigned(n, "sparse length", name, off)?));
                 Ok(true)
             };
             for s in &g.sparse {
                 push(&s.offset, &s.numbytes, &mut map)?;
             }
             let mut ext = g.isextended[0] != 0;
-            e.size = unsigned(&g.realsize, "sparse real size", &name, off)?;
+            e.size = unsigned(&g.realsize, "sparse real size", name, off)?;
             // Extension blocks come before the data and are not part of `size`.
             while ext {
                 let mut b = [0u8; 512];
                 if !self.fill(&mut b, "header")? {
-                    return Err(Error::Truncated { what: "header", entry: name.clone(), offset: self.pos });
+                    return Err(Error::Truncated { what: "header", entry: lossy(name), offset: self.pos });
                 }
                 for i in 0..21 {
                     push(&b[i * 24..i * 24 + 12], &b[i * 24 + 12..i * 24 + 24], &mut map)?;
                 }
                 ext = b[504] != 0;
                 if map.len() > MAX_SPARSE_SEGMENTS {
-                    return Err(corrupt("too many sparse segments", &name, off));
+                    return Err(corrupt("too many sparse segments", name, off));
                 }
             }
             e.sparse = Some(map);
-        } else if kind == Kind::File && pax.sparse_major.is_some() {
+        } else {
             if let Some(n) = &pax.sparse_name {
                 e.path = n.clone();
-                self.cur_name = String::from_utf8_lossy(n).into_owned();
+                self.set_name(n);
             }
-            e.size = pax.sparse_realsize.ok_or_else(|| corrupt("pax sparse entry without real size", &name, off))?;
+            e.size = pax.sparse_realsize.ok_or_else(|| corrupt("pax sparse entry without real size", name, off))?;
             if pax.sparse_major == Some(1) {
                 // Format 1.0: the map is at the start of the data, decimal lines, padded to 512.
-                let map = self.read_sparse_1_0(&name)?;
+                let map = self.read_sparse_1_0(name)?;
                 e.sparse = Some(map);
             } else {
                 let m = &pax.sparse_map;
                 if m.len() % 2 != 0 {
-                    return Err(corrupt("odd GNU.sparse.map", &name, off));
+                    return Err(corrupt("odd GNU.sparse.map", name, off));
                 }
                 e.sparse = Some(m.chunks(2).map(|c| (c[0], c[1])).collect());
             }
@@ -610,21 +668,20 @@ impl<R: Read> Parser<R> {
         if let Some(map) = &e.sparse {
             let mut total: u64 = 0;
             for &(o, n) in map {
-                let end = o.checked_add(n).ok_or_else(|| corrupt("sparse segment overflows", &name, off))?;
+                let end = o.checked_add(n).ok_or_else(|| corrupt("sparse segment overflows", name, off))?;
                 if end > e.size || end > MAX_SIZE {
-                    return Err(corrupt("sparse segment beyond the real size", &name, off));
+                    return Err(corrupt("sparse segment beyond the real size", name, off));
                 }
-                total = total.checked_add(n).ok_or_else(|| corrupt("sparse map overflows", &name, off))?;
+                total = total.checked_add(n).ok_or_else(|| corrupt("sparse map overflows", name, off))?;
             }
             if total > self.remaining {
-                return Err(corrupt(format!("sparse map wants {total} bytes, entry holds {}", self.remaining), &name, off));
+                return Err(corrupt(format!("sparse map wants {total} bytes, entry holds {}", self.remaining), name, off));
             }
         }
-        let _ = block;
-        Ok(e)
+        Ok(())
     }
 
-    fn read_sparse_1_0(&mut self, name: &str) -> Result<Vec<(u64, u64)>> {
+    fn read_sparse_1_0(&mut self, name: &[u8]) -> Result<Vec<(u64, u64)>> {
         let start = self.remaining;
         let line = |p: &mut Self| -> Result<u64> {
             let mut s = Vec::new();
@@ -680,6 +737,28 @@ mod tests {
         f[0] = 0x80;
         assert!(parse_numeric(&f).is_err());
         assert!(parse_numeric(b"7777777777777777777777777").is_err());
+    }
+
+    #[test]
+    fn header_sums_are_the_bytewise_sums() {
+        let mut x: u32 = 12345;
+        for round in 0..200 {
+            let mut block = [0u8; 512];
+            for b in block.iter_mut() {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                *b = x.to_le_bytes()[2];
+            }
+            if round == 0 {
+                block = [0xff; 512];
+            }
+            let (mut u, mut s) = (0i64, 0i64);
+            for (i, &b) in block.iter().enumerate() {
+                let b = if (148..156).contains(&i) { b' ' } else { b };
+                u += i64::from(b);
+                s += i64::from(i8::from_ne_bytes([b]));
+            }
+            assert_eq!(header_sums(&block), (u, s));
+        }
     }
 
     #[test]
