@@ -422,6 +422,20 @@ impl FileCreator {
         }
     }
 
+    /// Whether files are created without their final name and named after their batch's
+    /// syncfs (see [`CreateOptions::publish_after_sync`]).
+    pub(crate) fn publishes(&self) -> bool {
+        self.shared.publishes()
+    }
+
+    /// A file created without a name (O_TMPFILE, by a [`CreateQueue`](crate::create_queue::CreateQueue))
+    /// in `dir`, as [`FileCreator::create`] would have made it.
+    pub(crate) fn adopt_unnamed(&self, fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> NewFile {
+        let mut draft = self.draft(fd, display_path, size_hint);
+        draft.caps = self.dir_caps(&dir);
+        NewFile { draft, dir, name: name.to_os_string(), unnamed: Some(None), attrs, finished: false }
+    }
+
     /// How files waiting for their name are created and named (O_TMPFILE and a link, or a
     /// temporary name and a rename, and why), in words for a report; `None` where files are
     /// created under their final name.

@@ -33,6 +33,7 @@ pub mod caps;
 pub mod conv;
 mod copy;
 pub mod create;
+pub mod create_queue;
 pub mod digest;
 mod env;
 pub mod error;
@@ -61,6 +62,7 @@ pub use copy::{
     copy_file, copy_file_with, copy_xattrs, open_parent, stage_copy, CopyOptions, CopyReport, Method, Reflink, Sparse, Staged, VerifyHook, VerifyReport,
 };
 pub use create::{sync_filesystem, CreateOptions, FileAttrs, FileCreator, NewFile, PendingFile, Published};
+pub use create_queue::{CreateQueue, CreateTicket};
 pub use error::{Error, ErrorKind, Hint, Result};
 pub use options::{IoOptions, DEFAULT_BUDGET};
 pub use plan::Plan;

@@ -64,12 +64,25 @@ pub(crate) fn create_unnamed(dir: BorrowedFd<'_>, path: &Path, perm: u32) -> Res
         Ok(fd) => Ok(Some(fd)),
         // Older kernels answer EISDIR (the flag includes O_DIRECTORY), filesystems without it
         // EOPNOTSUPP.
-        Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL)) => {
-            NO_TMPFILE.store(true, Ordering::Relaxed);
-            Ok(None)
-        }
+        Err(e) if tmpfile_refused(&e) => Ok(None),
         Err(e) => Err(Error::io("create", path, e)),
     }
+}
+
+/// Whether files may be created without a name (O_TMPFILE): not switched off, and not refused
+/// by a filesystem so far.
+pub(crate) fn tmpfile_available() -> bool {
+    !NO_TMPFILE.load(Ordering::Relaxed) && !switched_off().0
+}
+
+/// Whether `e`, the error of an O_TMPFILE open, says the filesystem (or the kernel) has none;
+/// remembered, as [`create_unnamed`] does.
+pub(crate) fn tmpfile_refused(e: &io::Error) -> bool {
+    let refused = matches!(Errno::from_io_error(e), Some(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL));
+    if refused {
+        NO_TMPFILE.store(true, Ordering::Relaxed);
+    }
+    refused
 }
 
 /// Gives the unnamed file `file` (see [`create_unnamed`]) the name `name` in `dir`, replacing

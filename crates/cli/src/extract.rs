@@ -104,7 +104,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     } else if common.verbose {
         let m = &report.modes;
         eprintln!(
-            "extracted {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s ({}); archive {} read {} ({}), {}; files: direct {}, dontcache {}, writebehind {}, buffered {}; named {}; {}; {}",
+            "extracted {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s ({}); archive {} read {} ({}), {}; files: direct {}, dontcache {}, writebehind {}, buffered {}; created {}; named {}; {}; {}",
             report.files,
             ui::size(report.bytes),
             report.dirs,
@@ -123,6 +123,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
             m.dontcache,
             m.writebehind,
             m.buffered,
+            report.creation,
             report.naming,
             report.resolve,
             if report.synced { "synced" } else { "not synced (--no-sync)" },

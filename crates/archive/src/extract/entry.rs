@@ -2,6 +2,7 @@
 //! the engine's create, symlink, link, mknod) in archive order, handing file data to the workers
 //! (`jobs`); sparse files are written here, segment by segment, through the engine.
 
+use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -9,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 
-use cacheless::AlignedBuf;
+use cacheless::{AlignedBuf, CreateQueue, CreateTicket};
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
@@ -57,9 +58,27 @@ pub(super) struct Ctx<'a> {
     pub report: ExtractReport,
     pub warned_abs: bool,
     /// Small files read whole and not yet handed to a worker, and the lease they fill.
-    pub batch: Vec<Small>,
+    pub batch: Vec<Queued>,
     pub batch_bytes: usize,
+    /// Batches whose files are still being created, oldest first.
+    pub waiting: VecDeque<(Vec<Queued>, usize)>,
+    /// Creates the small files of batches ahead of their data (`None` only while a creation
+    /// borrows it).
+    pub creates: Option<CreateQueue>,
 }
+
+/// A small file read whole, its creation asked of the create queue.
+pub(super) struct Queued {
+    rel: RelPath,
+    create: CreateTicket,
+    meta: Meta,
+    buf: AlignedBuf,
+    len: usize,
+    ticket: super::jobs::Ticket,
+}
+
+/// Batches whose files are being created, at most: the parser waits for the oldest beyond.
+const WAITING_MAX: usize = 4;
 
 /// Files up to this size are handed to the workers in batches.
 const BATCHED_MAX: u64 = 64 << 10;
@@ -69,21 +88,55 @@ const BATCH_FILES: usize = 32;
 const BATCH_BYTES: usize = 256 << 10;
 
 impl Ctx<'_> {
-    /// Hands the batch of small files waiting to the workers, with one lease for their bytes
-    /// (as much as their leases one each would hold).
+    /// Hands every batch of small files to the workers, the one being filled too, once their
+    /// files are created.
     pub(super) fn flush_batch(&mut self) {
-        let files = std::mem::take(&mut self.batch);
-        let bytes = std::mem::take(&mut self.batch_bytes);
-        if !files.is_empty() {
-            let lease = self.shares.lease(bytes as u64);
-            self.pool.send(Job::Batch(files, lease));
+        self.close_batch();
+        while !self.waiting.is_empty() {
+            self.send_oldest();
         }
     }
 
-    /// Hands the batch over first if `n` more bytes would not fit in it.
+    /// Closes the batch being filled: it waits for its files' creation, and the batches whose
+    /// files are all created (or the oldest, when too many wait) are handed over.
+    fn close_batch(&mut self) {
+        let files = std::mem::take(&mut self.batch);
+        let bytes = std::mem::take(&mut self.batch_bytes);
+        if !files.is_empty() {
+            self.waiting.push_back((files, bytes));
+        }
+        while self.waiting.len() > WAITING_MAX {
+            self.send_oldest();
+        }
+    }
+
+    /// Takes the created files of the oldest batch waiting (waiting for their creation) and hands
+    /// them to the workers, with one lease for their bytes (as much as their leases one each
+    /// would hold). A file whose creation failed is reported, and its name settles as failed.
+    fn send_oldest(&mut self) {
+        let Some((files, bytes)) = self.waiting.pop_front() else { return };
+        let Some(creates) = self.creates.as_mut() else { return };
+        let mut ready = Vec::with_capacity(files.len());
+        for q in files {
+            match creates.take(q.create) {
+                Ok(file) => ready.push(Small { rel: q.rel, file, meta: q.meta, buf: q.buf, len: q.len, ticket: q.ticket }),
+                Err(e) => {
+                    let name = q.rel.to_path().display().to_string();
+                    let msg = e.to_string();
+                    self.sh.fail(if msg.contains(&name) { msg } else { format!("{name}: {msg}") });
+                }
+            }
+        }
+        if !ready.is_empty() {
+            let lease = self.shares.lease(bytes as u64);
+            self.pool.send(Job::Batch(ready, lease));
+        }
+    }
+
+    /// Closes the batch first if `n` more bytes would not fit in it.
     fn batch_room(&mut self, n: usize) {
         if !self.batch.is_empty() && (self.batch_bytes + n > BATCH_BYTES || self.batch.len() >= BATCH_FILES) {
-            self.flush_batch();
+            self.close_batch();
         }
         self.batch_bytes += n;
     }
@@ -295,21 +348,14 @@ impl Ctx<'_> {
         }
         let display = rel.to_path();
         let creator = self.sh.creator.clone();
+        if e.size <= BATCHED_MAX {
+            return self.small_file(parser, e, rel, meta);
+        }
         let mut file = self.create_entry(&rel, |d, n| creator.create(d.clone(), n, &display, e.size, attrs(&meta)))?;
         if e.size <= CHUNK as u64 {
             // Data for a file written with O_DIRECT is read into memory aligned as it needs.
             let align = file.plan().map_err(|e| Fail::Entry(Error::Engine(e)))?.data_align();
             let size = cacheless::conv::fit(e.size, CHUNK);
-            if e.size <= BATCHED_MAX {
-                self.batch_room(size);
-                let mut buf = AlignedBuf::new(size, align);
-                // Dropping `file` on error removes it.
-                parser.read_data_exact(&mut buf[..size]).map_err(fatal)?;
-                self.sh.progress.add_bytes(e.size);
-                let ticket = self.sh.in_flight.begin(&rel);
-                self.batch.push(Small { rel, file, meta, buf, len: size, ticket });
-                return Ok(());
-            }
             let lease = self.shares.lease(e.size);
             let mut buf = AlignedBuf::new(size, align);
             // Dropping `file` on error removes it.
@@ -323,6 +369,36 @@ impl Ctx<'_> {
             self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Stream(rx), ticket });
             self.send_chunks(parser, e, tx, true)?;
         }
+        Ok(())
+    }
+
+    /// A small file: its creation asked of the create queue (it goes on while the parser reads
+    /// on), its data read whole, and the file added to the batch the workers get once its files
+    /// are created.
+    fn small_file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> Result<(), Fail> {
+        let display = rel.to_path();
+        let Some(mut creates) = self.creates.take() else {
+            return Err(Fail::Fatal(Error::io("create", display, std::io::Error::other("no create queue"))));
+        };
+        let asked = self.create_entry(&rel, |d, n| creates.push(d.clone(), n, &display, e.size, attrs(&meta)));
+        self.creates = Some(creates);
+        let create = asked?;
+        // Small files are batched and written back together in auto mode (no alignment needed);
+        // a forced mode (O_DIRECT) gets data aligned as it needs.
+        let align = if self.opts.io.mode == cacheless::Mode::Auto && self.opts.batch_writeback > 0 {
+            64
+        } else {
+            let dir = self.root.existing_dir(rel.split().map_or(&[][..], |(p, _)| p)).map_err(Fail::Entry)?;
+            self.sh.creator.plan(&dir, &display, e.size).map_err(|er| Fail::Entry(Error::Engine(er)))?.data_align()
+        };
+        let size = cacheless::conv::fit(e.size, CHUNK);
+        self.batch_room(size);
+        let mut buf = AlignedBuf::new(size, align);
+        // Dropping `create` on error removes the file.
+        parser.read_data_exact(&mut buf[..size]).map_err(fatal)?;
+        self.sh.progress.add_bytes(e.size);
+        let ticket = self.sh.in_flight.begin(&rel);
+        self.batch.push(Queued { rel, create, meta, buf, len: size, ticket });
         Ok(())
     }
 

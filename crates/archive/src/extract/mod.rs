@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cacheless::pool::{fd_plan, open_fds, Pool};
-use cacheless::{CreateOptions, FileCreator};
+use cacheless::{CreateOptions, CreateQueue, FileCreator};
 
 use crate::error::{Error, Result};
 use crate::fsops::Root;
@@ -113,6 +113,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         direct_ok: None,
         dontcache_ok: None,
         naming: String::new(),
+        creation: String::new(),
         resolve: format!("{:?}: {}", root.resolve, root.resolve_reason).to_lowercase(),
         open_files_limit: nofile,
         synced: false,
@@ -125,8 +126,22 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         sync_s: 0.0,
         fatal_error: None,
     };
-    let mut ctx =
-        Ctx { opts, root, sh: sh.clone(), pool, shares, is_root, umask, dirs: Vec::new(), report, warned_abs: false, batch: Vec::new(), batch_bytes: 0 };
+    let mut ctx = Ctx {
+        opts,
+        root,
+        sh: sh.clone(),
+        pool,
+        shares,
+        is_root,
+        umask,
+        dirs: Vec::new(),
+        report,
+        warned_abs: false,
+        batch: Vec::new(),
+        batch_bytes: 0,
+        waiting: Default::default(),
+        creates: Some(CreateQueue::new(&sh.creator)),
+    };
     let mut parser = Parser::new(stream);
     loop {
         if progress.is_cancelled() {
@@ -167,7 +182,9 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     drop(parser);
     // Small files read whole before the run stopped are complete: written like the rest.
     ctx.flush_batch();
-    let Ctx { pool, mut root, mut dirs, mut report, .. } = ctx;
+    let Ctx { pool, mut root, mut dirs, mut report, creates, .. } = ctx;
+    report.creation = creates.as_ref().map(CreateQueue::how).unwrap_or_default();
+    drop(creates);
     pool.finish();
     // Every file written is complete: a syncfs makes the last batch durable and names it (an
     // interrupted run too: what it completed stays).

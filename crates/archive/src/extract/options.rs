@@ -110,6 +110,9 @@ pub struct ExtractReport {
     /// one, and named only after the syncfs that made their data durable, so that a power cut
     /// never leaves a final name on data that did not reach the disk.
     pub naming: String,
+    /// How the small files were created: by O_TMPFILE requests on an io_uring, run by one
+    /// kernel worker while the archive is parsed on, or on the parsing thread (and why).
+    pub creation: String,
     /// How parents were resolved (`openat2` or `walk`) and why.
     pub resolve: String,
     /// The soft limit on open files (RLIMIT_NOFILE) the extraction sized its threads, queue and
