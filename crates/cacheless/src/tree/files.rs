@@ -40,8 +40,8 @@ pub(super) struct Batch {
     bytes: u64,
 }
 
-/// Files per batch, and bytes per batch, before a syncfs and the renames.
-const BATCH_FILES: usize = 512;
+/// Files per batch, and bytes per batch, before a syncfs and the renames (or links).
+pub(super) const BATCH_FILES: usize = 512;
 const BATCH_BYTES: u64 = 256 << 20;
 
 /// One file for a worker.
@@ -59,6 +59,11 @@ pub(super) struct Copier {
     pub wo: WriteOptions,
     pub co: CopyOptions,
     pub creator: FileCreator,
+    /// The creator of batched small files when they wait for their batch's syncfs without a
+    /// name (O_TMPFILE, linked into place after it); `None`: under temporary names, renamed.
+    pub unnamed: Option<FileCreator>,
+    /// Files per batch (each file without a name holds a descriptor until it is linked).
+    pub batch_files: usize,
     pub sink: Arc<Sink>,
     /// Batch small files (durable by one syncfs per batch).
     pub batched: bool,
@@ -97,7 +102,11 @@ impl Copier {
         if batch {
             wo.sync = false;
         }
-        let staged = match stage_copy(&job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, &self.co, Some(&self.creator), &self.sink.progress) {
+        let creator = match &self.unnamed {
+            Some(c) if batch => c,
+            _ => &self.creator,
+        };
+        let staged = match stage_copy(&job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, &self.co, Some(creator), &self.sink.progress) {
             Ok(s) => s,
             Err(e) => return self.sink.fail(e),
         };
@@ -111,7 +120,7 @@ impl Copier {
             let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
             b.bytes += len;
             b.files.push(staged);
-            if b.files.len() >= BATCH_FILES || b.bytes >= BATCH_BYTES {
+            if b.files.len() >= self.batch_files || b.bytes >= BATCH_BYTES {
                 Some(std::mem::take(&mut *b))
             } else {
                 None
