@@ -163,13 +163,32 @@ impl Copier {
     }
 }
 
+/// Files handed to a worker at once (see [`Jobs`]).
+pub(super) const JOB_FILES: usize = 16;
+
+/// Files of one directory for one worker, copied one after the other: a worker woken per file
+/// costs a wake and a wait (two futex calls) per small file when the walk is the slower side.
+pub(super) type Jobs = Vec<FileJob>;
+
 impl Work for Copier {
-    type Job = FileJob;
-    fn run(&self, job: FileJob) {
-        self.copy(job);
+    type Job = Jobs;
+    fn run(&self, jobs: Jobs) {
+        let n = jobs.len();
+        for job in jobs {
+            if n == 1 {
+                // The pool reports a panic of a job of one file.
+                self.copy(job);
+                continue;
+            }
+            // Each file's panic is its own failure; the others still go.
+            let name = job.dst.display().to_string();
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.copy(job))) {
+                self.panicked(name, crate::pool::panic_message(&*p));
+            }
+        }
     }
-    fn name(job: &FileJob) -> String {
-        job.dst.display().to_string()
+    fn name(jobs: &Jobs) -> String {
+        jobs.first().map(|j| j.dst.display().to_string()).unwrap_or_default()
     }
     fn panicked(&self, name: String, message: String) {
         self.sink.fail(Error::new(ErrorKind::Io, "copy", name, format!("internal error while copying it ({message}); removed")));

@@ -199,6 +199,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         recursive,
         copier: copier.clone(),
         pool: Some(pool),
+        queued: Vec::new(),
         owner,
         dirs: Vec::new(),
         links: HashMap::new(),
@@ -209,6 +210,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
     for s in srcs {
         w.any(s, &target(s, dst, dst_is_dir), None);
     }
+    w.send_queued();
     if let Some(pool) = w.pool.take() {
         pool.finish();
     }

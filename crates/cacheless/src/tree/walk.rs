@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 
-use super::files::{Copier, FileJob};
+use super::files::{Copier, FileJob, Jobs, JOB_FILES};
 use super::TreeOptions;
 use crate::copy::{copy_xattrs, open_parent};
 use crate::error::{Error, ErrorKind, Result};
@@ -55,6 +55,8 @@ pub(super) struct Walker<'a> {
     pub recursive: bool,
     pub copier: Arc<Copier>,
     pub pool: Option<Pool<Copier>>,
+    /// Files waiting to be handed to a worker together (see [`Jobs`]).
+    pub queued: Jobs,
     /// Give copies the source's owner (archive, as root).
     pub owner: bool,
     pub dirs: Vec<DirMeta>,
@@ -154,10 +156,22 @@ impl Walker<'_> {
                 open_parent(&dst)?
             }
         };
-        if let Some(p) = &self.pool {
-            p.send(FileJob { src: src.to_path_buf(), dst, dir, name, meta });
+        self.queued.push(FileJob { src: src.to_path_buf(), dst, dir, name, meta });
+        if self.queued.len() >= JOB_FILES {
+            self.send_queued();
         }
         Ok(())
+    }
+
+    /// Hands the files queued to a worker (at the end of each directory, and of the walk).
+    pub fn send_queued(&mut self) {
+        if self.queued.is_empty() {
+            return;
+        }
+        let jobs = std::mem::take(&mut self.queued);
+        if let Some(p) = &self.pool {
+            p.send(jobs);
+        }
     }
 
     fn symlink(&mut self, src: &Path, dst: &Path, meta: &std::fs::Metadata) -> Result<()> {
@@ -210,6 +224,7 @@ impl Walker<'_> {
                 for n in names {
                     self.any(&src.join(&n), &dst.join(&n), Some(&fd));
                 }
+                self.send_queued();
             }
             Err(e) => self.fail(Error::io("read directory", src, e)),
         }
