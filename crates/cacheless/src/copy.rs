@@ -114,6 +114,10 @@ pub struct CopyOptions {
     pub small_file: u64,
     /// Test hook run before verification (see [`VerifyHook`]).
     pub before_verify: Option<VerifyHook>,
+    /// The destination's directory is one the tree copy made, so that nothing in it is the
+    /// source, and has no default ACL, so that a new file in it inherits none: the check for
+    /// a copy onto itself and the look for an inherited ACL to remove are left out.
+    pub(crate) plain_dir: bool,
 }
 
 impl CopyOptions {
@@ -134,6 +138,7 @@ impl fmt::Debug for CopyOptions {
             .field("xattrs", &self.xattrs)
             .field("small_file", &self.small_file)
             .field("before_verify", &self.before_verify.is_some())
+            .field("plain_dir", &self.plain_dir)
             .finish()
     }
 }
@@ -346,7 +351,7 @@ pub fn stage_copy(
     let mut reader = Reader::open(src, &ro)?;
     // The reader's fstat at open serves the copy (size, sparseness, owner) without another.
     let smeta = reader.metadata().clone();
-    if let Ok(d) = rustix::fs::statat(&**dir, name, AtFlags::empty()) {
+    if let Some(d) = (!co.plain_dir).then(|| rustix::fs::statat(&**dir, name, AtFlags::empty()).ok()).flatten() {
         if d.st_dev == smeta.dev() && d.st_ino == smeta.ino() {
             return Err(Error::new(ErrorKind::SameFile, "copy", dst, format!("'{}' and '{}' are the same file", src.display(), dst.display())));
         }
@@ -438,7 +443,7 @@ impl Job<'_> {
             rustix::fs::fchown(dst, Some(u), Some(g)).map_err(|e| Error::io("fchown", self.dst, e.into()))?;
         }
         if self.co.xattrs {
-            copy_xattrs(src, dst, self.dst)?;
+            copy_xattrs_to(src, dst, self.dst, !self.co.plain_dir)?;
         }
         Ok(())
     }
@@ -749,6 +754,12 @@ fn hole_at(f: &File, pos: u64) -> io::Result<u64> {
 /// ones). Attributes the destination's filesystem does not take (EOPNOTSUPP) or this user may
 /// not set (EPERM: `trusted.*`, `security.*` without privilege) are left out, as GNU cp -a does.
 pub fn copy_xattrs(src: impl AsFd, dst: impl AsFd, path: &Path) -> Result<()> {
+    copy_xattrs_to(src, dst, path, true)
+}
+
+/// [`copy_xattrs`]; `inherited`: `dst` may have inherited an ACL from its directory's default
+/// ACL (else it is not looked for).
+fn copy_xattrs_to(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: bool) -> Result<()> {
     let (src, dst) = (src.as_fd(), dst.as_fd());
     let list = match xattr_vec(|b| rustix::fs::flistxattr(src, b), || rustix::fs::flistxattr_query(src)) {
         Ok(l) => l,
@@ -773,7 +784,7 @@ pub fn copy_xattrs(src: impl AsFd, dst: impl AsFd, path: &Path) -> Result<()> {
     // destination's list says whether it has one (one call, where removing each would be two).
     let acls = [&b"system.posix_acl_access"[..], b"system.posix_acl_default"];
     let has = |l: &[u8], acl: &[u8]| l.split(|&b| b == 0).any(|n| n == acl);
-    if acls.iter().all(|acl| has(&list, acl)) {
+    if !inherited || acls.iter().all(|acl| has(&list, acl)) {
         return Ok(());
     }
     let inherited = match xattr_vec(|b| rustix::fs::flistxattr(dst, b), || rustix::fs::flistxattr_query(dst)) {

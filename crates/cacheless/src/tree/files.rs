@@ -51,6 +51,8 @@ pub(super) struct FileJob {
     pub dir: Arc<OwnedFd>,
     pub name: OsString,
     pub meta: std::fs::Metadata,
+    /// `dir` is one the copy made and has no default ACL (see `CopyOptions::plain_dir`).
+    pub plain: bool,
 }
 
 /// What the walk and the workers share.
@@ -58,6 +60,8 @@ pub(super) struct Copier {
     pub ro: ReadOptions,
     pub wo: WriteOptions,
     pub co: CopyOptions,
+    /// `co` for files in a directory the copy made that has no default ACL.
+    pub co_plain: CopyOptions,
     pub creator: FileCreator,
     /// The creator of batched small files when they wait for their batch's syncfs without a
     /// name (O_TMPFILE, linked into place after it); `None`: under temporary names, renamed.
@@ -106,7 +110,8 @@ impl Copier {
             Some(c) if batch => c,
             _ => &self.creator,
         };
-        let staged = match stage_copy(&job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, &self.co, Some(creator), &self.sink.progress) {
+        let co = if job.plain { &self.co_plain } else { &self.co };
+        let staged = match stage_copy(&job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, co, Some(creator), &self.sink.progress) {
             Ok(s) => s,
             Err(e) => return self.sink.fail(e),
         };

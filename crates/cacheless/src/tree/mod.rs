@@ -180,6 +180,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         // The sources' filesystems are probed once for the whole copy, not once per file.
         ro: ReadOptions { caps_memo: Some(Arc::new(CapsMemo::new())), ..ReadOptions::from(o.io.clone()) },
         wo,
+        co_plain: CopyOptions { plain_dir: true, ..co.clone() },
         co,
         creator: FileCreator::new(CreateOptions { mode: o.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: 0, publish_after_sync: false }),
         unnamed,
