@@ -224,6 +224,32 @@ fn archive_copy_equals_gnu_cp_a() {
     archive_matches_gnu(d.path(), 300);
 }
 
+/// Into a folder with a default ACL, which every folder and file made under it inherits: the
+/// copy still equals GNU cp -a's (copies of files and folders without an ACL have none), so the
+/// inherited ACLs are removed (elsewhere, in folders the copy made without a default ACL, the
+/// copy does not look for them).
+#[test]
+fn archive_copy_into_a_folder_with_a_default_acl_equals_gnu_cp_a() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    if !make_tree(&src, 40) || Command::new("setfacl").arg("--version").output().is_err() {
+        require("xattr", Err(format!("no user xattrs or no setfacl on {}", d.path().display())));
+        return;
+    }
+    let to = d.path().join("to");
+    std::fs::create_dir(&to).unwrap();
+    assert!(Command::new("setfacl").args(["-d", "-m", "u:1234:rwx", s(&to)]).status().unwrap().success());
+    std::fs::write(to.join("probe"), b"").unwrap();
+    assert!(xattrs(&to.join("probe")).contains_key("system.posix_acl_access"), "a new file under {} inherits no ACL", to.display());
+    std::fs::remove_file(to.join("probe")).unwrap();
+    let (gnu, ours) = (to.join("gnu"), to.join("ours"));
+    assert!(Command::new("cp").args(["-a", s(&src), s(&gnu)]).status().unwrap().success(), "GNU cp -a failed");
+    ok(&cacheless(&["--json", "cp", "-a", s(&src), s(&ours)]));
+    assert_same_as_gnu(&gnu, &ours);
+    no_temp_files(&ours);
+}
+
 /// Runs `prog args...` under umask 022 (GNU cp without -p gives new files the source's mode
 /// less the umask), failing the test if it fails.
 fn under_umask(prog: &Path, args: &[&str]) {

@@ -13,6 +13,7 @@ use std::alloc::{self, Layout};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// The job-wide memory budget for in-flight I/O buffers. Cheap to clone (shared).
@@ -25,6 +26,9 @@ struct BudgetInner {
     limit: usize,
     used: Mutex<usize>,
     freed: Condvar,
+    /// Leases waiting on `freed`, counted under `used`'s lock: a lease given back wakes them
+    /// only when there are some (a wake costs a futex call even when nobody waits).
+    waiting: AtomicUsize,
 }
 
 impl fmt::Debug for Budget {
@@ -36,7 +40,7 @@ impl fmt::Debug for Budget {
 impl Budget {
     /// A budget of `bytes` for all buffers leased from it.
     pub fn new(bytes: usize) -> Budget {
-        Budget { inner: Arc::new(BudgetInner { limit: bytes.max(1), used: Mutex::new(0), freed: Condvar::new() }) }
+        Budget { inner: Arc::new(BudgetInner { limit: bytes.max(1), used: Mutex::new(0), freed: Condvar::new(), waiting: AtomicUsize::new(0) }) }
     }
 
     /// The limit in bytes.
@@ -85,7 +89,9 @@ impl Budget {
                     }),
                 };
             }
+            self.inner.waiting.fetch_add(1, Ordering::Relaxed);
             used = self.inner.freed.wait(used).unwrap_or_else(|e| e.into_inner());
+            self.inner.waiting.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -336,7 +342,11 @@ impl Drop for LeaseInner {
         // The arena (if any) is unmapped when the state is dropped, after this.
         let mut used = self.budget.used.lock().unwrap_or_else(|e| e.into_inner());
         *used = used.saturating_sub(self.count * self.size);
-        self.budget.freed.notify_all();
+        // Read under the lock a waiter holds while it counts itself in, so none is missed.
+        if self.budget.waiting.load(Ordering::Relaxed) > 0 {
+            self.budget.freed.notify_all();
+        }
+        drop(used);
     }
 }
 

@@ -193,10 +193,65 @@ pub fn for_file(file: &File) -> io::Result<Arc<FsCaps>> {
     Ok(caps)
 }
 
+/// The filesystems a job reads many files from, remembered by device for the job's life, so
+/// that each file's plan costs no probe of its own (a cached [`for_file`] costs an fstat and two
+/// fstatfs per file). Each remembered filesystem keeps one of its files open: while it is
+/// open, its device number cannot come to name another filesystem (one mounted after it was
+/// unmounted), so the device alone identifies it. The verdicts themselves are looked up in
+/// the cache each time, so that one learnt since (RWF_DONTCACHE refused by a write) counts.
+#[derive(Debug, Default)]
+pub struct CapsMemo {
+    fs: Mutex<Vec<(u64, FsKey, File)>>,
+}
+
+/// Filesystems a [`CapsMemo`] remembers at most (the oldest is forgotten first).
+const MEMO_FS: usize = 8;
+
+impl CapsMemo {
+    /// An empty memo.
+    pub fn new() -> CapsMemo {
+        CapsMemo::default()
+    }
+
+    /// The capabilities of the filesystem holding `file`, whose device (from its fstat) is
+    /// `dev`: remembered, or probed as [`for_file`] does and remembered.
+    pub fn for_file(&self, file: &File, dev: u64) -> io::Result<Arc<FsCaps>> {
+        let known = self.fs.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|e| e.0 == dev).map(|e| e.1);
+        if let Some(c) = known.and_then(cached) {
+            return Ok(c);
+        }
+        let k = FsKey(key(file.as_fd(), dev));
+        let caps = match cached(k) {
+            Some(c) => c,
+            None => for_file(file)?,
+        };
+        // Only a filesystem whose verdicts are cached under the key read here is remembered
+        // (`for_file` caches them under the key it reads itself).
+        if cached(k).is_some() {
+            if let Ok(pin) = file.try_clone() {
+                let mut fs = self.fs.lock().unwrap_or_else(|e| e.into_inner());
+                fs.retain(|e| e.0 != dev);
+                if fs.len() >= MEMO_FS {
+                    fs.remove(0);
+                }
+                fs.push((dev, k, pin));
+            }
+        }
+        Ok(caps)
+    }
+}
+
 /// What identifies the filesystem holding `fd` (a directory, or any file) in the cache of
 /// verdicts: its device, magic and id (an fstat, an fstatfs and an fstatvfs). Opaque.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FsKey(Key);
+
+impl FsKey {
+    /// The device of the filesystem.
+    pub fn dev(&self) -> u64 {
+        self.0 .0
+    }
+}
 
 /// The [`FsKey`] of the filesystem holding `fd`.
 pub fn fs_key(fd: BorrowedFd<'_>) -> io::Result<FsKey> {

@@ -22,7 +22,7 @@ use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use serde::Serialize;
 
 use crate::buf::AlignedBuf;
-use crate::create::{CreateOptions, FileAttrs, FileCreator, NewFile};
+use crate::create::{CreateOptions, FileAttrs, FileCreator, NewFile, PendingFile};
 use crate::digest::{Algo, Hasher};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::Site;
@@ -114,6 +114,10 @@ pub struct CopyOptions {
     pub small_file: u64,
     /// Test hook run before verification (see [`VerifyHook`]).
     pub before_verify: Option<VerifyHook>,
+    /// The destination's directory is one the tree copy made, so that nothing in it is the
+    /// source, and has no default ACL, so that a new file in it inherits none: the check for
+    /// a copy onto itself and the look for an inherited ACL to remove are left out.
+    pub(crate) plain_dir: bool,
 }
 
 impl CopyOptions {
@@ -134,6 +138,7 @@ impl fmt::Debug for CopyOptions {
             .field("xattrs", &self.xattrs)
             .field("small_file", &self.small_file)
             .field("before_verify", &self.before_verify.is_some())
+            .field("plain_dir", &self.plain_dir)
             .finish()
     }
 }
@@ -221,7 +226,12 @@ fn clone_verdicts() -> &'static Mutex<HashMap<(u64, u64), rustix::io::Errno>> {
 #[derive(Debug)]
 pub struct Staged {
     dir: Arc<OwnedFd>,
-    tmp: OsString,
+    /// The temporary name it is under; `None` for a file without a name waiting in `pending`.
+    tmp: Option<OsString>,
+    /// A file made by a creator that names files after their syncfs (see
+    /// [`CreateOptions::publish_after_sync`]): without a name (or under the creator's
+    /// temporary name), given its own once the caller's syncfs made it durable.
+    pending: Option<PendingFile>,
     name: OsString,
     path: PathBuf,
     sync: bool,
@@ -242,9 +252,19 @@ impl Staged {
     }
 
     /// Renames the file into place (fsyncing the directory if the copy was durable) and
-    /// returns its report.
+    /// returns its report. A file from a creator that names files after their syncfs (see
+    /// [`stage_copy`]) is linked (or renamed) into place, its pages dropped: the caller
+    /// commits it only after a syncfs that made it durable.
     pub fn commit(mut self) -> Result<CopyReport> {
-        if let Err(u) = sys::publish(self.dir.as_fd(), &self.tmp, &self.name, &self.path, self.sync) {
+        if let Some(p) = self.pending.take() {
+            p.publish_synced()?;
+            self.committed = true;
+            return Ok(self.report.clone());
+        }
+        let Some(tmp) = &self.tmp else {
+            return Err(Error::new(ErrorKind::InvalidInput, "rename", &self.path, "neither a name nor an open file"));
+        };
+        if let Err(u) = sys::publish(self.dir.as_fd(), tmp, &self.name, &self.path, self.sync) {
             // After the rename the copy is whole and in place; only the directory entry's
             // durability is in doubt, and the error says so.
             self.committed = u.renamed;
@@ -257,8 +277,9 @@ impl Staged {
 
 impl Drop for Staged {
     fn drop(&mut self) {
-        if !self.committed {
-            let _ = rustix::fs::unlinkat(&*self.dir, self.tmp.as_os_str(), AtFlags::empty());
+        // A pending file removes itself when dropped.
+        if let (false, Some(tmp)) = (self.committed, &self.tmp) {
+            let _ = rustix::fs::unlinkat(&*self.dir, tmp.as_os_str(), AtFlags::empty());
         }
     }
 }
@@ -302,6 +323,9 @@ pub fn copy_file_with(src: &Path, dst: &Path, ro: &ReadOptions, wo: &WriteOption
 /// messages), with the attributes `wo` and `co` ask for, and returns it unrenamed. The data is
 /// durable when `wo.sync` is set or a verification was asked for (the verification reads the
 /// durable file). Small files go through `creator` when given (else one made for the call).
+/// A creator that names files after their syncfs ([`CreateOptions::publish_after_sync`])
+/// makes a small copy that is neither synced nor verified without a name (O_TMPFILE), which
+/// [`Staged::commit`] links into place: commit it only after a syncfs made it durable.
 #[allow(clippy::too_many_arguments)] // Each is a distinct part of the job; a struct of them would only be rebuilt per file.
 pub fn stage_copy(
     src: &Path,
@@ -325,19 +349,19 @@ pub fn stage_copy(
         ro.io.queue_depth = ro.io.queue_depth.min(2);
     }
     let mut reader = Reader::open(src, &ro)?;
-    let smeta = reader.file().metadata().map_err(|e| Error::io("stat", src, e))?;
-    if let Ok(d) = rustix::fs::statat(&**dir, name, AtFlags::empty()) {
+    // The reader's fstat at open serves the copy (size, sparseness, owner) without another.
+    let smeta = reader.metadata().clone();
+    if let Some(d) = (!co.plain_dir).then(|| rustix::fs::statat(&**dir, name, AtFlags::empty()).ok()).flatten() {
         if d.st_dev == smeta.dev() && d.st_ino == smeta.ino() {
             return Err(Error::new(ErrorKind::SameFile, "copy", dst, format!("'{}' and '{}' are the same file", src.display(), dst.display())));
         }
     }
-    let tmp = sys::temp_name(name);
     let len = reader.len();
-    let mut job = Job { src, dst, dir, tmp: &tmp, co, wo, progress, hasher: co.verify.map(Hasher::new) };
+    let mut job = Job { src, dst, dir, name, tmp: OnceLock::new(), pending: None, co, wo, progress, hasher: co.verify.map(Hasher::new) };
 
     let mut fallback = None;
     if co.reflink != Reflink::Never && len > 0 {
-        match job.reflink(&mut reader, &smeta)? {
+        match job.reflink(&mut reader, &smeta, creator)? {
             Ok(write) => return job.staged(name, Method::Reflink, None, reader, write, 0),
             Err(why) => fallback = Some(why),
         }
@@ -358,7 +382,13 @@ struct Job<'a> {
     src: &'a Path,
     dst: &'a Path,
     dir: &'a Arc<OwnedFd>,
-    tmp: &'a OsString,
+    /// The final name in `dir`.
+    name: &'a OsStr,
+    /// The temporary name beside it, made when first needed (a file created without a name
+    /// needs none).
+    tmp: OnceLock<OsString>,
+    /// The copy, finished without a name by a creator that names files after their syncfs.
+    pending: Option<PendingFile>,
     co: &'a CopyOptions,
     wo: &'a WriteOptions,
     progress: &'a Progress,
@@ -366,6 +396,10 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
+    fn tmp(&self) -> &OsString {
+        self.tmp.get_or_init(|| sys::temp_name(self.name))
+    }
+
     fn interrupted(&self) -> Result<()> {
         if self.progress.is_cancelled() {
             return Err(Error::new(ErrorKind::Interrupted, "copy", self.dst, "interrupted"));
@@ -409,24 +443,29 @@ impl Job<'_> {
             rustix::fs::fchown(dst, Some(u), Some(g)).map_err(|e| Error::io("fchown", self.dst, e.into()))?;
         }
         if self.co.xattrs {
-            copy_xattrs(src, dst, self.dst)?;
+            copy_xattrs_to(src, dst, self.dst, !self.co.plain_dir)?;
         }
         Ok(())
     }
 
     /// Tries FICLONE into a fresh temporary file. `Ok(Err(why))`: cloning is impossible here
     /// (a named errno) and reflink is auto: copy instead.
-    fn reflink(&mut self, reader: &mut Reader, smeta: &std::fs::Metadata) -> Result<std::result::Result<WriteReport, String>> {
-        let ddev = rustix::fs::fstat(&**self.dir).map(|s| s.st_dev).unwrap_or(0);
+    fn reflink(&mut self, reader: &mut Reader, smeta: &std::fs::Metadata, creator: Option<&FileCreator>) -> Result<std::result::Result<WriteReport, String>> {
+        // The creator knows the device of the directory it last created a file in.
+        let ddev = match creator.and_then(|c| c.dir_dev(self.dir)) {
+            Some(d) => d,
+            None => rustix::fs::fstat(&**self.dir).map(|s| s.st_dev).unwrap_or(0),
+        };
         let key = (smeta.dev(), ddev);
         let known = clone_verdicts().lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
         let errno = match known {
             Some(e) => Some(e),
             None => {
                 let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                let fd = sys::call(Site::Open, || rustix::fs::openat(&**self.dir, self.tmp.as_os_str(), flags, FMode::from_raw_mode(0o600)))
+                let tmp = self.tmp().clone();
+                let fd = sys::call(Site::Open, || rustix::fs::openat(&**self.dir, tmp.as_os_str(), flags, FMode::from_raw_mode(0o600)))
                     .map_err(|e| Error::io("create", self.dst, e))?;
-                let mut guard = TmpGuard { dir: self.dir, name: self.tmp, armed: true };
+                let mut guard = TmpGuard { dir: self.dir, name: &tmp, armed: true };
                 let file = File::from(fd);
                 match rustix::fs::ioctl_ficlone(&file, reader.file()) {
                     Ok(()) => {
@@ -492,24 +531,34 @@ impl Job<'_> {
             data += c.len() as u64;
             self.moved(&c);
         }
-        self.extra(reader.file(), f.file(), &reader.file().metadata().map_err(|e| Error::io("stat", self.src, e))?)?;
+        self.extra(reader.file(), f.file(), reader.metadata())?;
         Ok((Method::Copy, self.finish(f)?, data))
     }
 
     /// Finishes a file from the creator, durable if the write options ask for it (a shared
     /// creator may not sync: a tree copy makes its small files durable in batches).
-    fn finish(&self, f: NewFile) -> Result<WriteReport> {
+    fn finish(&mut self, f: NewFile) -> Result<WriteReport> {
         // The attributes are set by the finish, and made durable by its fsync.
         if self.wo.sync {
             f.finish_durable()
         } else {
-            f.finish()
+            // A file without its final name comes back, to be named by `Staged::commit`.
+            let (report, pending) = f.finish_unbatched()?;
+            self.pending = pending;
+            Ok(report)
         }
     }
 
     fn new_file(&self, creator: Option<&FileCreator>, len: u64) -> Result<NewFile> {
+        // A creator that names files after their syncfs creates this one without a name, to be
+        // named after the caller's syncfs; not for a copy made durable on its own or verified
+        // (both use its temporary name).
+        let publishes = |c: &FileCreator| c.options().publish_after_sync && !c.options().sync;
+        if let Some(c) = creator.filter(|c| publishes(c) && !self.wo.sync && self.co.verify.is_none()) {
+            return c.create(self.dir.clone(), self.name, self.dst, len, self.attrs());
+        }
         let own;
-        let creator = match creator {
+        let creator = match creator.filter(|c| !publishes(c)) {
             Some(c) => c,
             None => {
                 own = FileCreator::new(CreateOptions {
@@ -522,7 +571,7 @@ impl Job<'_> {
                 &own
             }
         };
-        creator.create(self.dir.clone(), self.tmp.as_os_str(), self.dst, len, self.attrs())
+        creator.create(self.dir.clone(), self.tmp().as_os_str(), self.dst, len, self.attrs())
     }
 
     /// A large file: streamed through the writer's queue.
@@ -533,7 +582,7 @@ impl Job<'_> {
         // Under a budget smaller than asked for, the writer may only hold what the reader's lease
         // leaves beyond its read-ahead and the chunk in hand; none left means write-through.
         wo.io.queue_depth = wo.io.queue_depth.min(reader.buffers().saturating_sub(reader.queue_depth() + 1));
-        let mut writer = Writer::create_in(self.dir.as_fd(), self.tmp.as_os_str(), self.dst, &wo)?;
+        let mut writer = Writer::create_in(self.dir.as_fd(), self.tmp().as_os_str(), self.dst, &wo)?;
         let mut data = 0;
         while let Some(chunk) = reader.next_chunk()? {
             self.interrupted()?;
@@ -541,7 +590,7 @@ impl Job<'_> {
             self.moved(&chunk);
             writer.write_chunk(chunk)?;
         }
-        self.extra(reader.file(), writer.file(), &reader.file().metadata().map_err(|e| Error::io("stat", self.src, e))?)?;
+        self.extra(reader.file(), writer.file(), reader.metadata())?;
         let mut w = writer.finish()?;
         w.path = self.dst.to_path_buf();
         Ok((Method::Copy, w, data))
@@ -601,7 +650,7 @@ impl Job<'_> {
         }
         self.hole(len.saturating_sub(pos));
         f.set_len(len)?;
-        self.extra(reader.file(), f.file(), &reader.file().metadata().map_err(|e| Error::io("stat", self.src, e))?)?;
+        self.extra(reader.file(), f.file(), reader.metadata())?;
         let mut w = self.finish(f)?;
         w.bytes = len;
         Ok((Method::Sparse, w, data))
@@ -613,7 +662,8 @@ impl Job<'_> {
     fn staged(mut self, name: &OsStr, method: Method, fallback: Option<String>, reader: Reader, write: WriteReport, data_bytes: u64) -> Result<Staged> {
         let mut staged = Staged {
             dir: self.dir.clone(),
-            tmp: self.tmp.clone(),
+            tmp: if self.pending.is_some() { None } else { self.tmp.get().cloned() },
+            pending: self.pending.take(),
             name: name.to_os_string(),
             path: self.dst.to_path_buf(),
             sync: self.wo.sync,
@@ -643,9 +693,10 @@ impl Job<'_> {
     /// the source's.
     fn verify(&self, algo: Algo, want: String, block: usize) -> Result<VerifyReport> {
         let t = Instant::now();
-        let fd =
-            sys::call(Site::Open, || rustix::fs::openat(&**self.dir, self.tmp.as_os_str(), OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty()))
-                .map_err(|e| Error::io("open for verify", self.dst, e))?;
+        let fd = sys::call(Site::Open, || {
+            rustix::fs::openat(&**self.dir, self.tmp().as_os_str(), OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty())
+        })
+        .map_err(|e| Error::io("open for verify", self.dst, e))?;
         let file = File::from(fd);
         sys::fdatasync(&file, self.dst)?;
         if let Some(hook) = &self.co.before_verify {
@@ -703,6 +754,12 @@ fn hole_at(f: &File, pos: u64) -> io::Result<u64> {
 /// ones). Attributes the destination's filesystem does not take (EOPNOTSUPP) or this user may
 /// not set (EPERM: `trusted.*`, `security.*` without privilege) are left out, as GNU cp -a does.
 pub fn copy_xattrs(src: impl AsFd, dst: impl AsFd, path: &Path) -> Result<()> {
+    copy_xattrs_to(src, dst, path, true)
+}
+
+/// [`copy_xattrs`]; `inherited`: `dst` may have inherited an ACL from its directory's default
+/// ACL (else it is not looked for).
+fn copy_xattrs_to(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: bool) -> Result<()> {
     let (src, dst) = (src.as_fd(), dst.as_fd());
     let list = match xattr_vec(|b| rustix::fs::flistxattr(src, b), || rustix::fs::flistxattr_query(src)) {
         Ok(l) => l,
@@ -727,7 +784,7 @@ pub fn copy_xattrs(src: impl AsFd, dst: impl AsFd, path: &Path) -> Result<()> {
     // destination's list says whether it has one (one call, where removing each would be two).
     let acls = [&b"system.posix_acl_access"[..], b"system.posix_acl_default"];
     let has = |l: &[u8], acl: &[u8]| l.split(|&b| b == 0).any(|n| n == acl);
-    if acls.iter().all(|acl| has(&list, acl)) {
+    if !inherited || acls.iter().all(|acl| has(&list, acl)) {
         return Ok(());
     }
     let inherited = match xattr_vec(|b| rustix::fs::flistxattr(dst, b), || rustix::fs::flistxattr_query(dst)) {

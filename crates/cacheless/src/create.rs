@@ -106,6 +106,17 @@ impl PendingFile {
         &self.path
     }
 
+    /// For a file its caller made durable itself (a syncfs after it was finished, see
+    /// [`NewFile::finish_unbatched`]): drops the pages it left in the cache (written back now;
+    /// best effort) and gives it its final name, replacing a file there (the name's
+    /// durability is the caller's: a later syncfs). On error it is removed.
+    pub fn publish_synced(self) -> Result<()> {
+        if let Some(f) = &self.file {
+            let _ = residency::drop_range(f, 0, 0);
+        }
+        self.publish()
+    }
+
     /// Gives it its final name, replacing a file there (its durability is the caller's: a
     /// later syncfs).
     fn publish(mut self) -> Result<()> {
@@ -467,6 +478,15 @@ impl FileCreator {
         caps::cached(key)
     }
 
+    /// The device of the filesystem holding `dir`, when `dir` is the directory files were last
+    /// created in (learnt then, so without a call); `None` otherwise.
+    pub fn dir_dev(&self, dir: &Arc<OwnedFd>) -> Option<u64> {
+        match &*self.shared.last_dir.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((d, key)) if Arc::ptr_eq(d, dir) => Some(key.dev()),
+            _ => None,
+        }
+    }
+
     /// How a file of `size` bytes created in `dir` would be written: its mode and why, and the
     /// alignment its data should have to be written without a bounce copy (see
     /// [`Plan::buffer_align`]). `path` names the directory in errors.
@@ -588,6 +608,27 @@ impl NewFile {
             }
         }
         Ok(report)
+    }
+
+    /// As [`NewFile::finish`], but a file created without its final name (see
+    /// [`CreateOptions::publish_after_sync`]) is returned instead of joining the creator's
+    /// batch, for a caller that batches files itself: once a syncfs of its own made the file
+    /// durable, [`PendingFile::publish_synced`] names it (dropped instead, it is removed). A
+    /// file created under its final name is finished as `finish` does (`None`).
+    pub fn finish_unbatched(mut self) -> Result<(WriteReport, Option<PendingFile>)> {
+        // On error `self` goes, and with it the file.
+        let report = self.draft.finish(&self.attrs)?;
+        self.finished = true;
+        match self.unnamed.take() {
+            None => {
+                self.draft.close();
+                Ok((report, None))
+            }
+            Some(tmp) => {
+                let pending = PendingFile::new(Some(self.draft.file.clone()), self.dir.clone(), tmp, std::mem::take(&mut self.name), self.draft.path.clone());
+                Ok((report, Some(pending)))
+            }
+        }
     }
 
     /// Sets the attributes, fsyncs the file whatever the options say (a copy made durable on

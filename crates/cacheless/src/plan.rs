@@ -96,14 +96,24 @@ pub(crate) fn direct_refused(path: &Path, e: io::Error, caps: &FsCaps) -> Error 
     Error::io("fcntl(O_DIRECT)", path, e).with_kind(ErrorKind::Unsupported).with_hint(policy::alternatives(Mode::Direct, caps))
 }
 
-/// Probes `file`'s filesystem, decides with `decide`, and turns O_DIRECT on if chosen. A mode
-/// the caller forced that cannot be honoured is an `Unsupported` error for `op` on `path`.
+/// Probes `file`'s filesystem (unless its capabilities are `known`), decides with `decide`,
+/// and turns O_DIRECT on if chosen. A mode the caller forced that cannot be honoured is an
+/// `Unsupported` error for `op` on `path`.
 ///
 /// The probe is per filesystem, but some refuse O_DIRECT per file (erofs for compressed files,
 /// with EINVAL from fcntl): then `decide` is asked again with O_DIRECT marked unavailable for
 /// this file, so auto takes its next mode (saying why) and a forced direct is refused.
-pub(crate) fn choose(file: &File, path: &Path, op: &'static str, decide: impl Fn(&FsCaps) -> Result<Decision, Refusal>) -> Result<Plan> {
-    let mut caps = caps::for_file(file).map_err(|e| Error::io("probe", path, e))?;
+pub(crate) fn choose(
+    file: &File,
+    path: &Path,
+    op: &'static str,
+    known: Option<Arc<FsCaps>>,
+    decide: impl Fn(&FsCaps) -> Result<Decision, Refusal>,
+) -> Result<Plan> {
+    let mut caps = match known {
+        Some(c) => c,
+        None => caps::for_file(file).map_err(|e| Error::io("probe", path, e))?,
+    };
     let mut decision = decide(&caps).map_err(|r| refused(op, path, r))?;
     if decision.mode == Mode::Direct {
         if let Err(e) = sys::set_direct(file, true) {

@@ -5,12 +5,13 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::ops::Deref;
 use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::backend::{BackendChoice, BackendKind, Completion, Driver, Lane, Op, OpKind};
 use crate::buf::{round_up, AlignedBuf, Budget, Lease, LeaseRequest};
-use crate::caps::FsCaps;
+use crate::caps::{CapsMemo, FsCaps};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::Site;
 use crate::options::IoOptions;
@@ -27,6 +28,10 @@ pub struct ReadOptions {
     /// Buffers leased beyond the read-ahead, for chunks the caller holds (1: the current one;
     /// a copy adds the writer's queue depth, because the writer holds chunks in flight).
     pub extra_buffers: usize,
+    /// The capabilities of the filesystems read from, remembered across the files of a job
+    /// (a tree copy's sources): a file on a filesystem it knows costs no probe. `None`: each
+    /// file's filesystem is looked up in the cache of verdicts (an fstat and two fstatfs).
+    pub caps_memo: Option<Arc<CapsMemo>>,
 }
 
 impl ReadOptions {
@@ -39,7 +44,7 @@ impl ReadOptions {
 impl From<IoOptions> for ReadOptions {
     /// Reads with a job's shared settings, holding one chunk at a time.
     fn from(io: IoOptions) -> ReadOptions {
-        ReadOptions { io, extra_buffers: 1 }
+        ReadOptions { io, extra_buffers: 1, caps_memo: None }
     }
 }
 
@@ -90,6 +95,8 @@ pub struct Reader {
     file: Arc<File>,
     path: PathBuf,
     len: u64,
+    /// The file's metadata when opened.
+    meta: std::fs::Metadata,
     /// The mode, its reason and the alignment it asks for.
     plan: Plan,
     block: usize,
@@ -110,6 +117,11 @@ pub struct Reader {
     /// Direct mode on a file with nothing cached at open: whatever is cached at the end came in
     /// through this read (btrfs reads small inline files buffered even with O_DIRECT).
     cold_direct: bool,
+    /// Nothing of the file was cached at open (auto mode measured it): the first request, when
+    /// it covers the whole file, needs no residency check of its own.
+    cold_at_open: bool,
+    /// Drop-behind dropped the whole file, pages past its end included, after one request.
+    dropped_all: bool,
 }
 
 impl Reader {
@@ -133,20 +145,25 @@ impl Reader {
         check_block_size("open", path, opts.io.block_size)?;
         let len = meta.len();
         let cached = if opts.io.mode == Mode::Auto && len > 0 { residency::residency(&file, 0, len).ok().map(|r| r.cached_bytes().min(len)) } else { None };
-        let plan = plan::choose(&file, path, "open", |caps| policy::decide_read(opts.io.mode, caps, len, cached))?;
+        let known = match &opts.caps_memo {
+            Some(m) => Some(m.for_file(&file, meta.dev()).map_err(|e| Error::io("probe", path, e))?),
+            None => None,
+        };
+        let plan = plan::choose(&file, path, "open", known, |caps| policy::decide_read(opts.io.mode, caps, len, cached))?;
         let (align, mem_align) = (plan.align, plan.mem_align);
-        if plan.decision.mode == Mode::DropBehind {
-            // Drop-behind keeps only pages that were cached before each request. Kernel
-            // read-ahead would cache pages ahead of the request before we look at them, so it is
-            // turned off for this descriptor: our own queue does the read-ahead.
-            let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
-        }
         let cold_direct = plan.decision.mode == Mode::Direct && len > 0 && residency::cachestat(file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache == 0);
         let page = rustix::param::page_size();
         let mut block = round_up(opts.io.block_size.max(align), align);
         if len > 0 && crate::conv::usize_of(len) < block {
             // Never lease more than the file needs.
             block = round_up(crate::conv::usize_of(len), align.max(page));
+        }
+        if plan.decision.mode == Mode::DropBehind && len > block as u64 {
+            // Drop-behind keeps only pages that were cached before each request. Kernel
+            // read-ahead would cache pages ahead of the request before we look at them, so it is
+            // turned off for this descriptor: our own queue does the read-ahead. A file read in
+            // one request needs no such call: read-ahead stops at the end of the file.
+            let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
         }
         let extra = opts.extra_buffers;
         let blocks = crate::conv::usize_of(len.div_ceil(block as u64)).max(1);
@@ -157,6 +174,7 @@ impl Reader {
             file: Arc::new(file),
             path: path.to_path_buf(),
             len,
+            meta,
             plan,
             block,
             depth,
@@ -173,9 +191,15 @@ impl Reader {
             skip: 0,
             before: HashMap::new(),
             cold_direct,
+            cold_at_open: cached == Some(0),
+            dropped_all: false,
         })
     }
 
+    /// The file's metadata (fstat) when it was opened.
+    pub fn metadata(&self) -> &std::fs::Metadata {
+        &self.meta
+    }
     /// File length when opened.
     pub fn len(&self) -> u64 {
         self.len
@@ -249,10 +273,16 @@ impl Reader {
         if self.plan.decision.mode != Mode::DropBehind || len == 0 {
             return;
         }
-        let b = match residency::residency(&self.file, off, len as u64) {
-            Ok(r) if r.cached_pages == 0 => Before::Drop,
-            Ok(r) if r.cached_pages >= r.total_pages => Before::Keep,
-            _ => residency::resident_pages(&self.file, off, len as u64).map(Before::Map).unwrap_or(Before::Keep),
+        // The open found nothing cached: a first request over the whole file drops all it reads.
+        let whole_cold = std::mem::take(&mut self.cold_at_open) && off == 0 && len as u64 >= self.len;
+        let b = if whole_cold {
+            Before::Drop
+        } else {
+            match residency::residency(&self.file, off, len as u64) {
+                Ok(r) if r.cached_pages == 0 => Before::Drop,
+                Ok(r) if r.cached_pages >= r.total_pages => Before::Keep,
+                _ => residency::resident_pages(&self.file, off, len as u64).map(Before::Map).unwrap_or(Before::Keep),
+            }
         };
         self.before.insert(off, b);
     }
@@ -261,6 +291,12 @@ impl Reader {
         let page = rustix::param::page_size() as u64;
         // Best effort: failing to drop pages loses no data, and the read itself succeeded.
         let _ = match self.before.remove(&off) {
+            // The whole file read in one request, nothing of it cached before: one drop of
+            // all of it, which covers the pages past its end that `drop` would drop too.
+            Some(Before::Drop) if off == 0 && len as u64 >= self.len => {
+                self.dropped_all = true;
+                residency::drop_range(&self.file, 0, 0)
+            }
             Some(Before::Drop) => {
                 let start = off / page * page;
                 residency::drop_range(&self.file, start, (off + len as u64 - start).div_ceil(page) * page)
@@ -536,7 +572,7 @@ impl Drop for Reader {
             // Pages past the end hold no data of the file, yet some filesystems fill them when
             // they decompress a whole block (squashfs caches its 128 KiB block in the file's
             // mapping): drop them too.
-            Mode::DropBehind if self.len > 0 => {
+            Mode::DropBehind if self.len > 0 && !self.dropped_all => {
                 let page = rustix::param::page_size() as u64;
                 let _ = residency::drop_range(&self.file, self.len.div_ceil(page) * page, 0);
             }

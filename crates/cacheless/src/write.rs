@@ -145,7 +145,7 @@ impl Writer {
             (fd, None)
         };
         let file = File::from(fd);
-        let plan = match plan::choose(&file, path, "create", |caps| policy::decide_write(opts.io.mode, caps, opts.size_hint)) {
+        let plan = match plan::choose(&file, path, "create", None, |caps| policy::decide_write(opts.io.mode, caps, opts.size_hint)) {
             Ok(c) => c,
             Err(e) => {
                 // Undo the creation before reporting why we cannot write.

@@ -4,6 +4,7 @@
 mod common;
 
 use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
 
 use cacheless::{copy_file, BackendKind, Budget, Mode, Progress, ReadOptions, Reader, WriteOptions, Writer};
 use common::*;
@@ -307,6 +308,53 @@ fn drop_behind_reads_drop_only_what_they_brought_in() {
     assert_eq!(warm.cached_pages, warm.total_pages, "pages cached before the read were evicted");
     let rest = cacheless::residency::residency(&f, (len / 4) as u64, (len - len / 4) as u64).unwrap();
     assert!(rest.cached_bytes() < len as u64 / 50, "{} B of the cold part left cached", rest.cached_bytes());
+}
+
+/// A small file read whole in one request: a cold one read in auto mode (which measures what
+/// is cached at open and picks drop-behind for it) leaves nothing cached, pages past its end
+/// included; one already cached stays cached. A reader with a memo of the filesystem's
+/// capabilities makes the same plan as one without, and its metadata is the file's fstat.
+#[test]
+fn small_files_read_whole_leave_the_cache_as_they_found_it_and_a_memo_plans_the_same() {
+    let d = scratch();
+    let memo = std::sync::Arc::new(cacheless::caps::CapsMemo::new());
+    let mut dropped_behind = 0;
+    for (i, len) in [1usize, 4095, 4096, 5000, 8191, 60000].into_iter().enumerate() {
+        let (p, data) = random_file(d.path(), &format!("f{i}"), len, 90 + i as u64);
+        std::fs::File::open(&p).unwrap().sync_all().unwrap();
+        let plain = ro(Mode::Auto, BackendKind::Threads, 1 << 20);
+        let mut with_memo = plain.clone();
+        with_memo.caps_memo = Some(memo.clone());
+        cacheless::residency::evict_path(&p).unwrap();
+        let mut r = Reader::open(&p, &with_memo).unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!((r.metadata().ino(), r.metadata().len()), (m.ino(), m.len()), "{len} B");
+        let mode = r.decision().mode;
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).unwrap();
+        drop(r);
+        assert!(got == data, "{len} B: read differs");
+        let res = cacheless::residency::residency_of(&p).unwrap();
+        if mode == Mode::DropBehind {
+            dropped_behind += 1;
+            assert_eq!(res.cached_pages, 0, "{len} B: a cold file read whole left pages cached");
+        }
+        // Cached now (read through std): auto keeps it cached, whatever mode it picks.
+        std::fs::read(&p).unwrap();
+        let mut r = Reader::open(&p, &with_memo).unwrap();
+        let without = Reader::open(&p, &plain).unwrap();
+        assert_eq!(r.decision(), without.decision(), "{len} B: a memo changed the plan");
+        assert_eq!(r.caps().fs_type, without.caps().fs_type);
+        got.clear();
+        r.read_to_end(&mut got).unwrap();
+        drop(r);
+        assert!(got == data);
+        let warm = cacheless::residency::residency_of(&p).unwrap();
+        assert_eq!(warm.cached_pages, warm.total_pages, "{len} B: pages cached before the read were dropped");
+    }
+    if dropped_behind == 0 {
+        skip("auto read no cold small file with drop-behind on this filesystem");
+    }
 }
 
 /// Reader and writer with different request sizes, chunks handed over and then more bytes

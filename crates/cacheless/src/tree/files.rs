@@ -40,8 +40,8 @@ pub(super) struct Batch {
     bytes: u64,
 }
 
-/// Files per batch, and bytes per batch, before a syncfs and the renames.
-const BATCH_FILES: usize = 512;
+/// Files per batch, and bytes per batch, before a syncfs and the renames (or links).
+pub(super) const BATCH_FILES: usize = 512;
 const BATCH_BYTES: u64 = 256 << 20;
 
 /// One file for a worker.
@@ -51,6 +51,8 @@ pub(super) struct FileJob {
     pub dir: Arc<OwnedFd>,
     pub name: OsString,
     pub meta: std::fs::Metadata,
+    /// `dir` is one the copy made and has no default ACL (see `CopyOptions::plain_dir`).
+    pub plain: bool,
 }
 
 /// What the walk and the workers share.
@@ -58,7 +60,14 @@ pub(super) struct Copier {
     pub ro: ReadOptions,
     pub wo: WriteOptions,
     pub co: CopyOptions,
+    /// `co` for files in a directory the copy made that has no default ACL.
+    pub co_plain: CopyOptions,
     pub creator: FileCreator,
+    /// The creator of batched small files when they wait for their batch's syncfs without a
+    /// name (O_TMPFILE, linked into place after it); `None`: under temporary names, renamed.
+    pub unnamed: Option<FileCreator>,
+    /// Files per batch (each file without a name holds a descriptor until it is linked).
+    pub batch_files: usize,
     pub sink: Arc<Sink>,
     /// Batch small files (durable by one syncfs per batch).
     pub batched: bool,
@@ -97,7 +106,12 @@ impl Copier {
         if batch {
             wo.sync = false;
         }
-        let staged = match stage_copy(&job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, &self.co, Some(&self.creator), &self.sink.progress) {
+        let creator = match &self.unnamed {
+            Some(c) if batch => c,
+            _ => &self.creator,
+        };
+        let co = if job.plain { &self.co_plain } else { &self.co };
+        let staged = match stage_copy(&job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, co, Some(creator), &self.sink.progress) {
             Ok(s) => s,
             Err(e) => return self.sink.fail(e),
         };
@@ -111,7 +125,7 @@ impl Copier {
             let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
             b.bytes += len;
             b.files.push(staged);
-            if b.files.len() >= BATCH_FILES || b.bytes >= BATCH_BYTES {
+            if b.files.len() >= self.batch_files || b.bytes >= BATCH_BYTES {
                 Some(std::mem::take(&mut *b))
             } else {
                 None
@@ -154,13 +168,32 @@ impl Copier {
     }
 }
 
+/// Files handed to a worker at once (see [`Jobs`]).
+pub(super) const JOB_FILES: usize = 16;
+
+/// Files of one directory for one worker, copied one after the other: a worker woken per file
+/// costs a wake and a wait (two futex calls) per small file when the walk is the slower side.
+pub(super) type Jobs = Vec<FileJob>;
+
 impl Work for Copier {
-    type Job = FileJob;
-    fn run(&self, job: FileJob) {
-        self.copy(job);
+    type Job = Jobs;
+    fn run(&self, jobs: Jobs) {
+        let n = jobs.len();
+        for job in jobs {
+            if n == 1 {
+                // The pool reports a panic of a job of one file.
+                self.copy(job);
+                continue;
+            }
+            // Each file's panic is its own failure; the others still go.
+            let name = job.dst.display().to_string();
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.copy(job))) {
+                self.panicked(name, crate::pool::panic_message(&*p));
+            }
+        }
     }
-    fn name(job: &FileJob) -> String {
-        job.dst.display().to_string()
+    fn name(jobs: &Jobs) -> String {
+        jobs.first().map(|j| j.dst.display().to_string()).unwrap_or_default()
     }
     fn panicked(&self, name: String, message: String) {
         self.sink.fail(Error::new(ErrorKind::Io, "copy", name, format!("internal error while copying it ({message}); removed")));

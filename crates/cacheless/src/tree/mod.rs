@@ -37,6 +37,7 @@ use std::time::Instant;
 
 use rustix::fs::{Mode as FMode, OFlags};
 
+use crate::caps::CapsMemo;
 use crate::copy::{CopyOptions, CopyReport};
 use crate::create::{CreateOptions, FileCreator};
 use crate::error::{Error, ErrorKind, Result};
@@ -50,6 +51,10 @@ use crate::write::WriteOptions;
 use files::Copier;
 pub use options::{OnCopied, OnError, TreeOptions, TreeReport};
 use walk::Walker;
+
+/// Files a batch must be able to hold for its small files to wait without a name (each holds
+/// a descriptor): below that, a syncfs per few files would cost more than the renames save.
+const MIN_UNNAMED_BATCH: usize = 64;
 
 /// Where failures and finished files go: counted, kept (the first failure) and told.
 pub(crate) struct Sink {
@@ -164,13 +169,24 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         on_error: o.on_error.clone(),
         on_copied: o.on_copied.clone(),
     });
+    let batched = o.sync && o.verify.is_none();
+    // A batch's small files wait for its syncfs without a name (O_TMPFILE), each holding its
+    // descriptor until linked: where the descriptors allow a batch of a useful size. Elsewhere
+    // they wait under temporary names, closed, and are renamed.
+    let unnamed = (batched && plan.deferred >= MIN_UNNAMED_BATCH)
+        .then(|| FileCreator::new(CreateOptions { mode: o.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: 0, publish_after_sync: true }));
+    let batch_files = if unnamed.is_some() { files::BATCH_FILES.min(plan.deferred) } else { files::BATCH_FILES };
     let copier = Arc::new(Copier {
-        ro: ReadOptions::from(o.io.clone()),
+        // The sources' filesystems are probed once for the whole copy, not once per file.
+        ro: ReadOptions { caps_memo: Some(Arc::new(CapsMemo::new())), ..ReadOptions::from(o.io.clone()) },
         wo,
+        co_plain: CopyOptions { plain_dir: true, ..co.clone() },
         co,
         creator: FileCreator::new(CreateOptions { mode: o.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: 0, publish_after_sync: false }),
+        unnamed,
+        batch_files,
         sink: sink.clone(),
-        batched: o.sync && o.verify.is_none(),
+        batched,
         batch: Mutex::default(),
         reports: Mutex::new(Vec::new()),
         reflinked: AtomicU64::new(0),
@@ -184,6 +200,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         recursive,
         copier: copier.clone(),
         pool: Some(pool),
+        queued: Vec::new(),
         owner,
         dirs: Vec::new(),
         links: HashMap::new(),
@@ -194,6 +211,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
     for s in srcs {
         w.any(s, &target(s, dst, dst_is_dir), None);
     }
+    w.send_queued();
     if let Some(pool) = w.pool.take() {
         pool.finish();
     }

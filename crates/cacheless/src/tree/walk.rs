@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 
-use super::files::{Copier, FileJob};
+use super::files::{Copier, FileJob, Jobs, JOB_FILES};
 use super::TreeOptions;
 use crate::copy::{copy_xattrs, open_parent};
 use crate::error::{Error, ErrorKind, Result};
@@ -49,12 +49,25 @@ pub(super) struct DirMeta {
     meta: std::fs::Metadata,
 }
 
+/// Whether the folder `dir` has a default ACL (which files created in it inherit); true where
+/// it cannot tell.
+fn default_acl(dir: &OwnedFd) -> bool {
+    match rustix::fs::fgetxattr_query(dir, "system.posix_acl_default") {
+        Ok(n) => n > 0,
+        // None, or a filesystem without extended attributes (nothing to inherit).
+        Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => false,
+        Err(_) => true,
+    }
+}
+
 /// The walk on the caller's thread.
 pub(super) struct Walker<'a> {
     pub o: &'a TreeOptions,
     pub recursive: bool,
     pub copier: Arc<Copier>,
     pub pool: Option<Pool<Copier>>,
+    /// Files waiting to be handed to a worker together (see [`Jobs`]).
+    pub queued: Jobs,
     /// Give copies the source's owner (archive, as root).
     pub owner: bool,
     pub dirs: Vec<DirMeta>,
@@ -72,8 +85,9 @@ impl Walker<'_> {
     }
 
     /// Copies `src` (any type) to `dst`; per-item errors are reported and counted, not fatal.
-    /// `dir` is `dst`'s parent, open, when the walk already holds it.
-    pub fn any(&mut self, src: &Path, dst: &Path, dir: Option<&Arc<OwnedFd>>) {
+    /// `dir` is `dst`'s parent, open, when the walk already holds it, and whether it is plain
+    /// (see [`FileJob::plain`]).
+    pub fn any(&mut self, src: &Path, dst: &Path, dir: Option<(&Arc<OwnedFd>, bool)>) {
         if self.copier.sink.progress.is_cancelled() {
             return;
         }
@@ -130,7 +144,7 @@ impl Walker<'_> {
         d.is_file() && d.len() == src.len() && (d.mtime(), d.mtime_nsec()) >= (src.mtime(), src.mtime_nsec())
     }
 
-    fn file(&mut self, src: &Path, dst: &Path, meta: std::fs::Metadata, dir: Option<&Arc<OwnedFd>>) -> Result<()> {
+    fn file(&mut self, src: &Path, dst: &Path, meta: std::fs::Metadata, dir: Option<(&Arc<OwnedFd>, bool)>) -> Result<()> {
         if self.o.archive && meta.nlink() > 1 {
             let key = (meta.dev(), meta.ino());
             if let Some(first) = self.links.get(&key) {
@@ -140,8 +154,9 @@ impl Walker<'_> {
             self.links.insert(key, dst.to_path_buf());
         }
         let mut dst = dst.to_path_buf();
+        let plain = dir.is_some_and(|d| d.1);
         let (dir, name) = match dir {
-            Some(d) => (d.clone(), dst.file_name().map(|n| n.to_os_string()).unwrap_or_default()),
+            Some((d, _)) => (d.clone(), dst.file_name().map(|n| n.to_os_string()).unwrap_or_default()),
             None => {
                 // Like cp, write through a destination symlink given by the caller.
                 if let Ok(l) = std::fs::symlink_metadata(&dst) {
@@ -154,10 +169,22 @@ impl Walker<'_> {
                 open_parent(&dst)?
             }
         };
-        if let Some(p) = &self.pool {
-            p.send(FileJob { src: src.to_path_buf(), dst, dir, name, meta });
+        self.queued.push(FileJob { src: src.to_path_buf(), dst, dir, name, meta, plain });
+        if self.queued.len() >= JOB_FILES {
+            self.send_queued();
         }
         Ok(())
+    }
+
+    /// Hands the files queued to a worker (at the end of each directory, and of the walk).
+    pub fn send_queued(&mut self) {
+        if self.queued.is_empty() {
+            return;
+        }
+        let jobs = std::mem::take(&mut self.queued);
+        if let Some(p) = &self.pool {
+            p.send(jobs);
+        }
     }
 
     fn symlink(&mut self, src: &Path, dst: &Path, meta: &std::fs::Metadata) -> Result<()> {
@@ -192,15 +219,18 @@ impl Walker<'_> {
                 return self.fail(Error::new(ErrorKind::InvalidInput, "copy", dst, format!("cannot copy directory '{}' into itself", src.display())));
             }
         }
-        match call(Site::Open, || rustix::fs::mkdir(dst, FMode::from_raw_mode(0o777))) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dst.is_dir() => {}
+        let made = match call(Site::Open, || rustix::fs::mkdir(dst, FMode::from_raw_mode(0o777))) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dst.is_dir() => false,
             Err(e) => return self.fail(Error::io("mkdir", dst, e)),
-        }
+        };
         let fd = match open_dir(dst, true) {
             Ok(fd) => Arc::new(fd),
             Err(e) => return self.fail(e),
         };
+        // A folder made here holds only what the copy puts in it; without a default ACL, its
+        // new files inherit none (one look per folder, where each file's copy looked itself).
+        let plain = made && !(self.o.archive && default_acl(&fd));
         // Writable while we fill it; the source's mode and times are set after its contents.
         let _ = rustix::fs::fchmod(&*fd, FMode::from_raw_mode(0o700));
         match std::fs::read_dir(src) {
@@ -208,8 +238,9 @@ impl Walker<'_> {
                 let mut names: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
                 names.sort();
                 for n in names {
-                    self.any(&src.join(&n), &dst.join(&n), Some(&fd));
+                    self.any(&src.join(&n), &dst.join(&n), Some((&fd, plain)));
                 }
+                self.send_queued();
             }
             Err(e) => self.fail(Error::io("read directory", src, e)),
         }
