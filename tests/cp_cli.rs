@@ -442,6 +442,46 @@ fn verify_passes_and_catches_a_corruption_injected_after_the_write() {
     }
 }
 
+/// `cp -a --verify` of many small files reads each copy back after the syncfs of its batch
+/// (no fsync of its own), all the batch's read-backs started together: every digest is the
+/// source's, the report says how each was read back, and a copy corrupted on the disk before
+/// its read-back fails, is never named, and leaves no temporary.
+#[test]
+fn a_tree_of_small_files_is_verified_in_batches_after_their_syncfs() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    let files: Vec<(String, Vec<u8>)> =
+        (0..120).map(|i| (if i % 2 == 0 { format!("f{i}") } else { format!("sub/f{i}") }, random_bytes(1 + i * 211, 300 + i as u64))).collect();
+    for (n, data) in &files {
+        std::fs::write(src.join(n), data).unwrap();
+    }
+    let dst = d.path().join("dst");
+    let j = ok(&cacheless(&["--json", "cp", "-a", "--verify", "--verify-algo", "blake3", s(&src), s(&dst)]));
+    let reports = j["files"].as_array().unwrap();
+    assert_eq!(reports.len(), files.len());
+    let mut batched = 0;
+    for r in reports {
+        let rel = Path::new(r["src"].as_str().unwrap()).strip_prefix(&src).unwrap().to_path_buf();
+        let data = std::fs::read(src.join(&rel)).unwrap();
+        assert_eq!(std::fs::read(dst.join(&rel)).unwrap(), data, "{}", rel.display());
+        assert_eq!(r["verify"]["digest"], blake3::hash(&data).to_hex().as_str(), "{r}");
+        batched += usize::from(r["verify"]["read"]["reason"].as_str().unwrap().contains("after the syncfs of its batch"));
+    }
+    assert_eq!(batched, files.len(), "every small copy is read back after its batch's syncfs: {}", reports[0]["verify"]);
+    // Each copy corrupted on the disk before its read-back: each fails, none is named.
+    let bad = d.path().join("bad");
+    let out = cacheless_testkit::cacheless().env("CACHELESS_TEST_CORRUPT_VERIFY", "1").args(["cp", "-a", "--verify", s(&src), s(&bad)]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("the source's was").count(), files.len(), "{err}");
+    for (n, _) in &files {
+        assert!(!bad.join(n).exists(), "{n}: a copy that failed its verification got its name");
+    }
+    no_temp_files(&bad);
+    no_temp_files(&bad.join("sub"));
+}
+
 /// Verified copies on several threads under a budget that holds only a few leases at once:
 /// each copy gives its buffers back before its read-back takes new ones, so none waits for
 /// ever on another's (the run is killed and the test fails if it does not end).

@@ -232,6 +232,9 @@ pub struct Staged {
     /// [`CreateOptions::publish_after_sync`]): without a name (or under the creator's
     /// temporary name), given its own once the caller's syncfs made it durable.
     pending: Option<PendingFile>,
+    /// A verification left to the caller's syncfs (see [`Staged::prefetch`]): the algorithm,
+    /// the source's digest, and the options (hook, rate) it runs with.
+    deferred: Option<(Algo, String, CopyOptions)>,
     name: OsString,
     path: PathBuf,
     sync: bool,
@@ -241,6 +244,58 @@ pub struct Staged {
 }
 
 impl Staged {
+    /// For a copy without a name whose verification waits for the caller's syncfs (see
+    /// [`stage_copy`]): runs the test hook, drops its pages (clean after the syncfs; written
+    /// back first where the hook wrote) and starts reading it back from the disk. Called for
+    /// every file of a batch before their commits, so that the device serves the read-backs
+    /// together rather than one at a time. Nothing to do for other copies.
+    pub fn prefetch(&self) -> Result<()> {
+        let (Some((_, _, co)), Some(f)) = (&self.deferred, self.pending.as_ref().and_then(PendingFile::file)) else { return Ok(()) };
+        if let Some(hook) = &co.before_verify {
+            hook(f, &self.path).map_err(|e| Error::io("verify hook", &self.path, e))?;
+        }
+        crate::residency::evict(f, 0, 0).map_err(|e| Error::io("evict", &self.path, e))?;
+        // Best effort: without it the read below waits for the disk on its own.
+        let _ = rustix::fs::fadvise(&**f, 0, None, rustix::fs::Advice::WillNeed);
+        Ok(())
+    }
+
+    /// Reads a copy that a syncfs made durable back (after [`Staged::prefetch`] dropped its pages and
+    /// started the reads), hashes it and compares with the source's digest; its pages are dropped
+    /// again after.
+    fn verify_synced(&self, f: &File, algo: Algo, want: &str, co: &CopyOptions) -> Result<VerifyReport> {
+        let t = Instant::now();
+        let mut h = Hasher::new(algo);
+        let mut buf = vec![0u8; crate::conv::usize_of(self.report.write.bytes.clamp(1, 1 << 20))];
+        let mut off = 0u64;
+        loop {
+            let n = sys::read_once(f, &mut buf, off, 0).map_err(|e| Error::io("read back", &self.path, e))?;
+            if n == 0 {
+                break;
+            }
+            if let Some(r) = &co.rate {
+                r.take(n as u64);
+            }
+            h.update(&buf[..n]);
+            off += n as u64;
+        }
+        let _ = crate::residency::drop_range(f, 0, 0);
+        let got = h.hex();
+        if got != want {
+            return Err(Error::new(
+                ErrorKind::Io,
+                "verify",
+                &self.path,
+                format!("{algo} of the copy read back from the disk is {got}, the source's was {want}; the copy was removed"),
+            ));
+        }
+        let read = Decision {
+            mode: crate::Mode::DropBehind,
+            reason: "read back after the syncfs of its batch: its pages dropped, read ahead with the rest of the batch, then dropped again".into(),
+        };
+        Ok(VerifyReport { algo, digest: got, read, seconds: t.elapsed().as_secs_f64() })
+    }
+
     /// The destination directory (for a `syncfs` covering a batch).
     pub fn dir(&self) -> &Arc<OwnedFd> {
         &self.dir
@@ -257,6 +312,13 @@ impl Staged {
     /// commits it only after a syncfs that made it durable.
     pub fn commit(mut self) -> Result<CopyReport> {
         if let Some(p) = self.pending.take() {
+            if let Some((algo, want, co)) = self.deferred.take() {
+                let Some(f) = p.file() else {
+                    return Err(Error::new(ErrorKind::InvalidInput, "verify", &self.path, "not open"));
+                };
+                // A copy that fails goes with `p`, never named.
+                self.report.verify = Some(self.verify_synced(f, algo, &want, &co)?);
+            }
             p.publish_synced()?;
             self.committed = true;
             return Ok(self.report.clone());
@@ -324,8 +386,11 @@ pub fn copy_file_with(src: &Path, dst: &Path, ro: &ReadOptions, wo: &WriteOption
 /// durable when `wo.sync` is set or a verification was asked for (the verification reads the
 /// durable file). Small files go through `creator` when given (else one made for the call).
 /// A creator that names files after their syncfs ([`CreateOptions::publish_after_sync`])
-/// makes a small copy that is neither synced nor verified without a name (O_TMPFILE), which
-/// [`Staged::commit`] links into place: commit it only after a syncfs made it durable.
+/// makes a small copy that is not synced without a name (O_TMPFILE), which [`Staged::commit`]
+/// links into place: commit it only after a syncfs made it durable. Its verification, when
+/// asked, waits for that syncfs too: [`Staged::prefetch`] starts reading it back, and the
+/// commit compares it before naming it (a batch's read-backs then overlap, and no file is
+/// fsynced on its own).
 #[allow(clippy::too_many_arguments)] // Each is a distinct part of the job; a struct of them would only be rebuilt per file.
 pub fn stage_copy(
     src: &Path,
@@ -551,10 +616,10 @@ impl Job<'_> {
 
     fn new_file(&self, creator: Option<&FileCreator>, len: u64) -> Result<NewFile> {
         // A creator that names files after their syncfs creates this one without a name, to be
-        // named after the caller's syncfs; not for a copy made durable on its own or verified
-        // (both use its temporary name).
+        // named after the caller's syncfs (and verified after it, when asked); not for a copy
+        // made durable on its own (it uses its temporary name).
         let publishes = |c: &FileCreator| c.options().publish_after_sync && !c.options().sync;
-        if let Some(c) = creator.filter(|c| publishes(c) && !self.wo.sync && self.co.verify.is_none()) {
+        if let Some(c) = creator.filter(|c| publishes(c) && !self.wo.sync) {
             return c.create(self.dir.clone(), self.name, self.dst, len, self.attrs());
         }
         let own;
@@ -664,6 +729,7 @@ impl Job<'_> {
             dir: self.dir.clone(),
             tmp: if self.pending.is_some() { None } else { self.tmp.get().cloned() },
             pending: self.pending.take(),
+            deferred: None,
             name: name.to_os_string(),
             path: self.dst.to_path_buf(),
             sync: self.wo.sync,
@@ -683,7 +749,13 @@ impl Job<'_> {
         drop(reader);
         if let (Some(algo), Some(h)) = (self.co.verify, self.hasher.take()) {
             let want = h.hex();
-            staged.report.verify = Some(self.verify(algo, want, block)?);
+            if staged.pending.is_some() {
+                // Read back after the caller's syncfs, which makes it durable, with the rest of
+                // its batch (`Staged::prefetch`, then `Staged::commit`).
+                staged.deferred = Some((algo, want, self.co.clone()));
+            } else {
+                staged.report.verify = Some(self.verify(algo, want, block)?);
+            }
         }
         self.progress.file_done();
         Ok(staged)

@@ -106,6 +106,11 @@ impl PendingFile {
         &self.path
     }
 
+    /// The open file, where it is kept open until named.
+    pub(crate) fn file(&self) -> Option<&Arc<File>> {
+        self.file.as_ref()
+    }
+
     /// For a file its caller made durable itself (a syncfs after it was finished, see
     /// [`NewFile::finish_unbatched`]): drops the pages it left in the cache (written back now;
     /// best effort) and gives it its final name, replacing a file there (the name's

@@ -159,7 +159,16 @@ impl Copier {
         self.creator.drop_deferred();
         // Their renames are not synced here: the final syncfs makes them durable.
         self.unsynced.store(true, Ordering::Relaxed);
+        // Copies to verify are read back from the disk together: all their reads are started
+        // before the first is waited for (each commit verifies its file before naming it).
+        let mut files = Vec::with_capacity(b.files.len());
         for s in b.files {
+            match s.prefetch() {
+                Ok(()) => files.push(s),
+                Err(e) => self.sink.fail(e),
+            }
+        }
+        for s in files {
             match s.commit() {
                 Ok(r) => self.done(r),
                 Err(e) => self.sink.fail(e),

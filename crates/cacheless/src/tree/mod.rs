@@ -169,7 +169,9 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         on_error: o.on_error.clone(),
         on_copied: o.on_copied.clone(),
     });
-    let batched = o.sync && o.verify.is_none();
+    // Verified copies too: a batch's copies are read back after its syncfs (see `Staged::prefetch`),
+    // or, under temporary names, each on its own before it joins the batch.
+    let batched = o.sync;
     // A batch's small files wait for its syncfs without a name (O_TMPFILE), each holding its
     // descriptor until linked: where the descriptors allow a batch of a useful size. Elsewhere
     // they wait under temporary names, closed, and are renamed.
