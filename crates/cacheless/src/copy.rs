@@ -251,18 +251,23 @@ impl Staged {
     /// together rather than one at a time. Nothing to do for other copies.
     pub fn prefetch(&self) -> Result<()> {
         let (Some((_, _, co)), Some(f)) = (&self.deferred, self.pending.as_ref().and_then(PendingFile::file)) else { return Ok(()) };
-        if let Some(hook) = &co.before_verify {
-            hook(f, &self.path).map_err(|e| Error::io("verify hook", &self.path, e))?;
+        // Clean after the syncfs: dropped as they are, unless the hook wrote (then written back first).
+        match &co.before_verify {
+            Some(hook) => {
+                hook(f, &self.path).map_err(|e| Error::io("verify hook", &self.path, e))?;
+                crate::residency::evict(f, 0, 0)
+            }
+            None => crate::residency::drop_range(f, 0, 0),
         }
-        crate::residency::evict(f, 0, 0).map_err(|e| Error::io("evict", &self.path, e))?;
+        .map_err(|e| Error::io("evict", &self.path, e))?;
         // Best effort: without it the read below waits for the disk on its own.
         let _ = rustix::fs::fadvise(&**f, 0, None, rustix::fs::Advice::WillNeed);
         Ok(())
     }
 
     /// Reads a copy that a syncfs made durable back (after [`Staged::prefetch`] dropped its pages and
-    /// started the reads), hashes it and compares with the source's digest; its pages are dropped
-    /// again after.
+    /// started the reads), hashes it and compares with the source's digest. Its pages are dropped
+    /// again when it is named (`PendingFile::publish_synced`), or go with it.
     fn verify_synced(&self, f: &File, algo: Algo, want: &str, co: &CopyOptions) -> Result<VerifyReport> {
         let t = Instant::now();
         let mut h = Hasher::new(algo);
@@ -279,15 +284,9 @@ impl Staged {
             h.update(&buf[..n]);
             off += n as u64;
         }
-        let _ = crate::residency::drop_range(f, 0, 0);
         let got = h.hex();
         if got != want {
-            return Err(Error::new(
-                ErrorKind::Io,
-                "verify",
-                &self.path,
-                format!("{algo} of the copy read back from the disk is {got}, the source's was {want}; the copy was removed"),
-            ));
+            return Err(mismatch(&self.path, algo, &got, want));
         }
         let read = Decision {
             mode: crate::Mode::DropBehind,
@@ -618,12 +617,11 @@ impl Job<'_> {
         // A creator that names files after their syncfs creates this one without a name, to be
         // named after the caller's syncfs (and verified after it, when asked); not for a copy
         // made durable on its own (it uses its temporary name).
-        let publishes = |c: &FileCreator| c.options().publish_after_sync && !c.options().sync;
-        if let Some(c) = creator.filter(|c| publishes(c) && !self.wo.sync) {
+        if let Some(c) = creator.filter(|c| c.publishes() && !self.wo.sync) {
             return c.create(self.dir.clone(), self.name, self.dst, len, self.attrs());
         }
         let own;
-        let creator = match creator.filter(|c| !publishes(c)) {
+        let creator = match creator.filter(|c| !c.publishes()) {
             Some(c) => c,
             None => {
                 own = FileCreator::new(CreateOptions {
@@ -791,15 +789,15 @@ impl Job<'_> {
         }
         let got = h.hex();
         if got != want {
-            return Err(Error::new(
-                ErrorKind::Io,
-                "verify",
-                self.dst,
-                format!("{algo} of the copy read back from the disk is {got}, the source's was {want}; the copy was removed"),
-            ));
+            return Err(mismatch(self.dst, algo, &got, &want));
         }
         Ok(VerifyReport { algo, digest: got, read: back.decision().clone(), seconds: t.elapsed().as_secs_f64() })
     }
+}
+
+/// The error of a copy whose digest read back from the disk (`got`) is not the source's.
+fn mismatch(path: &Path, algo: Algo, got: &str, want: &str) -> Error {
+    Error::new(ErrorKind::Io, "verify", path, format!("{algo} of the copy read back from the disk is {got}, the source's was {want}; the copy was removed"))
 }
 
 /// lseek(SEEK_DATA) from `pos` (Linux 3.1+): the next data offset, `None` past the last data.

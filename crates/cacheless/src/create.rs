@@ -184,6 +184,18 @@ pub struct FileAttrs {
     pub atime: Option<SystemTime>,
 }
 
+impl FileAttrs {
+    /// The permission bits a file is created with: 0600 when it gets its own at the end (so
+    /// nobody else reads it half-written), else 0666 less the umask.
+    pub(crate) fn create_perm(&self) -> u32 {
+        if self.permissions.is_some() {
+            0o600
+        } else {
+            0o666
+        }
+    }
+}
+
 /// Creates and writes whole files, from many threads at once.
 ///
 /// Each file is created relative to a directory descriptor, with
@@ -372,7 +384,7 @@ impl FileCreator {
     /// the temporary is removed and `path` is untouched.
     pub fn replace(&self, path: &Path, data: &[u8], attrs: &FileAttrs) -> Result<WriteReport> {
         let (dir, name) = sys::open_parent(path)?;
-        let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
+        let perm = attrs.create_perm();
         let (fd, tmp) = sys::create_temp(dir.as_fd(), name, path, perm)?;
         let mut draft = self.draft(fd, path, data.len() as u64);
         let done = draft.write_at(data, 0).and_then(|()| draft.finish(attrs)).and_then(|report| {
@@ -405,21 +417,26 @@ impl FileCreator {
     /// when. Nothing is checked or replaced at `name` until then; naming it replaces a file or
     /// symlink there at once.
     pub fn create(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<NewFile> {
-        let (mut draft, unnamed) = if self.shared.publishes() {
-            sys::check_name("create", display_path, name)?;
-            let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
-            match sys::create_unnamed(dir.as_fd(), display_path, perm)? {
-                Some(fd) => (self.draft(fd, display_path, size_hint), Some(None)),
-                None => {
-                    let (fd, tmp) = sys::create_temp(dir.as_fd(), name, display_path, perm)?;
-                    (self.draft(fd, display_path, size_hint), Some(Some(tmp)))
-                }
+        if !self.shared.publishes() {
+            let draft = self.open(dir.as_fd(), name, display_path, size_hint, &attrs)?;
+            return Ok(self.new_file(draft, dir, name, None, attrs));
+        }
+        sys::check_name("create", display_path, name)?;
+        let perm = attrs.create_perm();
+        let (fd, tmp) = match sys::create_unnamed(dir.as_fd(), display_path, perm)? {
+            Some(fd) => (fd, None),
+            None => {
+                let (fd, tmp) = sys::create_temp(dir.as_fd(), name, display_path, perm)?;
+                (fd, Some(tmp))
             }
-        } else {
-            (self.open(dir.as_fd(), name, display_path, size_hint, &attrs)?, None)
         };
+        Ok(self.new_file(self.draft(fd, display_path, size_hint), dir, name, Some(tmp), attrs))
+    }
+
+    /// A [`NewFile`] of `draft`, created in `dir` for `name` (`unnamed`: see [`NewFile`]).
+    fn new_file(&self, mut draft: Draft, dir: Arc<OwnedFd>, name: &OsStr, unnamed: Option<Option<OsString>>, attrs: FileAttrs) -> NewFile {
         draft.caps = self.dir_caps(&dir);
-        Ok(NewFile { draft, dir, name: name.to_os_string(), unnamed, attrs, finished: false })
+        NewFile { draft, dir, name: name.to_os_string(), unnamed, attrs, finished: false }
     }
 
     /// Names `file` (a complete file under a temporary name, such as a [`Writer`](crate::Writer)
@@ -447,9 +464,7 @@ impl FileCreator {
     /// A file created without a name (O_TMPFILE, by a [`CreateQueue`](crate::create_queue::CreateQueue))
     /// in `dir`, as [`FileCreator::create`] would have made it.
     pub(crate) fn adopt_unnamed(&self, fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> NewFile {
-        let mut draft = self.draft(fd, display_path, size_hint);
-        draft.caps = self.dir_caps(&dir);
-        NewFile { draft, dir, name: name.to_os_string(), unnamed: Some(None), attrs, finished: false }
+        self.new_file(self.draft(fd, display_path, size_hint), dir, name, Some(None), attrs)
     }
 
     /// How files waiting for their name are created and named (O_TMPFILE and a link, or a
@@ -457,6 +472,12 @@ impl FileCreator {
     /// created under their final name.
     pub fn naming(&self) -> Option<String> {
         self.shared.publishes().then(sys::naming)
+    }
+
+    /// Whether a file of `size` bytes is written plainly and written back with others (see
+    /// [`CreateOptions::batch_writeback`]): its data then needs no alignment.
+    pub fn writes_back_together(&self, size: u64) -> bool {
+        self.shared.batches(size)
     }
 
     /// Syncs the filesystem now and names every file waiting for its name (see
@@ -511,7 +532,7 @@ impl FileCreator {
 
     fn open(&self, dir: BorrowedFd<'_>, name: &OsStr, path: &Path, size_hint: u64, attrs: &FileAttrs) -> Result<Draft> {
         sys::check_name("create", path, name)?;
-        let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
+        let perm = attrs.create_perm();
         let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = sys::call(Site::Open, || rustix::fs::openat(dir, name, flags, FMode::from_raw_mode(perm))).map_err(|e| Error::io("create", path, e))?;
         Ok(self.draft(fd, path, size_hint))
@@ -601,18 +622,22 @@ impl NewFile {
                 return Err(e);
             }
         };
-        self.finished = true;
-        match self.unnamed.take() {
-            None => {
-                self.draft.close();
-                then(Ok(()));
-            }
-            Some(tmp) => {
-                let pending = PendingFile::new(Some(self.draft.file.clone()), self.dir.clone(), tmp, std::mem::take(&mut self.name), self.draft.path.clone());
-                self.draft.close_pending(pending, then);
-            }
+        match self.settle() {
+            None => then(Ok(())),
+            Some(pending) => self.draft.close_pending(pending, then),
         }
         Ok(report)
+    }
+
+    /// Marks the finished file done: closes one under its final name (`None`), or hands back
+    /// one waiting for its name.
+    fn settle(&mut self) -> Option<PendingFile> {
+        self.finished = true;
+        let Some(tmp) = self.unnamed.take() else {
+            self.draft.close();
+            return None;
+        };
+        Some(PendingFile::new(Some(self.draft.file.clone()), self.dir.clone(), tmp, std::mem::take(&mut self.name), self.draft.path.clone()))
     }
 
     /// As [`NewFile::finish`], but a file created without its final name (see
@@ -623,17 +648,7 @@ impl NewFile {
     pub fn finish_unbatched(mut self) -> Result<(WriteReport, Option<PendingFile>)> {
         // On error `self` goes, and with it the file.
         let report = self.draft.finish(&self.attrs)?;
-        self.finished = true;
-        match self.unnamed.take() {
-            None => {
-                self.draft.close();
-                Ok((report, None))
-            }
-            Some(tmp) => {
-                let pending = PendingFile::new(Some(self.draft.file.clone()), self.dir.clone(), tmp, std::mem::take(&mut self.name), self.draft.path.clone());
-                Ok((report, Some(pending)))
-            }
-        }
+        Ok((report, self.settle()))
     }
 
     /// Sets the attributes, fsyncs the file whatever the options say (a copy made durable on

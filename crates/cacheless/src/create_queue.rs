@@ -181,7 +181,7 @@ impl CreateQueue {
         if self.in_flight + self.unsubmitted >= DEPTH as usize {
             self.wait(1).map_err(|e| Error::io("create", display_path, e))?;
         }
-        let perm = if attrs.permissions.is_some() { 0o600 } else { 0o666 };
+        let perm = attrs.create_perm();
         let req = Req { dir, name: name.to_os_string(), path: display_path.to_path_buf(), size_hint, attrs, abandoned: false, seq: self.requests };
         let sqe = opcode::OpenAt::new(types::Fd(req.dir.as_raw_fd()), DOT.as_ptr())
             .flags(libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC)

@@ -57,7 +57,7 @@ static NO_EMPTY_PATH_LINK: std::sync::atomic::AtomicBool = std::sync::atomic::At
 /// leaves nothing of it (the filesystem frees it at its next mount). `None` where the
 /// filesystem has no O_TMPFILE (remembered for the process). `path` names it in errors.
 pub(crate) fn create_unnamed(dir: BorrowedFd<'_>, path: &Path, perm: u32) -> Result<Option<OwnedFd>> {
-    if NO_TMPFILE.load(Ordering::Relaxed) || switched_off().0 {
+    if !tmpfile_available() {
         return Ok(None);
     }
     match call(Site::Open, || rustix::fs::openat(dir, ".", OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(perm))) {

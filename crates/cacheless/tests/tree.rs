@@ -88,6 +88,21 @@ fn options(mode: Mode, backend: BackendKind, budget: &Budget) -> TreeOptions {
     o
 }
 
+/// Runs `check` under every mode and backend of `matrix(root)`, with the options for it, its
+/// label and the destination `root/dst`; then the budget must be whole again, and the
+/// destination goes.
+fn each_mode(root: &Path, mut check: impl FnMut(&TreeOptions, &str, &Path)) {
+    for (mode, backend) in matrix(root) {
+        let what = format!("{mode}, {backend}");
+        let budget = Budget::new(16 << 20);
+        let o = options(mode, backend, &budget);
+        let dst = root.join("dst");
+        check(&o, &what, &dst);
+        assert_eq!(budget.used(), 0, "{what}: buffers not returned to the budget");
+        std::fs::remove_dir_all(&dst).unwrap();
+    }
+}
+
 fn run(src: &Path, dst: &Path, o: &TreeOptions) -> TreeReport {
     copy_tree(&[src.to_path_buf()], dst, o, &Arc::new(Progress::new())).unwrap()
 }
@@ -98,22 +113,16 @@ fn an_archive_copy_equals_its_source_under_every_mode_and_backend() {
     let d = scratch();
     let src = make_src(d.path());
     let want = state(&src);
-    for (mode, backend) in matrix(d.path()) {
-        let what = format!("{mode}, {backend}");
-        let budget = Budget::new(16 << 20);
-        let o = options(mode, backend, &budget);
+    each_mode(d.path(), |o, what, dst| {
         // Into a missing destination: it becomes the copy.
-        let dst = d.path().join("dst");
-        let r = run(&src, &dst, &o);
+        let r = run(&src, dst, o);
         assert_eq!((r.errors, r.copied, r.hardlinks), (0, 4, 1), "{what}: {r:?}");
-        assert_eq!(state(&dst), want, "{what}");
+        assert_eq!(state(dst), want, "{what}");
         // `SRC/.` into an existing directory: its contents, over the copy made before.
-        let again = run(&src.join("."), &dst, &o);
+        let again = run(&src.join("."), dst, o);
         assert_eq!(again.errors, 0, "{what}: {again:?}");
-        assert_eq!(state(&dst), want, "{what}: SRC/. into an existing directory");
-        assert_eq!(budget.used(), 0, "{what}: buffers not returned to the budget");
-        std::fs::remove_dir_all(&dst).unwrap();
-    }
+        assert_eq!(state(dst), want, "{what}: SRC/. into an existing directory");
+    });
 }
 
 #[test]
@@ -246,15 +255,9 @@ fn many_small_files_in_several_directories_copy_whole() {
         }
     }
     let want = state(&src);
-    for (mode, backend) in matrix(d.path()) {
-        let what = format!("{mode}, {backend}");
-        let budget = Budget::new(16 << 20);
-        let o = options(mode, backend, &budget);
-        let dst = d.path().join("dst");
-        let r = run(&src, &dst, &o);
+    each_mode(d.path(), |o, what, dst| {
+        let r = run(&src, dst, o);
         assert_eq!((r.errors, r.copied), (0, n), "{what}: {r:?}");
-        assert_eq!(state(&dst), want, "{what}");
-        assert_eq!(budget.used(), 0, "{what}: buffers not returned to the budget");
-        std::fs::remove_dir_all(&dst).unwrap();
-    }
+        assert_eq!(state(dst), want, "{what}");
+    });
 }

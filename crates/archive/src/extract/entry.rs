@@ -14,7 +14,7 @@ use cacheless::{AlignedBuf, CreateQueue, CreateTicket};
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
-use super::jobs::{attrs, chown, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Small, CHUNK};
+use super::jobs::{attrs, chown, named, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Small, CHUNK};
 use super::options::{ExtractOptions, ExtractReport};
 use super::shares::Shares;
 use crate::error::Error;
@@ -120,11 +120,7 @@ impl Ctx<'_> {
         for q in files {
             match creates.take(q.create) {
                 Ok(file) => ready.push(Small { rel: q.rel, file, meta: q.meta, buf: q.buf, len: q.len, ticket: q.ticket }),
-                Err(e) => {
-                    let name = q.rel.to_path().display().to_string();
-                    let msg = e.to_string();
-                    self.sh.fail(if msg.contains(&name) { msg } else { format!("{name}: {msg}") });
-                }
+                Err(e) => self.sh.fail(named(&q.rel, &e.to_string(), false)),
             }
         }
         if !ready.is_empty() {
@@ -383,9 +379,9 @@ impl Ctx<'_> {
         let asked = self.create_entry(&rel, |d, n| creates.push(d.clone(), n, &display, e.size, attrs(&meta)));
         self.creates = Some(creates);
         let create = asked?;
-        // Small files are batched and written back together in auto mode (no alignment needed);
-        // a forced mode (O_DIRECT) gets data aligned as it needs.
-        let align = if self.opts.io.mode == cacheless::Mode::Auto && self.opts.batch_writeback > 0 {
+        // Small files written back together need no alignment; others (a forced O_DIRECT) get
+        // data aligned as their plan needs.
+        let align = if self.sh.creator.writes_back_together(e.size) {
             64
         } else {
             let dir = self.root.existing_dir(rel.split().map_or(&[][..], |(p, _)| p)).map_err(Fail::Entry)?;

@@ -361,7 +361,7 @@ impl Shared {
 }
 
 /// A failure message that names the entry once (most engine errors already carry its path).
-fn named(rel: &RelPath, msg: &str, removed: bool) -> String {
+pub(super) fn named(rel: &RelPath, msg: &str, removed: bool) -> String {
     let name = rel.to_path().display().to_string();
     let msg = if msg.contains(&name) { msg.to_string() } else { format!("{name}: {msg}") };
     if removed {
