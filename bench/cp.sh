@@ -19,7 +19,8 @@
 # files of 1..MAX_KIB KiB), MAX_KIB (64), BIG (8 large files of BIG_MIB MiB), BIG_MIB (512),
 # NAME (label), EXTRA (extra flags for cacheless cp), REFLINK_FS (e.g. "xfs btrfs": also run on
 # loop images of these filesystems; default none), TOOLS (default "cacheless cp rsync verify"),
-# SYSCALLS (1).
+# SYSCALLS (1), FRESH_FS (ext4 or xfs: every trial copies into a filesystem of that kind made for
+# it on a loop device, see bench/lib.sh's fresh_fs; default: into WORK itself).
 # Small files only (100,000 of 1-8 KiB): NAME=cp-100k-small FILES=100000 MAX_KIB=8 BIG=0 bench/cp.sh
 # Smoke run: FILES=2000 BIG=2 BIG_MIB=64 RUNS=1 REFLINK_FS="xfs btrfs" bench/cp.sh
 set -euo pipefail
@@ -85,6 +86,7 @@ command_for() {
 one() {
     local fs=$1 src=$2 out=$3 tool=$4 run=$5 pos=$6 cmd
     cmd=$(command_for "$tool" "$src" "$out")
+    [ "$fs" != "$HOST" ] || fresh_fs "$MNT"
     rm -rf "$out"; sync; echo 3 > /proc/sys/vm/drop_caches; settle
     local m
     m=$(timed "$tool" "$cmd")
@@ -114,16 +116,27 @@ fi
 TREE_BYTES=$(du -sb --apparent-size "$TREE" | cut -f1)
 NFILES=$(find "$TREE" -type f | wc -l)
 # shellcheck disable=SC2086
-series host "$TREE" "$WORK/out" $TOOLS
+# With FRESH_FS, the copy goes to a filesystem made anew for each trial (bench/lib.sh).
+FRESH_FS=${FRESH_FS:-}
+MNT=$WORK/fresh-mnt
+HOST=host OUT=$WORK/out
+if [ -n "$FRESH_FS" ]; then
+    HOST=fresh-$FRESH_FS OUT=$MNT/out
+    fresh_fs_size "$TREE_BYTES" "$NFILES"
+    trap 'fresh_fs_release "$MNT"' EXIT
+fi
+series "$HOST" "$TREE" "$OUT" $TOOLS
 # More cold runs of each on the host, not timed: the system calls it makes.
 SYS=$WORK/syscalls-$NAME.csv
 echo "fs,tool,syscalls,futex,io_uring_enter,uring_ops,strace_syscalls,strace_futex,files" > "$SYS"
-cold_host() { rm -rf "$WORK/out"; sync; echo 3 > /proc/sys/vm/drop_caches; settle; }
+cold_host() { fresh_fs "$MNT"; rm -rf "$OUT"; sync; echo 3 > /proc/sys/vm/drop_caches; settle; }
 for tool in $TOOLS; do
-    counts=$(syscall_counts "$NAME-$tool" cold_host "$(command_for "$tool" "$TREE" "$WORK/out")")
-    echo "host,$tool,$counts,$NFILES" | tee -a "$SYS"
+    counts=$(syscall_counts "$NAME-$tool" cold_host "$(command_for "$tool" "$TREE" "$OUT")")
+    echo "$HOST,$tool,$counts,$NFILES" | tee -a "$SYS"
 done
-rm -rf "$WORK/out"
+rm -rf "$OUT"
+fresh_fs_release "$MNT"
+trap - EXIT
 
 # The reflink path: the tree and its copy inside a loop image of each filesystem (sized for the
 # source, two copies' metadata and slack), O_DIRECT loop so the image file itself stays uncached.

@@ -20,7 +20,10 @@
 # filesystem under test, default /var/tmp/cacheless-bench-extract), RUNS (5), NAME (label),
 # LARGE (16 x 64 MiB), MEDIUM (4000 x 128 KiB), SMALL (20000 x SMALL_MIN_KIB..SMALL_MAX_KIB KiB),
 # SMALL_MIN_KIB (1), SMALL_MAX_KIB (40), EXTRA (extra flags for cacheless extract), TOOLS (the
-# tools to compare, a subset of: cacheless tar tar-T0), ARCHIVES (single multi), SYSCALLS (1).
+# tools to compare, a subset of: cacheless tar tar-T0), ARCHIVES (single multi), SYSCALLS (1),
+# FRESH_FS (ext4 or xfs: every trial extracts into a filesystem of that kind made for it on a
+# loop device, see bench/lib.sh's fresh_fs; FRESH_GIB and FRESH_INODES size it; default: into
+# WORK itself).
 # The 200,000-file variant: NAME=200k LARGE=0 MEDIUM=0 SMALL=200000 SMALL_MAX_KIB=8 bench/extract.sh
 # The 1,000,000-file variant (0-4 KiB; about 12 GiB of scratch space with both archives and the
 # output): NAME=1m LARGE=0 MEDIUM=0 SMALL=1000000 SMALL_MIN_KIB=0 SMALL_MAX_KIB=4 bench/extract.sh
@@ -39,7 +42,16 @@ ARCH_multi=$WORK/$NAME.frames.tar.zst
 [ -f "$ARCH_multi" ] || "$BIN" pack -o "$ARCH_multi" -C "$TREE" . >/dev/null
 TREE_BYTES=$(du -sb --apparent-size "$TREE" | cut -f1)
 FILES=$(find "$TREE" -type f | wc -l)
-OUT=$WORK/out
+# With FRESH_FS, the tree is extracted into a filesystem made anew for each trial (bench/lib.sh).
+FRESH_FS=${FRESH_FS:-}
+MNT=$WORK/fresh-mnt
+if [ -n "$FRESH_FS" ]; then
+    OUT=$MNT/out
+    fresh_fs_size "$TREE_BYTES" "$FILES"
+    trap 'fresh_fs_release "$MNT"' EXIT
+else
+    OUT=$WORK/out
+fi
 RAW=$WORK/raw-$NAME.csv
 echo "tool,archive,run,position,wall_s,user_s,sys_s,cache_growth_kib,resident_after_kib,tree_bytes,files,frames,decompress_threads" > "$RAW"
 
@@ -56,7 +68,7 @@ command_for() {
         *) echo "unknown tool $1" >&2; exit 2 ;;
     esac
 }
-cold() { rm -rf "$OUT"; mkdir -p "$OUT"; sync; echo 3 > /proc/sys/vm/drop_caches; settle; }
+cold() { fresh_fs "$MNT"; rm -rf "$OUT"; mkdir -p "$OUT"; sync; echo 3 > /proc/sys/vm/drop_caches; settle; }
 one() { # tool@archive run position
     local tool=${1%@*} kind=${1#*@} run=$2 pos=$3 cmd arch frames=- dthreads=-
     arch=ARCH_$kind

@@ -122,3 +122,45 @@ syscall_counts() {
     fi
     echo "${calls:--},${futex:--},${enters:--},${ops:--},${scalls:--},${sfutex:-0}"
 }
+
+# fresh_fs MNT: where FRESH_FS names a filesystem (ext4 or xfs), mounts at MNT a new one of that kind,
+# made on a loop device (--direct-io=on, so the image file is not cached) over WORK/fresh.img of
+# FRESH_GIB GiB (sparse), with at least FRESH_INODES inodes (ext4, whose inode tables are written
+# at once, not by a lazy thread during the trial), and unmounts and frees the one made before.
+# A trial on a filesystem made for it does not pay for the allocator state earlier trials left:
+# on a long-used journal-less ext4 each inode allocation grows slower (docs/BENCHMARKS.md).
+# Without FRESH_FS it does nothing.
+fresh_fs() {
+    local mnt=$1 img=$WORK/fresh.img dev
+    [ -n "${FRESH_FS:-}" ] || return 0
+    fresh_fs_release "$mnt"
+    rm -f "$img"
+    truncate -s "${FRESH_GIB:?}G" "$img"
+    dev=$(losetup --direct-io=on -f --show "$img")
+    case $FRESH_FS in
+        ext4) mkfs.ext4 -q -F -N "${FRESH_INODES:?}" -E lazy_itable_init=0,lazy_journal_init=0 "$dev" ;;
+        xfs) mkfs.xfs -q -f "$dev" ;;
+        *) echo "FRESH_FS=$FRESH_FS: ext4 or xfs" >&2; exit 2 ;;
+    esac
+    mkdir -p "$mnt"
+    mount "$dev" "$mnt"
+}
+
+# fresh_fs_release MNT: unmounts the filesystem fresh_fs mounted at MNT and frees its loop device
+# and image.
+fresh_fs_release() {
+    local dev
+    if mountpoint -q "$1"; then
+        dev=$(findmnt -no SOURCE "$1")
+        umount "$1"
+        losetup -d "$dev" 2>/dev/null || true
+    fi
+    rm -f "$WORK/fresh.img"
+}
+
+# fresh_fs_size BYTES FILES: sets FRESH_GIB and FRESH_INODES (unless given) for a tree of BYTES in
+# FILES files: room for it three times over and 2 GiB, and a fifth more inodes than files.
+fresh_fs_size() {
+    FRESH_GIB=${FRESH_GIB:-$((($1 * 3 >> 30) + 2))}
+    FRESH_INODES=${FRESH_INODES:-$(($2 * 6 / 5 + 20000))}
+}

@@ -642,3 +642,89 @@ fn extract_names_files_after_their_sync_on_every_path_as_gnu_tar_does() {
         }
     }
 }
+
+/// The output of `getfacl -R` of `dir` (relative names), for comparing ACLs.
+fn acls(dir: &Path) -> String {
+    let out = Command::new("getfacl").args(["-R", "-p", "."]).current_dir(dir).output().unwrap();
+    assert!(out.status.success(), "getfacl {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Small files are created with their final mode where the kernel's creation gives exactly
+/// that (no bit the umask masks, no default ACL in the folder, no setuid, setgid or sticky
+/// bit), and get it by fchmod otherwise; and in folders the extraction made it does not look
+/// at a name before creating a file there, except where it made a folder of that name. Under
+/// umasks 022 and 077, in folders made by the extraction and in ones that were there, with a
+/// default ACL and without, the modes and ACLs are GNU tar's, and a file replaces a folder the
+/// archive made earlier as GNU tar does.
+#[test]
+fn modes_and_acls_are_gnu_tars_whether_given_at_creation_or_after() {
+    let d = scratch();
+    if Command::new("setfacl").arg("--version").output().is_err()
+        || Command::new("setfacl").args(["-m", "u:1234:r", s(d.path())]).status().map_or(true, |st| !st.success())
+    {
+        require("xattr", Err(format!("no setfacl or no ACLs on {}", d.path().display())));
+        return;
+    }
+    let src = d.path().join("src");
+    for dir in ["made/deep", "acl/sub", "e"] {
+        std::fs::create_dir_all(src.join(dir)).unwrap();
+    }
+    let modes = [0o644, 0o664, 0o600, 0o444, 0o755, 0o777, 0o700, 0o640, 0o4755, 0o1644];
+    for (i, mode) in modes.iter().enumerate() {
+        for dir in ["", "made", "made/deep", "acl", "acl/sub"] {
+            let p = src.join(dir).join(format!("m{mode:o}"));
+            std::fs::write(&p, random_bytes(100 + i * 997, i as u64)).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).unwrap();
+        }
+    }
+    // `e/x` is a folder, and then, appended, a file: it replaces the folder.
+    std::fs::create_dir(src.join("e/x")).unwrap();
+    let tar = d.path().join("a.tar");
+    assert!(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&src).arg(".").status().unwrap().success());
+    let later = d.path().join("later");
+    std::fs::create_dir_all(later.join("e")).unwrap();
+    std::fs::write(later.join("e/x"), b"a file now").unwrap();
+    assert!(Command::new("tar").arg("-rf").arg(&tar).arg("-C").arg(&later).arg("./e/x").status().unwrap().success());
+    let prepare = |dest: &Path| {
+        std::fs::create_dir_all(dest.join("acl")).unwrap();
+        assert!(Command::new("setfacl").args(["-d", "-m", "u::rwx,g::r-x,o::---,u:1234:rw-"]).arg(dest.join("acl")).status().unwrap().success());
+    };
+    for umask in ["022", "077"] {
+        let gnu = d.path().join(format!("gnu-{umask}"));
+        prepare(&gnu);
+        let st = Command::new("sh").arg("-c").arg(format!("umask {umask} && exec tar -xf \"$0\" -C \"$1\"")).arg(&tar).arg(&gnu).status().unwrap();
+        assert!(st.success());
+        for disable in ["", "uring", "tmpfile"] {
+            let dest = d.path().join(format!("ours-{umask}-{disable}"));
+            prepare(&dest);
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(format!("umask {umask} && exec \"$0\" extract -C \"$1\" \"$2\""))
+                .arg(cacheless_testkit::cacheless().get_program())
+                .arg(&dest)
+                .arg(&tar)
+                .env("CACHELESS_DISABLE", disable)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "umask {umask} {disable}: {}", String::from_utf8_lossy(&out.stderr));
+            // GNU tar as root keeps setuid bits where we, not restoring owners, drop them:
+            // they are left out of the comparison.
+            for dir in ["", "made", "made/deep", "acl", "acl/sub"] {
+                for root in [&gnu, &dest] {
+                    let p = root.join(dir).join("m4755");
+                    let m = std::fs::metadata(&p).unwrap().mode() & 0o777;
+                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
+                }
+            }
+            // GNU tar leaves `e`, whose folder `x` was replaced, with the time of the
+            // replacement; we give it the archive's mtime, as to every other folder.
+            assert_eq!(std::fs::metadata(dest.join("e")).unwrap().mtime(), std::fs::metadata(src.join("e")).unwrap().mtime());
+            let t = std::fs::File::open(dest.join("e")).unwrap().metadata().unwrap().modified().unwrap();
+            std::fs::File::open(gnu.join("e")).unwrap().set_modified(t).unwrap();
+            assert_same_tree(&gnu, &dest);
+            assert_eq!(acls(&gnu), acls(&dest), "umask {umask} {disable}: ACLs");
+            assert_eq!(std::fs::read(dest.join("e/x")).unwrap(), b"a file now");
+        }
+    }
+}

@@ -9,7 +9,7 @@
 //! itself created earlier. Resolved parents are cached; the cache is invalidated whenever a
 //! directory is removed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -92,7 +92,17 @@ pub struct Root {
     implicit_dir_mode: u32,
     /// Directories created implicitly (not in the archive).
     pub implicit_dirs: u64,
+    /// The directories this extraction made (the destination itself when it made it): what is
+    /// in them, this extraction put there.
+    made: HashSet<Vec<Vec<u8>>>,
+    /// More directories were made than `made` keeps: it no longer tells.
+    made_overflow: bool,
+    /// Directories removed to make way for an entry, since [`Root::take_removed_dirs`].
+    removed_dirs: Vec<Vec<Vec<u8>>>,
 }
+
+/// Most directories [`Root`] remembers having made.
+const MADE_MAX: usize = 1 << 20;
 
 fn dir_flags() -> OFlags {
     OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC
@@ -110,8 +120,10 @@ impl Root {
     /// Opens (creating if missing) the destination directory; up to `cache_max` resolved
     /// directories are kept open.
     pub fn open(path: &Path, implicit_dir_mode: u32, cache_max: usize) -> Result<Root> {
+        let mut made = HashSet::new();
         if !path.exists() {
             std::fs::create_dir_all(path).map_err(|e| Error::io("mkdir", path, e))?;
+            made.insert(Vec::new());
         }
         let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| Error::io("open", path, e))?;
         let (resolve, resolve_reason) = match rustix::fs::openat2(&fd, ".", dir_flags(), Mode::empty(), beneath()) {
@@ -130,6 +142,9 @@ impl Root {
             cache_max: cache_max.max(1),
             implicit_dir_mode,
             implicit_dirs: 0,
+            made,
+            made_overflow: false,
+            removed_dirs: Vec::new(),
         })
     }
 
@@ -208,11 +223,34 @@ impl Root {
         match rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(last), Mode::from_raw_mode(self.implicit_dir_mode)) {
             Ok(()) => {
                 self.implicit_dirs += 1;
+                self.note_made(comps);
                 Ok(())
             }
             Err(Errno::EXIST) => Ok(()),
             Err(e) => Err(Error::io("mkdirat", RelPath(comps.to_vec()).to_path(), e)),
         }
+    }
+
+    fn note_made(&mut self, comps: &[Vec<u8>]) {
+        if self.made.len() < MADE_MAX {
+            self.made.insert(comps.to_vec());
+        } else {
+            self.made_overflow = true;
+        }
+    }
+
+    /// Whether nothing but a non-directory this extraction put there can be at `path`: its
+    /// parent is a directory this extraction made, and no directory was made at `path`. There,
+    /// a new entry needs no look at what it replaces before it is created (a file or symlink
+    /// is replaced when named). False where this cannot be told.
+    pub fn only_ours_at(&self, path: &RelPath) -> bool {
+        let Some((parent, _)) = path.split() else { return false };
+        !self.made_overflow && self.made.contains(parent) && !self.made.contains(&path.0)
+    }
+
+    /// The directories removed to make way for an entry since the last call.
+    pub fn take_removed_dirs(&mut self) -> Vec<Vec<Vec<u8>>> {
+        std::mem::take(&mut self.removed_dirs)
     }
 
     /// Forgets cached directories at or under `comps` (after something there was removed).
@@ -229,7 +267,10 @@ impl Root {
             Err(Errno::ISDIR) | Err(Errno::PERM) => {
                 self.invalidate(&path.0);
                 match rustix::fs::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::REMOVEDIR) {
-                    Ok(()) => Ok(true),
+                    Ok(()) => {
+                        self.removed_dirs.push(path.0.clone());
+                        Ok(true)
+                    }
                     Err(e) => Err(Error::io("rmdir (to replace it)", path.to_path(), e)),
                 }
             }
@@ -242,7 +283,10 @@ impl Root {
         let Some((parent, name)) = path.split() else { return Ok(()) };
         let pfd = self.dir(parent)?;
         match rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.note_made(&path.0);
+                Ok(())
+            }
             Err(Errno::EXIST) => {
                 let st =
                     rustix::fs::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).map_err(|e| Error::io("fstatat", path.to_path(), e))?;
@@ -250,7 +294,9 @@ impl Root {
                     return Ok(());
                 }
                 self.remove_existing(&pfd, path, name)?;
-                rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)).map_err(|e| Error::io("mkdirat", path.to_path(), e))
+                rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)).map_err(|e| Error::io("mkdirat", path.to_path(), e))?;
+                self.note_made(&path.0);
+                Ok(())
             }
             Err(e) => Err(Error::io("mkdirat", path.to_path(), e)),
         }

@@ -225,6 +225,11 @@ struct Shared {
     /// The last directory files were created in and its device: files created one after
     /// another in one directory cost one fstat for all, not one each.
     last_dir: Mutex<Option<(Arc<OwnedFd>, caps::FsKey)>>,
+    /// The process's umask when the creator was made (`None` where /proc does not say).
+    umask: Option<u32>,
+    /// The last directory a file was created in without a name, and whether files created in
+    /// it get exactly the mode asked at creation (no default ACL there).
+    exact_dir: Mutex<Option<(Arc<OwnedFd>, bool)>>,
 }
 
 impl Shared {
@@ -353,7 +358,16 @@ impl Drop for Shared {
 impl FileCreator {
     /// A creator writing with `opts`.
     pub fn new(opts: CreateOptions) -> FileCreator {
-        FileCreator { shared: Arc::new(Shared { opts, deferred: Mutex::new(VecDeque::new()), batch: Mutex::default(), last_dir: Mutex::new(None) }) }
+        FileCreator {
+            shared: Arc::new(Shared {
+                opts,
+                deferred: Mutex::new(VecDeque::new()),
+                batch: Mutex::default(),
+                last_dir: Mutex::new(None),
+                umask: sys::umask(),
+                exact_dir: Mutex::new(None),
+            }),
+        }
     }
 
     /// The options it writes with.
@@ -422,15 +436,51 @@ impl FileCreator {
             return Ok(self.new_file(draft, dir, name, None, attrs));
         }
         sys::check_name("create", display_path, name)?;
-        let perm = attrs.create_perm();
-        let (fd, tmp) = match sys::create_unnamed(dir.as_fd(), display_path, perm)? {
-            Some(fd) => (fd, None),
+        let (perm, exact) = self.unnamed_perm(&dir, &attrs);
+        let (fd, tmp, attrs) = match sys::create_unnamed(dir.as_fd(), display_path, perm)? {
+            Some(fd) => (fd, None, Self::mode_given(attrs, exact)),
             None => {
-                let (fd, tmp) = sys::create_temp(dir.as_fd(), name, display_path, perm)?;
-                (fd, Some(tmp))
+                let (fd, tmp) = sys::create_temp(dir.as_fd(), name, display_path, attrs.create_perm())?;
+                (fd, Some(tmp), attrs)
             }
         };
         Ok(self.new_file(self.draft(fd, display_path, size_hint), dir, name, Some(tmp), attrs))
+    }
+
+    /// The mode to create a file without a name in `dir` with, and whether it is the file's
+    /// final one (`attrs`' permissions, which then need no fchmod): so where nobody can open
+    /// the file while it is written, the kernel's creation gives exactly those bits (none
+    /// masked by the umask read when the creator was made, no default ACL in `dir`), and
+    /// they have no setuid, setgid or sticky bit (which creation may clear). Else the file is
+    /// created as [`FileAttrs::create_perm`] says and gets its permissions when finished.
+    pub(crate) fn unnamed_perm(&self, dir: &Arc<OwnedFd>, attrs: &FileAttrs) -> (u32, bool) {
+        match (attrs.permissions, self.shared.umask) {
+            (Some(p), Some(umask)) if p & 0o7000 == 0 && p & umask == 0 && self.exact_in(dir) => (p, true),
+            _ => (attrs.create_perm(), false),
+        }
+    }
+
+    /// `attrs` for a file created with mode `perm` of [`FileCreator::unnamed_perm`]: without
+    /// the permissions it has already where `exact`.
+    pub(crate) fn mode_given(mut attrs: FileAttrs, exact: bool) -> FileAttrs {
+        if exact {
+            attrs.permissions = None;
+        }
+        attrs
+    }
+
+    /// Whether files created in `dir` get the mode asked (less the umask): `dir` has no
+    /// default ACL. Asked once for files created one after another in one directory.
+    fn exact_in(&self, dir: &Arc<OwnedFd>) -> bool {
+        let mut last = self.shared.exact_dir.lock().unwrap_or_else(|e| e.into_inner());
+        match &*last {
+            Some((d, exact)) if Arc::ptr_eq(d, dir) => *exact,
+            _ => {
+                let exact = !sys::default_acl(dir.as_fd());
+                *last = Some((dir.clone(), exact));
+                exact
+            }
+        }
     }
 
     /// A [`NewFile`] of `draft`, created in `dir` for `name` (`unnamed`: see [`NewFile`]).

@@ -66,6 +66,8 @@ struct Req {
     path: PathBuf,
     size_hint: u64,
     attrs: FileAttrs,
+    /// Created with its final permission bits (see [`FileCreator::unnamed_perm`]).
+    exact: bool,
     /// Its ticket was dropped: the file goes once the request is done.
     abandoned: bool,
     /// Its place among the requests made.
@@ -181,8 +183,8 @@ impl CreateQueue {
         if self.in_flight + self.unsubmitted >= DEPTH as usize {
             self.wait(1).map_err(|e| Error::io("create", display_path, e))?;
         }
-        let perm = attrs.create_perm();
-        let req = Req { dir, name: name.to_os_string(), path: display_path.to_path_buf(), size_hint, attrs, abandoned: false, seq: self.requests };
+        let (perm, exact) = self.creator.unnamed_perm(&dir, &attrs);
+        let req = Req { dir, name: name.to_os_string(), path: display_path.to_path_buf(), size_hint, attrs, exact, abandoned: false, seq: self.requests };
         let sqe = opcode::OpenAt::new(types::Fd(req.dir.as_raw_fd()), DOT.as_ptr())
             .flags(libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC)
             .mode(perm)
@@ -227,7 +229,7 @@ impl CreateQueue {
             Slot::Done(f) => Ok(*f),
             Slot::Completed(req, res) if res >= 0 => {
                 let fd = opened(res);
-                Ok(self.creator.adopt_unnamed(fd, req.dir, &req.name, &req.path, req.size_hint, req.attrs))
+                Ok(self.creator.adopt_unnamed(fd, req.dir, &req.name, &req.path, req.size_hint, FileCreator::mode_given(req.attrs, req.exact)))
             }
             Slot::Completed(req, res) => {
                 let e = io::Error::from_raw_os_error(-res);

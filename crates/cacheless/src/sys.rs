@@ -7,7 +7,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
@@ -66,6 +66,31 @@ pub(crate) fn create_unnamed(dir: BorrowedFd<'_>, path: &Path, perm: u32) -> Res
         // EOPNOTSUPP.
         Err(e) if tmpfile_refused(&e) => Ok(None),
         Err(e) => Err(Error::io("create", path, e)),
+    }
+}
+
+/// The process's umask, from /proc/self/status (Linux 4.7); `None` where it does not say.
+/// (umask(2) can only read it by setting it, which races with other threads creating files.)
+pub(crate) fn umask() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+    u32::from_str_radix(line.trim(), 8).ok()
+}
+
+/// Whether the directory `dir` (open with O_PATH or not) has a default ACL, which files
+/// created in it inherit in place of the umask; true where it cannot tell.
+pub(crate) fn default_acl(dir: BorrowedFd<'_>) -> bool {
+    const NAME: &str = "system.posix_acl_default";
+    let asked = match rustix::fs::fgetxattr_query(dir, NAME) {
+        // An O_PATH descriptor: asked through its /proc link, which getxattr follows.
+        Err(Errno::BADF) => rustix::fs::getxattr_query(format!("/proc/self/fd/{}", dir.as_raw_fd()), NAME),
+        r => r,
+    };
+    match asked {
+        Ok(n) => n > 0,
+        // None, or a filesystem without extended attributes (nothing to inherit).
+        Err(Errno::NODATA | Errno::OPNOTSUPP) => false,
+        Err(_) => true,
     }
 }
 
@@ -142,7 +167,7 @@ fn link_fd(file: &File, dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
             r => return r,
         }
     }
-    let proc = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(file));
+    let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
     call(Site::Open, || rustix::fs::linkat(rustix::fs::CWD, proc.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW))
 }
 

@@ -303,14 +303,18 @@ impl Ctx<'_> {
     ///
     /// Files are written under a temporary name and renamed over `rel` once durable (see
     /// `cacheless::CreateOptions::publish_after_sync`), which replaces a file or symlink there
-    /// at once: what is there is looked at first, and a directory is removed (or the entry
-    /// refused) here, in archive order, as is anything with old files kept.
+    /// at once: what is there is looked at first (unless only this extraction's own files can
+    /// be there, see `Root::only_ours_at`), and a directory is removed (or the entry refused)
+    /// here, in archive order, as is anything with old files kept.
     fn create_entry<T>(&mut self, rel: &RelPath, mut make: impl FnMut(&Arc<OwnedFd>, &OsStr) -> cacheless::Result<T>) -> Result<T, Fail> {
         let mut engine_err = None;
         let keep_old = self.opts.keep_old_files;
+        // In a directory this extraction made, only its own entries can be there, and a
+        // directory among them it knows of: no need to look.
+        let look = keep_old || !self.root.only_ours_at(rel);
         let r = self.root.create_with(rel, keep_old, "create", |d, n| {
-            match rustix::fs::statat(d, n, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) if keep_old || rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => return Err(Errno::EXIST),
+            match look.then(|| rustix::fs::statat(d, n, AtFlags::SYMLINK_NOFOLLOW)) {
+                Some(Ok(st)) if keep_old || rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => return Err(Errno::EXIST),
                 _ => {}
             }
             match make(d, n) {

@@ -164,7 +164,13 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         ctx.report.entries += 1;
         progress.entry_done();
         let name = e.display();
-        match ctx.entry(&mut parser, e) {
+        let done = ctx.entry(&mut parser, e);
+        // A directory the entry replaced gets no metadata at the end (GNU tar's neither).
+        let removed = ctx.root.take_removed_dirs();
+        if !removed.is_empty() {
+            ctx.dirs.retain(|(rel, _)| !removed.iter().any(|r| rel.0.starts_with(r)));
+        }
+        match done {
             Ok(()) => {}
             Err(Fail::Entry(err)) => {
                 // Most errors already name the entry (their path); say it once.

@@ -3,7 +3,7 @@
 //! hard links and the directories' metadata once the files are in place.
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use crate::copy::{copy_xattrs, open_parent};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::Site;
 use crate::pool::Pool;
-use crate::sys::call;
+use crate::sys::{call, default_acl};
 
 fn timestamps(m: &std::fs::Metadata) -> rustix::fs::Timestamps {
     let ts = |s: i64, ns: i64| rustix::fs::Timespec { tv_sec: s, tv_nsec: ns };
@@ -47,17 +47,6 @@ pub(super) struct DirMeta {
     src: PathBuf,
     dst: PathBuf,
     meta: std::fs::Metadata,
-}
-
-/// Whether the folder `dir` has a default ACL (which files created in it inherit); true where
-/// it cannot tell.
-fn default_acl(dir: &OwnedFd) -> bool {
-    match rustix::fs::fgetxattr_query(dir, "system.posix_acl_default") {
-        Ok(n) => n > 0,
-        // None, or a filesystem without extended attributes (nothing to inherit).
-        Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => false,
-        Err(_) => true,
-    }
 }
 
 /// The walk on the caller's thread.
@@ -230,7 +219,7 @@ impl Walker<'_> {
         };
         // A folder made here holds only what the copy puts in it; without a default ACL, its
         // new files inherit none (one look per folder, where each file's copy looked itself).
-        let plain = made && !(self.o.archive && default_acl(&fd));
+        let plain = made && !(self.o.archive && default_acl(fd.as_fd()));
         // Writable while we fill it; the source's mode and times are set after its contents.
         let _ = rustix::fs::fchmod(&*fd, FMode::from_raw_mode(0o700));
         match std::fs::read_dir(src) {
