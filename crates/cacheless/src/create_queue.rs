@@ -111,6 +111,8 @@ pub struct CreateQueue {
     enters: u64,
     /// Completions reaped so far.
     reaped: u64,
+    /// The completions of one reap (kept for the next).
+    done: Vec<(usize, i32)>,
 }
 
 impl std::fmt::Debug for CreateQueue {
@@ -154,6 +156,7 @@ impl CreateQueue {
             requests: 0,
             enters: 0,
             reaped: 0,
+            done: Vec::new(),
         }
     }
 
@@ -327,8 +330,12 @@ impl CreateQueue {
 
     fn reap(&mut self) {
         let Some(ring) = self.ring.as_mut() else { return };
-        let done: Vec<(usize, i32)> = ring.completion().map(|c| (usize::try_from(c.user_data()).unwrap_or(usize::MAX), c.result())).collect();
-        for (i, res) in done {
+        // Reused: an allocation per wait of this size would have malloc consolidate its free
+        // lists each time.
+        let mut done = std::mem::take(&mut self.done);
+        done.clear();
+        done.extend(ring.completion().map(|c| (usize::try_from(c.user_data()).unwrap_or(usize::MAX), c.result())));
+        for &(i, res) in &done {
             let Some(slot) = self.slots.get_mut(i) else { continue };
             let Slot::InFlight(req) = std::mem::replace(slot, Slot::Free) else { continue };
             self.in_flight -= 1;
@@ -342,6 +349,7 @@ impl CreateQueue {
                 *slot = Slot::Completed(req, res);
             }
         }
+        self.done = done;
     }
 }
 

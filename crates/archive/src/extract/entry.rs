@@ -14,7 +14,7 @@ use cacheless::{AlignedBuf, CreateQueue, CreateTicket};
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
-use super::jobs::{attrs, chown, named, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Small, CHUNK};
+use super::jobs::{attrs, chown, named, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Slab, Small, CHUNK, SLAB_ALIGN, SLAB_BYTES};
 use super::options::{ExtractOptions, ExtractReport};
 use super::shares::Shares;
 use crate::error::Error;
@@ -60,8 +60,10 @@ pub(super) struct Ctx<'a> {
     /// Small files read whole and not yet handed to a worker, and the lease they fill.
     pub batch: Vec<Queued>,
     pub batch_bytes: usize,
-    /// Batches whose files are still being created, oldest first.
-    pub waiting: VecDeque<(Vec<Queued>, usize)>,
+    /// The batch's slab being filled (see `jobs::Slab`), and how much of it is.
+    pub slab: Option<(AlignedBuf, usize)>,
+    /// Batches whose files are still being created, oldest first, and their slabs.
+    pub waiting: VecDeque<(Vec<Queued>, usize, Option<Arc<Slab>>)>,
     /// Creates the small files of batches ahead of their data (`None` only while a creation
     /// borrows it).
     pub creates: Option<CreateQueue>,
@@ -72,9 +74,14 @@ pub(super) struct Queued {
     rel: RelPath,
     create: CreateTicket,
     meta: Meta,
-    buf: AlignedBuf,
-    len: usize,
+    data: Piece,
     ticket: super::jobs::Ticket,
+}
+
+/// Where a batched file's data is: in a buffer of its own, or at an offset in its batch's slab.
+enum Piece {
+    Own(AlignedBuf, usize),
+    InSlab(usize, usize),
 }
 
 /// Batches whose files are being created, at most: the parser waits for the oldest beyond.
@@ -83,9 +90,9 @@ const WAITING_MAX: usize = 4;
 /// Files up to this size are handed to the workers in batches.
 const BATCHED_MAX: u64 = 64 << 10;
 /// A batch holds at most this many files...
-const BATCH_FILES: usize = 32;
+pub(super) const BATCH_FILES: usize = 32;
 /// ... and this many bytes of data.
-const BATCH_BYTES: usize = 256 << 10;
+pub(super) const BATCH_BYTES: usize = 256 << 10;
 
 impl Ctx<'_> {
     /// Hands every batch of small files to the workers, the one being filled too, once their
@@ -100,10 +107,12 @@ impl Ctx<'_> {
     /// Closes the batch being filled: it waits for its files' creation, and the batches whose
     /// files are all created (or the oldest, when too many wait) are handed over.
     fn close_batch(&mut self) {
-        let files = std::mem::take(&mut self.batch);
+        // The next batch's room made at once, not grown file by file.
+        let files = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH_FILES));
         let bytes = std::mem::take(&mut self.batch_bytes);
+        let slab = self.slab.take().map(|(buf, _)| Arc::new(Slab::new(buf, self.sh.slabs.clone())));
         if !files.is_empty() {
-            self.waiting.push_back((files, bytes));
+            self.waiting.push_back((files, bytes, slab));
         }
         while self.waiting.len() > WAITING_MAX {
             self.send_oldest();
@@ -114,12 +123,22 @@ impl Ctx<'_> {
     /// them to the workers, with one lease for their bytes (as much as their leases one each
     /// would hold). A file whose creation failed is reported, and its name settles as failed.
     fn send_oldest(&mut self) {
-        let Some((files, bytes)) = self.waiting.pop_front() else { return };
+        let Some((files, bytes, slab)) = self.waiting.pop_front() else { return };
         let Some(creates) = self.creates.as_mut() else { return };
         let mut ready = Vec::with_capacity(files.len());
         for q in files {
+            let data = match q.data {
+                Piece::Own(buf, len) => Data::Owned(buf, len),
+                Piece::InSlab(off, len) => match &slab {
+                    Some(slab) => Data::InSlab(slab.clone(), off, len),
+                    None => {
+                        self.sh.fail(named(&q.rel, "internal error: its batch has no slab", false));
+                        continue;
+                    }
+                },
+            };
             match creates.take(q.create) {
-                Ok(file) => ready.push(Small { rel: q.rel, file, meta: q.meta, buf: q.buf, len: q.len, ticket: q.ticket }),
+                Ok(file) => ready.push(Small { rel: q.rel, file, meta: q.meta, data, ticket: q.ticket }),
                 Err(e) => self.sh.fail(named(&q.rel, &e.to_string(), false)),
             }
         }
@@ -157,11 +176,10 @@ impl Ctx<'_> {
 
     /// Sanitises and strips a member name; `None` if the entry is to be skipped (already warned).
     fn rel(&mut self, raw: &[u8], what: &str) -> Result<Option<RelPath>, Fail> {
-        let display = String::from_utf8_lossy(raw).into_owned();
         match sanitize(raw) {
             Sanitized::DotDot => Err(Fail::Entry(Error::io(
                 if what == "member" { "refusing member" } else { "refusing hard link target" },
-                PathBuf::from(display),
+                PathBuf::from(String::from_utf8_lossy(raw).into_owned()),
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, "member name contains '..'"),
             ))),
             Sanitized::Ok { path, stripped } => {
@@ -393,13 +411,37 @@ impl Ctx<'_> {
         };
         let size = cacheless::conv::fit(e.size, CHUNK);
         self.batch_room(size);
-        let mut buf = AlignedBuf::new(size, align);
         // Dropping `create` on error removes the file.
-        parser.read_data_exact(&mut buf[..size]).map_err(fatal)?;
+        let data = if align <= SLAB_ALIGN {
+            let (slab, off) = self.slab_room(size);
+            parser.read_data_exact(&mut slab[off..off + size]).map_err(fatal)?;
+            Piece::InSlab(off, size)
+        } else {
+            let mut buf = AlignedBuf::new(size, align);
+            parser.read_data_exact(&mut buf[..size]).map_err(fatal)?;
+            Piece::Own(buf, size)
+        };
         self.sh.progress.add_bytes(e.size);
         let ticket = self.sh.in_flight.begin(&rel);
-        self.batch.push(Queued { rel, create, meta, buf, len: size, ticket });
+        self.batch.push(Queued { rel, create, meta, data, ticket });
         Ok(())
+    }
+
+    /// The batch's slab and where in it `size` more bytes go (at a multiple of `SLAB_ALIGN`):
+    /// a slab given back or a new one for a new batch, and a new batch where the slab is full.
+    fn slab_room(&mut self, size: usize) -> (&mut AlignedBuf, usize) {
+        let fits = |used: usize| used.next_multiple_of(SLAB_ALIGN) + size <= SLAB_BYTES;
+        if self.slab.as_ref().is_some_and(|(_, used)| !fits(*used)) {
+            // Not reached while batches hold at most BATCH_BYTES (see SLAB_BYTES).
+            self.close_batch();
+        }
+        let (buf, used) = self.slab.get_or_insert_with(|| {
+            let given_back = self.sh.slabs.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            (given_back.unwrap_or_else(|| AlignedBuf::new(SLAB_BYTES.max(size), SLAB_ALIGN)), 0)
+        });
+        let off = used.next_multiple_of(SLAB_ALIGN);
+        *used = off + size;
+        (buf, off)
     }
 
     /// Streams the entry's data to a worker in `CHUNK`s, in buffers the workers give back.

@@ -81,7 +81,45 @@ pub(super) enum Msg {
 pub(super) enum Data {
     Whole(AlignedBuf, usize, cacheless::buf::Lease),
     Owned(AlignedBuf, usize),
+    /// `len` bytes at `off` in its batch's slab.
+    InSlab(Arc<Slab>, usize, usize),
     Stream(Receiver<Msg>),
+}
+
+/// Bytes a slab holds: a batch's data, each file's at a multiple of [`SLAB_ALIGN`].
+pub(super) const SLAB_BYTES: usize = super::entry::BATCH_BYTES + super::entry::BATCH_FILES * SLAB_ALIGN;
+/// Where each file's data starts in a slab: as a buffer of its own would be aligned.
+pub(super) const SLAB_ALIGN: usize = 64;
+/// Slabs kept for the next batches.
+const SLABS_KEPT: usize = 16;
+
+/// The data of a batch's small files, one after another in one buffer: one allocation per
+/// batch rather than one per file, none once slabs come back. Goes back to the shared pool
+/// when the batch's last file is written (its last [`Data::InSlab`] dropped).
+pub(super) struct Slab {
+    buf: Option<AlignedBuf>,
+    pool: Arc<Mutex<Vec<AlignedBuf>>>,
+}
+
+impl Slab {
+    pub(super) fn new(buf: AlignedBuf, pool: Arc<Mutex<Vec<AlignedBuf>>>) -> Slab {
+        Slab { buf: Some(buf), pool }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.buf.as_deref().unwrap_or_default()
+    }
+}
+
+impl Drop for Slab {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() < SLABS_KEPT {
+                pool.push(b);
+            }
+        }
+    }
 }
 
 /// A small file read whole, waiting in a batch; its ticket says when it is complete or gone.
@@ -89,8 +127,7 @@ pub(super) struct Small {
     pub rel: RelPath,
     pub file: NewFile,
     pub meta: Meta,
-    pub buf: AlignedBuf,
-    pub len: usize,
+    pub data: Data,
     pub ticket: Ticket,
 }
 
@@ -245,13 +282,23 @@ pub(super) struct Shared {
     pub modes: ModeCounter,
     /// Chunk buffers given back by the workers, for the next streamed entry.
     pub bufs: Mutex<Vec<AlignedBuf>>,
+    /// Slabs given back (see [`Slab`]), for the next batches.
+    pub slabs: Arc<Mutex<Vec<AlignedBuf>>>,
     /// The files the workers are writing.
     pub in_flight: Arc<InFlight>,
 }
 
 impl Shared {
     pub(super) fn new(creator: FileCreator, progress: Arc<Progress>) -> Shared {
-        Shared { creator, progress, failures: Arc::default(), modes: Default::default(), bufs: Mutex::new(Vec::new()), in_flight: Arc::default() }
+        Shared {
+            creator,
+            progress,
+            failures: Arc::default(),
+            modes: Default::default(),
+            bufs: Mutex::new(Vec::new()),
+            slabs: Arc::default(),
+            in_flight: Arc::default(),
+        }
     }
 
     /// Counts and records a failed entry (the first 1000 messages are kept).
@@ -312,6 +359,7 @@ impl Shared {
         let res = match data {
             Data::Whole(buf, len, _lease) => file.write_at(&buf[..len], 0).map_err(Some),
             Data::Owned(buf, len) => file.write_at(&buf[..len], 0).map_err(Some),
+            Data::InSlab(slab, off, len) => file.write_at(&slab.bytes()[off..off + len], 0).map_err(Some),
             Data::Stream(rx) => {
                 let mut off = 0u64;
                 self.take_chunks(&rx, |s| {
@@ -376,14 +424,12 @@ impl Work for Shared {
     fn run(&self, job: Job) {
         match job {
             Job::Batch(files, _lease) => {
-                for f in files {
-                    let name = f.rel.to_path().display().to_string();
+                for Small { rel, file, meta, data, ticket } in files {
                     // One file's panic fails that file (dropped while unwinding: removed, and its
                     // ticket unsettled after it), not the rest.
-                    let r =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.file_job(&f.rel, f.file, &f.meta, Data::Owned(f.buf, f.len), f.ticket)));
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.file_job(&rel, file, &meta, data, ticket)));
                     if let Err(p) = r {
-                        self.panicked(name, crate::error::panic_message(&*p));
+                        self.panicked(rel.to_path().display().to_string(), crate::error::panic_message(&*p));
                     }
                 }
             }

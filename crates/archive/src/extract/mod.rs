@@ -139,6 +139,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         warned_abs: false,
         batch: Vec::new(),
         batch_bytes: 0,
+        slab: None,
         waiting: Default::default(),
         creates: Some(CreateQueue::new(&sh.creator)),
     };
