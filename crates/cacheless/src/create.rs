@@ -176,7 +176,8 @@ impl std::fmt::Debug for Batch {
 #[derive(Debug, Clone, Default)]
 pub struct FileAttrs {
     /// Permission bits. Default: 0666 less the umask, as open(2) makes them. When given, the
-    /// file is created 0600 and gets them at the end, so nobody else reads it half-written.
+    /// file is created 0600 and gets them at the end, so nobody else reads it half-written
+    /// (one created without a name may get them at once, see [`FileCreator::create`]).
     pub permissions: Option<u32>,
     /// Modification time.
     pub mtime: Option<SystemTime>,
@@ -429,7 +430,10 @@ impl FileCreator {
     /// (O_TMPFILE; under a temporary name where the filesystem has no O_TMPFILE), and named
     /// after the syncfs of the batch it joins when finished: [`NewFile::finish_then`] says
     /// when. Nothing is checked or replaced at `name` until then; naming it replaces a file or
-    /// symlink there at once.
+    /// symlink there at once. A file created without a name gets its permissions at creation
+    /// where the kernel gives exactly those (no bit the umask masks, no default ACL in `dir`,
+    /// no setuid, setgid or sticky bit): nobody can open it before it is named, so it need not
+    /// be created 0600 and changed after.
     pub fn create(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<NewFile> {
         if !self.shared.publishes() {
             let draft = self.open(dir.as_fd(), name, display_path, size_hint, &attrs)?;

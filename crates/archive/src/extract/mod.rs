@@ -15,9 +15,16 @@
 //! `publish_after_sync`), so a power cut leaves under a final name the old file, nothing, or
 //! the complete new one. A file's ticket (`jobs::InFlight`) settles once it has its name: a hard
 //! link to it, or a later member of the same name, waits for that. All buffers are leased from
-//! the engine's memory budget. Directories get their mode and mtime after their contents,
-//! deepest first; then `syncfs` makes the tree (the names included) durable before success is
-//! reported.
+//! the engine's memory budget; a batch's small files share one buffer (`jobs::Slab`).
+//! Directories get their mode and mtime after their contents, deepest first (not one an entry
+//! replaced; GNU tar leaves its parent with the time of the replacement, we with the archive's);
+//! then `syncfs` makes the tree (the names included) durable before success is reported.
+//!
+//! In a directory this extraction made, a file is created without a look at its name first:
+//! only this extraction's own entries can be there, and it knows where it made directories
+//! (`Root::only_ours_at`). A small file whose mode has no bit the umask masks, in a directory
+//! without a default ACL, is created with that mode and needs no fchmod (see the engine's
+//! `FileCreator::create`).
 //!
 //! Nothing process-wide is changed: the umask is read, not set, and the number of files held
 //! open is sized to the current RLIMIT_NOFILE (raising it is the caller's business).
