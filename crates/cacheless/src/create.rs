@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 use rustix::fs::{AtFlags, Mode as FMode, OFlags};
@@ -226,8 +226,9 @@ struct Shared {
     /// The last directory files were created in and its device: files created one after
     /// another in one directory cost one fstat for all, not one each.
     last_dir: Mutex<Option<(Arc<OwnedFd>, caps::FsKey)>>,
-    /// The process's umask when the creator was made (`None` where /proc does not say).
-    umask: Option<u32>,
+    /// The process's umask, read when a file is first created without a name (`None` where
+    /// /proc does not say).
+    umask: OnceLock<Option<u32>>,
     /// The last directory a file was created in without a name, and whether files created in
     /// it get exactly the mode asked at creation (no default ACL there).
     exact_dir: Mutex<Option<(Arc<OwnedFd>, bool)>>,
@@ -356,6 +357,21 @@ impl Drop for Shared {
     }
 }
 
+/// What `slot` remembers of `dir`, the last directory asked about there; else `make`'s answer,
+/// remembered in its place. Files are created one after another in one directory: one call
+/// answers for all of them.
+fn for_last_dir<T: Copy>(slot: &Mutex<Option<(Arc<OwnedFd>, T)>>, dir: &Arc<OwnedFd>, make: impl FnOnce() -> Option<T>) -> Option<T> {
+    let mut last = slot.lock().unwrap_or_else(|e| e.into_inner());
+    match &*last {
+        Some((d, t)) if Arc::ptr_eq(d, dir) => Some(*t),
+        _ => {
+            let t = make()?;
+            *last = Some((dir.clone(), t));
+            Some(t)
+        }
+    }
+}
+
 impl FileCreator {
     /// A creator writing with `opts`.
     pub fn new(opts: CreateOptions) -> FileCreator {
@@ -365,7 +381,7 @@ impl FileCreator {
                 deferred: Mutex::new(VecDeque::new()),
                 batch: Mutex::default(),
                 last_dir: Mutex::new(None),
-                umask: sys::umask(),
+                umask: OnceLock::new(),
                 exact_dir: Mutex::new(None),
             }),
         }
@@ -454,11 +470,11 @@ impl FileCreator {
     /// The mode to create a file without a name in `dir` with, and whether it is the file's
     /// final one (`attrs`' permissions, which then need no fchmod): so where nobody can open
     /// the file while it is written, the kernel's creation gives exactly those bits (none
-    /// masked by the umask read when the creator was made, no default ACL in `dir`), and
+    /// masked by the umask, read once per creator, no default ACL in `dir`), and
     /// they have no setuid, setgid or sticky bit (which creation may clear). Else the file is
     /// created as [`FileAttrs::create_perm`] says and gets its permissions when finished.
     pub(crate) fn unnamed_perm(&self, dir: &Arc<OwnedFd>, attrs: &FileAttrs) -> (u32, bool) {
-        match (attrs.permissions, self.shared.umask) {
+        match (attrs.permissions, *self.shared.umask.get_or_init(sys::umask)) {
             (Some(p), Some(umask)) if p & 0o7000 == 0 && p & umask == 0 && self.exact_in(dir) => (p, true),
             _ => (attrs.create_perm(), false),
         }
@@ -476,15 +492,7 @@ impl FileCreator {
     /// Whether files created in `dir` get the mode asked (less the umask): `dir` has no
     /// default ACL. Asked once for files created one after another in one directory.
     fn exact_in(&self, dir: &Arc<OwnedFd>) -> bool {
-        let mut last = self.shared.exact_dir.lock().unwrap_or_else(|e| e.into_inner());
-        match &*last {
-            Some((d, exact)) if Arc::ptr_eq(d, dir) => *exact,
-            _ => {
-                let exact = !sys::default_acl(dir.as_fd());
-                *last = Some((dir.clone(), exact));
-                exact
-            }
-        }
+        for_last_dir(&self.shared.exact_dir, dir, || Some(!sys::default_acl(dir.as_fd()))).unwrap_or(false)
     }
 
     /// A [`NewFile`] of `draft`, created in `dir` for `name` (`unnamed`: see [`NewFile`]).
@@ -545,15 +553,7 @@ impl FileCreator {
     /// The capabilities of the filesystem of `dir` (that of every file created in it), when its
     /// filesystem was probed already; `None` leaves it to the file's own probe.
     fn dir_caps(&self, dir: &Arc<OwnedFd>) -> Option<Arc<FsCaps>> {
-        let mut last = self.shared.last_dir.lock().unwrap_or_else(|e| e.into_inner());
-        let key = match &*last {
-            Some((d, key)) if Arc::ptr_eq(d, dir) => *key,
-            _ => {
-                let key = caps::fs_key(dir.as_fd()).ok()?;
-                *last = Some((dir.clone(), key));
-                key
-            }
-        };
+        let key = for_last_dir(&self.shared.last_dir, dir, || caps::fs_key(dir.as_fd()).ok())?;
         // Looked up each time: a verdict learnt since (RWF_DONTCACHE refused by a write) counts.
         caps::cached(key)
     }
