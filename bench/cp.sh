@@ -20,7 +20,9 @@
 # NAME (label), EXTRA (extra flags for cacheless cp), REFLINK_FS (e.g. "xfs btrfs": also run on
 # loop images of these filesystems; default none), TOOLS (default "cacheless cp rsync verify"),
 # SYSCALLS (1), FRESH_FS (ext4 or xfs: every trial copies into a filesystem of that kind made for
-# it on a loop device, see bench/lib.sh's fresh_fs; default: into WORK itself).
+# it on a loop device, see bench/lib.sh's fresh_fs; default: into WORK itself), BEFORE (another
+# cacheless binary, e.g. a build of the previous commit: the tool `before` in TOOLS runs its
+# `cp -a`, so that a change is measured against what it replaced in the same rotated runs).
 # Small files only (100,000 of 1-8 KiB): NAME=cp-100k-small FILES=100000 MAX_KIB=8 BIG=0 bench/cp.sh
 # Smoke run: FILES=2000 BIG=2 BIG_MIB=64 RUNS=1 REFLINK_FS="xfs btrfs" bench/cp.sh
 set -euo pipefail
@@ -76,6 +78,7 @@ command_for() {
     case $1 in
         cacheless) echo "\"$BIN\" cp -a $EXTRA \"$2\" \"$3\"" ;;
         verify) echo "\"$BIN\" cp -a --verify $EXTRA \"$2\" \"$3\"" ;;
+        before) echo "\"$(realpath "${BEFORE:?BEFORE names the binary of tool before}")\" cp -a $EXTRA \"$2\" \"$3\"" ;;
         cp) echo "cp -a \"$2\" \"$3\" && sync" ;;
         rsync) echo "rsync -a \"$2/\" \"$3/\" && sync" ;;
         *) echo "unknown tool $1" >&2; exit 2 ;;
@@ -174,7 +177,7 @@ def calls(fs, tool):
         return f"{per_file(fs, tool, 'strace_syscalls')} ({per_file(fs, tool, 'strace_futex')}, strace)"
     return f"{per_file(fs, tool, 'syscalls')} ({per_file(fs, tool, 'futex')})"
 tb = float(rows[0]["tree_bytes"]); n = rows[0]["files"]
-labels = {"cacheless": "cacheless cp -a", "verify": "cacheless cp -a --verify", "cp": "cp -a && sync", "rsync": "rsync -a && sync"}
+labels = {"cacheless": "cacheless cp -a", "before": "cacheless cp -a (BEFORE)", "verify": "cacheless cp -a --verify", "cp": "cp -a && sync", "rsync": "rsync -a && sync"}
 for fs in dict.fromkeys(r["fs"] for r in rows):
     tools = [t for t in labels if sel(fs, t)]
     runs = len(sel(fs, tools[0]))
@@ -193,6 +196,8 @@ for fs in dict.fromkeys(r["fs"] for r in rows):
     if peers:
         best = min(med(fs, t, "wall_s") for t in peers)
         print(f"\nspeed-up (faster of {', '.join(labels[t] for t in peers)} / cacheless): {best / c:.2f}x")
+    if "before" in tools:
+        print(f"speed-up over BEFORE: {med(fs, 'before', 'wall_s') / c:.2f}x")
     if "verify" in tools:
         print(f"cost of --verify: {100 * (med(fs, 'verify', 'wall_s') - c) / c:.0f} % of the copy's wall time")
 PY

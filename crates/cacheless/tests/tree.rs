@@ -261,3 +261,48 @@ fn many_small_files_in_several_directories_copy_whole() {
         assert_eq!(state(dst), want, "{what}");
     });
 }
+
+/// Under auto, the small files of a tree copy are written plainly and left for their batch's
+/// syncfs to write back together, not each written uncached with a writeback of its own; the
+/// batch's pages are dropped as its files are named, so once the copy is done nothing of the
+/// source or of the copy is in the page cache, and the copy is byte-exact.
+#[test]
+fn a_tree_copys_small_files_are_written_back_by_their_batch_and_leave_nothing_cached() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = scratch();
+    let src = d.path().join("src");
+    let mut n = 0;
+    for dir in ["a", "b"] {
+        std::fs::create_dir_all(src.join(dir)).unwrap();
+        for k in 0..150 {
+            random_file(&src.join(dir), &format!("f{k}"), 1 + (k * 1237) % 12_000, 500 + n);
+            n += 1;
+        }
+    }
+    let want = state(&src);
+    for p in want.0.keys().filter(|p| want.0[*p].0 == "file") {
+        cacheless::residency::evict_path(src.join(p)).unwrap();
+    }
+    let budget = Budget::new(16 << 20);
+    let o = options(Mode::Auto, BackendKind::Auto, &budget);
+    let dst = d.path().join("dst");
+    let r = run(&src, &dst, &o);
+    assert_eq!((r.errors, r.copied), (0, n), "{r:?}");
+    for f in &r.files {
+        let why = &f.write.decision.reason;
+        assert!(why.contains("written back with the others"), "{}: {why}", f.write.path.display());
+        assert_eq!(f.write.decision.mode, Mode::DropBehind, "{}: {why}", f.write.path.display());
+    }
+    for p in want.0.keys() {
+        for root in [&src, &dst] {
+            let path = root.join(p);
+            if path.is_file() {
+                let cached = cacheless::residency::residency_of(&path).unwrap().cached_pages;
+                assert_eq!(cached, 0, "{}: {cached} pages left in the page cache", path.display());
+            }
+        }
+    }
+    // Read only now: the comparison caches what it reads.
+    assert_eq!(state(&dst), want);
+    assert_eq!(budget.used(), 0, "buffers not returned to the budget");
+}

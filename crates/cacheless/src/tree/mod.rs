@@ -175,9 +175,23 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
     // A batch's small files wait for its syncfs without a name (O_TMPFILE), each holding its
     // descriptor until linked: where the descriptors allow a batch of a useful size. Elsewhere
     // they wait under temporary names, closed, and are renamed.
-    let unnamed = (batched && plan.deferred >= MIN_UNNAMED_BATCH)
-        .then(|| FileCreator::new(CreateOptions { mode: o.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: 0, publish_after_sync: true }));
-    let batch_files = if unnamed.is_some() { files::BATCH_FILES.min(plan.deferred) } else { files::BATCH_FILES };
+    // Their data is written plainly (under auto) and left dirty for the batch's syncfs, which
+    // writes the batch back in a few large requests and after which each file's pages are
+    // dropped as it is linked: where an uncached write of each would start a writeback of its
+    // own, a device request or more per small file.
+    let unnamed = (batched && plan.deferred >= MIN_UNNAMED_BATCH).then(|| {
+        FileCreator::new(CreateOptions {
+            mode: o.io.mode,
+            sync: false,
+            deferred_drops: plan.deferred,
+            batch_writeback: files::PLAIN_BATCH_BYTES,
+            publish_after_sync: true,
+        })
+    });
+    let (batch_files, batch_bytes) = match &unnamed {
+        Some(c) => (files::BATCH_FILES.min(plan.deferred), if c.writes_back_together(0) { files::PLAIN_BATCH_BYTES } else { files::BATCH_BYTES }),
+        None => (files::BATCH_FILES, files::BATCH_BYTES),
+    };
     let copier = Arc::new(Copier {
         // The sources' filesystems are probed once for the whole copy, not once per file.
         ro: ReadOptions { caps_memo: Some(Arc::new(CapsMemo::new())), ..ReadOptions::from(o.io.clone()) },
@@ -187,6 +201,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         creator: FileCreator::new(CreateOptions { mode: o.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: 0, publish_after_sync: false }),
         unnamed,
         batch_files,
+        batch_bytes,
         sink: sink.clone(),
         batched,
         batch: Mutex::default(),
