@@ -250,6 +250,40 @@ fn archive_copy_into_a_folder_with_a_default_acl_equals_gnu_cp_a() {
     no_temp_files(&ours);
 }
 
+/// As root, into folders that exist already, set-group-ID and of another group (files created
+/// there get that group, not the copier's): `SRC/.` copied into one by GNU cp -a and into
+/// another by us must give the same owners, modes and everything else. The copy changes a
+/// file's owner only where it was not created with the source's (here the files directly in
+/// the folder, whose group is the folder's), and learns that per folder it made from the first
+/// file created in it: a wrong guess would leave a copy with the wrong group.
+#[test]
+fn archive_copy_into_a_set_group_id_folder_of_another_group_equals_gnu_cp_a() {
+    if !require("root", root()) {
+        return;
+    }
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    if !make_tree(&src, 40) {
+        require("xattr", Err(format!("no user xattrs on {}", d.path().display())));
+        return;
+    }
+    let (gnu, ours) = (d.path().join("gnu"), d.path().join("ours"));
+    for to in [&gnu, &ours] {
+        std::fs::create_dir(to).unwrap();
+        rustix::fs::chown(to.as_path(), None, Some(rustix::fs::Gid::from_raw(4242))).unwrap();
+        std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o2775)).unwrap();
+    }
+    std::fs::write(ours.join("probe"), b"").unwrap();
+    assert_eq!(std::fs::metadata(ours.join("probe")).unwrap().gid(), 4242, "a new file in a set-group-ID folder does not get its group");
+    std::fs::remove_file(ours.join("probe")).unwrap();
+    let from = format!("{}/.", s(&src));
+    assert!(Command::new("cp").args(["-a", &from, s(&gnu)]).status().unwrap().success(), "GNU cp -a failed");
+    ok(&cacheless(&["--json", "cp", "-a", &from, s(&ours)]));
+    assert_same_as_gnu(&gnu, &ours);
+    no_temp_files(&ours);
+}
+
 /// Runs `prog args...` under umask 022 (GNU cp without -p gives new files the source's mode
 /// less the umask), failing the test if it fails.
 fn under_umask(prog: &Path, args: &[&str]) {

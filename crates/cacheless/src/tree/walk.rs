@@ -47,6 +47,9 @@ pub(super) struct DirMeta {
     src: PathBuf,
     dst: PathBuf,
     meta: std::fs::Metadata,
+    /// The folder was set-group-ID when the copy came to it (inherited from its parent when
+    /// the copy made it): the bit is kept, as GNU cp keeps it, whatever the source's mode.
+    keep_sgid: bool,
 }
 
 /// The walk on the caller's thread.
@@ -220,8 +223,12 @@ impl Walker<'_> {
         // A folder made here holds only what the copy puts in it; without a default ACL, its
         // new files inherit none (one look per folder, where each file's copy looked itself).
         let plain = made && !(self.o.archive && default_acl(fd.as_fd()));
+        // A set-group-ID folder (one made in such a folder inherits the bit and its group) keeps
+        // the bit while it is filled, so that what is made in it inherits both, as in GNU cp's
+        // copies, and after (`dir_meta`).
+        let keep_sgid = rustix::fs::fstat(&*fd).is_ok_and(|st| st.st_mode & libc::S_ISGID != 0);
         // Writable while we fill it; the source's mode and times are set after its contents.
-        let _ = rustix::fs::fchmod(&*fd, FMode::from_raw_mode(0o700));
+        let _ = rustix::fs::fchmod(&*fd, FMode::from_raw_mode(0o700 | if keep_sgid { libc::S_ISGID } else { 0 }));
         match std::fs::read_dir(src) {
             Ok(rd) => {
                 let mut names: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
@@ -233,7 +240,7 @@ impl Walker<'_> {
             }
             Err(e) => self.fail(Error::io("read directory", src, e)),
         }
-        self.dirs.push(DirMeta { src: src.to_path_buf(), dst: dst.to_path_buf(), meta });
+        self.dirs.push(DirMeta { src: src.to_path_buf(), dst: dst.to_path_buf(), meta, keep_sgid });
     }
 
     /// Owner, xattrs, mode and times of one directory.
@@ -247,7 +254,8 @@ impl Walker<'_> {
             let s = open_dir(&d.src, false)?;
             copy_xattrs(&s, &fd, &d.dst)?;
         }
-        rustix::fs::fchmod(&fd, FMode::from_raw_mode(d.meta.mode() & 0o7777)).map_err(|e| Error::io("chmod", &d.dst, e.into()))?;
+        let mode = d.meta.mode() & 0o7777 | if d.keep_sgid { libc::S_ISGID } else { 0 };
+        rustix::fs::fchmod(&fd, FMode::from_raw_mode(mode)).map_err(|e| Error::io("chmod", &d.dst, e.into()))?;
         rustix::fs::futimens(&fd, &timestamps(&d.meta)).map_err(|e| Error::io("set times", &d.dst, e.into()))
     }
 
