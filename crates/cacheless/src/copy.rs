@@ -500,11 +500,22 @@ impl Job<'_> {
     }
 
     /// Owner and extended attributes, before the engine applies mode and times (fchown clears
-    /// setuid and setgid, which the mode then restores).
-    fn extra(&self, src: &File, dst: &File, meta: &std::fs::Metadata) -> Result<()> {
+    /// setuid and setgid, which the mode then restores). The owner is changed only where the
+    /// copy was not created with it already, as GNU cp and rsync do: a change of owner is a
+    /// journaled inode update, where a copy run as root of files owned by root needs none. In
+    /// a folder the copy made (`plain_dir`), every file it creates gets the same owner, learnt
+    /// from the first (`creator`'s [`FileCreator::owner_in`]); elsewhere each copy is looked at.
+    fn extra(&self, src: &File, dst: &File, meta: &std::fs::Metadata, creator: Option<&FileCreator>) -> Result<()> {
         if self.co.owner {
-            let (u, g) = (rustix::fs::Uid::from_raw(meta.uid()), rustix::fs::Gid::from_raw(meta.gid()));
-            rustix::fs::fchown(dst, Some(u), Some(g)).map_err(|e| Error::io("fchown", self.dst, e.into()))?;
+            let want = (meta.uid(), meta.gid());
+            let has = match creator.filter(|_| self.co.plain_dir) {
+                Some(c) => c.owner_in(self.dir, dst),
+                None => rustix::fs::fstat(dst).ok().map(|s| (s.st_uid, s.st_gid)),
+            };
+            if has != Some(want) {
+                let (u, g) = (rustix::fs::Uid::from_raw(want.0), rustix::fs::Gid::from_raw(want.1));
+                rustix::fs::fchown(dst, Some(u), Some(g)).map_err(|e| Error::io("fchown", self.dst, e.into()))?;
+            }
         }
         if self.co.xattrs {
             copy_xattrs_to(src, dst, self.dst, !self.co.plain_dir)?;
@@ -533,7 +544,7 @@ impl Job<'_> {
                 let file = File::from(fd);
                 match rustix::fs::ioctl_ficlone(&file, reader.file()) {
                     Ok(()) => {
-                        self.extra(reader.file(), &file, smeta)?;
+                        self.extra(reader.file(), &file, smeta, creator)?;
                         sys::apply_attrs(&file, self.wo.permissions, self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
                         if self.wo.sync {
                             sys::fsync(&file, self.dst)?;
@@ -595,7 +606,7 @@ impl Job<'_> {
             data += c.len() as u64;
             self.moved(&c);
         }
-        self.extra(reader.file(), f.file(), reader.metadata())?;
+        self.extra(reader.file(), f.file(), reader.metadata(), creator)?;
         Ok((Method::Copy, self.finish(f)?, data))
     }
 
@@ -653,7 +664,7 @@ impl Job<'_> {
             self.moved(&chunk);
             writer.write_chunk(chunk)?;
         }
-        self.extra(reader.file(), writer.file(), reader.metadata())?;
+        self.extra(reader.file(), writer.file(), reader.metadata(), None)?;
         let mut w = writer.finish()?;
         w.path = self.dst.to_path_buf();
         Ok((Method::Copy, w, data))
@@ -713,7 +724,7 @@ impl Job<'_> {
         }
         self.hole(len.saturating_sub(pos));
         f.set_len(len)?;
-        self.extra(reader.file(), f.file(), reader.metadata())?;
+        self.extra(reader.file(), f.file(), reader.metadata(), creator)?;
         let mut w = self.finish(f)?;
         w.bytes = len;
         Ok((Method::Sparse, w, data))

@@ -231,7 +231,9 @@ struct Shared {
     umask: OnceLock<Option<u32>>,
     /// The last directory a file was created in without a name, and whether files created in
     /// it get exactly the mode asked at creation (no default ACL there).
-    exact_dir: Mutex<Option<(Arc<OwnedFd>, bool)>>,
+    exact_dir: LastDir<bool>,
+    /// The last directory asked about in [`FileCreator::owner_in`] and the owner its new files get.
+    owner_dir: LastDir<(u32, u32)>,
 }
 
 impl Shared {
@@ -357,10 +359,13 @@ impl Drop for Shared {
     }
 }
 
+/// The last directory asked about and what is known of it (see [`for_last_dir`]).
+type LastDir<T> = Mutex<Option<(Arc<OwnedFd>, T)>>;
+
 /// What `slot` remembers of `dir`, the last directory asked about there; else `make`'s answer,
 /// remembered in its place. Files are created one after another in one directory: one call
 /// answers for all of them.
-fn for_last_dir<T: Copy>(slot: &Mutex<Option<(Arc<OwnedFd>, T)>>, dir: &Arc<OwnedFd>, make: impl FnOnce() -> Option<T>) -> Option<T> {
+fn for_last_dir<T: Copy>(slot: &LastDir<T>, dir: &Arc<OwnedFd>, make: impl FnOnce() -> Option<T>) -> Option<T> {
     let mut last = slot.lock().unwrap_or_else(|e| e.into_inner());
     match &*last {
         Some((d, t)) if Arc::ptr_eq(d, dir) => Some(*t),
@@ -383,6 +388,7 @@ impl FileCreator {
                 last_dir: Mutex::new(None),
                 umask: OnceLock::new(),
                 exact_dir: Mutex::new(None),
+                owner_dir: Mutex::new(None),
             }),
         }
     }
@@ -493,6 +499,16 @@ impl FileCreator {
     /// default ACL. Asked once for files created one after another in one directory.
     fn exact_in(&self, dir: &Arc<OwnedFd>) -> bool {
         for_last_dir(&self.shared.exact_dir, dir, || Some(!sys::default_acl(dir.as_fd()))).unwrap_or(false)
+    }
+
+    /// The owner (uid, gid) that files this process creates in `dir` get: that of `file`, one
+    /// just created there (fstat), remembered for the next files created in the same directory.
+    /// The group comes from the process or from the directory (its set-group-ID bit, or the
+    /// `grpid` mount option): whichever applies, it is the same for every file created there
+    /// while nobody changes the directory, so the answer holds for a directory the caller made
+    /// and fills itself. `None` where the fstat failed.
+    pub(crate) fn owner_in(&self, dir: &Arc<OwnedFd>, file: &File) -> Option<(u32, u32)> {
+        for_last_dir(&self.shared.owner_dir, dir, || rustix::fs::fstat(file).ok().map(|s| (s.st_uid, s.st_gid)))
     }
 
     /// A [`NewFile`] of `draft`, created in `dir` for `name` (`unnamed`: see [`NewFile`]).
