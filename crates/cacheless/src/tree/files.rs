@@ -42,9 +42,9 @@ pub(super) struct Batch {
 
 /// Files per batch, and bytes per batch, before a syncfs and the renames (or links).
 pub(super) const BATCH_FILES: usize = 512;
-pub(super) const BATCH_BYTES: u64 = 256 << 20;
+const BATCH_BYTES: u64 = 256 << 20;
 /// Bytes per batch where its files are written plainly, without a name, and left for the
-/// batch's syncfs to write back together (see [`Copier::batch_bytes`]): what the page cache
+/// batch's syncfs to write back together (see `Copier::batch_bytes`): what the page cache
 /// holds of the copy at most.
 pub(super) const PLAIN_BATCH_BYTES: u64 = 32 << 20;
 
@@ -72,11 +72,6 @@ pub(super) struct Copier {
     pub unnamed: Option<FileCreator>,
     /// Files per batch (each file without a name holds a descriptor until it is linked).
     pub batch_files: usize,
-    /// Bytes per batch: [`PLAIN_BATCH_BYTES`] where `unnamed` writes small files plainly, its
-    /// dirty pages waiting for the batch's syncfs (one writeback of many files in few large
-    /// requests, not one uncached write-through a file); [`BATCH_BYTES`] where each file is
-    /// written uncached on its own.
-    pub batch_bytes: u64,
     pub sink: Arc<Sink>,
     /// Batch small files (durable by one syncfs per batch).
     pub batched: bool,
@@ -134,7 +129,7 @@ impl Copier {
             let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
             b.bytes += len;
             b.files.push(staged);
-            if b.files.len() >= self.batch_files || b.bytes >= self.batch_bytes {
+            if b.files.len() >= self.batch_files || b.bytes >= self.batch_bytes() {
                 Some(std::mem::take(&mut *b))
             } else {
                 None
@@ -142,6 +137,17 @@ impl Copier {
         };
         if let Some(b) = full {
             self.flush(b);
+        }
+    }
+
+    /// Bytes per batch: [`PLAIN_BATCH_BYTES`] where `unnamed` writes small files plainly, their
+    /// dirty pages waiting for the batch's syncfs (one writeback of many files in few large
+    /// requests, not one uncached write-through a file); [`BATCH_BYTES`] where each file is
+    /// written uncached on its own.
+    fn batch_bytes(&self) -> u64 {
+        match &self.unnamed {
+            Some(c) if c.writes_back_together(0) => PLAIN_BATCH_BYTES,
+            _ => BATCH_BYTES,
         }
     }
 

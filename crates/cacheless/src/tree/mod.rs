@@ -188,10 +188,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
             publish_after_sync: true,
         })
     });
-    let (batch_files, batch_bytes) = match &unnamed {
-        Some(c) => (files::BATCH_FILES.min(plan.deferred), if c.writes_back_together(0) { files::PLAIN_BATCH_BYTES } else { files::BATCH_BYTES }),
-        None => (files::BATCH_FILES, files::BATCH_BYTES),
-    };
+    let batch_files = if unnamed.is_some() { files::BATCH_FILES.min(plan.deferred) } else { files::BATCH_FILES };
     let copier = Arc::new(Copier {
         // The sources' filesystems are probed once for the whole copy, not once per file.
         ro: ReadOptions { caps_memo: Some(Arc::new(CapsMemo::new())), ..ReadOptions::from(o.io.clone()) },
@@ -201,7 +198,6 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         creator: FileCreator::new(CreateOptions { mode: o.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: 0, publish_after_sync: false }),
         unnamed,
         batch_files,
-        batch_bytes,
         sink: sink.clone(),
         batched,
         batch: Mutex::default(),
