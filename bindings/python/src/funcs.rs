@@ -122,11 +122,19 @@ pub fn copy<'py>(
         None => None,
     };
     if recursive || archive || no_clobber || update || src.is_dir() {
+        // `recursive` is `cp -r` (mode and times kept, as this function keeps them for a file),
+        // `archive` is `cp -a`.
         let mut t = TreeOptions::new(o.io.clone());
-        t.recursive = recursive;
-        t.archive = archive;
-        t.no_clobber = no_clobber;
-        t.update = update;
+        if archive {
+            t = t.archive();
+        }
+        t.recursive |= recursive;
+        t.preserve.mode = true;
+        t.preserve.timestamps = true;
+        if no_clobber {
+            t.existing = cacheless::tree::Existing::Keep;
+        }
+        t.update = update && !no_clobber;
         t.reflink = reflink;
         t.sparse = sparse;
         t.verify = verify;

@@ -96,6 +96,18 @@ pub struct FsCaps {
     pub direct_write_cached: Option<String>,
 }
 
+impl FsCaps {
+    /// Whether the filesystem makes file sizes up (proc, sysfs and their kin: a file of 0 or
+    /// 4096 bytes by stat holds what a read returns), so that a file there is read to its end
+    /// rather than to its size.
+    pub fn sizes_lie(&self) -> bool {
+        matches!(
+            self.fs_type.as_str(),
+            "proc" | "sysfs" | "debugfs" | "tracefs" | "securityfs" | "configfs" | "cgroup" | "cgroup2" | "efivarfs" | "pstore" | "bpf" | "selinuxfs"
+        )
+    }
+}
+
 /// What the kernel supports, independent of files.
 #[derive(Debug, Clone, Serialize)]
 pub struct SystemCaps {

@@ -109,6 +109,16 @@ pub struct CopyOptions {
     pub owner: bool,
     /// Copy extended attributes (POSIX ACLs among them) where both filesystems have them.
     pub xattrs: bool,
+    /// Give the destination the source's access ACL, or none where the source has none (an ACL
+    /// it inherited from its directory goes): what GNU cp does with the mode it preserves, or
+    /// drops under `--no-preserve=mode`. Implied by `xattrs`.
+    pub acl: bool,
+    /// A change of owner that fails is an error (the user may change owners: root). Else, as
+    /// GNU cp does for other users, the group alone is tried and the set-user-ID, set-group-ID
+    /// and sticky bits are left out of the mode.
+    pub strict_owner: bool,
+    /// What the copy takes from the file it replaces (see [`Carry`]).
+    pub(crate) carry: Option<Arc<Carry>>,
     /// Files up to this size are written whole by a [`FileCreator`] (one read, one write);
     /// larger ones stream through a [`Writer`]. Default [`policy::SMALL_WRITE`].
     pub small_file: u64,
@@ -118,6 +128,10 @@ pub struct CopyOptions {
     /// source, and has no default ACL, so that a new file in it inherits none: the check for
     /// a copy onto itself and the look for an inherited ACL to remove are left out.
     pub(crate) plain_dir: bool,
+    /// The caller looked already whether the destination is the source (the tree copy's walk,
+    /// as GNU cp does): the copy does not look again (the destination may be a symlink to the
+    /// source that it replaces).
+    pub(crate) same_checked: bool,
 }
 
 impl CopyOptions {
@@ -136,6 +150,9 @@ impl fmt::Debug for CopyOptions {
             .field("rate", &self.rate.as_ref().map(|r| r.rate()))
             .field("owner", &self.owner)
             .field("xattrs", &self.xattrs)
+            .field("acl", &self.acl)
+            .field("strict_owner", &self.strict_owner)
+            .field("carry", &self.carry.is_some())
             .field("small_file", &self.small_file)
             .field("before_verify", &self.before_verify.is_some())
             .field("plain_dir", &self.plain_dir)
@@ -239,6 +256,8 @@ pub struct Staged {
     path: PathBuf,
     sync: bool,
     committed: bool,
+    /// Written in place (an existing file kept its inode): nothing to name.
+    in_place: bool,
     /// What the copy did.
     pub report: CopyReport,
 }
@@ -310,6 +329,10 @@ impl Staged {
     /// [`stage_copy`]) is linked (or renamed) into place, its pages dropped: the caller
     /// commits it only after a syncfs that made it durable.
     pub fn commit(mut self) -> Result<CopyReport> {
+        if self.in_place {
+            self.committed = true;
+            return Ok(self.report.clone());
+        }
         if let Some(p) = self.pending.take() {
             if let Some((algo, want, co)) = self.deferred.take() {
                 let Some(f) = p.file() else {
@@ -329,7 +352,7 @@ impl Staged {
             // After the rename the copy is whole and in place; only the directory entry's
             // durability is in doubt, and the error says so.
             self.committed = u.renamed;
-            return Err(u.error);
+            return Err(*u.error);
         }
         self.committed = true;
         Ok(self.report.clone())
@@ -366,6 +389,65 @@ pub fn open_parent(dst: &Path) -> Result<(Arc<OwnedFd>, OsString)> {
     Ok((Arc::new(fd), name.to_os_string()))
 }
 
+/// What a copy replacing an existing regular file takes from it, so that what can be seen
+/// of the file stays as GNU cp leaves it when it writes the file in place: its owner and
+/// group, its permission bits (less the set-user-ID and set-group-ID bits the kernel drops
+/// when another user's process writes a file), its access time, and its extended attributes
+/// and ACLs (not `security.capability`, which the kernel drops on any write).
+#[derive(Debug)]
+pub(crate) struct Carry {
+    file: File,
+    uid: u32,
+    gid: u32,
+    /// The permission bits the copy gets.
+    pub mode: u32,
+    /// The access time it keeps.
+    pub atime: std::time::SystemTime,
+}
+
+/// The capability attribute, which a write removes from a file.
+const CAPABILITY: &[u8] = b"security.capability";
+
+impl Carry {
+    /// What to carry over from `old` (with status `st`), or `None` where this user could not
+    /// give a new file all of it (another owner or group, an attribute only a privileged
+    /// process may set): the file is then written in place.
+    pub(crate) fn of(old: &File, st: &rustix::fs::Stat, root: bool) -> Option<Carry> {
+        let euid = rustix::process::geteuid().as_raw();
+        let in_group = |g: u32| rustix::process::getegid().as_raw() == g || rustix::process::getgroups().is_ok_and(|v| v.iter().any(|x| x.as_raw() == g));
+        if !root && (st.st_uid != euid || !in_group(st.st_gid)) {
+            return None;
+        }
+        if !root {
+            let list = xattr_vec(|b| rustix::fs::flistxattr(old, b), || rustix::fs::flistxattr_query(old)).unwrap_or_default();
+            let settable = |n: &[u8]| n.starts_with(b"user.") || n.starts_with(b"system.posix_acl_") || n == CAPABILITY;
+            if !list.split(|&b| b == 0).filter(|n| !n.is_empty()).all(settable) {
+                return None;
+            }
+        }
+        let mut mode = st.st_mode & 0o7777;
+        if !root {
+            // What the kernel drops when a process without CAP_FSETID writes the file.
+            mode &= !libc::S_ISUID;
+            if mode & libc::S_IXGRP != 0 || !in_group(st.st_gid) {
+                mode &= !libc::S_ISGID;
+            }
+        }
+        let atime = sys::system_time(st.st_atime, i64::try_from(st.st_atime_nsec).unwrap_or(0));
+        Some(Carry { file: old.try_clone().ok()?, uid: st.st_uid, gid: st.st_gid, mode, atime })
+    }
+
+    /// Gives `dst`, the new file, the old one's owner and extended attributes.
+    fn apply(&self, dst: &File, path: &Path) -> Result<()> {
+        let st = rustix::fs::fstat(dst).map_err(|e| Error::io("fstat", path, e.into()))?;
+        if (st.st_uid, st.st_gid) != (self.uid, self.gid) {
+            let uid = (st.st_uid != self.uid).then(|| rustix::fs::Uid::from_raw(self.uid));
+            rustix::fs::fchown(dst, uid, Some(rustix::fs::Gid::from_raw(self.gid))).map_err(|e| Error::io("fchown", path, e.into()))?;
+        }
+        copy_xattrs_filtered(&self.file, dst, path, true, |n| n != CAPABILITY)
+    }
+}
+
 /// Copies the regular file `src` to `dst`: written under a temporary name, made durable (per
 /// `wo.sync`), then renamed over `dst`. Refuses to copy a file onto itself. Checks
 /// `progress` for cancellation between requests; an interrupted copy leaves `dst` untouched.
@@ -378,6 +460,18 @@ pub fn copy_file(src: &Path, dst: &Path, ro: &ReadOptions, wo: &WriteOptions, pr
 pub fn copy_file_with(src: &Path, dst: &Path, ro: &ReadOptions, wo: &WriteOptions, co: &CopyOptions, progress: &Progress) -> Result<CopyReport> {
     let (dir, name) = open_parent(dst)?;
     stage_copy(src, &dir, &name, dst, ro, wo, co, None, progress)?.commit()
+}
+
+/// Where a copy's data comes from.
+pub(crate) enum Source {
+    /// A regular file, read at the offsets its size says (unless its filesystem makes sizes
+    /// up: proc, sysfs and the like, read to their end as a stream).
+    File(File),
+    /// Anything else (a FIFO, a device, standard input): read to its end.
+    Stream(File),
+    /// No data (`--attributes-only`): the copy is empty, or an existing one keeps its data;
+    /// the source, open, gives its attributes.
+    Nothing(File),
 }
 
 /// Copies `src` into a temporary file beside `name` in `dir` (`dst` is the final path, for
@@ -402,43 +496,76 @@ pub fn stage_copy(
     creator: Option<&FileCreator>,
     progress: &Progress,
 ) -> Result<Staged> {
-    let mut ro = ro.clone();
-    // The reader's lease also covers the chunks the writer holds in flight.
-    ro.extra_buffers = wo.io.queue_depth.max(1) + 1;
-    if let Some(r) = &co.rate {
-        // Read-ahead bounded to a tenth of a second's worth keeps the reads within the limit too.
-        let tenth = (r.rate() / 10).max(64 << 10);
-        let cap = crate::conv::usize_of(1u64 << (63 - tenth.leading_zeros()));
-        ro.io.block_size = ro.io.block_size.min(cap);
-        ro.io.queue_depth = ro.io.queue_depth.min(2);
-    }
-    let mut reader = Reader::open(src, &ro)?;
-    // The reader's fstat at open serves the copy (size, sparseness, owner) without another.
-    let smeta = reader.metadata().clone();
-    if let Some(d) = (!co.plain_dir).then(|| rustix::fs::statat(&**dir, name, AtFlags::empty()).ok()).flatten() {
-        if d.st_dev == smeta.dev() && d.st_ino == smeta.ino() {
-            return Err(Error::new(ErrorKind::SameFile, "copy", dst, format!("'{}' and '{}' are the same file", src.display(), dst.display())));
-        }
-    }
-    let len = reader.len();
-    let mut job = Job { src, dst, dir, name, tmp: OnceLock::new(), pending: None, co, wo, progress, hasher: co.verify.map(Hasher::new) };
+    let fd = sys::call(Site::Open, || rustix::fs::open(src, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty())).map_err(|e| Error::io("open", src, e))?;
+    stage_copy_from(Source::File(File::from(fd)), src, dir, name, dst, ro, wo, co, creator, progress)
+}
 
-    let mut fallback = None;
-    if co.reflink != Reflink::Never && len > 0 {
-        match job.reflink(&mut reader, &smeta, creator)? {
-            Ok(write) => return job.staged(name, Method::Reflink, None, reader, write, 0),
-            Err(why) => fallback = Some(why),
-        }
-    }
-    let dense = smeta.blocks().saturating_mul(512) >= len;
-    let (method, write, data) = if co.sparse == Sparse::Always || (co.sparse == Sparse::Auto && !dense && len > 0) {
-        job.sparse(&mut reader, creator)?
-    } else if len <= co.small_file {
-        job.small(&mut reader, creator)?
-    } else {
-        job.stream(&mut reader)?
+/// [`stage_copy`] from a source already open.
+#[allow(clippy::too_many_arguments)] // As stage_copy.
+pub(crate) fn stage_copy_from(
+    source: Source,
+    src: &Path,
+    dir: &Arc<OwnedFd>,
+    name: &OsStr,
+    dst: &Path,
+    ro: &ReadOptions,
+    wo: &WriteOptions,
+    co: &CopyOptions,
+    creator: Option<&FileCreator>,
+    progress: &Progress,
+) -> Result<Staged> {
+    let job = Job {
+        src,
+        dst,
+        dir,
+        name,
+        tmp: OnceLock::new(),
+        pending: None,
+        co,
+        wo,
+        progress,
+        hasher: co.verify.map(Hasher::new),
+        existing: None,
+        in_place: false,
+        drop_special: false,
     };
-    job.staged(name, method, fallback, reader, write, data)
+    job.run(source, ro, creator)
+}
+
+/// Copies `source` into `dst`, an existing file open for writing, in place: the file keeps its
+/// inode, and with it its other names, owner, mode and attributes (those `co` and `wo` ask for
+/// are set); a FIFO or device is written as a stream. Without `data` nothing is written, only
+/// the attributes set. Durable when `wo.sync` is set (a regular file). An interrupted or failed
+/// copy leaves the file as far as it got, as GNU cp's does.
+#[allow(clippy::too_many_arguments)] // As stage_copy.
+pub(crate) fn copy_in_place(
+    source: Source,
+    src: &Path,
+    dst_file: File,
+    dir: &Arc<OwnedFd>,
+    name: &OsStr,
+    dst: &Path,
+    ro: &ReadOptions,
+    wo: &WriteOptions,
+    co: &CopyOptions,
+    progress: &Progress,
+) -> Result<CopyReport> {
+    let job = Job {
+        src,
+        dst,
+        dir,
+        name,
+        tmp: OnceLock::new(),
+        pending: None,
+        co,
+        wo,
+        progress,
+        hasher: co.verify.map(Hasher::new),
+        existing: Some(dst_file),
+        in_place: false,
+        drop_special: false,
+    };
+    job.run(source, ro, None)?.commit()
 }
 
 /// One file's copy in progress.
@@ -457,9 +584,89 @@ struct Job<'a> {
     wo: &'a WriteOptions,
     progress: &'a Progress,
     hasher: Option<Hasher>,
+    /// The existing file to write in place, until the copy takes it.
+    existing: Option<File>,
+    /// The copy was written in place (into `existing`).
+    in_place: bool,
+    /// The owner could not be given (another user's copy): the set-ID and sticky bits are left
+    /// out of the mode, as GNU cp leaves them.
+    drop_special: bool,
+}
+
+/// How a source that is not read at offsets (a stream, or a file whose size its filesystem
+/// makes up) was read.
+fn streamed() -> Decision {
+    Decision {
+        mode: crate::Mode::Buffered,
+        reason: "not a regular file, or on a filesystem that makes its sizes up (proc, sysfs): read to its end as a stream".into(),
+    }
 }
 
 impl Job<'_> {
+    /// The whole copy: the data by the best way the source and destination allow, then the
+    /// attributes, staged under a temporary name (or none, or in place).
+    fn run(mut self, source: Source, ro: &ReadOptions, creator: Option<&FileCreator>) -> Result<Staged> {
+        let file = match source {
+            Source::Nothing(src) => return self.nothing(src, creator),
+            Source::Stream(f) => return self.plain(f, creator),
+            Source::File(f) => f,
+        };
+        let mut ro = ro.clone();
+        // The reader's lease also covers the chunks the writer holds in flight.
+        ro.extra_buffers = self.wo.io.queue_depth.max(1) + 1;
+        if let Some(r) = &self.co.rate {
+            // Read-ahead bounded to a tenth of a second's worth keeps the reads within the limit too.
+            let tenth = (r.rate() / 10).max(64 << 10);
+            let cap = crate::conv::usize_of(1u64 << (63 - tenth.leading_zeros()));
+            ro.io.block_size = ro.io.block_size.min(cap);
+            ro.io.queue_depth = ro.io.queue_depth.min(2);
+        }
+        let mut reader = Reader::from_file(file, self.src, &ro)?;
+        if reader.caps().sizes_lie() {
+            let f = reader.file().try_clone().map_err(|e| Error::io("dup", self.src, e))?;
+            drop(reader);
+            return self.plain(f, creator);
+        }
+        // The reader's fstat at open serves the copy (size, sparseness, owner) without another.
+        let smeta = reader.metadata().clone();
+        if self.existing.is_none() && !self.co.same_checked {
+            if let Some(d) = (!self.co.plain_dir).then(|| rustix::fs::statat(&**self.dir, self.name, AtFlags::empty()).ok()).flatten() {
+                if d.st_dev == smeta.dev() && d.st_ino == smeta.ino() {
+                    return Err(Error::new(
+                        ErrorKind::SameFile,
+                        "copy",
+                        self.dst,
+                        format!("'{}' and '{}' are the same file", self.src.display(), self.dst.display()),
+                    ));
+                }
+            }
+        }
+        let len = reader.len();
+        let mut fallback = None;
+        if self.co.reflink != Reflink::Never && len > 0 && self.existing.is_none() {
+            match self.reflink(&mut reader, &smeta, creator)? {
+                Ok(write) => return self.staged(Method::Reflink, None, reader.decision().clone(), reader.backend().cloned(), reader.block_size(), write, 0),
+                Err(why) => fallback = Some(why),
+            }
+        }
+        // Holes only where the destination can have them (a FIFO or device is written whole).
+        let stream_dst = self.existing.as_ref().is_some_and(|f| f.metadata().is_ok_and(|m| !m.is_file()));
+        let dense = smeta.blocks().saturating_mul(512) >= len || stream_dst;
+        let (method, write, data) = if !stream_dst && (self.co.sparse == Sparse::Always || (self.co.sparse == Sparse::Auto && !dense && len > 0)) {
+            self.sparse(&mut reader, creator)?
+        } else if len <= self.co.small_file || self.existing.is_some() {
+            self.small(&mut reader, creator)?
+        } else {
+            self.stream(&mut reader)?
+        };
+        let (decision, backend, block) = (reader.decision().clone(), reader.backend().cloned(), reader.block_size());
+        // The source's reader is given back (and its buffers to the budget) before a read-back
+        // takes buffers of its own: copies on many threads each holding one lease while waiting
+        // for a second would wait for ever.
+        drop(reader);
+        self.staged(method, fallback, decision, backend, block, write, data)
+    }
+
     fn tmp(&self) -> &OsString {
         self.tmp.get_or_init(|| sys::temp_name(self.name))
     }
@@ -495,30 +702,56 @@ impl Job<'_> {
         }
     }
 
+    /// The permission bits the copy ends with.
+    fn permissions(&self) -> Option<u32> {
+        self.wo.permissions.map(|p| if self.drop_special { p & !0o7000 } else { p })
+    }
+
     fn attrs(&self) -> FileAttrs {
-        FileAttrs { permissions: self.wo.permissions, mtime: self.wo.mtime, atime: self.wo.atime }
+        FileAttrs { permissions: self.permissions(), mtime: self.wo.mtime, atime: self.wo.atime, create: self.wo.create_mode }
     }
 
     /// Owner and extended attributes, before the engine applies mode and times (fchown clears
-    /// setuid and setgid, which the mode then restores). The owner is changed only where the
-    /// copy was not created with it already, as GNU cp and rsync do: a change of owner is a
-    /// journaled inode update, where a copy run as root of files owned by root needs none. In
-    /// a folder the copy made (`plain_dir`), every file it creates gets the same owner, learnt
-    /// from the first (`creator`'s [`FileCreator::owner_in`]); elsewhere each copy is looked at.
-    fn extra(&self, src: &File, dst: &File, meta: &std::fs::Metadata, creator: Option<&FileCreator>) -> Result<()> {
+    /// setuid and setgid, which the mode then restores): those carried from a file the copy
+    /// replaces first, then those taken from the source (GNU cp's order). The owner is changed
+    /// only where the copy was not created with it already, as GNU cp and rsync do: a change of
+    /// owner is a journaled inode update, where a copy run as root of files owned by root needs
+    /// none. In a folder the copy made (`plain_dir`), every file it creates gets the same owner,
+    /// learnt from the first (`creator`'s [`FileCreator::owner_in`]); elsewhere each copy is
+    /// looked at. A change of owner this user may not make (not root) is left at the group,
+    /// where the user belongs to it, and the set-ID and sticky bits are left out.
+    fn extra(&mut self, src: &File, dst: &File, meta: &std::fs::Metadata, creator: Option<&FileCreator>) -> Result<()> {
+        if let Some(c) = &self.co.carry {
+            c.apply(dst, self.dst)?;
+        }
         if self.co.owner {
             let want = (meta.uid(), meta.gid());
-            let has = match creator.filter(|_| self.co.plain_dir) {
+            let has = match creator.filter(|_| self.co.plain_dir && self.co.carry.is_none()) {
                 Some(c) => c.owner_in(self.dir, dst),
                 None => rustix::fs::fstat(dst).ok().map(|s| (s.st_uid, s.st_gid)),
             };
             if has != Some(want) {
                 let (u, g) = (rustix::fs::Uid::from_raw(want.0), rustix::fs::Gid::from_raw(want.1));
-                rustix::fs::fchown(dst, Some(u), Some(g)).map_err(|e| Error::io("fchown", self.dst, e.into()))?;
+                match rustix::fs::fchown(dst, Some(u), Some(g)) {
+                    Ok(()) => {}
+                    Err(rustix::io::Errno::PERM | rustix::io::Errno::INVAL) if !self.co.strict_owner => {
+                        let _ = rustix::fs::fchown(dst, None, Some(g));
+                        self.drop_special = true;
+                    }
+                    Err(e) => {
+                        return Err(Error::message(
+                            ErrorKind::PermissionDenied,
+                            self.dst,
+                            format!("failed to preserve ownership for {}: {}", crate::quote::quote(self.dst), crate::error::strerror(e.raw_os_error())),
+                        ))
+                    }
+                }
             }
         }
         if self.co.xattrs {
-            copy_xattrs_to(src, dst, self.dst, !self.co.plain_dir)?;
+            copy_xattrs_to(src, dst, self.dst, !self.co.plain_dir || self.co.carry.is_some())?;
+        } else if self.co.acl {
+            copy_acl(src, dst, self.dst, !self.co.plain_dir || self.co.carry.is_some() || self.existing.is_some())?;
         }
         Ok(())
     }
@@ -538,14 +771,16 @@ impl Job<'_> {
             None => {
                 let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
                 let tmp = self.tmp().clone();
-                let fd = sys::call(Site::Open, || rustix::fs::openat(&**self.dir, tmp.as_os_str(), flags, FMode::from_raw_mode(0o600)))
+                let mode = self.attrs().create_perm();
+                let fd = sys::call(Site::Open, || rustix::fs::openat(&**self.dir, tmp.as_os_str(), flags, FMode::from_raw_mode(mode)))
                     .map_err(|e| Error::io("create", self.dst, e))?;
                 let mut guard = TmpGuard { dir: self.dir, name: &tmp, armed: true };
                 let file = File::from(fd);
                 match rustix::fs::ioctl_ficlone(&file, reader.file()) {
                     Ok(()) => {
-                        self.extra(reader.file(), &file, smeta, creator)?;
-                        sys::apply_attrs(&file, self.wo.permissions, self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
+                        let src = reader.file().try_clone().map_err(|e| Error::io("dup", self.src, e))?;
+                        self.extra(&src, &file, smeta, creator)?;
+                        sys::apply_attrs(&file, self.permissions(), self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
                         if self.wo.sync {
                             sys::fsync(&file, self.dst)?;
                         }
@@ -595,7 +830,8 @@ impl Job<'_> {
         Ok(Err(why))
     }
 
-    /// A small file: read whole, written whole by the file creator.
+    /// A small file (or any file written in place): read in chunks, written by the file
+    /// creator at their offsets.
     fn small(&mut self, reader: &mut Reader, creator: Option<&FileCreator>) -> Result<(Method, WriteReport, u64)> {
         let len = reader.len();
         let mut f = self.new_file(creator, len)?;
@@ -606,13 +842,56 @@ impl Job<'_> {
             data += c.len() as u64;
             self.moved(&c);
         }
-        self.extra(reader.file(), f.file(), reader.metadata(), creator)?;
+        let src = reader.file().try_clone().map_err(|e| Error::io("dup", self.src, e))?;
+        self.extra(&src, f.file(), reader.metadata(), creator)?;
         Ok((Method::Copy, self.finish(f)?, data))
+    }
+
+    /// A source read to its end as a stream (a FIFO, a device, a file whose size its
+    /// filesystem makes up), written in order.
+    fn plain(mut self, src: File, creator: Option<&FileCreator>) -> Result<Staged> {
+        let meta = src.metadata().map_err(|e| Error::io("cannot fstat {}", self.src, e))?;
+        let mut f = self.new_file(creator, 0)?;
+        let mut buf = vec![0u8; 128 << 10];
+        let mut off = 0u64;
+        loop {
+            self.interrupted()?;
+            let n = match rustix::io::read(&src, &mut buf) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => continue,
+                Err(e) => return Err(Error::io("error reading {}", self.src, e.into())),
+            };
+            if n == 0 {
+                break;
+            }
+            f.write_at(&buf[..n], off)?;
+            self.moved(&buf[..n]);
+            off += n as u64;
+        }
+        self.extra(&src, f.file(), &meta, creator)?;
+        let write = self.finish(f)?;
+        self.staged(Method::Copy, None, streamed(), None, buf.len(), write, off)
+    }
+
+    /// `--attributes-only`: an empty copy (or the existing file, its data left) with the
+    /// source's attributes.
+    fn nothing(mut self, src: File, creator: Option<&FileCreator>) -> Result<Staged> {
+        let meta = src.metadata().map_err(|e| Error::io("cannot fstat {}", self.src, e))?;
+        let f = match self.existing.take() {
+            Some(existing) => self.adopt(existing, creator, 0, false),
+            None => self.new_file(creator, 0)?,
+        };
+        self.extra(&src, f.file(), &meta, creator)?;
+        let write = self.finish(f)?;
+        let read = Decision { mode: crate::Mode::Auto, reason: "--attributes-only: no data read".into() };
+        self.staged(Method::Copy, None, read, None, 0, write, 0)
     }
 
     /// Finishes a file from the creator, durable if the write options ask for it (a shared
     /// creator may not sync: a tree copy makes its small files durable in batches).
-    fn finish(&mut self, f: NewFile) -> Result<WriteReport> {
+    fn finish(&mut self, mut f: NewFile) -> Result<WriteReport> {
+        // The owner found may have dropped the set-ID bits since the file was created.
+        f.set_permissions(self.permissions());
         // The attributes are set by the finish, and made durable by its fsync.
         if self.wo.sync {
             f.finish_durable()
@@ -624,14 +903,27 @@ impl Job<'_> {
         }
     }
 
-    fn new_file(&self, creator: Option<&FileCreator>, len: u64) -> Result<NewFile> {
+    /// The existing file `existing`, to be written in place (emptied first when `truncate`).
+    fn adopt(&mut self, existing: File, creator: Option<&FileCreator>, len: u64, truncate: bool) -> NewFile {
+        self.in_place = true;
+        let opts = CreateOptions { mode: self.wo.io.mode, sync: self.wo.sync, deferred_drops: 0, batch_writeback: 0, publish_after_sync: false };
+        match creator {
+            Some(c) => c.adopt_existing(existing, self.dir.clone(), self.name, self.dst, len, self.attrs(), truncate),
+            None => FileCreator::new(opts).adopt_existing(existing, self.dir.clone(), self.name, self.dst, len, self.attrs(), truncate),
+        }
+    }
+
+    fn new_file(&mut self, creator: Option<&FileCreator>, len: u64) -> Result<NewFile> {
+        let own;
+        if let Some(existing) = self.existing.take() {
+            return Ok(self.adopt(existing, creator, len, true));
+        }
         // A creator that names files after their syncfs creates this one without a name, to be
         // named after the caller's syncfs (and verified after it, when asked); not for a copy
         // made durable on its own (it uses its temporary name).
         if let Some(c) = creator.filter(|c| c.publishes() && !self.wo.sync) {
             return c.create(self.dir.clone(), self.name, self.dst, len, self.attrs());
         }
-        let own;
         let creator = match creator.filter(|c| !c.publishes()) {
             Some(c) => c,
             None => {
@@ -653,6 +945,7 @@ impl Job<'_> {
         let mut wo = self.wo.clone();
         wo.atomic = false;
         wo.size_hint = Some(reader.len());
+        wo.permissions = self.permissions();
         // Under a budget smaller than asked for, the writer may only hold what the reader's lease
         // leaves beyond its read-ahead and the chunk in hand; none left means write-through.
         wo.io.queue_depth = wo.io.queue_depth.min(reader.buffers().saturating_sub(reader.queue_depth() + 1));
@@ -664,7 +957,9 @@ impl Job<'_> {
             self.moved(&chunk);
             writer.write_chunk(chunk)?;
         }
-        self.extra(reader.file(), writer.file(), reader.metadata(), None)?;
+        let src = reader.file().try_clone().map_err(|e| Error::io("dup", self.src, e))?;
+        self.extra(&src, writer.file(), reader.metadata(), None)?;
+        writer.set_permissions(self.permissions());
         let mut w = writer.finish()?;
         w.path = self.dst.to_path_buf();
         Ok((Method::Copy, w, data))
@@ -724,38 +1019,38 @@ impl Job<'_> {
         }
         self.hole(len.saturating_sub(pos));
         f.set_len(len)?;
-        self.extra(reader.file(), f.file(), reader.metadata(), creator)?;
+        let src = reader.file().try_clone().map_err(|e| Error::io("dup", self.src, e))?;
+        self.extra(&src, f.file(), reader.metadata(), creator)?;
         let mut w = self.finish(f)?;
         w.bytes = len;
         Ok((Method::Sparse, w, data))
     }
 
-    /// Verifies if asked, and wraps up the staged file. The source's reader is given back (and
-    /// its buffers to the budget) before the read-back takes buffers of its own: copies on many
-    /// threads each holding one lease while waiting for a second would wait for ever.
-    fn staged(mut self, name: &OsStr, method: Method, fallback: Option<String>, reader: Reader, write: WriteReport, data_bytes: u64) -> Result<Staged> {
+    /// Verifies if asked, and wraps up the staged file.
+    #[allow(clippy::too_many_arguments)] // The parts of the report, each from a different step.
+    fn staged(
+        mut self,
+        method: Method,
+        fallback: Option<String>,
+        read: Decision,
+        read_backend: Option<BackendChoice>,
+        block: usize,
+        write: WriteReport,
+        data_bytes: u64,
+    ) -> Result<Staged> {
+        let in_place = self.in_place;
         let mut staged = Staged {
             dir: self.dir.clone(),
-            tmp: if self.pending.is_some() { None } else { self.tmp.get().cloned() },
+            tmp: if self.pending.is_some() || in_place { None } else { self.tmp.get().cloned() },
             pending: self.pending.take(),
             deferred: None,
-            name: name.to_os_string(),
+            name: self.name.to_os_string(),
             path: self.dst.to_path_buf(),
             sync: self.wo.sync,
             committed: false,
-            report: CopyReport {
-                src: self.src.to_path_buf(),
-                method,
-                reflink_fallback: fallback,
-                read: reader.decision().clone(),
-                read_backend: reader.backend().cloned(),
-                write,
-                data_bytes,
-                verify: None,
-            },
+            in_place,
+            report: CopyReport { src: self.src.to_path_buf(), method, reflink_fallback: fallback, read, read_backend, write, data_bytes, verify: None },
         };
-        let block = reader.block_size();
-        drop(reader);
         if let (Some(algo), Some(h)) = (self.co.verify, self.hasher.take()) {
             let want = h.hex();
             if staged.pending.is_some() {
@@ -763,21 +1058,20 @@ impl Job<'_> {
                 // its batch (`Staged::prefetch`, then `Staged::commit`).
                 staged.deferred = Some((algo, want, self.co.clone()));
             } else {
-                staged.report.verify = Some(self.verify(algo, want, block)?);
+                let name = if in_place { self.name.to_os_string() } else { self.tmp().clone() };
+                staged.report.verify = Some(self.verify(&name, algo, want, block)?);
             }
         }
         self.progress.file_done();
         Ok(staged)
     }
 
-    /// Reads the durable temporary file back past the page cache and compares its digest with
-    /// the source's.
-    fn verify(&self, algo: Algo, want: String, block: usize) -> Result<VerifyReport> {
+    /// Reads the durable file `name` (the temporary, or the file written in place) back past
+    /// the page cache and compares its digest with the source's.
+    fn verify(&self, name: &OsStr, algo: Algo, want: String, block: usize) -> Result<VerifyReport> {
         let t = Instant::now();
-        let fd = sys::call(Site::Open, || {
-            rustix::fs::openat(&**self.dir, self.tmp().as_os_str(), OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty())
-        })
-        .map_err(|e| Error::io("open for verify", self.dst, e))?;
+        let fd = sys::call(Site::Open, || rustix::fs::openat(&**self.dir, name, OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty()))
+            .map_err(|e| Error::io("open for verify", self.dst, e))?;
         let file = File::from(fd);
         sys::fdatasync(&file, self.dst)?;
         if let Some(hook) = &self.co.before_verify {
@@ -803,6 +1097,25 @@ impl Job<'_> {
             return Err(mismatch(self.dst, algo, &got, &want));
         }
         Ok(VerifyReport { algo, digest: got, read: back.decision().clone(), seconds: t.elapsed().as_secs_f64() })
+    }
+}
+
+/// Gives `dst` the access ACL of `src`, or removes one it inherited (`inherited`: it may have)
+/// where `src` has none: the ACL part of GNU cp's copy of a mode. A filesystem without ACLs
+/// has nothing to copy.
+fn copy_acl(src: &File, dst: &File, path: &Path, inherited: bool) -> Result<()> {
+    const ACL: &str = "system.posix_acl_access";
+    match xattr_vec(|b| rustix::fs::fgetxattr(src, ACL, b), || rustix::fs::fgetxattr_query(src, ACL)) {
+        Ok(v) if !v.is_empty() => match rustix::fs::fsetxattr(dst, ACL, &v, rustix::fs::XattrFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
+            Err(e) => Err(Error::io("preserving permissions for {}", path, e.into())),
+        },
+        Ok(_) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) if inherited => match rustix::fs::fremovexattr(dst, ACL) {
+            Ok(()) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(()),
+            Err(e) => Err(Error::io("preserving permissions for {}", path, e.into())),
+        },
+        Ok(_) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(()),
+        Err(e) => Err(Error::io("getxattr", path, e.into())),
     }
 }
 
@@ -841,13 +1154,18 @@ pub fn copy_xattrs(src: impl AsFd, dst: impl AsFd, path: &Path) -> Result<()> {
 /// [`copy_xattrs`]; `inherited`: `dst` may have inherited an ACL from its directory's default
 /// ACL (else it is not looked for).
 fn copy_xattrs_to(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: bool) -> Result<()> {
+    copy_xattrs_filtered(src, dst, path, inherited, |_| true)
+}
+
+/// [`copy_xattrs_to`] of the attributes whose names `keep` takes.
+fn copy_xattrs_filtered(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: bool, keep: impl Fn(&[u8]) -> bool) -> Result<()> {
     let (src, dst) = (src.as_fd(), dst.as_fd());
     let list = match xattr_vec(|b| rustix::fs::flistxattr(src, b), || rustix::fs::flistxattr_query(src)) {
         Ok(l) => l,
         Err(rustix::io::Errno::OPNOTSUPP) => return Ok(()),
         Err(e) => return Err(Error::io("listxattr", path, e.into())),
     };
-    for name in list.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+    for name in list.split(|&b| b == 0).filter(|n| !n.is_empty() && keep(n)) {
         let name = <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name);
         let value = match xattr_vec(|b| rustix::fs::fgetxattr(src, name, b), || rustix::fs::fgetxattr_query(src, name)) {
             Ok(v) => v,

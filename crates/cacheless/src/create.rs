@@ -126,7 +126,7 @@ impl PendingFile {
     /// later syncfs).
     fn publish(mut self) -> Result<()> {
         let r = match (&self.tmp, &self.file) {
-            (Some(tmp), _) => sys::publish(self.dir.as_fd(), tmp, &self.name, &self.path, false).map_err(|u| u.error),
+            (Some(tmp), _) => sys::publish(self.dir.as_fd(), tmp, &self.name, &self.path, false).map_err(|u| *u.error),
             (None, Some(f)) => sys::link_unnamed(f, self.dir.as_fd(), &self.name, &self.path),
             (None, None) => Err(Error::new(ErrorKind::InvalidInput, "link", &self.path, "neither a name nor an open file")),
         };
@@ -172,28 +172,34 @@ impl std::fmt::Debug for Batch {
     }
 }
 
-/// Attributes a file gets when it is finished.
+/// Attributes a file gets when it is created and when it is finished.
 #[derive(Debug, Clone, Default)]
 pub struct FileAttrs {
-    /// Permission bits. Default: 0666 less the umask, as open(2) makes them. When given, the
-    /// file is created 0600 and gets them at the end, so nobody else reads it half-written
-    /// (one created without a name may get them at once, see [`FileCreator::create`]).
+    /// Permission bits set when it is finished. Default: those it was created with (see
+    /// `create`).
     pub permissions: Option<u32>,
     /// Modification time.
     pub mtime: Option<SystemTime>,
     /// Access time.
     pub atime: Option<SystemTime>,
+    /// The mode it is created with, before the umask (or its directory's default ACL) takes
+    /// its part, as open(2) takes it: GNU cp creates a copy with its source's permission bits.
+    /// Default: 0666 where `permissions` is not given (the file keeps what the umask leaves),
+    /// else owner-only until it gets those. See [`FileAttrs::create_perm`].
+    pub create: Option<u32>,
 }
 
 impl FileAttrs {
-    /// The permission bits a file is created with: 0600 when it gets its own at the end (so
-    /// nobody else reads it half-written), else 0666 less the umask.
-    pub(crate) fn create_perm(&self) -> u32 {
-        if self.permissions.is_some() {
-            0o600
-        } else {
-            0o666
-        }
+    /// The permission bits a file is created with, the one rule for every file the engine
+    /// makes: never wider than the ones it ends with (`permissions`, where given), and
+    /// owner-only (0600) where those are set only at the end and no creation mode was asked
+    /// for, so nobody else reads it half-written; never a set-ID or sticky bit (those come at
+    /// the end). Without either, 0666: the umask makes the file what it will stay. (A file
+    /// created without a name, which nobody can open, may get its final bits at once: see
+    /// [`FileCreator::create`].)
+    pub fn create_perm(&self) -> u32 {
+        let base = self.create.unwrap_or(if self.permissions.is_some() { 0o600 } else { 0o666 });
+        base & self.permissions.unwrap_or(0o777) & 0o777
     }
 }
 
@@ -425,7 +431,7 @@ impl FileCreator {
         let (fd, tmp) = sys::create_temp(dir.as_fd(), name, path, perm)?;
         let mut draft = self.draft(fd, path, data.len() as u64);
         let done = draft.write_at(data, 0).and_then(|()| draft.finish(attrs)).and_then(|report| {
-            sys::publish(dir.as_fd(), &tmp, name, path, self.shared.opts.sync).map_err(|u| u.error)?;
+            sys::publish(dir.as_fd(), &tmp, name, path, self.shared.opts.sync).map_err(|u| *u.error)?;
             Ok(report)
         });
         match done {
@@ -482,6 +488,8 @@ impl FileCreator {
     pub(crate) fn unnamed_perm(&self, dir: &Arc<OwnedFd>, attrs: &FileAttrs) -> (u32, bool) {
         match (attrs.permissions, *self.shared.umask.get_or_init(sys::umask)) {
             (Some(p), Some(umask)) if p & 0o7000 == 0 && p & umask == 0 && self.exact_in(dir) => (p, true),
+            // A creation mode asked for and nothing set at the end: the kernel's creation
+            // (umask, default ACL) makes the file what it ends with.
             _ => (attrs.create_perm(), false),
         }
     }
@@ -514,7 +522,7 @@ impl FileCreator {
     /// A [`NewFile`] of `draft`, created in `dir` for `name` (`unnamed`: see [`NewFile`]).
     fn new_file(&self, mut draft: Draft, dir: Arc<OwnedFd>, name: &OsStr, unnamed: Option<Option<OsString>>, attrs: FileAttrs) -> NewFile {
         draft.caps = self.dir_caps(&dir);
-        NewFile { draft, dir, name: name.to_os_string(), unnamed, attrs, finished: false }
+        NewFile { draft, dir, name: name.to_os_string(), unnamed, attrs, finished: false, in_place: false }
     }
 
     /// Names `file` (a complete file under a temporary name, such as a [`Writer`](crate::Writer)
@@ -537,6 +545,35 @@ impl FileCreator {
     /// syncfs (see [`CreateOptions::publish_after_sync`]).
     pub(crate) fn publishes(&self) -> bool {
         self.shared.publishes()
+    }
+
+    /// `file`, an existing file open for writing, as a [`NewFile`] written in place: its inode
+    /// kept (its other names see the data), emptied first when `truncate` (as GNU cp's
+    /// `O_TRUNC` open does), never removed, and named already. A FIFO or device is written
+    /// with plain writes in order. For a copy over an existing destination where only writing
+    /// in place keeps what can be seen of it.
+    #[allow(clippy::too_many_arguments)] // What `create` takes, and the file.
+    pub(crate) fn adopt_existing(
+        &self,
+        file: File,
+        dir: Arc<OwnedFd>,
+        name: &OsStr,
+        display_path: &Path,
+        size_hint: u64,
+        attrs: FileAttrs,
+        truncate: bool,
+    ) -> NewFile {
+        let regular = file.metadata().is_ok_and(|m| m.is_file());
+        if truncate && regular {
+            // Best effort here; a file that cannot be emptied fails at its first write.
+            let _ = file.set_len(0);
+        }
+        let fd = OwnedFd::from(file);
+        let mut draft = self.draft(fd, display_path, size_hint);
+        draft.stream = !regular;
+        let mut f = self.new_file(draft, dir, name, None, attrs);
+        f.in_place = true;
+        f
     }
 
     /// A file created without a name (O_TMPFILE, by a [`CreateQueue`](crate::create_queue::CreateQueue))
@@ -621,6 +658,7 @@ impl FileCreator {
             end: 0,
             cached: false,
             batched: false,
+            stream: false,
         }
     }
 }
@@ -641,6 +679,8 @@ pub struct NewFile {
     unnamed: Option<Option<OsString>>,
     attrs: FileAttrs,
     finished: bool,
+    /// An existing file written in place: never removed.
+    in_place: bool,
 }
 
 impl NewFile {
@@ -660,6 +700,12 @@ impl NewFile {
         self.draft.file.set_len(len).map_err(|e| Error::io("truncate", &self.draft.path, e))?;
         self.draft.end = len;
         Ok(())
+    }
+
+    /// Sets the permission bits the file gets when finished (in place of those given at
+    /// creation; `None`: it keeps those it has).
+    pub fn set_permissions(&mut self, permissions: Option<u32>) {
+        self.attrs.permissions = permissions;
     }
 
     /// The open file (for calls the engine does not make, such as fchown).
@@ -725,7 +771,7 @@ impl NewFile {
     /// its own by a creator shared with batched ones), and closes it.
     pub(crate) fn finish_durable(mut self) -> Result<WriteReport> {
         let mut report = self.draft.finish(&self.attrs)?;
-        if !report.synced {
+        if !report.synced && !self.draft.stream {
             sys::fsync(&self.draft.file, &self.draft.path)?;
             report.synced = true;
         }
@@ -738,6 +784,11 @@ impl NewFile {
 impl Drop for NewFile {
     fn drop(&mut self) {
         if !self.finished {
+            if self.in_place {
+                // Written in place: it stays as far as it got (GNU cp's copy does the same).
+                self.draft.discard(self.dir.as_fd(), None);
+                return;
+            }
             match &self.unnamed {
                 None => self.draft.discard(self.dir.as_fd(), Some(&self.name)),
                 Some(tmp) => self.draft.discard(self.dir.as_fd(), tmp.as_deref()),
@@ -784,6 +835,9 @@ struct Draft {
     /// Written plainly, to be written back with other small files (see
     /// [`CreateOptions::batch_writeback`]).
     batched: bool,
+    /// Not a regular file (a FIFO or device written in place): plain writes in order, no
+    /// O_DIRECT and no page drops.
+    stream: bool,
 }
 
 impl Draft {
@@ -813,6 +867,12 @@ impl Draft {
 
     fn write_at(&mut self, data: &[u8], off: u64) -> Result<()> {
         if data.is_empty() {
+            return Ok(());
+        }
+        if self.stream {
+            use std::io::Write;
+            (&*self.file).write_all(data).map_err(|e| Error::io("error writing {}", &self.path, e))?;
+            self.end = off + data.len() as u64;
             return Ok(());
         }
         let mode = self.plan()?.plan.decision.mode;
@@ -930,6 +990,11 @@ impl Draft {
     }
 
     fn finish(&mut self, attrs: &FileAttrs) -> Result<WriteReport> {
+        if self.stream {
+            sys::apply_attrs(&self.file, attrs.permissions, attrs.atime, attrs.mtime).map_err(|(op, e)| self.err(op, e))?;
+            let decision = Decision { mode: Mode::Buffered, reason: "not a regular file: written in order with plain writes".into() };
+            return Ok(WriteReport { path: self.path.clone(), bytes: self.end, decision, direct_bytes: 0, tail_bytes: 0, synced: false, backend: None });
+        }
         let decision = self.plan()?.plan.decision.clone();
         let sync = self.shared.opts.sync;
         // Attributes before the sync, so that it makes them durable with the data.

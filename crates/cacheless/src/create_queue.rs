@@ -424,6 +424,7 @@ mod tests {
                 permissions: Some(0o640 + (i % 2)),
                 mtime: Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000 + u64::from(i))),
                 atime: None,
+                create: None,
             };
             tickets.push((i, q.push(dir.clone(), OsStr::new(&name), Path::new(&name), u64::from(i) * 10, attrs).unwrap()));
         }

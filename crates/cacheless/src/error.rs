@@ -82,7 +82,7 @@ impl Hint {
 pub struct Error {
     kind: ErrorKind,
     path: PathBuf,
-    op: &'static str,
+    op: Cow<'static, str>,
     source: io::Error,
     note: Option<Cow<'static, str>>,
     hint: Option<Hint>,
@@ -93,7 +93,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// An error from an OS call `op` on `path`; the kind follows the errno.
-    pub fn io(op: &'static str, path: impl AsRef<Path>, source: io::Error) -> Error {
+    pub fn io(op: impl Into<Cow<'static, str>>, path: impl AsRef<Path>, source: io::Error) -> Error {
         let kind = match source.kind() {
             io::ErrorKind::NotFound => ErrorKind::NotFound,
             io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
@@ -107,11 +107,11 @@ impl Error {
                 _ => ErrorKind::Io,
             },
         };
-        Error { kind, path: path.as_ref().to_path_buf(), op, source, note: None, hint: None }
+        Error { kind, path: path.as_ref().to_path_buf(), op: op.into(), source, note: None, hint: None }
     }
 
     /// An error of an explicit kind with a message instead of an OS error.
-    pub fn new(kind: ErrorKind, op: &'static str, path: impl AsRef<Path>, msg: impl Into<String>) -> Error {
+    pub fn new(kind: ErrorKind, op: impl Into<Cow<'static, str>>, path: impl AsRef<Path>, msg: impl Into<String>) -> Error {
         let io_kind = match kind {
             ErrorKind::NotFound => io::ErrorKind::NotFound,
             ErrorKind::PermissionDenied => io::ErrorKind::PermissionDenied,
@@ -121,7 +121,7 @@ impl Error {
             ErrorKind::Interrupted => io::ErrorKind::Interrupted,
             ErrorKind::Io => io::ErrorKind::Other,
         };
-        Error { kind, path: path.as_ref().to_path_buf(), op, source: io::Error::new(io_kind, msg.into()), note: None, hint: None }
+        Error { kind, path: path.as_ref().to_path_buf(), op: op.into(), source: io::Error::new(io_kind, msg.into()), note: None, hint: None }
     }
 
     /// Adds what the caller can do instead.
@@ -150,9 +150,10 @@ impl Error {
     pub fn path(&self) -> &Path {
         &self.path
     }
-    /// The operation that failed ("open", "read", "rename" ...).
-    pub fn op(&self) -> &'static str {
-        self.op
+    /// The operation that failed ("open", "read", "rename" ...), or GNU's words for it with
+    /// `{}` where the path goes ("cannot stat {}"); empty for an error told by its message.
+    pub fn op(&self) -> &str {
+        &self.op
     }
     /// The OS error number, when the failure came from the OS.
     pub fn errno(&self) -> Option<i32> {
@@ -172,13 +173,52 @@ impl Error {
     }
 }
 
+impl Error {
+    /// What failed and where, without the OS error: the operation and the quoted path
+    /// ([`crate::quote::quote`]), or the message alone for an error told by its message (see
+    /// [`Error::message`]). An operation with `{}` in it has the path there ("cannot open {}
+    /// for reading"); any other is followed by the path ("stat 'x'").
+    pub fn what(&self) -> String {
+        let q = crate::quote::quote(&self.path);
+        match self.op.split_once("{}") {
+            _ if self.op.is_empty() => self.source.to_string(),
+            Some((a, b)) => format!("{a}{q}{b}"),
+            None => format!("{} {q}", self.op),
+        }
+    }
+
+    /// An error told by its message alone, as GNU tools word a refusal that names its files
+    /// itself ("'a' and 'b' are the same file"): no operation, no OS error.
+    pub fn message(kind: ErrorKind, path: impl AsRef<Path>, text: impl Into<String>) -> Error {
+        Error::new(kind, "", path, text)
+    }
+
+    /// Whether this error is told by its message alone (see [`Error::message`]).
+    pub fn is_message(&self) -> bool {
+        self.op.is_empty()
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} '{}': {}", self.op, self.path.display(), self.source)?;
+        if self.op.is_empty() {
+            write!(f, "{}", self.source)?;
+        } else {
+            write!(f, "{}: {}", self.what(), self.source)?;
+        }
         if let Some(n) = &self.note {
             write!(f, " ({n})")?;
         }
         Ok(())
+    }
+}
+
+/// The text of the OS error `errno`, as strerror(3) words it (no "(os error N)").
+pub fn strerror(errno: i32) -> String {
+    let t = io::Error::from_raw_os_error(errno).to_string();
+    match t.rfind(" (os error ") {
+        Some(i) => t[..i].to_string(),
+        None => t,
     }
 }
 

@@ -59,11 +59,34 @@ impl Site {
     /// this kind fails.
     pub fn ops(self) -> &'static [&'static str] {
         match self {
-            Site::Open => &["open", "create", "open directory", "open for verify", "mkdir", "symlink", "link"],
+            Site::Open => &[
+                "open",
+                "create",
+                "open directory",
+                "open for verify",
+                "mkdir",
+                "symlink",
+                "link",
+                // The tree copy's operations, in GNU cp's words (a symlink's and a link's name
+                // their target after the path).
+                "cannot open {} for reading",
+                "cannot create regular file {}",
+                "cannot create directory {}",
+                "cannot make directory {}",
+                "cannot create symbolic link {}",
+                "cannot create hard link {}",
+                "cannot create fifo {}",
+                "cannot create special file {}",
+                "cannot stat {}",
+            ],
             Site::Read => &["read"],
             Site::Write => &["write"],
             Site::Sync => &["fdatasync", "fsync", "fsync directory", "syncfs"],
-            Site::Rename => &["rename"],
+            // An entry the tree copy makes under a temporary name and renames over the one it
+            // replaces is named by what it is making.
+            Site::Rename => {
+                &["rename", "cannot create symbolic link {}", "cannot create hard link {}", "cannot create fifo {}", "cannot create special file {}"]
+            }
         }
     }
 }

@@ -48,6 +48,7 @@ pub mod plan;
 pub mod policy;
 pub mod pool;
 mod progress;
+pub mod quote;
 pub mod rate;
 pub mod read;
 pub mod residency;

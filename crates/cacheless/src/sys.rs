@@ -128,7 +128,7 @@ pub(crate) fn link_unnamed(file: &File, dir: BorrowedFd<'_>, name: &OsStr, path:
             };
             publish(dir, &tmp, name, path, false).map_err(|u| {
                 let _ = rustix::fs::unlinkat(dir, tmp.as_os_str(), rustix::fs::AtFlags::empty());
-                u.error
+                *u.error
             })
         }
         Err(e) => Err(Error::io("link", path, e)),
@@ -219,8 +219,8 @@ pub(crate) struct Unpublished {
     /// durability of the directory entry is in doubt. Removing it would lose the file it
     /// replaced, so it stays.
     pub renamed: bool,
-    /// What failed.
-    pub error: Error,
+    /// What failed (boxed: a result carrying it stays small).
+    pub error: Box<Error>,
 }
 
 /// The last steps of the commit sequence of a file written under the temporary name `tmp` in
@@ -228,9 +228,10 @@ pub(crate) struct Unpublished {
 /// then, when `durable`, fsync `dir` so that the new entry survives a crash. `path` names
 /// the file in errors.
 pub(crate) fn publish(dir: BorrowedFd<'_>, tmp: &OsStr, name: &OsStr, path: &Path, durable: bool) -> std::result::Result<(), Unpublished> {
-    call(Site::Rename, || rustix::fs::renameat(dir, tmp, dir, name)).map_err(|e| Unpublished { renamed: false, error: Error::io("rename", path, e) })?;
+    call(Site::Rename, || rustix::fs::renameat(dir, tmp, dir, name))
+        .map_err(|e| Unpublished { renamed: false, error: Box::new(Error::io("rename", path, e)) })?;
     if durable && !fault::skipped(Step::DirSync) {
-        call(Site::Sync, || rustix::fs::fsync(dir)).map_err(|e| Unpublished { renamed: true, error: Error::io("fsync directory", path, e) })?;
+        call(Site::Sync, || rustix::fs::fsync(dir)).map_err(|e| Unpublished { renamed: true, error: Box::new(Error::io("fsync directory", path, e)) })?;
     }
     Ok(())
 }
@@ -379,6 +380,17 @@ pub(crate) fn apply_attrs(
         rustix::fs::futimens(file, &times).map_err(|e| ("set times", e.into()))?;
     }
     Ok(())
+}
+
+/// A timespec (seconds and nanoseconds, as stat gives them) as a `SystemTime`.
+pub(crate) fn system_time(s: i64, ns: i64) -> SystemTime {
+    use std::time::{Duration, UNIX_EPOCH};
+    // st_*time_nsec is 0..1e9 (the kernel's timespec).
+    let ns = u32::try_from(ns).unwrap_or(0);
+    match u64::try_from(s) {
+        Ok(s) => UNIX_EPOCH + Duration::new(s, ns),
+        Err(_) => UNIX_EPOCH - Duration::new(s.unsigned_abs(), 0) + Duration::from_nanos(ns.into()),
+    }
 }
 
 fn to_timespec(t: SystemTime) -> rustix::fs::Timespec {

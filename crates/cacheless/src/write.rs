@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::backend::{BackendChoice, Completion, Lane, Op, OpKind};
 use crate::buf::{round_up, AlignedBuf, Budget, Lease, LeaseRequest};
 use crate::caps::FsCaps;
+use crate::create::FileAttrs;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::Site;
 use crate::options::IoOptions;
@@ -48,6 +49,8 @@ pub struct WriteOptions {
     pub sync: bool,
     /// Permission bits to set (default: 0666 less the umask, as open(2) makes them).
     pub permissions: Option<u32>,
+    /// The mode the file is created with, before the umask (see [`FileAttrs::create`]).
+    pub create_mode: Option<u32>,
     /// Modification time to set.
     pub mtime: Option<SystemTime>,
     /// Access time to set.
@@ -64,7 +67,7 @@ impl WriteOptions {
 impl From<IoOptions> for WriteOptions {
     /// Writes with a job's shared settings: atomic, durable, no size hint or attributes.
     fn from(io: IoOptions) -> WriteOptions {
-        WriteOptions { io, size_hint: None, atomic: true, sync: true, permissions: None, mtime: None, atime: None }
+        WriteOptions { io, size_hint: None, atomic: true, sync: true, permissions: None, create_mode: None, mtime: None, atime: None }
     }
 }
 
@@ -136,12 +139,13 @@ impl Writer {
     fn create_in_owned(dir: OwnedFd, name: &OsStr, path: &Path, opts: &WriteOptions) -> Result<Writer> {
         sys::check_name("create", path, name)?;
         plan::check_block_size("create", path, opts.io.block_size)?;
+        let perm = FileAttrs { permissions: opts.permissions, mtime: None, atime: None, create: opts.create_mode }.create_perm();
         let (fd, tmp) = if opts.atomic {
-            let (fd, t) = sys::create_temp(dir.as_fd(), name, path, 0o666)?;
+            let (fd, t) = sys::create_temp(dir.as_fd(), name, path, perm)?;
             (fd, Some(t))
         } else {
             let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let fd = sys::call(Site::Open, || rustix::fs::openat(&dir, name, flags, FMode::from_raw_mode(0o666))).map_err(|e| Error::io("create", path, e))?;
+            let fd = sys::call(Site::Open, || rustix::fs::openat(&dir, name, flags, FMode::from_raw_mode(perm))).map_err(|e| Error::io("create", path, e))?;
             (fd, None)
         };
         let file = File::from(fd);
@@ -208,6 +212,11 @@ impl Writer {
     /// The mode in effect and why.
     pub fn decision(&self) -> &Decision {
         &self.plan.decision
+    }
+
+    /// Sets the permission bits the file gets when finished (in place of `opts.permissions`).
+    pub fn set_permissions(&mut self, permissions: Option<u32>) {
+        self.opts.permissions = permissions;
     }
     /// The mode with its reason, and the alignment requests and buffers need in it.
     pub fn plan(&self) -> &Plan {
@@ -418,7 +427,7 @@ impl Writer {
                     self.tmp = None;
                     self.finished = true;
                 }
-                return Err(u.error);
+                return Err(*u.error);
             }
             self.tmp = None;
         }

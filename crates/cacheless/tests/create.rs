@@ -33,7 +33,7 @@ fn modes(dir: &Path) -> Vec<Mode> {
 }
 
 fn attrs() -> FileAttrs {
-    FileAttrs { permissions: Some(0o640), mtime: Some(UNIX_EPOCH + Duration::new(1_600_000_000, 5)), atime: None }
+    FileAttrs { permissions: Some(0o640), mtime: Some(UNIX_EPOCH + Duration::new(1_600_000_000, 5)), atime: None, create: None }
 }
 
 /// The mode auto must pick for `len` bytes on `dir`'s filesystem.

@@ -7,6 +7,7 @@ mod common;
 mod cp;
 mod evict;
 mod extract;
+mod getopt;
 mod hash;
 mod info;
 mod pack;
@@ -36,8 +37,9 @@ enum Cmd {
     Info(info::InfoArgs),
     /// Stream files to standard output.
     Cat(cat::CatArgs),
-    /// Copy files and trees: reflinks, holes kept, many files at once, verified from the disk on request; durable and atomic per file.
-    Cp(cp::CpArgs),
+    /// Copy files and trees as GNU cp does (its options, results and messages), off the page cache: reflinks, holes kept, many files at once, verified from the disk on request; durable and atomic per file.
+    #[command(disable_help_flag = true, disable_version_flag = true)]
+    Cp(cp::CpCmd),
     /// Print checksums like sha256sum.
     Hash(hash::HashArgs),
     /// Drop files' pages from the page cache (no root needed).
@@ -70,12 +72,21 @@ fn raise_nofile() {
 }
 
 fn main() -> ExitCode {
+    // Run through a link named `cp`, cacheless is cp: GNU cp's command line and messages.
+    let mut argv = std::env::args_os();
+    if let Some(argv0) = argv.next() {
+        if std::path::Path::new(&argv0).file_name() == Some(std::ffi::OsStr::new("cp")) {
+            raise_nofile();
+            let rest: Vec<std::ffi::OsString> = argv.collect();
+            return cp::run_as_cp(&argv0, &rest);
+        }
+    }
     let cli = Cli::parse();
     raise_nofile();
     let r = match &cli.cmd {
         Cmd::Info(a) => info::run(a, &cli.common),
         Cmd::Cat(a) => cat::run(a, &cli.common),
-        Cmd::Cp(a) => cp::run(a, &cli.common),
+        Cmd::Cp(a) => return cp::run(a, &cli.common),
         Cmd::Hash(a) => hash::run(a, &cli.common),
         Cmd::Evict(a) => evict::run(a, &cli.common),
         Cmd::Extract(a) => extract::run(a, &cli.common),

@@ -206,9 +206,7 @@ fn run_tree(ctx: &Ctx, src: &str, dst: &str) -> Result<Ran, String> {
 }
 
 fn run_tree_with(ctx: &Ctx, src: &str, dst: &str, reflink: Reflink) -> Result<Ran, String> {
-    let mut o = TreeOptions::new(io(Mode::Auto));
-    o.recursive = true;
-    o.archive = true;
+    let mut o = TreeOptions::new(io(Mode::Auto)).archive();
     o.reflink = reflink;
     let r = copy_tree(&[ctx.scratch.join(src)], &ctx.path(dst), &o, &Arc::new(Progress::new())).map_err(|e| e.to_string())?;
     if let Some(e) = r.first_error {

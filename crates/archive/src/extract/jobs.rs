@@ -46,7 +46,7 @@ pub(super) fn system_time(t: (i64, u32)) -> std::time::SystemTime {
 /// The attributes the engine applies when it finishes a file (after the fchown done here,
 /// which clears setuid/setgid).
 pub(super) fn attrs(m: &Meta) -> FileAttrs {
-    FileAttrs { permissions: Some(m.mode), mtime: Some(system_time(m.mtime)), atime: None }
+    FileAttrs { permissions: Some(m.mode), mtime: Some(system_time(m.mtime)), atime: None, create: None }
 }
 
 /// The entry's owner and group as the kernel's ids; `None` when one is out of their range.

@@ -1,36 +1,39 @@
-//! The file copies of a tree copy, on the pool's workers: each file staged by the engine's
-//! [`stage_copy`], then committed on its own (large files, verified ones) or with a batch of
-//! small ones made durable by one `syncfs`.
+//! The file copies of a tree copy, on the pool's workers: GNU cp's `copy_reg` for each file.
+//! The source is opened (and checked to be the file the walk found), the destination decided:
+//! a new file is staged by the engine's [`stage_copy`] under a temporary name (or none) and
+//! committed on its own (large files, verified ones) or with a batch of small ones made durable
+//! by one `syncfs`; an existing one is replaced the same way by a complete copy that carries its
+//! owner, mode, ACLs and extended attributes, or, where replacing it would change what can be
+//! seen (other hard links, a FIFO or device, attributes the copy could not carry over, a folder
+//! the user may not write), written in place as GNU cp writes it.
 
 use std::ffi::OsString;
+use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
+use rustix::fs::{AtFlags, Mode as FMode, OFlags};
+
+use super::options::{Note, OnNote, Preserve};
+use super::walk::kind;
 use super::Sink;
-use crate::copy::{stage_copy, CopyOptions, CopyReport, Method, Staged};
+use crate::copy::{copy_in_place, stage_copy_from, Carry, CopyOptions, CopyReport, Method, Source, Staged};
 use crate::create::FileCreator;
 use crate::error::{Error, ErrorKind};
-
+use crate::fault::Site;
 use crate::pool::Work;
+use crate::quote::quote;
 use crate::read::ReadOptions;
 use crate::sys;
 use crate::write::WriteOptions;
 
 /// Access and modification times of `m`, as the writer takes them.
 pub(super) fn times(m: &std::fs::Metadata) -> (SystemTime, SystemTime) {
-    // st_*time_nsec is 0..1e9 (the kernel's timespec).
-    let t = |s: i64, ns: i64| {
-        let ns = u32::try_from(ns).unwrap_or(0);
-        match u64::try_from(s) {
-            Ok(s) => UNIX_EPOCH + Duration::new(s, ns),
-            Err(_) => UNIX_EPOCH - Duration::new(s.unsigned_abs(), 0) + Duration::from_nanos(ns.into()),
-        }
-    };
-    (t(m.atime(), m.atime_nsec()), t(m.mtime(), m.mtime_nsec()))
+    (sys::system_time(m.atime(), m.atime_nsec()), sys::system_time(m.mtime(), m.mtime_nsec()))
 }
 
 /// Small files staged and waiting for the `syncfs` that makes them durable before renaming.
@@ -54,9 +57,17 @@ pub(super) struct FileJob {
     pub dst: PathBuf,
     pub dir: Arc<OwnedFd>,
     pub name: OsString,
+    /// The source as the walk found it.
     pub meta: std::fs::Metadata,
     /// `dir` is one the copy made and has no default ACL (see `CopyOptions::plain_dir`).
     pub plain: bool,
+    /// The destination is known not to exist, or is to be replaced whatever it is: nothing is
+    /// opened there before the copy takes its name.
+    pub new: bool,
+    /// An existing destination is opened through a symlink (one named on the command line).
+    pub follow_dst: bool,
+    /// The backup made of the destination, put back if the copy fails.
+    pub backup: Option<PathBuf>,
 }
 
 /// What the walk and the workers share.
@@ -78,10 +89,28 @@ pub(super) struct Copier {
     pub batch: Mutex<Batch>,
     pub reports: Mutex<Vec<CopyReport>>,
     pub reflinked: AtomicU64,
+    pub in_place: AtomicU64,
     pub verify_ns: AtomicU64,
     /// Something was put in place without a directory fsync (a batch's renames, a symlink):
     /// the final syncfs must run, even when the copy made no folder.
     pub unsynced: AtomicBool,
+    /// GNU's rules for each file's attributes.
+    pub rules: Rules,
+    /// Told of what is done (`--verbose`).
+    pub on_note: Option<OnNote>,
+}
+
+/// The options that decide a file's attributes and how it is opened, from the tree's.
+pub(super) struct Rules {
+    pub preserve: Preserve,
+    pub no_preserve_mode: bool,
+    pub umask: u32,
+    pub root: bool,
+    /// The source is opened without following a symlink (`-P`).
+    pub nofollow_src: bool,
+    pub force: bool,
+    pub inplace: bool,
+    pub data: bool,
 }
 
 impl Copier {
@@ -100,13 +129,132 @@ impl Copier {
         if self.sink.progress.is_cancelled() {
             return;
         }
+        if let Err(e) = self.copy_reg(&job) {
+            self.sink.fail(e);
+            if let Some(b) = &job.backup {
+                self.unbackup(&job, b);
+            }
+        }
+    }
+
+    /// Puts the backup of a destination back after the copy over it failed.
+    fn unbackup(&self, job: &FileJob, backup: &Path) {
+        let Some(bname) = backup.file_name() else { return };
+        match rustix::fs::renameat(&*job.dir, bname, &*job.dir, job.name.as_os_str()) {
+            Ok(()) => self.note(&Note::Unbackup { backup, dst: &job.dst }),
+            Err(e) => self.sink.fail(Error::io("cannot un-backup {}", &job.dst, e.into())),
+        }
+    }
+
+    fn note(&self, n: &Note<'_>) {
+        if let Some(f) = &self.on_note {
+            f(n);
+        }
+    }
+
+    /// GNU's `copy_reg`: one file's copy, from opening its source to its attributes.
+    fn copy_reg(&self, job: &FileJob) -> Result<(), Error> {
+        let r = &self.rules;
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | if r.nofollow_src { OFlags::NOFOLLOW } else { OFlags::empty() };
+        let fd =
+            sys::call(Site::Open, || rustix::fs::open(&job.src, flags, FMode::empty())).map_err(|e| Error::io("cannot open {} for reading", &job.src, e))?;
+        let src = File::from(fd);
+        let smeta = src.metadata().map_err(|e| Error::io("cannot fstat {}", &job.src, e))?;
+        if smeta.dev() != job.meta.dev() || smeta.ino() != job.meta.ino() {
+            return Err(Error::message(ErrorKind::Io, &job.src, format!("skipping file {}, as it was replaced while being copied", quote(&job.src))));
+        }
+        let mut new = job.new;
+        let mut existing = None;
+        if !new {
+            let oflags = OFlags::WRONLY | OFlags::CLOEXEC | if job.follow_dst { OFlags::empty() } else { OFlags::NOFOLLOW };
+            match sys::call(Site::Open, || rustix::fs::openat(&*job.dir, job.name.as_os_str(), oflags, FMode::empty())) {
+                Ok(fd) => existing = Some(File::from(fd)),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => new = true,
+                Err(e) if r.force => {
+                    match rustix::fs::unlinkat(&*job.dir, job.name.as_os_str(), AtFlags::empty()) {
+                        Ok(()) => self.note(&Note::Removed(&job.dst)),
+                        Err(rustix::io::Errno::NOENT) => {}
+                        Err(u) => return Err(Error::io("cannot remove {}", &job.dst, u.into())),
+                    }
+                    let _ = e;
+                    new = true;
+                }
+                Err(e) => return Err(Error::io("cannot create regular file {}", &job.dst, e)),
+            }
+        }
         let mut wo = self.wo.clone();
-        wo.permissions = Some(job.meta.mode() & 0o7777);
-        let (at, mt) = times(&job.meta);
-        wo.atime = Some(at);
-        wo.mtime = Some(mt);
-        let len = job.meta.len();
-        let batch = self.batched && len <= self.co.small_file;
+        let mut co = if job.plain { self.co_plain.clone() } else { self.co.clone() };
+        if r.preserve.timestamps {
+            let (at, mt) = times(&job.meta);
+            wo.atime = Some(at);
+            wo.mtime = Some(mt);
+        }
+        let smode = smeta.mode();
+        let len = smeta.len();
+        let regular = kind(smode) == libc::S_IFREG;
+        let source = if !r.data {
+            Source::Nothing(src)
+        } else if regular {
+            Source::File(src)
+        } else {
+            Source::Stream(src)
+        };
+        if let Some(old) = existing {
+            let ost = rustix::fs::fstat(&old).map_err(|e| Error::io("cannot fstat {}", &job.dst, e.into()))?;
+            let carry = (!r.inplace && r.data && kind(ost.st_mode) == libc::S_IFREG && ost.st_nlink == 1)
+                .then(|| Carry::of(&old, &ost, r.root))
+                .flatten()
+                .filter(|_| rustix::fs::accessat(&*job.dir, ".", rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK, AtFlags::EACCESS).is_ok());
+            // GNU's rules for an existing destination: only what --preserve asks changes.
+            wo.permissions = r.preserve.mode.then_some(smode & 0o7777);
+            co.owner = r.preserve.ownership;
+            co.xattrs = r.preserve.xattr;
+            co.acl = r.preserve.mode && !r.preserve.xattr;
+            co.strict_owner = r.root;
+            match carry {
+                Some(c) => {
+                    // A complete copy replaces the file, with what GNU's write in place keeps:
+                    // its mode, owner, attributes and access time. Made owner-only where the
+                    // owner changes after it is made.
+                    wo.permissions = wo.permissions.or(Some(c.mode));
+                    wo.atime = wo.atime.or(Some(c.atime));
+                    wo.create_mode = Some(c.mode & 0o700);
+                    co.carry = Some(Arc::new(c));
+                    let staged = stage_copy_from(source, &job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, &co, None, &self.sink.progress)?;
+                    let rep = staged.commit()?;
+                    self.done(rep);
+                }
+                None => {
+                    let rep = copy_in_place(source, &job.src, old, &job.dir, &job.name, &job.dst, &self.ro, &wo, &co, &self.sink.progress)?;
+                    self.in_place.fetch_add(1, Ordering::Relaxed);
+                    self.done(rep);
+                }
+            }
+            return Ok(());
+        }
+        let _ = new;
+        // A new file: GNU's creation mode, and the attributes it ends with.
+        let omitted = if r.preserve.ownership { 0o077 } else { 0 };
+        let mut create = (smode & 0o777) & !omitted;
+        if r.preserve.xattr && !r.root {
+            // Extended attributes are set through a descriptor that must be writable.
+            create |= 0o200;
+        }
+        wo.create_mode = Some(create);
+        wo.permissions = if r.preserve.mode {
+            Some(smode & 0o7777)
+        } else if r.no_preserve_mode {
+            Some(0o666 & !r.umask)
+        } else if omitted != 0 || create & !(smode & 0o777) != 0 {
+            Some((smode & 0o777) & !r.umask)
+        } else {
+            None
+        };
+        co.owner = r.preserve.ownership;
+        co.xattrs = r.preserve.xattr;
+        co.acl = (r.preserve.mode || r.no_preserve_mode) && !r.preserve.xattr;
+        co.strict_owner = r.root;
+        let batch = self.batched && len <= self.co.small_file && regular && r.data;
         if batch {
             wo.sync = false;
         }
@@ -114,16 +262,11 @@ impl Copier {
             Some(c) if batch => c,
             _ => &self.creator,
         };
-        let co = if job.plain { &self.co_plain } else { &self.co };
-        let staged = match stage_copy(&job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, co, Some(creator), &self.sink.progress) {
-            Ok(s) => s,
-            Err(e) => return self.sink.fail(e),
-        };
+        let staged = stage_copy_from(source, &job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, &co, Some(creator), &self.sink.progress)?;
         if !batch {
-            return match staged.commit() {
-                Ok(r) => self.done(r),
-                Err(e) => self.sink.fail(e),
-            };
+            let rep = staged.commit()?;
+            self.done(rep);
+            return Ok(());
         }
         let full = {
             let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
@@ -138,6 +281,7 @@ impl Copier {
         if let Some(b) = full {
             self.flush(b);
         }
+        Ok(())
     }
 
     /// Bytes per batch: [`PLAIN_BATCH_BYTES`] where `unnamed` writes small files plainly, their

@@ -1,20 +1,21 @@
-//! The tree copy: files, directories, symlinks and (in archive mode) hard links, with their
-//! mode and times (in archive mode also owner, extended attributes and ACLs). What `cacheless
-//! cp` and Python's `copy` of a directory run.
+//! The tree copy: GNU cp for files, directories, symlinks, special files and hard links, with
+//! the attributes GNU cp's options ask for. What `cacheless cp` and Python's `copy` of a
+//! directory run.
 //!
-//! Each file is written under a temporary name beside its destination, made durable, and
-//! renamed into place. The walk runs on the caller's thread and does every namespace operation
-//! in order (mkdir, symlinks, the checks of `no_clobber` and `update`); each file is copied by a
-//! worker of the [`pool`](crate::pool), through [`stage_copy`](crate::stage_copy) (a reflink
-//! where possible, small files written whole by a shared [`FileCreator`], holes kept). Small
-//! files are made durable in batches, with one `syncfs` before a batch is renamed into place,
-//! instead of one fsync each; large files, and every file under `verify`, are fsync'ed
-//! one by one. Directories get their mode, owner, xattrs and times after their contents,
-//! deepest first.
+//! Each new file is written under a temporary name (or none) beside its destination, made
+//! durable, and renamed into place; an existing destination is replaced the same way, by a
+//! complete copy carrying what GNU cp's write in place would keep, or written in place where
+//! only that keeps what can be seen (see [`TreeOptions::inplace`]). The walk runs on the
+//! caller's thread and makes GNU cp's decisions and every namespace operation in GNU's order;
+//! each regular file is copied by a worker of the [`pool`](crate::pool) (a reflink where
+//! possible, small files written whole by a shared [`FileCreator`], holes kept). Small files
+//! are made durable in batches, with one `syncfs` before a batch is renamed into place,
+//! instead of one fsync each; large files, and every file under `verify`, are fsync'ed one by
+//! one. Directories get their attributes after their contents, deepest first.
 //!
 //! Where each source lands follows GNU cp: into a destination directory under the source's
-//! last name (`SRC` and `SRC/` alike), except that a source naming a directory's contents
-//! (`SRC/.`) lands on the destination itself; with a destination that is not a directory, the
+//! last name (`SRC` and `SRC/` alike; `SRC/.` names the directory itself), or with
+//! `--parents` under its whole name; with a destination that is not a directory, the one
 //! source becomes it.
 //!
 //! Per-item failures do not stop the job: each is counted in the [`Progress`], given to
@@ -29,6 +30,9 @@ mod samples;
 mod walk;
 
 use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,15 +46,16 @@ use crate::copy::{CopyOptions, CopyReport};
 use crate::create::{CreateOptions, FileCreator};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::Site;
-use crate::pool::{fd_plan, open_fds, Pool};
+use crate::pool::{fd_plan, open_fds};
 use crate::progress::Progress;
+use crate::quote::quote;
 use crate::rate::RateLimit;
 use crate::read::ReadOptions;
 use crate::sys::call;
 use crate::write::WriteOptions;
-use files::Copier;
-pub use options::{OnCopied, OnError, TreeOptions, TreeReport};
-use walk::Walker;
+use files::{Copier, Rules};
+pub use options::{Ask, BackupKind, Deref, Existing, Link, Note, OnCopied, OnError, OnNote, Preserve, Question, Target, TreeOptions, TreeReport};
+use walk::{concat, last_component, At, Walker};
 
 /// Files a batch must be able to hold for its small files to wait without a name (each holds
 /// a descriptor): below that, a syncfs per few files would cost more than the renames save.
@@ -85,22 +90,14 @@ impl Sink {
     }
 }
 
-/// Where `src` lands when copied to `dst` (see the module documentation).
+/// Where `src` lands when copied into the directory `dst` as GNU cp puts it: `dst/NAME` for
+/// the source's last name (trailing slashes dropped; `SRC/.` and `SRC/..` name `dst/.`, the
+/// directory itself); with `dst_is_dir` false, `dst` itself.
 pub fn target(src: &Path, dst: &Path, dst_is_dir: bool) -> PathBuf {
     if !dst_is_dir {
         return dst.to_path_buf();
     }
-    // `Path` drops a trailing `.` component (`SRC/.` has the file name `SRC`): look at the bytes.
-    let raw = src.as_os_str().as_encoded_bytes();
-    let end = raw.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
-    let last = raw[..end].rsplit(|&b| b == b'/').next().unwrap_or_default();
-    if last == b"." {
-        return dst.to_path_buf();
-    }
-    match src.file_name() {
-        Some(n) => dst.join(n),
-        None => dst.join(src.canonicalize().ok().and_then(|c| c.file_name().map(|n| n.to_owned())).unwrap_or_default()),
-    }
+    concat(dst, &last_component(src))
 }
 
 /// Bytes and files under `p` (the files a copy of it would write; in archive mode a file with
@@ -126,37 +123,84 @@ fn totals(p: &Path, recursive: bool, seen: Option<&mut HashSet<(u64, u64)>>) -> 
     }
 }
 
-/// Copies each of `srcs` to `dst` (a directory when there are several) as `o` says, counting
-/// in `progress` and stopping early when it is cancelled. Per-item failures are counted and
-/// reported (see [`TreeOptions::on_error`]), not returned; an error is returned only when the
-/// job cannot start (several sources and a destination that is not a directory, no thread).
+/// Opens the directory `p` for the copy to work in (read access where it has it: a syncfs
+/// needs it; else search only). A probe as much as an open: where it fails, the destination is
+/// not a directory to copy into (GNU's `target_directory_operand`), so it is no fault site.
+fn open_target(p: &Path) -> std::io::Result<OwnedFd> {
+    let open = |flags| loop {
+        match rustix::fs::open(p, flags | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => break r.map_err(std::io::Error::from),
+        }
+    };
+    match open(OFlags::RDONLY) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => open(OFlags::PATH),
+        r => r,
+    }
+}
+
+/// Copies each of `srcs` to `dst` as `o` says (GNU cp's rules: see the module documentation),
+/// counting in `progress` and stopping early when it is cancelled. Per-item failures are
+/// counted and reported (see [`TreeOptions::on_error`]), not returned; an error is returned
+/// only when the job cannot start, worded as GNU cp words it: the target directory cannot be
+/// opened (`-t`), several sources and a destination that is not a directory, no thread.
 pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<Progress>) -> Result<TreeReport> {
     let t0 = Instant::now();
-    let dst_is_dir = dst.is_dir();
     if srcs.is_empty() {
-        return Err(Error::new(ErrorKind::InvalidInput, "copy", dst, "no source to copy"));
+        return Err(Error::message(ErrorKind::InvalidInput, dst, "missing file operand"));
     }
-    if srcs.len() > 1 && !dst_is_dir {
-        return Err(Error::new(ErrorKind::InvalidInput, "copy", dst, "target is not a directory (there are several sources)"));
+    // GNU's do_copy: is the destination a directory to copy into?
+    let (target_dir, mut new_dst) = match o.target {
+        Target::File => (None, false),
+        Target::Directory => match open_target(dst) {
+            Ok(fd) => (Some(Arc::new(fd)), false),
+            Err(e) => return Err(Error::io("target directory {}", dst, e)),
+        },
+        Target::Auto => match open_target(dst) {
+            Ok(fd) => (Some(Arc::new(fd)), false),
+            Err(e) => {
+                if srcs.len() > 1 {
+                    return Err(Error::io("target {}", dst, e));
+                }
+                (None, e.raw_os_error() == Some(libc::ENOENT))
+            }
+        },
+    };
+    if o.parents && target_dir.is_none() {
+        return Err(Error::message(ErrorKind::InvalidInput, dst, "with --parents, the destination must be a directory"));
     }
-    let recursive = o.recursive || o.archive;
+    // GNU: `cp --force --backup FILE FILE` copies FILE to its backup name, without a backup.
+    let same_name_backup;
+    let mut dst_path = dst.to_path_buf();
+    let o = match &o.backup {
+        Some((kind, suffix)) if o.force && target_dir.is_none() && !new_dst && srcs[0].as_os_str() == dst.as_os_str() && dst.is_file() => {
+            dst_path = walk::backup_name(At::path(dst), *kind, suffix).map_err(|e| Error::io("cannot backup {}", dst, e))?.1;
+            same_name_backup = TreeOptions { backup: None, ..o.clone() };
+            &same_name_backup
+        }
+        _ => o,
+    };
+    let dst = dst_path.as_path();
+    let recursive = o.recursive;
     if o.count_totals {
-        let mut seen = o.archive.then(HashSet::new);
+        let mut seen = o.preserve.links.then(HashSet::new);
         for s in srcs {
             let (b, n) = totals(s, recursive, seen.as_mut());
             progress.add_total_bytes(b);
             progress.add_total_files(n);
         }
     }
-    let owner = o.archive && rustix::process::geteuid().is_root();
+    let root = rustix::process::geteuid().is_root();
+    let umask = crate::sys::umask().unwrap_or(0o022);
     let mut co = CopyOptions::new();
     co.reflink = o.reflink;
     co.sparse = o.sparse;
     co.verify = o.verify;
     co.rate = o.bwlimit.map(|r| Arc::new(RateLimit::new(r)));
-    co.owner = owner;
-    co.xattrs = o.archive;
+    co.owner = o.preserve.ownership;
+    co.xattrs = o.preserve.xattr;
     co.before_verify = o.before_verify.clone();
+    co.same_checked = true;
     let mut wo = WriteOptions::from(o.io.clone());
     wo.sync = o.sync;
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
@@ -203,27 +247,62 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         batch: Mutex::default(),
         reports: Mutex::new(Vec::new()),
         reflinked: AtomicU64::new(0),
+        in_place: AtomicU64::new(0),
         verify_ns: AtomicU64::new(0),
         unsynced: AtomicBool::new(false),
+        rules: Rules {
+            preserve: o.preserve,
+            no_preserve_mode: o.no_preserve_mode,
+            umask,
+            root,
+            nofollow_src: o.deref() == Deref::Never,
+            force: o.force,
+            inplace: o.inplace,
+            data: o.data(),
+        },
+        on_note: o.on_note.clone(),
     });
-    let pool = Pool::new(plan.threads, plan.queue, &copier)?;
     let sampler = o.bwlimit.map(|_| samples::Sampler::start(progress));
+    let several = srcs.len() > 1 && target_dir.is_some();
     let mut w = Walker {
         o,
-        recursive,
+        deref: o.deref(),
         copier: copier.clone(),
-        pool: Some(pool),
+        pool: None,
+        pool_size: (plan.threads, plan.queue),
         queued: Vec::new(),
-        owner,
         dirs: Vec::new(),
-        links: HashMap::new(),
+        copied: HashMap::new(),
         pending_links: Vec::new(),
+        src_seen: several.then(HashMap::new),
+        dest_seen: several.then(HashMap::new),
         skipped: 0,
         hardlinks: 0,
+        top: (PathBuf::new(), PathBuf::new()),
+        umask,
+        root,
+        parent_attrs: Vec::new(),
+        dispatched: 0,
+        held: 0,
     };
-    for s in srcs {
-        w.any(s, &target(s, dst, dst_is_dir), None);
+    match &target_dir {
+        Some(tfd) => {
+            for s in srcs {
+                if o.parents {
+                    parents(&mut w, s, dst, tfd);
+                    continue;
+                }
+                let base = last_component(s);
+                let path = concat(dst, &base);
+                w.top(s, At { dir: Some(tfd), name: &base, path: &path, plain: false }, 0);
+            }
+        }
+        None => {
+            w.top(&srcs[0], At::path(dst), if new_dst { -1 } else { 0 });
+            new_dst = false;
+        }
     }
+    let _ = new_dst;
     w.send_queued();
     if let Some(pool) = w.pool.take() {
         pool.finish();
@@ -240,6 +319,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
     Ok(TreeReport {
         copied: files.len() as u64,
         reflinked: copier.reflinked.load(Ordering::Relaxed),
+        in_place: copier.in_place.load(Ordering::Relaxed),
         hardlinks: w.hardlinks,
         skipped: w.skipped,
         errors: sink.errors.load(Ordering::Relaxed),
@@ -256,13 +336,142 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
     })
 }
 
+/// `--parents`: the source `s` under its whole name in the target directory, the directories
+/// leading to it made as GNU cp makes them (each with its source's mode, and its owner and
+/// times where preserved, once the copy is done).
+fn parents(w: &mut Walker<'_>, s: &Path, dst: &Path, tfd: &Arc<OwnedFd>) {
+    let raw = s.as_os_str().as_bytes();
+    let end = raw.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+    let rel_start = raw.iter().position(|&b| b != b'/').unwrap_or(end).min(end);
+    let rel = std::ffi::OsStr::from_bytes(&raw[rel_start..end]).to_os_string();
+    let path = concat(dst, std::ffi::OsStr::from_bytes(&raw[..end]));
+    match w.parent_dirs(s, &rel, dst, tfd) {
+        Ok(made) => {
+            let at = At { dir: Some(tfd), name: &rel, path: &path, plain: false };
+            w.top(s, at, if made { 1 } else { 0 });
+            w.reprotect(&rel, dst, tfd);
+        }
+        Err(e) => w.copier.sink.fail(e),
+    }
+}
+
+impl Walker<'_> {
+    /// Makes the directories leading to `rel` under the target (GNU's
+    /// `make_dir_parents_private`); returns whether the last one was made (its entry is then
+    /// known to be new).
+    fn parent_dirs(&mut self, src: &Path, rel: &OsString, dst: &Path, tfd: &Arc<OwnedFd>) -> Result<bool> {
+        let raw = rel.as_bytes();
+        let mut made = false;
+        let mut i = 0;
+        let o = self.o;
+        self.parent_attrs.clear();
+        while let Some(p) = raw[i..].iter().position(|&b| b == b'/') {
+            let end = i + p;
+            let part = std::ffi::OsStr::from_bytes(&raw[..end]);
+            let src_part = {
+                let sraw = src.as_os_str().as_bytes();
+                let lead = sraw.len() - sraw.iter().rev().skip_while(|&&b| b == b'/').count();
+                let _ = lead;
+                let skip = sraw.iter().position(|&b| b != b'/').unwrap_or(0);
+                PathBuf::from(std::ffi::OsStr::from_bytes(&sraw[..skip + end]))
+            };
+            let dpath = concat(dst, part);
+            let missing = rustix::fs::statat(&**tfd, part, rustix::fs::AtFlags::empty());
+            let missing = match missing {
+                Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                    made = false;
+                    false
+                }
+                Ok(_) => return Err(Error::message(ErrorKind::AlreadyExists, &dpath, format!("{} exists but is not a directory", quote(&dpath)))),
+                Err(_) => true,
+            };
+            if missing || o.preserve.ownership || o.preserve.mode || o.preserve.timestamps {
+                let sm = match std::fs::metadata(&src_part) {
+                    Ok(m) if m.is_dir() => m,
+                    Ok(_) => return Err(Error::io("failed to get attributes of {}", &src_part, std::io::Error::from_raw_os_error(libc::ENOTDIR))),
+                    Err(e) => return Err(Error::io("failed to get attributes of {}", &src_part, e)),
+                };
+                let mut restore = None;
+                if missing {
+                    let smode = sm.mode();
+                    let omitted = smode
+                        & if o.preserve.ownership {
+                            0o077
+                        } else if o.preserve.mode {
+                            0o022
+                        } else {
+                            0
+                        };
+                    let mkmode = if o.no_preserve_mode { 0o777 } else { smode } & 0o7777 & !omitted;
+                    call(Site::Open, || rustix::fs::mkdirat(&**tfd, part, FMode::from_raw_mode(mkmode)))
+                        .map_err(|e| Error::io("cannot make directory {}", &dpath, e))?;
+                    o.note(&Note::Parent { src: &src_part, dst: &dpath });
+                    made = true;
+                    let st = rustix::fs::statat(&**tfd, part, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(|e| Error::io("failed to get attributes of {}", &dpath, e.into()))?;
+                    if !o.preserve.mode {
+                        let mut om = omitted;
+                        if om & !st.st_mode != 0 {
+                            om &= !self.umask;
+                        }
+                        if om & !st.st_mode != 0 || st.st_mode & 0o700 != 0o700 {
+                            restore = Some((st.st_mode | om) & 0o7777);
+                        }
+                    }
+                    if st.st_mode & 0o700 != 0o700 {
+                        rustix::fs::chmodat(&**tfd, part, FMode::from_raw_mode((st.st_mode | 0o700) & 0o7777), rustix::fs::AtFlags::empty())
+                            .map_err(|e| Error::io("setting permissions for {}", &dpath, e.into()))?;
+                    }
+                }
+                self.parent_attrs.push((part.to_os_string(), sm, restore));
+            }
+            i = end + 1;
+            while i < raw.len() && raw[i] == b'/' {
+                i += 1;
+            }
+        }
+        Ok(made)
+    }
+
+    /// The directories `--parents` made or met get their attributes (GNU's `re_protect`).
+    fn reprotect(&mut self, rel: &OsString, dst: &Path, tfd: &Arc<OwnedFd>) {
+        let _ = rel;
+        let o = self.o;
+        for (part, sm, restore) in std::mem::take(&mut self.parent_attrs).into_iter().rev() {
+            let dpath = concat(dst, &part);
+            if o.preserve.timestamps {
+                let ts = |s: i64, ns: i64| rustix::fs::Timespec { tv_sec: s, tv_nsec: ns };
+                let t = rustix::fs::Timestamps { last_access: ts(sm.atime(), sm.atime_nsec()), last_modification: ts(sm.mtime(), sm.mtime_nsec()) };
+                if let Err(e) = rustix::fs::utimensat(&**tfd, &part, &t, rustix::fs::AtFlags::empty()) {
+                    return self.copier.sink.fail(Error::io("failed to preserve times for {}", &dpath, e.into()));
+                }
+            }
+            if o.preserve.ownership {
+                let (u, g) = (rustix::fs::Uid::from_raw(sm.uid()), rustix::fs::Gid::from_raw(sm.gid()));
+                if let Err(e) = rustix::fs::chownat(&**tfd, &part, Some(u), Some(g), rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                    if self.root || !matches!(e, rustix::io::Errno::PERM | rustix::io::Errno::INVAL) {
+                        return self.copier.sink.fail(Error::io("failed to preserve ownership for {}", &dpath, e.into()));
+                    }
+                    let _ = rustix::fs::chownat(&**tfd, &part, None, Some(g), rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
+                }
+            }
+            let mode = if o.preserve.mode { Some(sm.mode() & 0o7777) } else { restore };
+            if let Some(m) = mode {
+                if let Err(e) = rustix::fs::chmodat(&**tfd, &part, FMode::from_raw_mode(m), rustix::fs::AtFlags::empty()) {
+                    return self.copier.sink.fail(Error::io("failed to preserve permissions for {}", &dpath, e.into()));
+                }
+            }
+        }
+    }
+}
+
 /// Once every file is in place: the hard links, the directories' metadata (deepest first), and
 /// a syncfs that makes the renames and the metadata durable (those of batched files and
 /// symlinks included).
 fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
     let sink = w.copier.sink.clone();
-    for (first, link) in std::mem::take(&mut w.pending_links) {
-        match w.hardlink(&first, &link) {
+    for l in std::mem::take(&mut w.pending_links) {
+        match w.hardlink(&l) {
             Ok(()) => {
                 w.hardlinks += 1;
                 sink.progress.file_done();

@@ -1,6 +1,9 @@
-//! What a tree copy is asked to do, and what it reports.
+//! What a tree copy is asked to do, and what it reports. The options are GNU cp's (see
+//! `cacheless cp --help`): a tree copy gives GNU cp's results, with each file written off the
+//! page cache.
 
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -14,22 +17,208 @@ use crate::options::IoOptions;
 pub type OnError = Arc<dyn Fn(&Error) + Send + Sync>;
 /// Called with the report of each file copied, once it is in place.
 pub type OnCopied = Arc<dyn Fn(&CopyReport) + Send + Sync>;
+/// Called with what the copy does as it does it (GNU cp's `--verbose` lines), and its warnings.
+pub type OnNote = Arc<dyn Fn(&Note<'_>) + Send + Sync>;
+/// Asked before an existing destination is replaced under `--interactive`: true to replace it.
+pub type Ask = Arc<dyn Fn(&Question<'_>) -> bool + Send + Sync>;
 
-/// What a tree copy is asked to do: `cacheless cp`'s flags, and the engine's I/O settings.
+/// Which symbolic links among the sources are followed (GNU cp's `-P`, `-H`, `-L`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Deref {
+    /// GNU's default: never when recursive (unless hard-linking), else always.
+    #[default]
+    Default,
+    /// Never (`-P`, `-d`, `-a`): a symlink is copied as a symlink.
+    Never,
+    /// Those named on the command line only (`-H`).
+    CommandLine,
+    /// Always (`-L`): the file a symlink names is copied.
+    Always,
+}
+
+/// The attributes a copy takes from its source (GNU cp's `--preserve`); without them a new
+/// copy gets the source's permission bits less the umask (and no set-user-ID, set-group-ID or
+/// sticky bit), the current time, and the copying user as owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Preserve {
+    /// Permission bits, the set-ID and sticky bits, and the access ACL.
+    pub mode: bool,
+    /// Owner and group (the owner needs root; the group where the user belongs to it).
+    pub ownership: bool,
+    /// Access and modification times.
+    pub timestamps: bool,
+    /// Hard links among the files copied.
+    pub links: bool,
+    /// Extended attributes (ACLs among them).
+    pub xattr: bool,
+}
+
+impl Preserve {
+    /// Everything (`--preserve=all`, `-a`).
+    pub const ALL: Preserve = Preserve { mode: true, ownership: true, timestamps: true, links: true, xattr: true };
+}
+
+/// What to do with a destination that exists (GNU cp's `-n`, `-i`).
+#[derive(Clone, Default)]
+pub enum Existing {
+    /// Replace it (the default).
+    #[default]
+    Replace,
+    /// Leave it (`-n`).
+    Keep,
+    /// Ask (`-i`); a non-directory is replaced only on a yes.
+    Ask(Ask),
+}
+
+impl fmt::Debug for Existing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Existing::Replace => "Replace",
+            Existing::Keep => "Keep",
+            Existing::Ask(_) => "Ask",
+        })
+    }
+}
+
+/// How the files are made (GNU cp's `-l`, `-s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Link {
+    /// Copied.
+    #[default]
+    Copy,
+    /// Hard links to the sources (`-l`).
+    Hard,
+    /// Symbolic links to the sources (`-s`).
+    Symbolic,
+}
+
+/// How backups of replaced destinations are named (GNU's `--backup=CONTROL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackupKind {
+    /// `NAME` + suffix (`simple`, `never`).
+    Simple,
+    /// `NAME.~N~` (`numbered`, `t`).
+    Numbered,
+    /// Numbered where numbered backups exist, else simple (`existing`, `nil`).
+    Existing,
+}
+
+/// Where the sources go (GNU cp's `-t`, `-T`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// Into the destination when it is a directory; else the one source becomes it.
+    #[default]
+    Auto,
+    /// Into the destination, which must be a directory (`-t`).
+    Directory,
+    /// The one source becomes the destination, even a directory (`-T`).
+    File,
+}
+
+/// What the copy did, as it did it: GNU cp's `--verbose` lines and its warnings.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Note<'a> {
+    /// `src` is being copied to `dst` (a file or link before it is made, a directory once
+    /// made), the destination moved to `backup` first.
+    Copy {
+        /// The source.
+        src: &'a Path,
+        /// Where it goes.
+        dst: &'a Path,
+        /// The backup made of what `dst` held.
+        backup: Option<&'a Path>,
+    },
+    /// The destination was removed to be replaced (`--remove-destination`, `--force`, or a
+    /// destination with other hard links under `--preserve=links`).
+    Removed(&'a Path),
+    /// A backup was put back after the copy over it failed.
+    Unbackup {
+        /// The backup.
+        backup: &'a Path,
+        /// The name it got back.
+        dst: &'a Path,
+    },
+    /// A directory made for `--parents`: `src` (a leading part of a source) -> `dst`.
+    Parent {
+        /// The source directory.
+        src: &'a Path,
+        /// The directory made.
+        dst: &'a Path,
+    },
+    /// A warning: the copy goes on, and it is not a failure ("source file specified more
+    /// than once").
+    Warning(String),
+}
+
+/// The question `--interactive` asks before replacing a destination.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Question<'a> {
+    /// The destination.
+    pub dst: &'a Path,
+    /// Its mode, when the user may not write it (the question then says so).
+    pub unwritable_mode: Option<u32>,
+    /// The destination is to be removed before it is replaced (`--force`,
+    /// `--remove-destination`): "replace" rather than "overwrite".
+    pub replace: bool,
+}
+
+/// What a tree copy is asked to do: GNU cp's options, cacheless's own, and the engine's I/O
+/// settings.
 #[derive(Clone)]
 pub struct TreeOptions {
     /// Mode, backend, request size and depth, and the memory budget of every read and write.
     pub io: IoOptions,
-    /// Copy directories (symlinks inside are copied as symlinks). Without it a directory
-    /// source is an error, and a symlink source is followed.
+    /// Copy directories (`-r`). Without it a directory source is an error.
     pub recursive: bool,
-    /// Archive: recursive, and keep hard links within the tree as hard links, symlinks' times,
-    /// ownership (when root), extended attributes and ACLs.
-    pub archive: bool,
-    /// Do not overwrite an existing destination file.
-    pub no_clobber: bool,
-    /// Skip a file whose destination is as new and the same size (resumes an interrupted copy).
+    /// Which symlinks among the sources are followed.
+    pub deref: Deref,
+    /// The attributes taken from the sources.
+    pub preserve: Preserve,
+    /// `--no-preserve=mode` was given: a new copy gets 0666 (0777 for a directory) less the
+    /// umask, and no ACL.
+    pub no_preserve_mode: bool,
+    /// A failure to preserve an attribute asked for is an error (`-p`, `--preserve`, `-a`);
+    /// else it is ignored where the user could not have the attribute anyway (another owner).
+    pub require_preserve: bool,
+    /// Fewer complaints about attributes the destination cannot hold (`-a`).
+    pub reduce_diagnostics: bool,
+    /// What to do with an existing destination.
+    pub existing: Existing,
+    /// Leave a destination that is not older than its source (`-u`).
     pub update: bool,
+    /// A destination that cannot be opened is removed and created again (`-f`).
+    pub force: bool,
+    /// Each existing destination is removed first (`--remove-destination`).
+    pub remove_destination: bool,
+    /// Back up each destination replaced: how, with which suffix for simple backups.
+    pub backup: Option<(BackupKind, String)>,
+    /// Copy, or make hard or symbolic links.
+    pub link: Link,
+    /// Copy the attributes only, no data (`--attributes-only`).
+    pub attributes_only: bool,
+    /// Read special files (FIFOs, devices) as files when recursive (`--copy-contents`).
+    pub copy_contents: bool,
+    /// Stay on the sources' filesystems (`-x`).
+    pub one_file_system: bool,
+    /// Each source lands under its whole name in the destination directory (`--parents`).
+    pub parents: bool,
+    /// Where the sources go.
+    pub target: Target,
+    /// Write each existing destination in place (its inode kept) rather than replacing it with
+    /// a complete copy (`--inplace`). Without it, existing files are written in place only
+    /// where replacing them would change what can be seen (other hard links, a FIFO or device,
+    /// an owner or attributes the copy could not carry over, a directory the user may not
+    /// write).
+    pub inplace: bool,
+    /// Write through a dangling symlink named as the destination (GNU cp under
+    /// POSIXLY_CORRECT); else that is refused.
+    pub open_dangling: bool,
     /// Clone the data (FICLONE) where the filesystem can (default auto).
     pub reflink: Reflink,
     /// Holes (default auto: kept).
@@ -48,19 +237,37 @@ pub struct TreeOptions {
     pub on_error: Option<OnError>,
     /// Told of each file copied.
     pub on_copied: Option<OnCopied>,
+    /// Told of what is done (`--verbose`) and of warnings.
+    pub on_note: Option<OnNote>,
     /// Test hook run before each verification (see [`VerifyHook`]).
     pub before_verify: Option<VerifyHook>,
 }
 
 impl TreeOptions {
-    /// A plain copy of files (not recursive), durable, reflink and sparse auto, with `io`.
+    /// A plain copy of files (not recursive, no attribute preserved), durable, reflink and
+    /// sparse auto, with `io`: GNU cp with no option.
     pub fn new(io: IoOptions) -> TreeOptions {
         TreeOptions {
             io,
             recursive: false,
-            archive: false,
-            no_clobber: false,
+            deref: Deref::Default,
+            preserve: Preserve::default(),
+            no_preserve_mode: false,
+            require_preserve: false,
+            reduce_diagnostics: false,
+            existing: Existing::Replace,
             update: false,
+            force: false,
+            remove_destination: false,
+            backup: None,
+            link: Link::Copy,
+            attributes_only: false,
+            copy_contents: false,
+            one_file_system: false,
+            parents: false,
+            target: Target::Auto,
+            inplace: false,
+            open_dangling: false,
             reflink: Reflink::Auto,
             sparse: Sparse::Auto,
             verify: None,
@@ -70,7 +277,48 @@ impl TreeOptions {
             count_totals: false,
             on_error: None,
             on_copied: None,
+            on_note: None,
             before_verify: None,
+        }
+    }
+
+    /// Archive mode (`-a`): recursive, symlinks copied as symlinks, every attribute preserved.
+    pub fn archive(mut self) -> TreeOptions {
+        self.recursive = true;
+        self.deref = Deref::Never;
+        self.preserve = Preserve::ALL;
+        self.require_preserve = true;
+        self.reduce_diagnostics = true;
+        self
+    }
+
+    /// Which symlinks are followed, GNU's default resolved.
+    pub fn deref(&self) -> Deref {
+        match self.deref {
+            Deref::Default if self.recursive && self.link != Link::Hard => Deref::Never,
+            Deref::Default => Deref::Always,
+            d => d,
+        }
+    }
+
+    /// Whether special files are read as files (without `-r`, or with `--copy-contents`).
+    pub fn copy_as_regular(&self) -> bool {
+        !self.recursive || self.copy_contents
+    }
+
+    /// Whether the destination's existing entries are never overwritten (`-n`).
+    pub fn no_clobber(&self) -> bool {
+        matches!(self.existing, Existing::Keep)
+    }
+
+    /// Whether the data is copied (not `--attributes-only`).
+    pub fn data(&self) -> bool {
+        !self.attributes_only
+    }
+
+    pub(crate) fn note(&self, n: &Note<'_>) {
+        if let Some(f) = &self.on_note {
+            f(n);
         }
     }
 }
@@ -87,9 +335,22 @@ impl fmt::Debug for TreeOptions {
         f.debug_struct("TreeOptions")
             .field("io", &self.io)
             .field("recursive", &self.recursive)
-            .field("archive", &self.archive)
-            .field("no_clobber", &self.no_clobber)
+            .field("deref", &self.deref)
+            .field("preserve", &self.preserve)
+            .field("no_preserve_mode", &self.no_preserve_mode)
+            .field("require_preserve", &self.require_preserve)
+            .field("existing", &self.existing)
             .field("update", &self.update)
+            .field("force", &self.force)
+            .field("remove_destination", &self.remove_destination)
+            .field("backup", &self.backup)
+            .field("link", &self.link)
+            .field("attributes_only", &self.attributes_only)
+            .field("copy_contents", &self.copy_contents)
+            .field("one_file_system", &self.one_file_system)
+            .field("parents", &self.parents)
+            .field("target", &self.target)
+            .field("inplace", &self.inplace)
             .field("reflink", &self.reflink)
             .field("sparse", &self.sparse)
             .field("verify", &self.verify)
@@ -97,10 +358,7 @@ impl fmt::Debug for TreeOptions {
             .field("threads", &self.threads)
             .field("sync", &self.sync)
             .field("count_totals", &self.count_totals)
-            .field("on_error", &self.on_error.is_some())
-            .field("on_copied", &self.on_copied.is_some())
-            .field("before_verify", &self.before_verify.is_some())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -113,9 +371,11 @@ pub struct TreeReport {
     pub copied: u64,
     /// Of those, the ones cloned (FICLONE).
     pub reflinked: u64,
-    /// Hard links made (archive mode).
+    /// Of those, the ones written in place (existing destinations whose inode was kept).
+    pub in_place: u64,
+    /// Hard links made (`--preserve=links`, `-l`).
     pub hardlinks: u64,
-    /// Items skipped by `no_clobber` or `update`.
+    /// Items skipped by `-n`, `-i` or `-u`.
     pub skipped: u64,
     /// Items that failed.
     pub errors: u64,
