@@ -9,6 +9,11 @@
 //!   `copy-tree-symlink`: of one small file, of one symlink.
 //! - `copy-tree-noreflink`: the same tree with `reflink = never` (`cp -a --reflink=never`), into
 //!   an existing folder through `SRC/.`.
+//! - `copy-tree-replace`: [`copy_tree`] of a file over an existing one (`cp SRC DST`): replaced
+//!   by a complete copy that keeps the old one's permission bits, atomic.
+//! - `copy-tree-inplace`: the same over an existing file with a second name, which GNU cp
+//!   writes in place (so both names see the new data): not atomic, both names promised the new
+//!   content once the copy returned.
 //! - `pack`: [`cacheless_archive::pack`] of a small tree (sorted, reproducible) over an
 //!   existing archive.
 //! - `creator-batch`: a [`FileCreator`] writing small files in write-back batches under their
@@ -59,6 +64,8 @@ pub fn all() -> Vec<Workload> {
         tree_file(),
         tree_symlink(),
         tree_no_reflink(),
+        tree_replace(),
+        tree_in_place(),
         pack(),
         creator_batch(),
         extract(),
@@ -291,6 +298,65 @@ fn tree_no_reflink() -> Workload {
         files: files.into_iter().map(|(p, d, m)| FileExpect { meta: Some(m), ..expect(&format!("into/{p}"), None, d, "into", true) }).collect(),
         dirs: vec![DirExpect { path: PathBuf::from("into/sub"), promised_by: "into".into(), meta: Some(TREE_DIRS[0].1) }],
         symlinks: vec![SymlinkExpect { path: PathBuf::from("into/sub/sym"), target: PathBuf::from("../a.txt"), promised_by: "into".into() }],
+    }
+}
+
+/// copy_tree of one file (4 MiB and an unaligned tail) over an existing one with mode 0640:
+/// replaced atomically, the mode kept (GNU cp's result over an existing file).
+fn tree_replace() -> Workload {
+    let (old, new) = (noise(40, 70_000), noise(41, (4 << 20) + 77));
+    let (setup_old, setup_new) = (old.clone(), new.clone());
+    Workload {
+        name: "copy-tree-replace".into(),
+        setup: Box::new(move |root, scratch| {
+            write_synced(&root.join("over.bin"), &setup_old)?;
+            set_meta(&root.join("over.bin"), Meta { mode: 0o640, mtime: 1_000_000_000 })?;
+            std::fs::File::open(root.join("over.bin"))?.sync_all()?;
+            std::fs::write(scratch.join("new.bin"), &setup_new[..])
+        }),
+        run: Box::new(|ctx: &Ctx| {
+            let r = copy_tree(&[ctx.scratch.join("new.bin")], &ctx.path("over.bin"), &TreeOptions::new(io(Mode::Auto)), &Arc::new(Progress::new()))
+                .map_err(|e| e.to_string())?;
+            if let Some(e) = r.first_error {
+                return Err(e.to_string());
+            }
+            ctx.mark("over.bin");
+            Ok(Ran::Done)
+        }),
+        files: vec![expect("over.bin", Some(old), new, "over.bin", true)],
+        dirs: vec![],
+        symlinks: vec![],
+    }
+}
+
+/// copy_tree of one file over an existing one that has a second name: written in place, so the
+/// second name sees the new data too (GNU cp's result); promised once the copy returned.
+fn tree_in_place() -> Workload {
+    let (old, new) = (noise(42, 200_000), noise(43, (3 << 20) + 5));
+    let (setup_old, setup_new) = (old.clone(), new.clone());
+    Workload {
+        name: "copy-tree-inplace".into(),
+        setup: Box::new(move |root, scratch| {
+            write_synced(&root.join("linked.bin"), &setup_old)?;
+            std::fs::hard_link(root.join("linked.bin"), root.join("other-name.bin"))?;
+            std::fs::File::open(root)?.sync_all()?;
+            std::fs::write(scratch.join("new.bin"), &setup_new[..])
+        }),
+        run: Box::new(|ctx: &Ctx| {
+            let r = copy_tree(&[ctx.scratch.join("new.bin")], &ctx.path("linked.bin"), &TreeOptions::new(io(Mode::Auto)), &Arc::new(Progress::new()))
+                .map_err(|e| e.to_string())?;
+            if let Some(e) = r.first_error {
+                return Err(e.to_string());
+            }
+            if r.in_place != 1 {
+                return Err(format!("written in place: {} files, not 1", r.in_place));
+            }
+            ctx.mark("linked.bin");
+            Ok(Ran::Done)
+        }),
+        files: vec![expect("linked.bin", Some(old.clone()), new.clone(), "linked.bin", false), expect("other-name.bin", Some(old), new, "linked.bin", false)],
+        dirs: vec![],
+        symlinks: vec![],
     }
 }
 

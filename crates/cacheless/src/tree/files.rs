@@ -201,7 +201,11 @@ impl Copier {
         };
         if let Some(old) = existing {
             let ost = rustix::fs::fstat(&old).map_err(|e| Error::io("cannot fstat {}", &job.dst, e.into()))?;
-            let carry = (!r.inplace && r.data && kind(ost.st_mode) == libc::S_IFREG && ost.st_nlink == 1)
+            // Named through a symlink (one the user named): written where the link points, in
+            // place, as GNU writes it.
+            let through_link = job.follow_dst
+                && rustix::fs::statat(&*job.dir, job.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|l| kind(l.st_mode) == libc::S_IFLNK);
+            let carry = (!r.inplace && r.data && !through_link && kind(ost.st_mode) == libc::S_IFREG && ost.st_nlink == 1)
                 .then(|| Carry::of(&old, &ost, r.root))
                 .flatten()
                 .filter(|_| rustix::fs::accessat(&*job.dir, ".", rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK, AtFlags::EACCESS).is_ok());

@@ -282,6 +282,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         umask,
         root,
         parent_attrs: Vec::new(),
+        reprotect_later: Vec::new(),
         dispatched: 0,
         held: 0,
     };
@@ -349,7 +350,9 @@ fn parents(w: &mut Walker<'_>, s: &Path, dst: &Path, tfd: &Arc<OwnedFd>) {
         Ok(made) => {
             let at = At { dir: Some(tfd), name: &rel, path: &path, plain: false };
             w.top(s, at, if made { 1 } else { 0 });
-            w.reprotect(&rel, dst, tfd);
+            // Their attributes once the files in them are in place (see `finish`).
+            let attrs = std::mem::take(&mut w.parent_attrs);
+            w.reprotect_later.push((dst.to_path_buf(), tfd.clone(), attrs));
         }
         Err(e) => w.copier.sink.fail(e),
     }
@@ -433,11 +436,11 @@ impl Walker<'_> {
         Ok(made)
     }
 
-    /// The directories `--parents` made or met get their attributes (GNU's `re_protect`).
-    fn reprotect(&mut self, rel: &OsString, dst: &Path, tfd: &Arc<OwnedFd>) {
-        let _ = rel;
+    /// The directories `--parents` made or met get their attributes (GNU's `re_protect`):
+    /// those leading to one source, `attrs`, under the target `dst` (open: `tfd`).
+    fn reprotect(&self, dst: &Path, tfd: &Arc<OwnedFd>, attrs: Vec<(OsString, std::fs::Metadata, Option<u32>)>) {
         let o = self.o;
-        for (part, sm, restore) in std::mem::take(&mut self.parent_attrs).into_iter().rev() {
+        for (part, sm, restore) in attrs.into_iter().rev() {
             let dpath = concat(dst, &part);
             if o.preserve.timestamps {
                 let ts = |s: i64, ns: i64| rustix::fs::Timespec { tv_sec: s, tv_nsec: ns };
@@ -483,6 +486,9 @@ fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
         if let Err(e) = w.dir_meta(d) {
             sink.fail(e);
         }
+    }
+    for (dst, tfd, attrs) in std::mem::take(&mut w.reprotect_later) {
+        w.reprotect(&dst, &tfd, attrs);
     }
     // Batched files and symlinks were renamed into place without a directory fsync: the
     // syncfs makes those renames durable too, also where no folder was made (one small file).

@@ -231,6 +231,9 @@ pub(super) struct Walker<'a> {
     /// target, their source's status, the mode to put back), for their attributes once it is
     /// copied.
     pub parent_attrs: Vec<(OsString, std::fs::Metadata, Option<u32>)>,
+    /// `--parents`: those of each source, with the target they are under, set at the end.
+    #[allow(clippy::type_complexity)] // The target, its descriptor, and the list above.
+    pub reprotect_later: Vec<(PathBuf, Arc<OwnedFd>, Vec<(OsString, std::fs::Metadata, Option<u32>)>)>,
     /// Files handed to the workers so far.
     pub dispatched: u64,
     /// Directories in `dirs` holding their descriptor.
