@@ -412,7 +412,7 @@ fn special_files_are_recreated_or_read_as_gnu_cp_does() {
         if is_root() {
             rustix::fs::mknodat(
                 rustix::fs::CWD,
-                &d.join("d/null"),
+                d.join("d/null"),
                 rustix::fs::FileType::CharacterDevice,
                 rustix::fs::Mode::from_raw_mode(0o666),
                 rustix::fs::makedev(1, 3),
