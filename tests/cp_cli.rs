@@ -748,3 +748,72 @@ fn on_xfs_archive_copy_equals_gnu_and_reflinks_share_extents() {
 fn on_btrfs_archive_copy_equals_gnu_and_reflinks_share_extents() {
     on_image("btrfs");
 }
+
+/// `--inplace` writes an existing destination in place: its inode, its other names and its
+/// attributes stay, and its other names see the new data. Without it, an existing file with
+/// one name is replaced by a complete copy (a new inode) that keeps its mode and owner, and a
+/// file with another name is written in place all the same (GNU cp's result).
+#[test]
+fn existing_files_are_replaced_whole_or_written_in_place_where_that_is_gnu_cp_s_result() {
+    let d = scratch();
+    let src = d.path().join("src");
+    let data = random_bytes((3 << 20) + 5, 90);
+    std::fs::write(&src, &data).unwrap();
+    let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+    let one = d.path().join("one");
+    std::fs::write(&one, b"old").unwrap();
+    std::fs::set_permissions(&one, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let before = ino(&one);
+    let j = ok(&cacheless(&["--json", "cp", s(&src), s(&one)]));
+    assert_ne!(ino(&one), before, "replaced by a new file");
+    assert_eq!((j["in_place"].as_u64(), j["copied"].as_u64()), (Some(0), Some(1)), "{j}");
+    assert_eq!(std::fs::metadata(&one).unwrap().mode() & 0o7777, 0o600, "the mode of the file it replaced");
+    assert!(std::fs::read(&one).unwrap() == data);
+    let before = ino(&one);
+    std::fs::write(&one, b"old again").unwrap();
+    let j = ok(&cacheless(&["--json", "cp", "--inplace", s(&src), s(&one)]));
+    assert_eq!(ino(&one), before, "--inplace keeps the inode");
+    assert_eq!(j["in_place"].as_u64(), Some(1), "{j}");
+    assert!(std::fs::read(&one).unwrap() == data);
+    let linked = d.path().join("linked");
+    std::fs::write(&linked, b"old").unwrap();
+    std::fs::hard_link(&linked, d.path().join("other-name")).unwrap();
+    let j = ok(&cacheless(&["--json", "cp", s(&src), s(&linked)]));
+    assert_eq!(j["in_place"].as_u64(), Some(1), "{j}");
+    assert!(std::fs::read(d.path().join("other-name")).unwrap() == data, "the other name sees the new data");
+    no_temp_files(d.path());
+}
+
+/// While a large copy is written under its temporary name, nobody but its owner can read it
+/// unless the copy will let them: it is never created with wider permission bits than it ends
+/// with (a copy kept 0640 is never 0644 on the way, one whose owner changes is owner-only until
+/// then).
+#[test]
+fn a_copy_in_progress_is_never_wider_open_than_it_ends() {
+    let d = scratch();
+    let src = d.path().join("secret");
+    std::fs::write(&src, random_bytes(24 << 20, 91)).unwrap();
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    for (args, most) in [(&["--bwlimit", "16M", "-p"][..], 0o640), (&["--bwlimit", "16M"][..], 0o640 & !0o022)] {
+        let mut cmd = cacheless_testkit::cacheless();
+        cmd.arg("cp").args(args).arg(&src).arg(out.join("copy"));
+        let mut child = cmd.spawn().unwrap();
+        let mut seen = 0;
+        while child.try_wait().unwrap().is_none() {
+            for e in std::fs::read_dir(&out).unwrap() {
+                let e = e.unwrap();
+                if e.file_name().to_string_lossy().contains(".cacheless-") {
+                    if let Ok(m) = e.metadata() {
+                        seen += 1;
+                        assert_eq!(m.mode() & 0o7777 & !most, 0, "{args:?}: the copy in progress has mode {:o}", m.mode() & 0o7777);
+                    }
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(seen > 0, "{args:?}: the copy was never seen in progress");
+        std::fs::remove_file(out.join("copy")).unwrap();
+    }
+}

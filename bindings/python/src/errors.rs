@@ -44,7 +44,16 @@ fn os_error(errno: Option<i32>, text: String, path: &Path) -> PyErr {
 /// An engine error as the Python exception a caller expects: `strerror` is the operation, the
 /// OS error (or the engine's message), the engine's note on the cause and the hint.
 pub fn engine(e: &cacheless::Error) -> PyErr {
-    let mut text = format!("{}: {}", e.op(), reason(e.io_error()));
+    // An error told by its message (GNU cp's refusals) is that message; one worded as GNU
+    // words an operation names its path there ("cannot stat 'x'"); any other is the
+    // operation and the OS error.
+    let mut text = if e.is_message() {
+        e.what()
+    } else if e.op().contains("{}") {
+        format!("{}: {}", e.what(), reason(e.io_error()))
+    } else {
+        format!("{}: {}", e.op(), reason(e.io_error()))
+    };
     if let Some(n) = e.note() {
         text += &format!(" ({n})");
     }

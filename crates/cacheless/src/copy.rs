@@ -465,8 +465,9 @@ pub fn copy_file_with(src: &Path, dst: &Path, ro: &ReadOptions, wo: &WriteOption
 /// Where a copy's data comes from.
 pub(crate) enum Source {
     /// A regular file, read at the offsets its size says (unless its filesystem makes sizes
-    /// up: proc, sysfs and the like, read to their end as a stream).
-    File(File),
+    /// up: proc, sysfs and the like, read to their end as a stream), with its status when the
+    /// caller has it.
+    File(File, Option<std::fs::Metadata>),
     /// Anything else (a FIFO, a device, standard input): read to its end.
     Stream(File),
     /// No data (`--attributes-only`): the copy is empty, or an existing one keeps its data;
@@ -497,7 +498,7 @@ pub fn stage_copy(
     progress: &Progress,
 ) -> Result<Staged> {
     let fd = sys::call(Site::Open, || rustix::fs::open(src, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty())).map_err(|e| Error::io("open", src, e))?;
-    stage_copy_from(Source::File(File::from(fd)), src, dir, name, dst, ro, wo, co, creator, progress)
+    stage_copy_from(Source::File(File::from(fd), None), src, dir, name, dst, ro, wo, co, creator, progress)
 }
 
 /// [`stage_copy`] from a source already open.
@@ -606,10 +607,10 @@ impl Job<'_> {
     /// The whole copy: the data by the best way the source and destination allow, then the
     /// attributes, staged under a temporary name (or none, or in place).
     fn run(mut self, source: Source, ro: &ReadOptions, creator: Option<&FileCreator>) -> Result<Staged> {
-        let file = match source {
+        let (file, meta) = match source {
             Source::Nothing(src) => return self.nothing(src, creator),
             Source::Stream(f) => return self.plain(f, creator),
-            Source::File(f) => f,
+            Source::File(f, meta) => (f, meta),
         };
         let mut ro = ro.clone();
         // The reader's lease also covers the chunks the writer holds in flight.
@@ -621,7 +622,10 @@ impl Job<'_> {
             ro.io.block_size = ro.io.block_size.min(cap);
             ro.io.queue_depth = ro.io.queue_depth.min(2);
         }
-        let mut reader = Reader::from_file(file, self.src, &ro)?;
+        let mut reader = match meta {
+            Some(m) => Reader::from_file_stat(file, m, self.src, &ro)?,
+            None => Reader::from_file(file, self.src, &ro)?,
+        };
         if reader.caps().sizes_lie() {
             let f = reader.file().try_clone().map_err(|e| Error::io("dup", self.src, e))?;
             drop(reader);

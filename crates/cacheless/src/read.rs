@@ -136,6 +136,11 @@ impl Reader {
     /// Wraps an already open regular file; `path` is for messages.
     pub fn from_file(file: File, path: &Path, opts: &ReadOptions) -> Result<Reader> {
         let meta = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+        Reader::from_file_stat(file, meta, path, opts)
+    }
+
+    /// [`Reader::from_file`] of a file whose status the caller took already (its fstat).
+    pub fn from_file_stat(file: File, meta: std::fs::Metadata, path: &Path, opts: &ReadOptions) -> Result<Reader> {
         if meta.is_dir() {
             return Err(Error::new(ErrorKind::InvalidInput, "open", path, "is a directory"));
         }

@@ -138,9 +138,13 @@ def copy(
     each side was read and written, and why; the verification).
 
     Trees, with the keywords of ``cacheless cp``: ``recursive`` copies directories (symlinks in
-    them as symlinks); ``archive`` also keeps hard links, symlinks' times, ownership (as root),
-    extended attributes and ACLs; ``no_clobber`` leaves existing files alone; ``update`` skips
-    files whose copy is as new and the same size; ``threads`` copy files in parallel. Sources
+    them as symlinks), keeping permission bits and times as ``shutil.copytree`` does (``cp -r
+    --preserve=mode,timestamps``); ``archive`` also keeps hard links, symlinks' times, ownership
+    (as root), extended attributes and ACLs (``cp -a``); ``no_clobber`` leaves existing files
+    alone (``-n``); ``update`` skips files whose copy is not older than its source (``-u``);
+    ``threads`` copy files in parallel. An existing file is replaced by a complete copy that
+    keeps its owner, mode and attributes, or written in place where it has other hard links
+    (GNU cp's result). Sources
     land where GNU cp puts them (``SRC/.`` copies the contents of ``SRC`` into ``dst``). A
     directory without ``recursive`` raises ``IsADirectoryError``. A tree copy (a directory
     source, or any of those keywords) returns the report of ``cacheless cp --json``; items that

@@ -195,7 +195,7 @@ impl Copier {
         let source = if !r.data {
             Source::Nothing(src)
         } else if regular {
-            Source::File(src)
+            Source::File(src, Some(smeta))
         } else {
             Source::Stream(src)
         };

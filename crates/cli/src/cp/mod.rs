@@ -331,14 +331,15 @@ fn print_error(e: &cacheless::Error) {
 /// What the copy tells as it goes: `-v` lines on standard output (GNU's), warnings on
 /// standard error.
 fn note(n: &Note<'_>, verbose: bool) {
+    if let Note::Warning(w) = n {
+        return warn(w);
+    }
+    if !verbose {
+        return;
+    }
     let mut out = std::io::stdout().lock();
     // A closed standard output loses the lines, not the copy.
     let _ = match n {
-        Note::Warning(w) => {
-            warn(w);
-            Ok(())
-        }
-        _ if !verbose => Ok(()),
         Note::Copy { src, dst, backup } => match backup {
             Some(b) => writeln!(out, "{} -> {} (backup: {})", quote(src), quote(dst), quote(b)),
             None => writeln!(out, "{} -> {}", quote(src), quote(dst)),
@@ -505,7 +506,8 @@ mod tests {
     fn permission_letters_are_as_ls_shows_them() {
         assert_eq!(strmode(0o644), "rw-r--r--");
         assert_eq!(strmode(0o4755), "rwsr-xr-x");
-        assert_eq!(strmode(0o2640), "rw-r-Sr--");
+        assert_eq!(strmode(0o2644), "rw-r-Sr--");
+        assert_eq!(strmode(0o2640), "rw-r-S---");
         assert_eq!(strmode(0o1777), "rwxrwxrwt");
         assert_eq!(strmode(0o1000), "--------T");
     }
