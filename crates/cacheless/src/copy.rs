@@ -528,6 +528,7 @@ pub(crate) fn stage_copy_from(
         hasher: co.verify.map(Hasher::new),
         existing: None,
         in_place: false,
+        stream_dst: false,
         drop_special: false,
     };
     job.run(source, ro, creator)
@@ -564,6 +565,7 @@ pub(crate) fn copy_in_place(
         hasher: co.verify.map(Hasher::new),
         existing: Some(dst_file),
         in_place: false,
+        stream_dst: false,
         drop_special: false,
     };
     job.run(source, ro, None)?.commit()
@@ -589,6 +591,8 @@ struct Job<'a> {
     existing: Option<File>,
     /// The copy was written in place (into `existing`).
     in_place: bool,
+    /// That file is a FIFO or a device: nothing to read back.
+    stream_dst: bool,
     /// The owner could not be given (another user's copy): the set-ID and sticky bits are left
     /// out of the mode, as GNU cp leaves them.
     drop_special: bool,
@@ -782,8 +786,7 @@ impl Job<'_> {
                 let file = File::from(fd);
                 match rustix::fs::ioctl_ficlone(&file, reader.file()) {
                     Ok(()) => {
-                        let src = reader.file().try_clone().map_err(|e| Error::io("dup", self.src, e))?;
-                        self.extra(&src, &file, smeta, creator)?;
+                        self.extra(reader.file(), &file, smeta, creator)?;
                         sys::apply_attrs(&file, self.permissions(), self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
                         if self.wo.sync {
                             sys::fsync(&file, self.dst)?;
@@ -846,8 +849,7 @@ impl Job<'_> {
             data += c.len() as u64;
             self.moved(&c);
         }
-        let src = reader.file().try_clone().map_err(|e| Error::io("dup", self.src, e))?;
-        self.extra(&src, f.file(), reader.metadata(), creator)?;
+        self.extra(reader.file(), f.file(), reader.metadata(), creator)?;
         Ok((Method::Copy, self.finish(f)?, data))
     }
 
@@ -894,8 +896,10 @@ impl Job<'_> {
     /// Finishes a file from the creator, durable if the write options ask for it (a shared
     /// creator may not sync: a tree copy makes its small files durable in batches).
     fn finish(&mut self, mut f: NewFile) -> Result<WriteReport> {
-        // The owner found may have dropped the set-ID bits since the file was created.
-        f.set_permissions(self.permissions());
+        // A change of owner this user could not make drops the set-ID bits asked for.
+        if self.drop_special {
+            f.set_permissions(self.permissions());
+        }
         // The attributes are set by the finish, and made durable by its fsync.
         if self.wo.sync {
             f.finish_durable()
@@ -910,6 +914,7 @@ impl Job<'_> {
     /// The existing file `existing`, to be written in place (emptied first when `truncate`).
     fn adopt(&mut self, existing: File, creator: Option<&FileCreator>, len: u64, truncate: bool) -> NewFile {
         self.in_place = true;
+        self.stream_dst = existing.metadata().is_ok_and(|m| !m.is_file());
         let opts = CreateOptions { mode: self.wo.io.mode, sync: self.wo.sync, deferred_drops: 0, batch_writeback: 0, publish_after_sync: false };
         match creator {
             Some(c) => c.adopt_existing(existing, self.dir.clone(), self.name, self.dst, len, self.attrs(), truncate),
@@ -961,9 +966,10 @@ impl Job<'_> {
             self.moved(&chunk);
             writer.write_chunk(chunk)?;
         }
-        let src = reader.file().try_clone().map_err(|e| Error::io("dup", self.src, e))?;
-        self.extra(&src, writer.file(), reader.metadata(), None)?;
-        writer.set_permissions(self.permissions());
+        self.extra(reader.file(), writer.file(), reader.metadata(), None)?;
+        if self.drop_special {
+            writer.set_permissions(self.permissions());
+        }
         let mut w = writer.finish()?;
         w.path = self.dst.to_path_buf();
         Ok((Method::Copy, w, data))
@@ -1023,8 +1029,7 @@ impl Job<'_> {
         }
         self.hole(len.saturating_sub(pos));
         f.set_len(len)?;
-        let src = reader.file().try_clone().map_err(|e| Error::io("dup", self.src, e))?;
-        self.extra(&src, f.file(), reader.metadata(), creator)?;
+        self.extra(reader.file(), f.file(), reader.metadata(), creator)?;
         let mut w = self.finish(f)?;
         w.bytes = len;
         Ok((Method::Sparse, w, data))
@@ -1055,7 +1060,7 @@ impl Job<'_> {
             in_place,
             report: CopyReport { src: self.src.to_path_buf(), method, reflink_fallback: fallback, read, read_backend, write, data_bytes, verify: None },
         };
-        if let (Some(algo), Some(h)) = (self.co.verify, self.hasher.take()) {
+        if let (Some(algo), Some(h)) = (self.co.verify.filter(|_| !self.stream_dst), self.hasher.take()) {
             let want = h.hex();
             if staged.pending.is_some() {
                 // Read back after the caller's syncfs, which makes it durable, with the rest of
@@ -1063,7 +1068,7 @@ impl Job<'_> {
                 staged.deferred = Some((algo, want, self.co.clone()));
             } else {
                 let name = if in_place { self.name.to_os_string() } else { self.tmp().clone() };
-                staged.report.verify = Some(self.verify(&name, algo, want, block)?);
+                staged.report.verify = Some(self.verify(&name, in_place, algo, want, block)?);
             }
         }
         self.progress.file_done();
@@ -1072,9 +1077,12 @@ impl Job<'_> {
 
     /// Reads the durable file `name` (the temporary, or the file written in place) back past
     /// the page cache and compares its digest with the source's.
-    fn verify(&self, name: &OsStr, algo: Algo, want: String, block: usize) -> Result<VerifyReport> {
+    fn verify(&self, name: &OsStr, in_place: bool, algo: Algo, want: String, block: usize) -> Result<VerifyReport> {
         let t = Instant::now();
-        let fd = sys::call(Site::Open, || rustix::fs::openat(&**self.dir, name, OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty()))
+        // A file written in place was opened through its name as given (a symlink the user named
+        // is followed); a temporary is never a symlink.
+        let follow = if in_place { OFlags::empty() } else { OFlags::NOFOLLOW };
+        let fd = sys::call(Site::Open, || rustix::fs::openat(&**self.dir, name, OFlags::RDWR | follow | OFlags::CLOEXEC, FMode::empty()))
             .map_err(|e| Error::io("open for verify", self.dst, e))?;
         let file = File::from(fd);
         sys::fdatasync(&file, self.dst)?;
