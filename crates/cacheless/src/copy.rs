@@ -515,23 +515,7 @@ pub(crate) fn stage_copy_from(
     creator: Option<&FileCreator>,
     progress: &Progress,
 ) -> Result<Staged> {
-    let job = Job {
-        src,
-        dst,
-        dir,
-        name,
-        tmp: OnceLock::new(),
-        pending: None,
-        co,
-        wo,
-        progress,
-        hasher: co.verify.map(Hasher::new),
-        existing: None,
-        in_place: false,
-        stream_dst: false,
-        drop_special: false,
-    };
-    job.run(source, ro, creator)
+    Job::new(src, dst, dir, name, co, wo, progress, None).run(source, ro, creator)
 }
 
 /// Copies `source` into `dst`, an existing file open for writing, in place: the file keeps its
@@ -552,23 +536,7 @@ pub(crate) fn copy_in_place(
     co: &CopyOptions,
     progress: &Progress,
 ) -> Result<CopyReport> {
-    let job = Job {
-        src,
-        dst,
-        dir,
-        name,
-        tmp: OnceLock::new(),
-        pending: None,
-        co,
-        wo,
-        progress,
-        hasher: co.verify.map(Hasher::new),
-        existing: Some(dst_file),
-        in_place: false,
-        stream_dst: false,
-        drop_special: false,
-    };
-    job.run(source, ro, None)?.commit()
+    Job::new(src, dst, dir, name, co, wo, progress, Some(dst_file)).run(source, ro, None)?.commit()
 }
 
 /// One file's copy in progress.
@@ -607,7 +575,38 @@ fn streamed() -> Decision {
     }
 }
 
-impl Job<'_> {
+impl<'a> Job<'a> {
+    /// A copy of `src` to `name` in `dir` (`dst` for messages), into `existing` in place when
+    /// given.
+    #[allow(clippy::too_many_arguments)] // As stage_copy.
+    fn new(
+        src: &'a Path,
+        dst: &'a Path,
+        dir: &'a Arc<OwnedFd>,
+        name: &'a OsStr,
+        co: &'a CopyOptions,
+        wo: &'a WriteOptions,
+        progress: &'a Progress,
+        existing: Option<File>,
+    ) -> Job<'a> {
+        Job {
+            src,
+            dst,
+            dir,
+            name,
+            tmp: OnceLock::new(),
+            pending: None,
+            co,
+            wo,
+            progress,
+            hasher: co.verify.map(Hasher::new),
+            existing,
+            in_place: false,
+            stream_dst: false,
+            drop_special: false,
+        }
+    }
+
     /// The whole copy: the data by the best way the source and destination allow, then the
     /// attributes, staged under a temporary name (or none, or in place).
     fn run(mut self, source: Source, ro: &ReadOptions, creator: Option<&FileCreator>) -> Result<Staged> {

@@ -5,7 +5,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
 use cacheless::digest::Algo;
-use cacheless::tree::{BackupKind, Deref, Link, Preserve, Target};
+use cacheless::tree::{BackupKind, Deref, Link, Preserve, Target, TreeOptions};
 use cacheless::{BackendKind, Mode, Reflink, Sparse};
 
 use crate::getopt::{self, argmatch, Found, HasArg, LongOpt};
@@ -108,37 +108,20 @@ pub enum Interactive {
     No,
 }
 
-/// What the command line asks for.
+/// What the command line asks for: the engine's tree-copy options, set as GNU's options are
+/// read, and what only the command line has.
 #[derive(Debug, Default)]
 pub struct CpArgs {
-    pub recursive: bool,
-    pub deref: Deref,
-    pub preserve: Preserve,
-    pub no_preserve_mode: bool,
-    pub require_preserve: bool,
-    pub reduce_diagnostics: bool,
+    /// GNU's options and cacheless's that the engine takes (its I/O settings are the
+    /// defaults here: see the fields below).
+    pub tree: TreeOptions,
+    /// `-i` or `-n`, whichever came last.
     pub interactive: Interactive,
-    pub update: bool,
-    pub force: bool,
-    pub remove_destination: bool,
-    pub backup: Option<(BackupKind, String)>,
-    pub link: Link,
-    pub attributes_only: bool,
-    pub copy_contents: bool,
-    pub one_file_system: bool,
-    pub parents: bool,
     pub strip_trailing_slashes: bool,
     pub target_directory: Option<PathBuf>,
     pub no_target_directory: bool,
     pub verbose: bool,
     pub debug: bool,
-    pub inplace: bool,
-    pub reflink: Reflink,
-    pub sparse: Sparse,
-    pub verify: Option<Algo>,
-    pub bwlimit: Option<u64>,
-    pub threads: Option<usize>,
-    pub no_sync: bool,
     pub mode: Option<Mode>,
     pub backend: Option<BackendKind>,
     pub block_size: Option<u64>,
@@ -176,20 +159,14 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
     for Found { id, arg } in found {
         let arg_ref = arg.as_deref();
         match id {
-            id::SPARSE => a.sparse = choose("--sparse", arg_ref, &[("never", Sparse::Never), ("auto", Sparse::Auto), ("always", Sparse::Always)])?,
+            id::SPARSE => a.tree.sparse = choose("--sparse", arg_ref, &[("never", Sparse::Never), ("auto", Sparse::Auto), ("always", Sparse::Always)])?,
             id::REFLINK => {
-                a.reflink = match arg_ref {
+                a.tree.reflink = match arg_ref {
                     None => Reflink::Always,
                     Some(v) => choose("--reflink", Some(v), &[("auto", Reflink::Auto), ("always", Reflink::Always), ("never", Reflink::Never)])?,
                 }
             }
-            x if x == c(b'a') => {
-                a.deref = Deref::Never;
-                a.preserve = Preserve::ALL;
-                a.require_preserve = true;
-                a.reduce_diagnostics = true;
-                a.recursive = true;
-            }
+            x if x == c(b'a') => a.tree = std::mem::take(&mut a.tree).archive(),
             x if x == c(b'b') => make_backups = true,
             id::BACKUP => {
                 make_backups = true;
@@ -197,33 +174,33 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
                     version_control = arg;
                 }
             }
-            id::ATTRIBUTES_ONLY => a.attributes_only = true,
-            id::COPY_CONTENTS => a.copy_contents = true,
+            id::ATTRIBUTES_ONLY => a.tree.attributes_only = true,
+            id::COPY_CONTENTS => a.tree.copy_contents = true,
             x if x == c(b'd') => {
-                a.preserve.links = true;
-                a.deref = Deref::Never;
+                a.tree.preserve.links = true;
+                a.tree.deref = Deref::Never;
             }
-            x if x == c(b'f') => a.force = true,
-            x if x == c(b'H') => a.deref = Deref::CommandLine,
+            x if x == c(b'f') => a.tree.force = true,
+            x if x == c(b'H') => a.tree.deref = Deref::CommandLine,
             x if x == c(b'i') => a.interactive = Interactive::Ask,
             x if x == c(b'l') => hard = true,
-            x if x == c(b'L') => a.deref = Deref::Always,
+            x if x == c(b'L') => a.tree.deref = Deref::Always,
             x if x == c(b'n') => a.interactive = Interactive::No,
-            x if x == c(b'P') => a.deref = Deref::Never,
+            x if x == c(b'P') => a.tree.deref = Deref::Never,
             id::NO_PRESERVE => preserve_list(&mut a, arg_ref.unwrap_or_default(), false)?,
             id::PRESERVE if arg.is_some() => {
                 preserve_list(&mut a, arg_ref.unwrap_or_default(), true)?;
-                a.require_preserve = true;
+                a.tree.require_preserve = true;
             }
             x if x == id::PRESERVE || x == c(b'p') => {
-                a.preserve.ownership = true;
-                a.preserve.mode = true;
-                a.preserve.timestamps = true;
-                a.require_preserve = true;
+                a.tree.preserve.ownership = true;
+                a.tree.preserve.mode = true;
+                a.tree.preserve.timestamps = true;
+                a.tree.require_preserve = true;
             }
-            id::PARENTS => a.parents = true,
-            x if x == c(b'r') || x == c(b'R') => a.recursive = true,
-            id::REMOVE_DESTINATION => a.remove_destination = true,
+            id::PARENTS => a.tree.parents = true,
+            x if x == c(b'r') || x == c(b'R') => a.tree.recursive = true,
+            id::REMOVE_DESTINATION => a.tree.remove_destination = true,
             id::STRIP_TRAILING_SLASHES => a.strip_trailing_slashes = true,
             x if x == c(b's') => symbolic = true,
             x if x == c(b't') => {
@@ -233,9 +210,9 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
                 a.target_directory = arg.map(PathBuf::from);
             }
             x if x == c(b'T') => a.no_target_directory = true,
-            x if x == c(b'u') => a.update = true,
+            x if x == c(b'u') => a.tree.update = true,
             x if x == c(b'v') => a.verbose = true,
-            x if x == c(b'x') => a.one_file_system = true,
+            x if x == c(b'x') => a.tree.one_file_system = true,
             x if x == c(b'Z') => {}
             id::CONTEXT => {
                 if arg.is_some() {
@@ -252,12 +229,12 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
                 a.debug = true;
                 a.verbose = true;
             }
-            id::INPLACE => a.inplace = true,
+            id::INPLACE => a.tree.inplace = true,
             id::VERIFY => verify = true,
             id::VERIFY_ALGO => verify_algo = own_value("--verify-algo", arg_ref)?,
-            id::BWLIMIT => a.bwlimit = Some(size("--bwlimit", arg_ref)?),
-            id::THREADS => a.threads = Some(own_value("--threads", arg_ref)?),
-            id::NO_SYNC => a.no_sync = true,
+            id::BWLIMIT => a.tree.bwlimit = Some(size("--bwlimit", arg_ref)?),
+            id::THREADS => a.tree.threads = Some(own_value("--threads", arg_ref)?),
+            id::NO_SYNC => a.tree.sync = false,
             id::MODE => a.mode = Some(own_value("--mode", arg_ref)?),
             id::BACKEND => a.backend = Some(own_value("--backend", arg_ref)?),
             id::BLOCK_SIZE => a.block_size = Some(size("--block-size", arg_ref)?),
@@ -270,21 +247,21 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
     if hard && symbolic {
         return Err(Stop::Usage(Some("cannot make both hard and symbolic links".into()), true));
     }
-    a.link = if hard {
+    a.tree.link = if hard {
         Link::Hard
     } else if symbolic {
         Link::Symbolic
     } else {
         Link::Copy
     };
-    a.verify = verify.then_some(verify_algo);
+    a.tree.verify = verify.then_some(verify_algo);
     if a.interactive == Interactive::No {
-        a.update = false;
+        a.tree.update = false;
     }
     if make_backups && a.interactive == Interactive::No {
         return Err(Stop::Usage(Some("options --backup and --no-clobber are mutually exclusive".into()), true));
     }
-    if a.reflink == Reflink::Always && a.sparse != Sparse::Auto {
+    if a.tree.reflink == Reflink::Always && a.tree.sparse != Sparse::Auto {
         return Err(Stop::Usage(Some("--reflink can be used only with --sparse=auto".into()), true));
     }
     if make_backups {
@@ -293,7 +270,7 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
         // gnulib: a suffix that is empty or holds a slash is not used.
         let suffix = suffix.filter(|s| !s.is_empty() && !s.as_encoded_bytes().contains(&b'/')).map(|s| s.to_string_lossy().into_owned());
         if let Some(kind) = kind {
-            a.backup = Some((kind, suffix.unwrap_or_else(|| "~".into())));
+            a.tree.backup = Some((kind, suffix.unwrap_or_else(|| "~".into())));
         }
     }
     Ok(a)
@@ -323,23 +300,24 @@ fn preserve_list(a: &mut CpArgs, list: &OsStr, on: bool) -> Result<(), Stop> {
     let what = if on { "--preserve" } else { "--no-preserve" };
     for w in list.as_encoded_bytes().split(|&b| b == b',') {
         let w = <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(w);
+        let t = &mut a.tree;
         match choose(what, Some(w), &words)? {
             P::Mode => {
-                a.preserve.mode = on;
-                a.no_preserve_mode = !on;
+                t.preserve.mode = on;
+                t.no_preserve_mode = !on;
             }
-            P::Timestamps => a.preserve.timestamps = on,
-            P::Ownership => a.preserve.ownership = on,
-            P::Links => a.preserve.links = on,
+            P::Timestamps => t.preserve.timestamps = on,
+            P::Ownership => t.preserve.ownership = on,
+            P::Links => t.preserve.links = on,
             P::Context => {
                 if on {
                     return Err(Stop::Usage(Some("cannot preserve security context without an SELinux-enabled kernel".into()), false));
                 }
             }
-            P::Xattr => a.preserve.xattr = on,
+            P::Xattr => t.preserve.xattr = on,
             P::All => {
-                a.preserve = if on { Preserve::ALL } else { Preserve::default() };
-                a.no_preserve_mode = !on;
+                t.preserve = if on { Preserve::ALL } else { Preserve::default() };
+                t.no_preserve_mode = !on;
             }
         }
     }

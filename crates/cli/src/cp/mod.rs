@@ -131,12 +131,13 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
             *s = PathBuf::from(std::ffi::OsStr::from_bytes(&b[..end]));
         }
     }
-    if a.parents && a.target_directory.is_none() && srcs.len() == 1 && !dst.is_dir() {
+    if a.tree.parents && a.target_directory.is_none() && srcs.len() == 1 && !dst.is_dir() {
         return usage_exit(Some("with --parents, the destination must be a directory"), true);
     }
     let progress = Arc::new(Progress::new());
     let signals = ui::Signals::register(&progress);
-    let o = options(&a, common);
+    let verify = a.tree.verify.is_some();
+    let o = options(&mut a, common);
     let show_bar = !AS_CP.load(Ordering::Relaxed) && a.interactive != Interactive::Ask;
     let report = {
         let _bar = show_bar.then(|| ui::Bar::start(&progress, a.json, ui::Measure::Output));
@@ -176,7 +177,7 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
             Err(e) => eprintln!("{}: {e}", prog()),
         }
     } else if a.debug {
-        let v = if a.verify.is_some() { format!(", verify {:.2} s", r.verify_s) } else { String::new() };
+        let v = if verify { format!(", verify {:.2} s", r.verify_s) } else { String::new() };
         eprintln!(
             "{}: copied {} (reflinked {}, in place {}), hard links {}, skipped {}, errors {}, {} of data in {:.2} s{v}",
             prog(),
@@ -198,7 +199,7 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
 }
 
 /// The engine's options from the command line (and the flags given before `cp`).
-fn options(a: &CpArgs, common: Option<&CommonOpts>) -> TreeOptions {
+fn options(a: &mut CpArgs, common: Option<&CommonOpts>) -> TreeOptions {
     let mut io = common.map(CommonOpts::io).unwrap_or_default();
     if let Some(m) = a.mode {
         io.mode = m;
@@ -215,36 +216,15 @@ fn options(a: &CpArgs, common: Option<&CommonOpts>) -> TreeOptions {
     if let Some(m) = a.memory {
         io.budget = Budget::new(cacheless::conv::usize_of(m));
     }
-    let mut o = TreeOptions::new(io);
-    o.recursive = a.recursive;
-    o.deref = a.deref;
-    o.preserve = a.preserve;
-    o.no_preserve_mode = a.no_preserve_mode;
-    o.require_preserve = a.require_preserve;
-    o.reduce_diagnostics = a.reduce_diagnostics;
+    let mut o = std::mem::take(&mut a.tree);
+    o.io = io;
     o.existing = match a.interactive {
         Interactive::No => Existing::Keep,
         Interactive::Ask => Existing::Ask(Arc::new(ask)),
         Interactive::Unspecified => Existing::Replace,
     };
-    o.update = a.update;
-    o.force = a.force;
-    o.remove_destination = a.remove_destination;
-    o.backup = a.backup.clone();
-    o.link = a.link;
-    o.attributes_only = a.attributes_only;
-    o.copy_contents = a.copy_contents;
-    o.one_file_system = a.one_file_system;
-    o.parents = a.parents;
     o.target = args::target(a);
-    o.inplace = a.inplace;
     o.open_dangling = std::env::var_os("POSIXLY_CORRECT").is_some();
-    o.reflink = a.reflink;
-    o.sparse = a.sparse;
-    o.verify = a.verify;
-    o.bwlimit = a.bwlimit;
-    o.threads = a.threads;
-    o.sync = !a.no_sync;
     // Totals only feed the bar's ETA: no tree walk when nothing is drawn.
     o.count_totals = !AS_CP.load(Ordering::Relaxed) && ui::Bar::wanted(a.json);
     o.before_verify = corrupt_hook();
