@@ -163,22 +163,19 @@ impl Copier {
         if smeta.dev() != job.meta.dev() || smeta.ino() != job.meta.ino() {
             return Err(Error::message(ErrorKind::Io, &job.src, format!("skipping file {}, as it was replaced while being copied", quote(&job.src))));
         }
-        let mut new = job.new;
         let mut existing = None;
-        if !new {
+        if !job.new {
             let oflags = OFlags::WRONLY | OFlags::CLOEXEC | if job.follow_dst { OFlags::empty() } else { OFlags::NOFOLLOW };
             match sys::call(Site::Open, || rustix::fs::openat(&*job.dir, job.name.as_os_str(), oflags, FMode::empty())) {
                 Ok(fd) => existing = Some(File::from(fd)),
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => new = true,
-                Err(e) if r.force => {
-                    match rustix::fs::unlinkat(&*job.dir, job.name.as_os_str(), AtFlags::empty()) {
-                        Ok(()) => self.note(&Note::Removed(&job.dst)),
-                        Err(rustix::io::Errno::NOENT) => {}
-                        Err(u) => return Err(Error::io("cannot remove {}", &job.dst, u.into())),
-                    }
-                    let _ = e;
-                    new = true;
-                }
+                // Gone since the walk looked: a new file.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                // `-f`: what cannot be opened is removed, and the copy made anew.
+                Err(_) if r.force => match rustix::fs::unlinkat(&*job.dir, job.name.as_os_str(), AtFlags::empty()) {
+                    Ok(()) => self.note(&Note::Removed(&job.dst)),
+                    Err(rustix::io::Errno::NOENT) => {}
+                    Err(u) => return Err(Error::io("cannot remove {}", &job.dst, u.into())),
+                },
                 Err(e) => return Err(Error::io("cannot create regular file {}", &job.dst, e)),
             }
         }
@@ -236,7 +233,6 @@ impl Copier {
             }
             return Ok(());
         }
-        let _ = new;
         // A new file: GNU's creation mode, and the attributes it ends with.
         let omitted = if r.preserve.ownership { 0o077 } else { 0 };
         let mut create = (smode & 0o777) & !omitted;

@@ -150,7 +150,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         return Err(Error::message(ErrorKind::InvalidInput, dst, "missing file operand"));
     }
     // GNU's do_copy: is the destination a directory to copy into?
-    let (target_dir, mut new_dst) = match o.target {
+    let (target_dir, new_dst) = match o.target {
         Target::File => (None, false),
         Target::Directory => match open_target(dst) {
             Ok(fd) => (Some(Arc::new(fd)), false),
@@ -300,10 +300,8 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         }
         None => {
             w.top(&srcs[0], At::path(dst), if new_dst { -1 } else { 0 });
-            new_dst = false;
         }
     }
-    let _ = new_dst;
     w.send_queued();
     if let Some(pool) = w.pool.take() {
         pool.finish();
