@@ -12,93 +12,12 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use cacheless_testkit::tree::{age, snapshot, twins, Node as Entry};
 use cacheless_testkit::{require, root, scratch};
-
-/// One entry of a tree as the comparison sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
-    kind: &'static str,
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    /// Contents of a file, target of a symlink.
-    body: Vec<u8>,
-    rdev: u64,
-    /// The first name (in sorted order) of the tree sharing this entry's inode.
-    inode_of: PathBuf,
-    /// Extended attributes, ACLs among them (not the labels the system sets: `security.*`
-    /// but the file capability).
-    xattrs: BTreeMap<String, Vec<u8>>,
-    /// The modification time, or `None` when it is later than the start of the run (the copy
-    /// set it to the time of the copy).
-    mtime: Option<(i64, i64)>,
-}
-
-fn xattrs(p: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut list = vec![0u8; 64 << 10];
-    let Ok(n) = rustix::fs::llistxattr(p, &mut list) else { return BTreeMap::new() };
-    let mut m = BTreeMap::new();
-    for name in list[..n].split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        let name = String::from_utf8_lossy(name).to_string();
-        if name.starts_with("security.") && name != "security.capability" {
-            continue;
-        }
-        let mut v = vec![0u8; 64 << 10];
-        let k = rustix::fs::lgetxattr(p, name.as_str(), &mut v).unwrap();
-        v.truncate(k);
-        m.insert(name, v);
-    }
-    m
-}
-
-/// Every entry under `root`, by relative path; times after `since` count as "now".
-fn snapshot(root: &Path, since: (i64, i64)) -> BTreeMap<PathBuf, Entry> {
-    let mut paths = Vec::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(root.join(&rel)) else { continue };
-        for e in rd {
-            let r = rel.join(e.unwrap().file_name());
-            if std::fs::symlink_metadata(root.join(&r)).unwrap().is_dir() {
-                stack.push(r.clone());
-            }
-            paths.push(r);
-        }
-    }
-    paths.sort();
-    let mut first: BTreeMap<(u64, u64), PathBuf> = BTreeMap::new();
-    let mut out = BTreeMap::new();
-    for r in paths {
-        let p = root.join(&r);
-        let m = std::fs::symlink_metadata(&p).unwrap();
-        let ft = m.file_type();
-        let (kind, body) = if ft.is_symlink() {
-            ("symlink", std::fs::read_link(&p).unwrap().into_os_string().into_encoded_bytes())
-        } else if ft.is_dir() {
-            ("dir", Vec::new())
-        } else if ft.is_file() {
-            ("file", std::fs::read(&p).unwrap())
-        } else {
-            (
-                match m.mode() & libc::S_IFMT {
-                    libc::S_IFIFO => "fifo",
-                    libc::S_IFCHR => "char",
-                    libc::S_IFBLK => "block",
-                    _ => "socket",
-                },
-                Vec::new(),
-            )
-        };
-        let inode_of = first.entry((m.dev(), m.ino())).or_insert_with(|| r.clone()).clone();
-        let mtime = Some((m.mtime(), m.mtime_nsec())).filter(|t| *t < since);
-        out.insert(r, Entry { kind, mode: m.mode() & 0o7777, uid: m.uid(), gid: m.gid(), body, rdev: m.rdev(), inode_of, xattrs: xattrs(&p), mtime });
-    }
-    out
-}
 
 /// How a case is run.
 #[derive(Clone, Copy)]
@@ -200,18 +119,7 @@ fn cps() -> Option<Cps> {
 /// Builds the same tree with `setup` in two folders, runs GNU cp in one and cacheless in the
 /// other, and checks that they end the same. Returns cacheless's outcome.
 fn same_as_gnu(cps: &Cps, name: &str, setup: impl Fn(&Path), run: Run<'_>) -> Outcome {
-    let d = scratch();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (g, o) = (d.path().join("g"), d.path().join("o"));
-    for dir in [&g, &o] {
-        std::fs::create_dir(dir).unwrap();
-        setup(dir);
-        if let Some((u, gid, _)) = run.user {
-            chown(dir, u, gid);
-        }
-        // Everything the setup made is older than the run, so that a time the copy sets shows.
-        age(dir);
-    }
+    let (_d, g, o) = twins(setup, run.user.map(|(u, gid, _)| (u, gid)));
     let want = run_in(&cps.gnu, &g, run);
     let got = run_in(&cps.ours, &o, run);
     let what = format!("{name}: cp {}", run.args.join(" "));
@@ -246,27 +154,6 @@ fn same_as_gnu(cps: &Cps, name: &str, setup: impl Fn(&Path), run: Run<'_>) -> Ou
 fn chown(p: &Path, u: u32, g: u32) {
     rustix::fs::chownat(rustix::fs::CWD, p, Some(rustix::fs::Uid::from_raw(u)), Some(rustix::fs::Gid::from_raw(g)), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
         .unwrap();
-}
-
-/// Sets every time under `dir` (and its own) to one in the past, deepest first.
-fn age(dir: &Path) {
-    let mut all = vec![dir.to_path_buf()];
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if std::fs::symlink_metadata(&p).unwrap().is_dir() {
-                stack.push(p.clone());
-            }
-            all.push(p);
-        }
-    }
-    all.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    for (i, p) in all.iter().enumerate() {
-        let t = rustix::fs::Timespec { tv_sec: 1_000_000_000 + i64::try_from(i).unwrap(), tv_nsec: 500 };
-        let _ =
-            rustix::fs::utimensat(rustix::fs::CWD, p, &rustix::fs::Timestamps { last_access: t, last_modification: t }, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
-    }
 }
 
 fn write(p: &Path, data: &str, mode: u32) {

@@ -67,6 +67,15 @@ impl Error {
         Error::Io { op, path: path.into(), error: error.into() }
     }
 
+    /// The OS error number behind it, where there is one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Io { error, .. } => error.raw_os_error(),
+            Error::Engine(e) => e.errno(),
+            _ => None,
+        }
+    }
+
     /// What the caller can do instead, when the engine knows.
     pub fn hint(&self) -> Option<&cacheless::Hint> {
         match self {

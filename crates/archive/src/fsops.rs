@@ -99,6 +99,12 @@ pub struct Root {
     made_overflow: bool,
     /// Directories removed to make way for an entry, since [`Root::take_removed_dirs`].
     removed_dirs: Vec<Vec<Vec<u8>>>,
+    /// A directory that was in an entry's way and not removed: files this extraction wrote
+    /// into it may not have their names yet, so that it looks empty when it is not. The caller
+    /// settles them (see [`Root::take_dir_in_way`]), allows its removal and tries again.
+    dir_in_way: Option<Vec<Vec<u8>>>,
+    /// The directory whose removal was allowed after that.
+    rmdir_allowed: Option<Vec<Vec<u8>>>,
 }
 
 /// Most directories [`Root`] remembers having made.
@@ -145,6 +151,8 @@ impl Root {
             made,
             made_overflow: false,
             removed_dirs: Vec::new(),
+            dir_in_way: None,
+            rmdir_allowed: None,
         })
     }
 
@@ -253,6 +261,17 @@ impl Root {
         std::mem::take(&mut self.removed_dirs)
     }
 
+    /// The directory that was in the last entry's way and not removed (see `dir_in_way`).
+    pub fn take_dir_in_way(&mut self) -> Option<RelPath> {
+        self.dir_in_way.take().map(RelPath)
+    }
+
+    /// Allows the next removal of the directory `path` (once what was written into it has its
+    /// name: then it is empty only when it is).
+    pub fn allow_rmdir(&mut self, path: RelPath) {
+        self.rmdir_allowed = Some(path.0);
+    }
+
     /// Forgets cached directories at or under `comps` (after something there was removed).
     pub fn invalidate(&mut self, comps: &[Vec<u8>]) {
         self.cache.retain(|k, _| !k.starts_with(comps));
@@ -265,6 +284,10 @@ impl Root {
             Ok(()) => Ok(true),
             Err(Errno::NOENT) => Ok(false),
             Err(Errno::ISDIR) | Err(Errno::PERM) => {
+                if self.rmdir_allowed.take().as_ref() != Some(&path.0) {
+                    self.dir_in_way = Some(path.0.clone());
+                    return Err(Error::io("rmdir (to replace it)", path.to_path(), std::io::Error::from_raw_os_error(libc::EBUSY)));
+                }
                 self.invalidate(&path.0);
                 match rustix::fs::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::REMOVEDIR) {
                     Ok(()) => {
@@ -278,25 +301,29 @@ impl Root {
         }
     }
 
-    /// Creates a directory entry; an existing directory is kept, anything else there is replaced.
-    pub fn mkdir(&mut self, path: &RelPath) -> Result<()> {
-        let Some((parent, name)) = path.split() else { return Ok(()) };
+    /// Creates a directory entry; an existing directory is kept, anything else there is
+    /// replaced, unless `keep_old`: then whatever is there stays as it is (GNU tar `-k`, which
+    /// neither replaces it nor restores an existing directory's mode and time). True when the
+    /// entry's mode and time are to be applied (not an entry kept under `keep_old`).
+    pub fn mkdir(&mut self, path: &RelPath, keep_old: bool) -> Result<bool> {
+        let Some((parent, name)) = path.split() else { return Ok(!keep_old) };
         let pfd = self.dir(parent)?;
         match rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)) {
             Ok(()) => {
                 self.note_made(&path.0);
-                Ok(())
+                Ok(true)
             }
+            Err(Errno::EXIST) if keep_old => Ok(false),
             Err(Errno::EXIST) => {
                 let st =
                     rustix::fs::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).map_err(|e| Error::io("fstatat", path.to_path(), e))?;
                 if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
-                    return Ok(());
+                    return Ok(true);
                 }
                 self.remove_existing(&pfd, path, name)?;
                 rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)).map_err(|e| Error::io("mkdirat", path.to_path(), e))?;
                 self.note_made(&path.0);
-                Ok(())
+                Ok(true)
             }
             Err(e) => Err(Error::io("mkdirat", path.to_path(), e)),
         }

@@ -10,6 +10,7 @@
 //! a pipe) is read with plain reads. Either way the reading runs on its own thread.
 
 use std::io::{self, Read};
+use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
@@ -282,6 +283,17 @@ pub struct Decompress {
 pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::ReadOptions, decompress: &Decompress) -> Result<TarStream> {
     let (tx, rx) = sync_channel::<io::Result<Vec<u8>>>(4);
     let mut threads = Vec::new();
+    // A FIFO, a pipe (`<(…)`), a character device (a tape) or a socket is read as a stream, as
+    // standard input is: no size to plan reads by, no O_DIRECT.
+    let mut stream_reason = "stdin or pipe".to_string();
+    let input = match input {
+        Input::Path(path) if std::fs::metadata(&path).is_ok_and(|m| !m.is_file() && !m.file_type().is_block_device() && !m.is_dir()) => {
+            let f = std::fs::File::open(&path).map_err(|e| Error::io("open", &path, e))?;
+            stream_reason = format!("{}: not a regular file, read as a stream", path.display());
+            Input::Stream(Box::new(f))
+        }
+        i => i,
+    };
     let (read_mode, reason, archive_len) = match input {
         Input::Path(path) => {
             let reader = cacheless::Reader::open(&path, read_options)?;
@@ -323,7 +335,7 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
                     })
                     .map_err(|e| Error::io("spawn", "-", e))?,
             );
-            ("stream".to_string(), "stdin or pipe".to_string(), None)
+            ("stream".to_string(), stream_reason, None)
         }
     };
     let mut raw = ChanReader::new(rx);

@@ -1,13 +1,19 @@
 //! A streaming tar parser over any `Read`.
 //!
 //! The `tar` crate serves for the header layout (`tar::Header`, `as_ustar`, `as_gnu`, `path_bytes`,
-//! `link_name_bytes`, `entry_type`) and for splitting pax records (`tar::PaxExtensions`). What is
-//! added here, because its `Archive`/`Entry` API does not give it: numeric fields parsed strictly
+//! `link_name_bytes`, `entry_type`). What is added here, because its `Archive`/`Entry` API does
+//! not give it: pax records split by their length (a value may hold any byte, a newline
+//! among them: ACLs, xattr values, names), numeric fields parsed strictly
 //! (octal and base-256, negative values and overflow rejected instead of wrapped), checksum
 //! verification in both signed and unsigned forms, the GNU old sparse map as a list of segments
 //! (its `Entry` expands holes into zeros, which would write 8 GiB of zeros for an 8 GiB sparse
 //! file), pax sparse formats 0.0, 0.1 and 1.0 (not handled by the crate at all), pax size/uid/gid/
 //! fractional mtime overrides, pax global headers, and archive offsets for every error.
+//!
+//! As GNU tar, a header whose checksum is wrong is reported and skipped (the blocks after it are
+//! looked at until one is a valid header), and a pax value that makes no sense is reported and
+//! ignored (the header's own field stands): both are [`Parser::take_problems`], and the
+//! archive goes on. An input with no byte at all is not an archive.
 
 use std::io::{self, Read};
 
@@ -57,6 +63,11 @@ pub struct Entry {
     pub uid: u64,
     /// Group.
     pub gid: u64,
+    /// The owner's and the group's names, where the archive gives them (ustar, GNU and pax
+    /// `uname`/`gname`); empty where it does not.
+    pub uname: Vec<u8>,
+    /// See `uname`.
+    pub gname: Vec<u8>,
     /// Modification time: seconds (may be negative) and nanoseconds.
     pub mtime: (i64, u32),
     /// Logical size of the file (the real size for sparse files).
@@ -86,6 +97,8 @@ struct Pax {
     uid: Option<u64>,
     gid: Option<u64>,
     mtime: Option<(i64, u32)>,
+    uname: Option<Vec<u8>>,
+    gname: Option<Vec<u8>>,
     sparse_major: Option<u64>,
     sparse_minor: Option<u64>,
     sparse_name: Option<Vec<u8>>,
@@ -110,6 +123,8 @@ pub struct Parser<R: Read> {
     /// Buffer for skipping data, allocated on the first skip longer than a block.
     scratch: Vec<u8>,
     ended: bool,
+    /// What was wrong but skipped since the last [`Parser::take_problems`].
+    problems: Vec<Error>,
 }
 
 /// Bytes skipped per read (and the size of the buffer for it).
@@ -121,6 +136,53 @@ fn lossy(name: &[u8]) -> String {
 
 fn corrupt(reason: impl Into<String>, entry: &[u8], offset: u64) -> Error {
     Error::Corrupt { reason: reason.into(), entry: lossy(entry), offset }
+}
+
+/// A pax value that makes no sense, ignored: said as GNU tar says it.
+fn malformed(e: Error, key: &[u8], val: &[u8]) -> Error {
+    match e {
+        Error::Corrupt { entry, offset, .. } => {
+            Error::Corrupt { reason: format!("malformed extended header: invalid {}={} (ignored)", lossy(key), lossy(val)), entry, offset }
+        }
+        e => e,
+    }
+}
+
+/// A corrupt header that was skipped, said as GNU tar says it.
+fn corrupt_skipped(e: Error) -> Error {
+    match e {
+        Error::Corrupt { reason, entry, offset } => Error::Corrupt { reason: format!("{reason}; skipping to next header"), entry, offset },
+        e => e,
+    }
+}
+
+/// The records of a pax extended header, each "LENGTH KEY=VALUE\n", split by their length:
+/// the value is every byte up to the record's last (a newline), newlines and NULs included.
+/// A record whose length does not frame it ends the list with an error.
+fn pax_records(data: &[u8]) -> impl Iterator<Item = std::result::Result<(&[u8], &[u8]), String>> + '_ {
+    let mut rest = data;
+    std::iter::from_fn(move || {
+        // GNU tar and libarchive stop at a NUL where a record would start (padding).
+        if rest.is_empty() || rest[0] == 0 {
+            return None;
+        }
+        let r = (|| {
+            let sp = rest.iter().position(|&b| b == b' ').ok_or("missing length")?;
+            let len: usize = std::str::from_utf8(&rest[..sp]).ok().and_then(|n| n.parse().ok()).ok_or("bad length")?;
+            if len <= sp + 1 || len > rest.len() || rest[len - 1] != b'\n' {
+                return Err("length does not frame the record");
+            }
+            let body = &rest[sp + 1..len - 1];
+            let eq = body.iter().position(|&b| b == b'=').ok_or("missing equal sign")?;
+            let out = (&body[..eq], &body[eq + 1..]);
+            rest = &rest[len..];
+            Ok(out)
+        })();
+        if r.is_err() {
+            rest = &[];
+        }
+        Some(r.map_err(|e| format!("malformed extended header: {e}")))
+    })
 }
 
 /// Parses a numeric header field: octal (NUL/space terminated) or GNU base-256 (high bit set).
@@ -193,27 +255,55 @@ fn header_sums(block: &[u8; 512]) -> (i64, i64) {
 /// Nanoseconds per unit of each fraction digit: 10^8 for the first, down to 1 for the ninth.
 pub(crate) const DIGIT_SCALES: [u32; 9] = [100_000_000, 10_000_000, 1_000_000, 100_000, 10_000, 1_000, 100, 10, 1];
 
+/// A pax time: decimal seconds with an optional fraction ("1600000000.5", "-1.5"), or the
+/// same with an exponent ("1e-09", as Python's tarfile writes a float's repr), exact to the
+/// nanosecond (digits past the ninth are cut, as GNU tar cuts them).
 fn parse_pax_time(v: &str) -> Option<(i64, u32)> {
-    let (s, frac) = match v.split_once('.') {
-        Some((s, f)) => (s, f),
-        None => (v, ""),
+    let (mant, exp) = match v.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i32>().ok().filter(|e| e.abs() <= 30)?),
+        None => (v, 0),
     };
-    let secs: i64 = s.parse().ok()?;
+    let (neg, mant) = match mant.strip_prefix('-') {
+        Some(m) => (true, m),
+        None => (false, mant),
+    };
+    let (int, frac) = mant.split_once('.').unwrap_or((mant, ""));
+    if int.is_empty() && frac.is_empty() || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // The digits and where the point falls among them, moved by the exponent.
+    let digits: Vec<u8> = int.bytes().chain(frac.bytes()).map(|b| b - b'0').collect();
+    let point = i64::try_from(int.len()).ok()? + i64::from(exp);
+    let at = |i: i64| usize::try_from(i).ok().and_then(|i| digits.get(i)).copied().unwrap_or(0);
+    let mut secs: i64 = 0;
+    for i in 0..point {
+        secs = secs.checked_mul(10)?.checked_add(i64::from(at(i)))?;
+    }
     let mut nanos: u32 = 0;
-    for (c, scale) in frac.chars().zip(DIGIT_SCALES) {
-        nanos += c.to_digit(10)? * scale;
+    for (k, scale) in (0i64..).zip(DIGIT_SCALES) {
+        nanos += u32::from(at(point + k)) * scale;
     }
-    if secs < 0 && nanos > 0 {
+    if !neg {
+        return Some((secs, nanos));
+    }
+    if nanos > 0 {
         // "-1.5" means 1.5 s before the epoch: -2 s + 0.5 s.
-        return Some((secs - 1, 1_000_000_000 - nanos));
+        return Some((-secs - 1, 1_000_000_000 - nanos));
     }
-    Some((secs, nanos))
+    Some((-secs, 0))
 }
 
 impl<R: Read> Parser<R> {
     /// Starts parsing at offset 0 of `r`.
     pub fn new(r: R) -> Self {
-        Parser { r, pos: 0, remaining: 0, pad: 0, global: Pax::default(), cur_name: Vec::new(), scratch: Vec::new(), ended: false }
+        Parser { r, pos: 0, remaining: 0, pad: 0, global: Pax::default(), cur_name: Vec::new(), scratch: Vec::new(), ended: false, problems: Vec::new() }
+    }
+
+    /// What was wrong in the archive but skipped (a bad header, a pax value that makes no
+    /// sense) since the last call: each is an error of the archive that the extraction reports,
+    /// as GNU tar does, and goes on past.
+    pub fn take_problems(&mut self) -> Vec<Error> {
+        std::mem::take(&mut self.problems)
     }
 
     /// Offset in the tar stream consumed so far.
@@ -376,10 +466,16 @@ impl<R: Read> Parser<R> {
         let mut long_link: Option<Vec<u8>> = None;
         let mut pax: Option<Pax> = None;
         let mut first_offset: Option<u64> = None;
+        // Inside a run of blocks that are not headers, after a bad one (reported once).
+        let mut skipping = false;
         loop {
             let off = self.pos;
             let mut block = [0u8; 512];
             if !self.fill(&mut block, "header")? {
+                if off == 0 {
+                    // GNU tar: "This does not look like a tar archive".
+                    return Err(corrupt("an empty input does not look like a tar archive", b"", 0));
+                }
                 if first_offset.is_some() {
                     return Err(Error::Truncated { what: "header", entry: self.name(), offset: off });
                 }
@@ -401,7 +497,19 @@ impl<R: Read> Parser<R> {
                 Some(n) => self.set_name(n),
                 None => self.set_name(&h.path_bytes()),
             }
-            self.verify_checksum(&block, off)?;
+            if let Err(bad) = self.verify_checksum(&block, off) {
+                // GNU tar: reported once, then every block is looked at until one is a header;
+                // what the extended headers before it said is for a member that is lost.
+                if !skipping {
+                    self.problems.push(corrupt_skipped(bad));
+                }
+                skipping = true;
+                first_offset = None;
+                long_name = None;
+                long_link = None;
+                pax = None;
+                continue;
+            }
             let old = h.as_old();
             let size = unsigned(&old.size, "size", &self.cur_name, off)?;
             if size > MAX_SIZE {
@@ -459,33 +567,61 @@ impl<R: Read> Parser<R> {
         Ok(())
     }
 
-    fn apply_pax(&self, p: &mut Pax, data: &[u8], off: u64) -> Result<()> {
-        for ext in tar::PaxExtensions::new(data) {
-            let ext = ext.map_err(|e| corrupt(format!("bad pax record: {e}"), &self.cur_name, off))?;
-            let key = ext.key_bytes();
-            let val = ext.value_bytes();
+    /// Applies a pax header's records to `p`. A record that is not framed, or a value that
+    /// makes no sense for its key, is reported (GNU tar: "Malformed extended header") and
+    /// ignored; the header's own field stands. Only a sparse map that makes no sense stops the
+    /// run: where the member's data lies is then unknown.
+    fn apply_pax(&mut self, p: &mut Pax, data: &[u8], off: u64) -> Result<()> {
+        for rec in pax_records(data) {
+            let (key, val) = match rec {
+                Ok(kv) => kv,
+                Err(why) => {
+                    self.problems.push(corrupt(why, &self.cur_name, off));
+                    break;
+                }
+            };
             let num = |what: &str| -> Result<u64> {
                 std::str::from_utf8(val)
                     .ok()
                     .and_then(|s| s.parse::<u64>().ok())
                     .ok_or_else(|| corrupt(format!("bad pax {what} {:?}", String::from_utf8_lossy(val)), &self.cur_name, off))
             };
+            // A bad value of a key that does not place the data: reported, the key ignored.
+            let mut soft = |r: Result<u64>| match r {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    self.problems.push(malformed(e, key, val));
+                    None
+                }
+            };
             match key {
                 b"path" => p.path = Some(val.to_vec()),
+                b"uname" => p.uname = Some(val.to_vec()),
+                b"gname" => p.gname = Some(val.to_vec()),
                 b"linkpath" => p.linkpath = Some(val.to_vec()),
                 b"size" => {
-                    let v = num("size")?;
-                    if v > MAX_SIZE {
-                        return Err(corrupt(format!("pax size {v} overflows"), &self.cur_name, off));
+                    let v = num("size").and_then(|v| if v > MAX_SIZE { Err(corrupt(format!("pax size {v} overflows"), &self.cur_name, off)) } else { Ok(v) });
+                    if let Some(v) = soft(v) {
+                        p.size = Some(v);
                     }
-                    p.size = Some(v);
                 }
-                b"uid" => p.uid = Some(num("uid")?),
-                b"gid" => p.gid = Some(num("gid")?),
-                b"mtime" => {
-                    let s = std::str::from_utf8(val).unwrap_or("");
-                    p.mtime = Some(parse_pax_time(s).ok_or_else(|| corrupt(format!("bad pax mtime {s:?}"), &self.cur_name, off))?);
+                b"uid" => {
+                    if let Some(v) = soft(num("uid")) {
+                        p.uid = Some(v);
+                    }
                 }
+                b"gid" => {
+                    if let Some(v) = soft(num("gid")) {
+                        p.gid = Some(v);
+                    }
+                }
+                b"mtime" => match std::str::from_utf8(val).ok().and_then(parse_pax_time) {
+                    Some(t) => p.mtime = Some(t),
+                    None => {
+                        let e = corrupt(format!("bad pax mtime {:?}", String::from_utf8_lossy(val)), &self.cur_name, off);
+                        self.problems.push(malformed(e, key, val));
+                    }
+                },
                 b"GNU.sparse.major" => p.sparse_major = Some(num("GNU.sparse.major")?),
                 b"GNU.sparse.minor" => p.sparse_minor = Some(num("GNU.sparse.minor")?),
                 b"GNU.sparse.name" => p.sparse_name = Some(val.to_vec()),
@@ -579,15 +715,21 @@ impl<R: Read> Parser<R> {
         }
         let mut dev = (0, 0);
         if matches!(kind, Kind::CharDev | Kind::BlockDev) {
-            if let Some(u) = h.as_ustar() {
+            // Where ustar and GNU headers both keep them (a v7 header has none).
+            let fields = h.as_ustar().map(|u| (&u.dev_major, &u.dev_minor)).or_else(|| h.as_gnu().map(|g| (&g.dev_major, &g.dev_minor)));
+            if let Some((major, minor)) = fields {
                 let num = |f: &[u8], what: &str| {
                     unsigned(f, what, name, off).and_then(|v| u32::try_from(v).map_err(|_| corrupt(format!("{what} {v} out of range"), name, off)))
                 };
-                dev = (num(&u.dev_major, "devmajor")?, num(&u.dev_minor, "devminor")?);
+                dev = (num(major, "devmajor")?, num(minor, "devminor")?);
             }
         }
+        let uname = pax.uname.take().unwrap_or_else(|| h.username_bytes().map(<[u8]>::to_vec).unwrap_or_default());
+        let gname = pax.gname.take().unwrap_or_else(|| h.groupname_bytes().map(<[u8]>::to_vec).unwrap_or_default());
         let mut e = Entry {
             path,
+            uname,
+            gname,
             link: if matches!(kind, Kind::HardLink | Kind::Symlink) { link } else { None },
             kind,
             mode,
@@ -768,15 +910,37 @@ mod tests {
         assert_eq!(parse_pax_time("-1.5"), Some((-2, 500_000_000)));
         assert_eq!(parse_pax_time("12"), Some((12, 0)));
         assert_eq!(parse_pax_time("x"), None);
+        assert_eq!(parse_pax_time("1e-09"), Some((0, 1)));
+        assert_eq!(parse_pax_time("1.5e3"), Some((1500, 0)));
+        assert_eq!(parse_pax_time("1600000000"), Some((1600000000, 0)));
+        assert_eq!(parse_pax_time(".25"), Some((0, 250_000_000)));
+        assert_eq!(parse_pax_time("-0.5"), Some((-1, 500_000_000)));
+        for bad in ["", ".", "-", "1e", "1.2.3", "1e99", "+1", "1 "] {
+            assert_eq!(parse_pax_time(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pax_records_are_split_by_their_length_whatever_bytes_values_hold() {
+        let data = b"19 path=new\nline\0x\n20 uid=1\n" as &[u8];
+        // "19 path=new\nline\0x\n" is 19 bytes; "20 uid=1\n" is not 20.
+        let got: Vec<_> = pax_records(data).collect();
+        assert_eq!(got[0], Ok((&b"path"[..], &b"new\nline\0x"[..])));
+        assert!(got[1].is_err(), "{got:?}");
+        assert_eq!(got.len(), 2);
+        let ok: Vec<_> = pax_records(b"8 uid=1\n\0\0\0").collect();
+        assert_eq!(ok, vec![Ok((&b"uid"[..], &b"1"[..]))]);
     }
 
     #[test]
     fn end_of_archive_variants() {
-        // Empty input, one zero block, two zero blocks: all a clean end.
-        for n in [0usize, 512, 1024, 10240] {
+        // One zero block, two zero blocks: a clean end; no byte at all is no archive.
+        for n in [512usize, 1024, 10240] {
             let v = vec![0u8; n];
             let mut p = Parser::new(&v[..]);
             assert!(p.next_entry().unwrap().is_none());
         }
+        let mut p = Parser::new(&[][..]);
+        assert!(matches!(p.next_entry(), Err(Error::Corrupt { .. })));
     }
 }

@@ -125,7 +125,19 @@ impl CreateQueue {
     /// A queue for the files of `creator`: on an io_uring where the creator names its files after
     /// their syncfs and io_uring is available, else on the caller's thread.
     pub fn new(creator: &FileCreator) -> CreateQueue {
-        let ring = if !creator.publishes() {
+        Self::with(creator, None)
+    }
+
+    /// A queue that creates every file on the caller's thread, for `why` (for the report): as
+    /// where io_uring is missing, each creation's error is the caller's to handle at once.
+    pub fn on_caller_thread(creator: &FileCreator, why: String) -> CreateQueue {
+        Self::with(creator, Some(why))
+    }
+
+    fn with(creator: &FileCreator, not: Option<String>) -> CreateQueue {
+        let ring = if let Some(why) = not {
+            Err(why)
+        } else if !creator.publishes() {
             Err("files are created under their final name".to_string())
         } else if !sys::tmpfile_available() {
             Err("O_TMPFILE unavailable".to_string())

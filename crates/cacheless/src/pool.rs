@@ -78,15 +78,22 @@ fn worker<W: Work>(rx: &Mutex<Receiver<W::Job>>, work: &W) {
 }
 
 /// How the descriptors the extraction may hold are shared out: threads, queued jobs (each
-/// holds an open file and its directory, a large file's writer a few more), files kept open for
-/// a second page drop, and resolved directories kept open.
+/// holds an open file and its directory, a large file's writer a few more), small files created
+/// ahead of their data, files waiting for their batch's syncfs, and resolved directories kept
+/// open. Each share shrinks with the limit, down to one of each, so that any limit from a
+/// few dozen descriptors works (more slowly: fewer files per syncfs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FdPlan {
     /// Worker threads.
     pub threads: usize,
     /// Places in the job queue.
     pub queue: usize,
-    /// Files kept open for their second page drop.
+    /// Most small files one job may hold (a batch handed to a worker together).
+    pub batch: usize,
+    /// Small files created ahead of their data (an extraction's batches waiting for their
+    /// creation), each holding itself and its directory.
+    pub pipeline: usize,
+    /// Files kept open for their batch's syncfs and their second page drop.
     pub deferred: usize,
     /// Directories kept open by the resolver.
     pub dirs: usize,
@@ -95,21 +102,39 @@ pub struct FdPlan {
 /// Descriptors a job may hold at most: a large file's writer holds its file, its directory (a
 /// duplicate), an io_uring instance, and the job its parent directory.
 const PER_JOB: usize = 4;
-/// Descriptors left for everything else (the archive and its ring, probes, the resolver's root).
-const RESERVE: usize = 32;
+/// Descriptors a file waiting for its batch's syncfs may hold: itself, its directory (files of
+/// one directory share it, files of many do not), and itself again among those kept for a
+/// second page drop.
+const PER_DEFERRED: usize = 3;
+/// Most small files created ahead of their data.
+const PIPELINE_MAX: usize = 160;
+/// Most small files in one job, each holding itself and its directory.
+const BATCH_MAX: usize = 32;
+/// Descriptors left for everything else (the archive and its ring, the create queue's ring,
+/// probes, the resolver's root).
+const RESERVE: usize = 12;
 
 /// Shares out `limit - open_now` descriptors (the soft RLIMIT_NOFILE less those already open)
 /// for an extraction asking for `threads` workers.
 pub fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
     let avail = usize::try_from(limit.saturating_sub(open_now)).unwrap_or(usize::MAX).saturating_sub(RESERVE);
-    // Jobs (running, queued and the one being built) get at most half.
-    let jobs_max = (avail / 2 / PER_JOB).max(3);
+    // Jobs (running, queued and the one being built) get at most half. A job holds a large
+    // file's writer or a batch of small files: batches shrink where fewer than a few jobs
+    // would fit.
+    let per_job = |batch: usize| (2 * batch).max(PER_JOB);
+    let mut batch = BATCH_MAX;
+    while batch > 1 && avail / 2 / per_job(batch) < threads.min(4) + 3 {
+        batch /= 2;
+    }
+    let jobs_max = (avail / 2 / per_job(batch)).max(3);
     let threads = threads.clamp(1, jobs_max - 2);
     let queue = (threads * 8).min(jobs_max - threads - 1).max(1);
-    let rest = avail.saturating_sub((threads + queue + 1) * PER_JOB);
-    let deferred = (rest / 2).min(512);
-    let dirs = (rest - deferred).clamp(1, 4096);
-    FdPlan { threads, queue, deferred, dirs }
+    let rest = avail.saturating_sub((threads + queue + 1) * per_job(batch));
+    let pipeline = (rest / 8).min(PIPELINE_MAX);
+    let rest = rest - pipeline * 2;
+    let deferred = (rest / 2 / PER_DEFERRED).min(512);
+    let dirs = (rest - deferred * PER_DEFERRED).clamp(1, 4096);
+    FdPlan { threads, queue, batch, pipeline, deferred, dirs }
 }
 
 /// The message a panic carried (a worker's or a decoder's, caught and turned into an error).
@@ -168,14 +193,14 @@ mod tests {
     fn the_descriptor_plan_fits_the_limit() {
         for (limit, threads) in [(1024u64, 16usize), (1024, 4), (256, 16), (64, 16), (40, 4), (1 << 20, 16)] {
             let p = fd_plan(limit, 10, threads);
-            assert!(p.threads >= 1 && p.threads <= threads && p.queue >= 1, "{limit}: {p:?}");
-            let used = (p.threads + p.queue + 1) * PER_JOB + p.deferred + p.dirs + RESERVE + 10;
-            if limit >= 128 {
+            assert!(p.threads >= 1 && p.threads <= threads && p.queue >= 1 && p.dirs >= 1, "{limit}: {p:?}");
+            let used = (p.threads + p.queue + 1) * (2 * p.batch).max(PER_JOB) + p.pipeline * 2 + p.deferred * PER_DEFERRED + p.dirs + RESERVE + 10;
+            if limit >= 64 {
                 assert!(used as u64 <= limit, "{limit}: {p:?} uses {used}");
             }
         }
         // A generous limit keeps the full figures.
         let p = fd_plan(1 << 20, 10, 16);
-        assert_eq!((p.threads, p.queue, p.deferred, p.dirs), (16, 128, 512, 4096));
+        assert_eq!((p.threads, p.queue, p.batch, p.pipeline, p.deferred, p.dirs), (16, 128, 32, 160, 512, 4096));
     }
 }

@@ -8,6 +8,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
@@ -21,12 +22,19 @@ use crate::fault::{self, Injected, Site, Step};
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Longest name a directory entry may have on Linux (NAME_MAX).
+const NAME_MAX: usize = 255;
+
 /// A temporary name beside `name`, `.NAME.cacheless-PID-N.tmp`, that no other writer of this
-/// process uses.
+/// process uses. It fits wherever `name` does: NAME is cut to leave room for the rest (any
+/// byte but '/' and NUL may end a name, so a cut is a name too).
 pub(crate) fn temp_name(name: &OsStr) -> OsString {
+    let tail = format!(".cacheless-{}-{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed));
+    let bytes = name.as_bytes();
+    let keep = bytes.len().min(NAME_MAX - 1 - tail.len());
     let mut t = OsString::from(".");
-    t.push(name);
-    t.push(format!(".cacheless-{}-{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
+    t.push(OsStr::from_bytes(&bytes[..keep]));
+    t.push(tail);
     t
 }
 
@@ -405,5 +413,27 @@ fn to_timespec(t: SystemTime) -> rustix::fs::Timespec {
             }
             rustix::fs::Timespec { tv_sec: s, tv_nsec: ns }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_temporary_name_fits_beside_the_longest_name() {
+        for len in [1usize, 100, 230, 254, 255] {
+            let name = OsString::from("n".repeat(len));
+            let t = temp_name(&name);
+            assert!(t.len() <= NAME_MAX, "{len}: {} bytes", t.len());
+            assert!(t.as_bytes().starts_with(b".n") && t.as_bytes().ends_with(b".tmp"), "{t:?}");
+            assert_ne!(temp_name(&name), t, "two temporaries of one name differ");
+        }
+        // And the file can be made.
+        let d = tempfile::tempdir().unwrap();
+        let dir = File::open(d.path()).unwrap();
+        let name = OsString::from("é".repeat(127));
+        let (_fd, t) = create_temp(dir.as_fd(), &name, d.path(), 0o600).unwrap();
+        assert!(d.path().join(&t).exists());
     }
 }

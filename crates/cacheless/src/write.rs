@@ -94,7 +94,7 @@ pub struct WriteReport {
 pub struct Writer {
     file: Arc<File>,
     path: PathBuf,
-    dir: OwnedFd,
+    dir: Arc<OwnedFd>,
     name: OsString,
     tmp: Option<OsString>,
     /// The mode, its reason and the alignment it asks for.
@@ -126,17 +126,19 @@ impl Writer {
     pub fn create(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<Writer> {
         let path = path.as_ref();
         let (dir, name) = sys::open_parent(path)?;
-        Writer::create_in_owned(dir, name, path, opts)
+        Writer::create_in_shared(Arc::new(dir), name, path, opts)
     }
 
     /// Creates `name` (a single path component) inside the directory `dir`, relative to it and
     /// without following a symlink at `name`; `display_path` is used in messages and reports.
     pub fn create_in(dir: BorrowedFd<'_>, name: &OsStr, display_path: &Path, opts: &WriteOptions) -> Result<Writer> {
         let dir = dir.try_clone_to_owned().map_err(|e| Error::io("dup", display_path, e))?;
-        Writer::create_in_owned(dir, name, display_path, opts)
+        Writer::create_in_shared(Arc::new(dir), name, display_path, opts)
     }
 
-    fn create_in_owned(dir: OwnedFd, name: &OsStr, path: &Path, opts: &WriteOptions) -> Result<Writer> {
+    /// As [`Writer::create_in`], holding the directory's descriptor the caller shares (one
+    /// descriptor for every file written in it, none duplicated).
+    pub fn create_in_shared(dir: Arc<OwnedFd>, name: &OsStr, path: &Path, opts: &WriteOptions) -> Result<Writer> {
         sys::check_name("create", path, name)?;
         plan::check_block_size("create", path, opts.io.block_size)?;
         let perm = FileAttrs { permissions: opts.permissions, mtime: None, atime: None, create: opts.create_mode }.create_perm();
@@ -161,7 +163,7 @@ impl Writer {
         Ok(Writer::new(file, dir, name.to_os_string(), tmp, path, opts, plan))
     }
 
-    fn new(file: File, dir: OwnedFd, name: OsString, tmp: Option<OsString>, path: &Path, opts: &WriteOptions, plan: Plan) -> Writer {
+    fn new(file: File, dir: Arc<OwnedFd>, name: OsString, tmp: Option<OsString>, path: &Path, opts: &WriteOptions, plan: Plan) -> Writer {
         let align = plan.align;
         let page = rustix::param::page_size();
         let mut block = round_up(opts.io.block_size.max(align), align.max(page));
@@ -444,11 +446,9 @@ impl Writer {
             return Err(Error::new(ErrorKind::InvalidInput, "finish", &self.path, "not written under a temporary name"));
         }
         let report = self.write_rest()?;
-        let dir = self.dir.try_clone().map_err(|e| self.err("dup", e))?;
-        let file = self.file.try_clone().map_err(|e| self.err("dup", e))?;
         let tmp = self.tmp.take().unwrap_or_default();
         self.finished = true;
-        Ok((report, crate::create::PendingFile::new(Some(Arc::new(file)), Arc::new(dir), Some(tmp), self.name.clone(), self.path.clone())))
+        Ok((report, crate::create::PendingFile::new(Some(self.file.clone()), self.dir.clone(), Some(tmp), self.name.clone(), self.path.clone())))
     }
 
     /// Everything [`Writer::finish`] does before the rename.
@@ -540,7 +540,7 @@ impl Drop for Writer {
         }
         let _ = self.drain();
         let victim = self.tmp.clone().unwrap_or_else(|| self.name.clone());
-        let _ = rustix::fs::unlinkat(&self.dir, victim.as_os_str(), AtFlags::empty());
+        let _ = rustix::fs::unlinkat(&*self.dir, victim.as_os_str(), AtFlags::empty());
         // What we wrote through the cache is garbage now.
         let _ = residency::drop_range(&self.file, 0, 0);
     }

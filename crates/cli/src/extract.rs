@@ -31,12 +31,29 @@ pub struct ExtractArgs {
     /// Keep existing files; an existing file is reported as an error for that member.
     #[arg(short = 'k', long)]
     pub keep_old_files: bool,
-    /// Restore owners and setuid/setgid bits (root only; numeric ids).
-    #[arg(long)]
+    /// Give members the archive's owners, by name where this system knows it, else by number
+    /// (default as root, as GNU tar). A member whose owner cannot be set is kept and reported.
+    #[arg(long, overrides_with = "no_same_owner")]
     pub same_owner: bool,
-    /// Create FIFOs, and device nodes when root (default: skip them with a warning).
+    /// Members are owned by the user extracting them (default for other users than root).
+    #[arg(long, overrides_with = "same_owner")]
+    pub no_same_owner: bool,
+    /// Owners by the archive's numbers, never its names.
     #[arg(long)]
+    pub numeric_owner: bool,
+    /// Give members the archive's mode bits whole, set-ID and sticky bits included, without the
+    /// umask (default as root, as GNU tar).
+    #[arg(short = 'p', long = "same-permissions", visible_alias = "preserve-permissions", overrides_with = "no_same_permissions")]
+    pub same_permissions: bool,
+    /// Modes are the archive's permission bits less the umask (default for other users).
+    #[arg(long, overrides_with = "same_permissions")]
+    pub no_same_permissions: bool,
+    /// Create FIFOs and device nodes (the default, as GNU tar; kept for older command lines).
+    #[arg(long, overrides_with = "no_special_files")]
     pub special_files: bool,
+    /// Skip FIFOs and device nodes with a warning.
+    #[arg(long, overrides_with = "special_files")]
+    pub no_special_files: bool,
     /// Worker threads writing file data (default: 2 per CPU, 4 to 16).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -60,8 +77,15 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     opts.io = common.io();
     opts.sync = !args.no_sync;
     opts.keep_old_files = args.keep_old_files;
-    opts.same_owner = args.same_owner;
-    opts.special_files = args.special_files;
+    // GNU tar's defaults (ExtractOptions::new) unless a flag says otherwise.
+    if args.same_owner || args.no_same_owner {
+        opts.same_owner = args.same_owner;
+    }
+    opts.numeric_owner = args.numeric_owner;
+    if args.same_permissions || args.no_same_permissions {
+        opts.same_permissions = args.same_permissions;
+    }
+    opts.special_files = !args.no_special_files;
     if let Some(t) = args.threads {
         opts.threads = t.max(1);
     }

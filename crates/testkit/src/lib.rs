@@ -9,10 +9,12 @@
 //! - [`interrupt`]: sends a signal to a running child and collects its output.
 //! - [`without_io_uring`]: runs code (and the processes it starts) where io_uring_setup fails
 //!   with EPERM, as under Docker's default seccomp profile.
+//! - [`tree::snapshot`]: every entry of a tree, to compare with what a GNU tool made.
 //! - [`LoopFs`]: a real filesystem (ext4, xfs, btrfs, tmpfs, overlay, erofs, squashfs) mounted
 //!   for one test and taken down when dropped.
 
 mod loopfs;
+pub mod tree;
 
 pub use loopfs::{kernel_has, FsKind, LoopFs};
 

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -14,7 +14,7 @@ use cacheless::{AlignedBuf, CreateQueue, CreateTicket};
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
-use super::jobs::{attrs, chown, named, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Slab, Small, CHUNK, SLAB_ALIGN, SLAB_BYTES};
+use super::jobs::{attrs, named, own, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Slab, Small, CHUNK, SLAB_ALIGN, SLAB_BYTES};
 use super::options::{ExtractOptions, ExtractReport};
 use super::shares::Shares;
 use crate::error::Error;
@@ -67,6 +67,36 @@ pub(super) struct Ctx<'a> {
     /// Creates the small files of batches ahead of their data (`None` only while a creation
     /// borrows it).
     pub creates: Option<CreateQueue>,
+    /// User and group names looked up.
+    pub owners: Owners,
+    /// Most files in a batch, and most batches waiting for their creation: together the
+    /// descriptor plan's `pipeline` (each file holds itself and its directory).
+    pub batch_files: usize,
+    pub waiting_max: usize,
+}
+
+/// The ids of user and group names, looked up once each (getpwnam_r/getgrnam_r).
+#[derive(Default)]
+pub(super) struct Owners {
+    known: std::collections::HashMap<(bool, Vec<u8>), Option<u32>>,
+}
+
+impl Owners {
+    /// The id of the user (`group` false) or group named `name`; `None` for an empty name or one
+    /// this system does not know.
+    fn id(&mut self, group: bool, name: &[u8]) -> Option<u32> {
+        if name.is_empty() {
+            return None;
+        }
+        *self.known.entry((group, name.to_vec())).or_insert_with(|| {
+            let name = std::str::from_utf8(name).ok()?;
+            if group {
+                nix::unistd::Group::from_name(name).ok().flatten().map(|g| g.gid.as_raw())
+            } else {
+                nix::unistd::User::from_name(name).ok().flatten().map(|u| u.uid.as_raw())
+            }
+        })
+    }
 }
 
 /// A small file read whole, its creation asked of the create queue.
@@ -85,7 +115,7 @@ enum Piece {
 }
 
 /// Batches whose files are being created, at most: the parser waits for the oldest beyond.
-const WAITING_MAX: usize = 4;
+pub(super) const WAITING_MAX: usize = 4;
 
 /// Files up to this size are handed to the workers in batches.
 const BATCHED_MAX: u64 = 64 << 10;
@@ -108,13 +138,13 @@ impl Ctx<'_> {
     /// files are all created (or the oldest, when too many wait) are handed over.
     fn close_batch(&mut self) {
         // The next batch's room made at once, not grown file by file.
-        let files = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH_FILES));
+        let files = std::mem::replace(&mut self.batch, Vec::with_capacity(self.batch_files));
         let bytes = std::mem::take(&mut self.batch_bytes);
         let slab = self.slab.take().map(|(buf, _)| Arc::new(Slab::new(buf, self.sh.slabs.clone())));
         if !files.is_empty() {
             self.waiting.push_back((files, bytes, slab));
         }
-        while self.waiting.len() > WAITING_MAX {
+        while self.waiting.len() > self.waiting_max {
             self.send_oldest();
         }
     }
@@ -150,7 +180,7 @@ impl Ctx<'_> {
 
     /// Closes the batch first if `n` more bytes would not fit in it.
     fn batch_room(&mut self, n: usize) {
-        if !self.batch.is_empty() && (self.batch_bytes + n > BATCH_BYTES || self.batch.len() >= BATCH_FILES) {
+        if !self.batch.is_empty() && (self.batch_bytes + n > BATCH_BYTES || self.batch.len() >= self.batch_files) {
             self.close_batch();
         }
         self.batch_bytes += n;
@@ -162,16 +192,24 @@ impl Ctx<'_> {
         }
     }
 
-    fn meta(&self, e: &Entry) -> Meta {
-        let chown = self.opts.same_owner && self.is_root;
+    fn meta(&mut self, e: &Entry) -> Meta {
+        let chown = self.opts.same_owner;
+        let (mut uid, mut gid) = (e.uid, e.gid);
+        if chown && !self.opts.numeric_owner {
+            // GNU tar: the archive's names where this system knows them, else its numbers.
+            uid = self.owners.id(false, &e.uname).map_or(uid, u64::from);
+            gid = self.owners.id(true, &e.gname).map_or(gid, u64::from);
+        }
         let mut mode = e.mode & 0o7777;
-        if !chown {
+        if !self.opts.same_permissions {
+            // GNU tar's default for other users (--no-same-permissions): the permission bits
+            // less the umask, no set-ID nor sticky bit.
+            mode &= 0o777 & !self.umask;
+        } else if !chown && self.is_root {
+            // A set-ID file of root's that the archive gave another owner: not made.
             mode &= !0o6000;
         }
-        if !self.is_root {
-            mode &= !self.umask;
-        }
-        Meta { mode, uid: e.uid, gid: e.gid, mtime: e.mtime, chown }
+        Meta { mode, uid, gid, mtime: e.mtime, chown }
     }
 
     /// Sanitises and strips a member name; `None` if the entry is to be skipped (already warned).
@@ -202,26 +240,59 @@ impl Ctx<'_> {
         }
     }
 
-    /// Does one entry.
+    /// Does one entry. Where a directory is in its way, the files written into that directory
+    /// are given their names first (a syncfs), so that it is removed only when it is empty
+    /// (else an earlier member in it, not yet named, would be lost with it), and the entry is
+    /// tried again: nothing of its data was read yet.
     pub(super) fn entry(&mut self, parser: &mut Parser<source::TarStream>, e: Entry) -> Result<(), Fail> {
+        match self.entry_once(parser, &e) {
+            Err(Fail::Entry(err)) => {
+                if let Some(dir) = self.root.take_dir_in_way() {
+                    self.settle_under(&dir, &e)?;
+                    self.root.allow_rmdir(dir);
+                } else if err.errno() == Some(libc::EMFILE) {
+                    // Out of descriptors: the files in flight hold them until they are named.
+                    // Once every one is, and no directory is held open, there is room.
+                    self.settle_under(&RelPath(Vec::new()), &e)?;
+                    self.root.invalidate(&[]);
+                } else {
+                    return Err(Fail::Entry(err));
+                }
+                self.entry_once(parser, &e)
+            }
+            r => r,
+        }
+    }
+
+    /// Waits until every file written at or below `dir` has its name (or failed).
+    fn settle_under(&mut self, dir: &RelPath, e: &Entry) -> Result<(), Fail> {
+        self.flush_batch();
+        for rel in self.sh.in_flight.pending_under(dir) {
+            self.settle(&rel, e)?;
+        }
+        Ok(())
+    }
+
+    fn entry_once(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry) -> Result<(), Fail> {
         let Some(rel) = self.rel(&e.path, "member")? else {
             self.report.skipped += 1;
             return Ok(());
         };
-        let meta = self.meta(&e);
+        let meta = self.meta(e);
         // A worker still writing a file under this name removes it if it fails: let it finish
         // before the name is used again.
-        self.settle(&rel, &e)?;
+        self.settle(&rel, e)?;
         match e.kind {
             Kind::Dir => {
-                self.root.mkdir(&rel)?;
+                if self.root.mkdir(&rel, self.opts.keep_old_files)? {
+                    self.dirs.push((rel, meta));
+                }
                 self.report.dirs += 1;
-                self.dirs.push((rel, meta));
             }
             Kind::File => {
                 match e.sparse.as_deref() {
-                    Some(map) => self.sparse_file(parser, &e, map, rel, meta)?,
-                    None => self.file(parser, &e, rel, meta)?,
+                    Some(map) => self.sparse_file(parser, e, map, rel, meta)?,
+                    None => self.file(parser, e, rel, meta)?,
                 }
                 self.report.files += 1;
                 self.report.bytes += e.size;
@@ -259,7 +330,7 @@ impl Ctx<'_> {
                 }
                 // Linked only once its target is complete: a link to a file that then failed
                 // would keep its partial data under the link's name.
-                if self.settle(&trel, &e)? == Settled::Failed {
+                if self.settle(&trel, e)? == Settled::Failed {
                     return Err(Fail::Entry(Error::io(
                         "not linking to a file that failed",
                         rel.to_path(),
@@ -275,14 +346,9 @@ impl Ctx<'_> {
             }
             Kind::Fifo | Kind::CharDev | Kind::BlockDev => {
                 let dev = e.kind != Kind::Fifo;
-                if !self.opts.special_files || (dev && !self.is_root) {
+                if !self.opts.special_files {
                     self.report.skipped += 1;
-                    self.warn(format!(
-                        "{}: skipping {} ({})",
-                        e.display(),
-                        if dev { "device node" } else { "fifo" },
-                        if dev { "device nodes need special files enabled and root" } else { "special files not enabled" }
-                    ));
+                    self.warn(format!("{}: skipping {} (special files not enabled)", e.display(), if dev { "device node" } else { "fifo" }));
                     return Ok(());
                 }
                 let ft = match e.kind {
@@ -294,7 +360,29 @@ impl Ctx<'_> {
                 let (pfd, ()) = self.root.create_with(&rel, self.opts.keep_old_files, "mknodat", |d, n| {
                     rustix::fs::mknodat(d, n, ft, rustix::fs::Mode::from_raw_mode(meta.mode), devn)
                 })?;
-                let _ = rustix::fs::utimensat(&pfd, last_name(&rel), &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
+                // Its owner, then its mode exactly (mknod applied the umask; a chown clears
+                // set-ID bits), then its time.
+                let name = last_name(&rel);
+                let mut mode = meta.mode;
+                if meta.chown {
+                    let owned = match super::jobs::ids(&meta) {
+                        Some((u, g)) => rustix::fs::chownat(&pfd, name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW).map_err(std::io::Error::from),
+                        None => Err(std::io::Error::from_raw_os_error(libc::EOVERFLOW)),
+                    };
+                    if let Err(er) = owned {
+                        mode &= !0o6000;
+                        self.sh.fail(format!(
+                            "{}: cannot change ownership to uid {}, gid {}: {er} (kept, without set-ID bits)",
+                            rel.to_path().display(),
+                            meta.uid,
+                            meta.gid
+                        ));
+                    }
+                }
+                if let Err(er) = rustix::fs::chmodat(&pfd, name, rustix::fs::Mode::from_raw_mode(mode), AtFlags::empty()) {
+                    self.sh.fail(format!("{}: chmod: {}", rel.to_path().display(), std::io::Error::from(er)));
+                }
+                let _ = rustix::fs::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
             }
         }
         Ok(())
@@ -481,7 +569,7 @@ impl Ctx<'_> {
         wo.permissions = Some(meta.mode);
         wo.mtime = Some(system_time(meta.mtime));
         let display = self.root.path.join(rel.to_path());
-        let w = self.create_entry(&rel, |d, n| cacheless::Writer::create_in(d.as_fd(), n, &display, &wo))?;
+        let w = self.create_entry(&rel, |d, n| cacheless::Writer::create_in_shared(d.clone(), n, &display, &wo))?;
         let (tx, rx) = sync_channel::<Msg>(4);
         let ticket = self.sh.in_flight.begin(&rel);
         self.pool.send(Job::Stream { rel, writer: Box::new(w), rx, meta, ticket });
@@ -510,7 +598,11 @@ impl Ctx<'_> {
             }
         }
         file.set_len(e.size).map_err(|er| Fail::Entry(Error::Engine(er)))?;
-        chown(file.file(), &meta).map_err(|er| Fail::Entry(Error::io("fchown", display, er)))?;
+        let (mode, owner) = own(file.file(), &meta, &rel);
+        if let Some(why) = owner {
+            file.set_permissions(Some(mode));
+            self.sh.fail(why);
+        }
         // Named after a syncfs, like the workers' files: its ticket settles then.
         let ticket = self.sh.in_flight.begin(&rel);
         let rep = file.finish_then(self.sh.on_published(&rel, ticket)).map_err(|er| Fail::Entry(Error::Engine(er)))?;

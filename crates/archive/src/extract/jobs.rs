@@ -63,12 +63,36 @@ pub(super) fn chown(fd: impl AsFd, m: &Meta) -> rustix::io::Result<()> {
     rustix::fs::fchown(fd, Some(uid), Some(gid))
 }
 
-/// Owner, mode and mtime of a directory (or any open entry), in that order.
-pub(super) fn apply_meta(fd: &OwnedFd, m: &Meta) -> rustix::io::Result<()> {
-    chown(fd, m)?;
+/// Gives an open entry its owner when ownership is restored. Where that fails (a user the
+/// filesystem cannot represent, root squashed, a user namespace without the id) the entry is
+/// kept, as GNU tar keeps it, and the failure is said in the message returned; the mode it is
+/// then to get has no set-user-ID or set-group-ID bit (GNU keeps them on a file now owned by
+/// the extracting user: a set-ID program of the wrong owner, which we do not make).
+pub(super) fn own(fd: impl AsFd, m: &Meta, rel: &RelPath) -> (u32, Option<String>) {
+    match chown(fd, m) {
+        Ok(()) => (m.mode, None),
+        Err(e) => (
+            m.mode & !0o6000,
+            Some(format!(
+                "{}: cannot change ownership to uid {}, gid {}: {} (kept, without set-ID bits)",
+                rel.to_path().display(),
+                m.uid,
+                m.gid,
+                std::io::Error::from(e)
+            )),
+        ),
+    }
+}
+
+/// Owner, mode and mtime of a directory (or any open entry), in that order. A failure to set the
+/// owner is returned after the mode and time are set (see [`own`]).
+pub(super) fn apply_meta(fd: &OwnedFd, m: &Meta, rel: &RelPath) -> Result<(), String> {
+    let (mode, owner) = own(fd, m, rel);
     // After fchown, which clears setuid/setgid.
-    rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(m.mode))?;
-    rustix::fs::futimens(fd, &times(m.mtime))
+    let r = rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(mode))
+        .and_then(|()| rustix::fs::futimens(fd, &times(m.mtime)))
+        .map_err(|e| format!("{}: fchmod/futimens: {e}", rel.to_path().display()));
+    r.and(owner.map_or(Ok(()), Err))
 }
 
 /// A chunk of a streamed entry's data: the buffer, its length, and its share of the budget.
@@ -186,6 +210,12 @@ impl InFlight {
         st.pending.insert(rel.0.clone(), seq);
         st.failed.remove(&rel.0);
         Ticket { names: self.clone(), key: rel.0.clone(), seq, ok: false }
+    }
+
+    /// The files being written at or below `dir`.
+    pub(super) fn pending_under(&self, dir: &RelPath) -> Vec<RelPath> {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.pending.keys().filter(|k| k.starts_with(&dir.0)).map(|k| RelPath(k.clone())).collect()
     }
 
     /// Whether a file named `rel` is being written (its ticket not yet settled).
@@ -369,7 +399,13 @@ impl Shared {
                 })
             }
         };
-        let res = res.and_then(|()| chown(file.file(), meta).map_err(|e| Some(cacheless::Error::io("fchown", file.path(), e.into()))));
+        if res.is_ok() {
+            let (mode, owner) = own(file.file(), meta, rel);
+            if let Some(why) = owner {
+                file.set_permissions(Some(mode));
+                self.fail(why);
+            }
+        }
         // The ticket goes with the file once it is finished: its callback settles it.
         let res = match res {
             Ok(()) => file.finish_then(self.on_published(rel, ticket)).map_err(Some),
@@ -385,11 +421,15 @@ impl Shared {
     /// Writes and finishes a large file under its temporary name; it is named after the
     /// creator's next syncfs, and its ticket settles then (or when it failed and was removed).
     fn stream_job(&self, rel: &RelPath, mut w: cacheless::Writer, rx: Receiver<Msg>, meta: &Meta, ticket: Ticket) {
-        let res = self
-            .take_chunks(&rx, |s| w.write_bytes(s))
-            .and_then(|()| chown(w.file(), meta).map_err(|e| Some(cacheless::Error::io("fchown", w.path(), e.into()))))
+        let res = self.take_chunks(&rx, |s| w.write_bytes(s)).and_then(|()| {
+            let (mode, owner) = own(w.file(), meta, rel);
+            if let Some(why) = owner {
+                w.set_permissions(Some(mode));
+                self.fail(why);
+            }
             // Permissions and mtime are applied by finish (after the fchown above).
-            .and_then(|()| w.finish_pending().map_err(Some));
+            w.finish_pending().map_err(Some)
+        });
         let res = res.map(|(rep, pending)| {
             self.creator.publish_after_sync(pending, rep.bytes, self.on_published(rel, ticket));
             rep

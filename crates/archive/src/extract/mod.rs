@@ -54,6 +54,10 @@ use jobs::{apply_meta, Shared};
 pub use options::{ExtractOptions, ExtractReport};
 use shares::Shares;
 
+/// Fewest small files the descriptor plan must let be created ahead of their data for them to
+/// be created on an io_uring (see `CreateQueue`).
+const PIPELINE_MIN: usize = 8;
+
 /// The umask in a /proc/self/status text (its `Umask:` line, Linux 4.7+).
 fn parse_umask(status: &str) -> Option<u32> {
     let v = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
@@ -86,6 +90,9 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
     let plan = fd_plan(nofile, open_fds(), opts.threads);
     let mut root = Root::open(&opts.dest, 0o777 & !umask, plan.dirs)?;
+    // Small files created ahead of their data: the batch being filled and those waiting.
+    let batch_files = (plan.pipeline / (entry::WAITING_MAX + 1)).clamp(1, entry::BATCH_FILES.min(plan.batch));
+    let waiting_max = (plan.pipeline / batch_files).clamp(1, entry::WAITING_MAX + 1) - 1;
     if opts.force_walk {
         root.force_walk();
     }
@@ -148,7 +155,16 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         batch_bytes: 0,
         slab: None,
         waiting: Default::default(),
-        creates: Some(CreateQueue::new(&sh.creator)),
+        // Files created ahead of their data hold descriptors the parser cannot give back when
+        // it runs out: under a few dozen, each is created when its member is reached.
+        creates: Some(if plan.pipeline >= PIPELINE_MIN {
+            CreateQueue::new(&sh.creator)
+        } else {
+            CreateQueue::on_caller_thread(&sh.creator, format!("{nofile} open files at most: too few to create files ahead"))
+        }),
+        batch_files,
+        waiting_max,
+        owners: Default::default(),
     };
     let mut parser = Parser::new(stream);
     loop {
@@ -156,7 +172,12 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
             ctx.report.fatal_error = Some(Error::Interrupted { entry: String::new() });
             break;
         }
-        let e = match parser.next_entry() {
+        let next = parser.next_entry();
+        // Headers skipped and values ignored on the way, reported as GNU tar reports them.
+        for skipped in parser.take_problems() {
+            sh.fail(skipped.to_string());
+        }
+        let e = match next {
             Ok(Some(e)) => e,
             Ok(None) => {
                 if let Err(err) = parser.drain() {
@@ -213,8 +234,8 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     for (rel, meta) in &dirs {
         match root.open_dir_for_meta(rel) {
             Ok(fd) => {
-                if let Err(e) = apply_meta(&fd, meta) {
-                    sh.fail(format!("{}: fchmod/futimens: {e}", rel.to_path().display()));
+                if let Err(why) = apply_meta(&fd, meta, rel) {
+                    sh.fail(why);
                 }
             }
             Err(e) => sh.fail(format!("{}: {e}", rel.to_path().display())),

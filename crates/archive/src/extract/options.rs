@@ -18,9 +18,20 @@ pub struct ExtractOptions {
     pub sync: bool,
     /// Keep existing files instead of replacing them (an existing file is an entry failure).
     pub keep_old_files: bool,
-    /// Restore owner, group and setuid/setgid bits (only honoured when running as root).
+    /// Give each member the archive's owner and group (GNU tar `--same-owner`, its default as
+    /// root): by their names where the archive has them and this system knows them, else by
+    /// their numbers. A member whose owner cannot be set is kept and reported, without set-ID
+    /// bits. Default: whether this process runs as root.
     pub same_owner: bool,
-    /// Create FIFOs, and device nodes when root (otherwise they are skipped with a warning).
+    /// Owners by the archive's numbers only, never its names (GNU tar `--numeric-owner`).
+    pub numeric_owner: bool,
+    /// Give each member the archive's mode bits whole, set-ID and sticky bits included, with no
+    /// umask (GNU tar `-p`, its default as root). Otherwise the permission bits less the umask,
+    /// as GNU tar gives other users. As root without owners restored, set-ID bits are dropped
+    /// (GNU keeps them on a file then owned by root). Default: whether this process runs as root.
+    pub same_permissions: bool,
+    /// Create FIFOs and device nodes (default, as GNU tar; a device node needs privilege, and
+    /// fails without it); false skips them with a warning.
     pub special_files: bool,
     /// Worker threads for file data and metadata (fewer when the open-file limit is low).
     pub threads: usize,
@@ -56,16 +67,20 @@ pub struct ExtractOptions {
 
 impl ExtractOptions {
     /// Defaults: the default I/O options (auto mode and backend, the default budget), sync,
-    /// replace existing files, no ownership.
+    /// replace existing files, special files created, and GNU tar's defaults for owners and
+    /// modes (restored as root, not otherwise).
     pub fn new(dest: impl Into<PathBuf>) -> Self {
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let root = rustix::process::geteuid().is_root();
         ExtractOptions {
             dest: dest.into(),
             strip_components: 0,
             sync: true,
             keep_old_files: false,
-            same_owner: false,
-            special_files: false,
+            same_owner: root,
+            numeric_owner: false,
+            same_permissions: root,
+            special_files: true,
             threads: (cpus * 2).clamp(4, 16),
             decompress_threads: cpus.clamp(1, 8),
             io: cacheless::IoOptions::default(),
