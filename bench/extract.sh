@@ -20,7 +20,8 @@
 # filesystem under test, default /var/tmp/cacheless-bench-extract), RUNS (5), NAME (label),
 # LARGE (16 x 64 MiB), MEDIUM (4000 x 128 KiB), SMALL (20000 x SMALL_MIN_KIB..SMALL_MAX_KIB KiB),
 # SMALL_MIN_KIB (1), SMALL_MAX_KIB (40), EXTRA (extra flags for cacheless extract), TOOLS (the
-# tools to compare, a subset of: cacheless tar tar-T0), ARCHIVES (single multi), SYSCALLS (1),
+# tools to compare, a subset of: cacheless before tar tar-T0; `before` is the binary BEFORE, a
+# previous build, run as cacheless is), ARCHIVES (single multi), SYSCALLS (1),
 # FRESH_FS (ext4 or xfs: every trial extracts into a filesystem of that kind made for it on a
 # loop device, see bench/lib.sh's fresh_fs; FRESH_GIB and FRESH_INODES size it; default: into
 # WORK itself).
@@ -63,6 +64,7 @@ resident_kib() { # archive + every extracted file, exact (fincore)
 command_for() {
     case $1 in
         cacheless) echo "\"$BIN\" extract --json $EXTRA \"$2\" -C \"$OUT\" > \"$WORK/report.json\"" ;;
+        before) echo "\"$BEFORE\" extract --json $EXTRA \"$2\" -C \"$OUT\" > \"$WORK/report.json\"" ;;
         tar) echo "tar -I zstd -xf \"$2\" -C \"$OUT\" && sync" ;;
         tar-T0) echo "tar -I 'zstd -T0' -xf \"$2\" -C \"$OUT\" && sync" ;;
         *) echo "unknown tool $1" >&2; exit 2 ;;
@@ -81,7 +83,7 @@ one() { # tool@archive run position
         || { echo "$tool failed:" >&2; cat "$WORK/stderr-$tool.txt" >&2; exit 1; }
     t=$(tail -1 "$WORK/time.txt")
     after=$(cached_kib)
-    if [ "$tool" = cacheless ]; then
+    if [ "$tool" = cacheless ] || [ "$tool" = before ]; then
         read -r frames dthreads < <(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["source"]; print(s.get("frames") if s.get("frames") is not None else "-", s.get("decompress_threads", "-"))' "$WORK/report.json")
     fi
     echo "$tool,$kind,$run,$pos,${t// /,},$((after - before)),$(resident_kib "$arch"),$TREE_BYTES,$FILES,$frames,$dthreads" | tee -a "$RAW"
@@ -127,14 +129,14 @@ def sel(k): return [r for r in rows if (r["tool"], r["archive"]) == k]
 def med(k, f): return st.median(float(r[f]) for r in sel(k))
 def cpu(k): return st.median(float(r["user_s"]) + float(r["sys_s"]) for r in sel(k))
 tb = float(rows[0]["tree_bytes"]); n = rows[0]["files"]; gib = tb / 2**30
-labels = {"cacheless": "cacheless extract", "tar": "tar -I zstd -xf && sync", "tar-T0": "tar -I 'zstd -T0' -xf && sync"}
+labels = {"cacheless": "cacheless extract", "before": "previous binary", "tar": "tar -I zstd -xf && sync", "tar-T0": "tar -I 'zstd -T0' -xf && sync"}
 print(f"\ntree: {gib:.2f} GiB apparent, {n} files; medians of {len(sel(keys[0]))} cold interleaved runs\n")
 print("| tool | archive | wall s | user s | sys s | CPU s/GiB | CPU us/file (user + sys) | syscalls/file (futex) | io_uring_enter / io_uring ops per file | page-cache growth | resident after (archive+tree) | frames / decompression threads |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 for k in keys:
     g = med(k, "cache_growth_kib") * 1024
     r0 = sel(k)[0]
-    fr = f"{r0['frames']} / {r0['decompress_threads']}" if k[0] == "cacheless" else "-"
+    fr = f"{r0['frames']} / {r0['decompress_threads']}" if k[0] in ("cacheless", "before") else "-"
     pf = lambda f: float(med(k, f)) / float(n) * 1e6
     print(f"| {labels[k[0]]} | {k[1]}-frame | {med(k,'wall_s'):.2f} | {med(k,'user_s'):.2f} | {med(k,'sys_s'):.2f} | {cpu(k)/gib:.2f} | "
           f"{cpu(k)/float(n)*1e6:.1f} ({pf('user_s'):.1f} + {pf('sys_s'):.1f}) | {calls(k)} | "

@@ -34,13 +34,16 @@ struct Run<'a> {
     fifo: bool,
     /// Run as this user (and group), not root; the destinations are theirs.
     user: Option<u32>,
+    /// Member names, after the archive.
+    names: &'a [&'a str],
 }
 
-const RUN: Run<'static> = Run { opts: &[], umask: 0o022, nofile: None, userns: false, fifo: false, user: None };
+const RUN: Run<'static> = Run { opts: &[], umask: 0o022, nofile: None, userns: false, fifo: false, user: None, names: &[] };
 
 /// What a run left and said.
 struct Outcome {
     ok: bool,
+    stdout: Vec<u8>,
     stderr: String,
     tree: BTreeMap<PathBuf, Node>,
 }
@@ -75,17 +78,22 @@ fn extract_with(gnu: bool, archive: &Path, dest: &Path, run: Run<'_>) -> Outcome
     }
     let opts = run.opts.iter().map(|s| s.to_string());
     if gnu {
-        argv.push("tar".into());
+        // -C first: GNU applies it to the names (and -T lists) after it only.
+        argv.extend(["tar".into(), "-C".into(), dest.display().to_string()]);
         argv.extend(opts);
-        argv.extend(["-xf".into(), src.display().to_string(), "-C".into(), dest.display().to_string()]);
+        argv.extend(["-xf".into(), src.display().to_string()]);
+        argv.extend(run.names.iter().map(|s| s.to_string()));
     } else {
         argv.extend([cacheless_testkit::bin("cacheless").display().to_string(), "extract".into(), "--no-sync".into()]);
         argv.extend(opts);
         argv.extend(["-C".into(), dest.display().to_string(), src.display().to_string()]);
+        argv.extend(run.names.iter().map(|s| s.to_string()));
     }
-    let out = Command::new("sh").arg("-c").arg(&script).arg("sh").args(&argv).env("ARCHIVE", archive).env("LC_ALL", "C").output().unwrap();
+    // Run beside the destination: nothing either writes can land in the working tree.
+    let cwd = dest.parent().unwrap();
+    let out = Command::new("sh").arg("-c").arg(&script).arg("sh").args(&argv).env("ARCHIVE", archive).env("LC_ALL", "C").current_dir(cwd).output().unwrap();
     assert_ne!(out.status.code(), Some(99), "ulimit -n {:?} refused", run.nofile);
-    Outcome { ok: out.status.success(), stderr: String::from_utf8_lossy(&out.stderr).into_owned(), tree: snapshot(dest, since) }
+    Outcome { ok: out.status.success(), stdout: out.stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned(), tree: snapshot(dest, since) }
 }
 
 fn gnu_tar() -> bool {
@@ -100,8 +108,9 @@ fn same_as_gnu(name: &str, archive: &Path, setup: impl Fn(&Path), run: Run<'_>) 
     let (_d, g, o) = twins(setup, run.user.map(|u| (u, u)));
     let want = extract_with(true, archive, &g, run);
     let got = extract_with(false, archive, &o, run);
-    let what = format!("{name}: extract {}", run.opts.join(" "));
+    let what = format!("{name}: extract {} {}", run.opts.join(" "), run.names.join(" "));
     assert_eq!(got.ok, want.ok, "{what}: success; GNU said {:?}, we said {:?}", want.stderr, got.stderr);
+    assert!(got.stdout == want.stdout, "{what}: standard output, {} bytes against GNU's {}", got.stdout.len(), want.stdout.len());
     for (p, w) in &want.tree {
         let Some(e) = got.tree.get(p) else { panic!("{what}: {} missing (GNU made {w:?}); we said {:?}", p.display(), got.stderr) };
         assert!(e == w, "{what}: {}\n ours {}\n GNU  {}", p.display(), brief(e), brief(w));
@@ -484,4 +493,43 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
     let got = extract_with(false, &archive, &d.path().join("o"), Run { opts: &["--no-same-owner"], ..RUN });
     assert!(got.ok, "{}", got.stderr);
     assert_eq!((got.tree[Path::new("suid")].uid, got.tree[Path::new("suid")].mode), (0, 0o755));
+}
+
+/// Member names (as stored; a folder takes what is below it; a name no member matches is an
+/// error), `-T`, `--exclude`, `--skip-old-files`, `--no-overwrite-dir` and `-O` give GNU tar's
+/// results.
+#[test]
+fn member_selection_and_overwrite_options_are_gnu_tars() {
+    if !gnu_tar() {
+        return;
+    }
+    let d = scratch();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = d.path().join("src");
+    write(&src.join("a/b/f"), b"f", 0o644);
+    write(&src.join("a/g.o"), b"object", 0o644);
+    write(&src.join("c/h"), b"h", 0o600);
+    write(&src.join("top"), &vec![9u8; 3 << 20], 0o644);
+    let archive = d.path().join("a.tar");
+    gnu_pack(&src, &archive, &["--sparse"]);
+    for names in [&["./a"][..], &["./a/b/f", "./top"], &["a"], &["./c/", "./nope"]] {
+        same_as_gnu("names", &archive, |_| {}, Run { names, ..RUN });
+    }
+    let list = d.path().join("list");
+    std::fs::write(&list, "./c/h\n./a/b\n").unwrap();
+    let from = format!("--files-from={}", list.display());
+    same_as_gnu("-T", &archive, |_| {}, Run { opts: &[&from], ..RUN });
+    same_as_gnu("exclude", &archive, |_| {}, Run { opts: &["--exclude=*.o", "--exclude=c"], ..RUN });
+    let existing = |dir: &Path| {
+        std::fs::create_dir(dir.join("a")).unwrap();
+        std::fs::set_permissions(dir.join("a"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        write(&dir.join("top"), b"old", 0o600);
+        write(&dir.join("c"), b"a file where a folder is", 0o600);
+    };
+    let got = same_as_gnu("skip", &archive, existing, Run { opts: &["--skip-old-files"], ..RUN });
+    assert_eq!(got.tree[Path::new("top")].body, b"old");
+    same_as_gnu("no-overwrite-dir", &archive, existing, Run { opts: &["--no-overwrite-dir"], ..RUN });
+    let got = same_as_gnu("-O", &archive, |_| {}, Run { opts: &["-O"], ..RUN });
+    assert_eq!(got.stdout.len(), 1 + 6 + 1 + (3 << 20), "every regular member's bytes, in archive order");
+    same_as_gnu("-O names", &archive, |_| {}, Run { opts: &["-O"], names: &["./c/h"], ..RUN });
 }

@@ -67,6 +67,17 @@ pub fn sanitize(raw: &[u8]) -> Sanitized {
     Sanitized::Ok { path: RelPath(comps), stripped }
 }
 
+/// What [`Root::mkdir`] found or did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    /// It made the directory.
+    Made,
+    /// A directory was there already.
+    Existing,
+    /// Something was there and was kept as it is (`keep_old`).
+    Kept,
+}
+
 /// How parents are resolved (reported).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -303,27 +314,26 @@ impl Root {
 
     /// Creates a directory entry; an existing directory is kept, anything else there is
     /// replaced, unless `keep_old`: then whatever is there stays as it is (GNU tar `-k`, which
-    /// neither replaces it nor restores an existing directory's mode and time). True when the
-    /// entry's mode and time are to be applied (not an entry kept under `keep_old`).
-    pub fn mkdir(&mut self, path: &RelPath, keep_old: bool) -> Result<bool> {
-        let Some((parent, name)) = path.split() else { return Ok(!keep_old) };
+    /// neither replaces it nor restores an existing directory's mode and time).
+    pub fn mkdir(&mut self, path: &RelPath, keep_old: bool) -> Result<Dir> {
+        let Some((parent, name)) = path.split() else { return Ok(if keep_old { Dir::Kept } else { Dir::Existing }) };
         let pfd = self.dir(parent)?;
         match rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)) {
             Ok(()) => {
                 self.note_made(&path.0);
-                Ok(true)
+                Ok(Dir::Made)
             }
-            Err(Errno::EXIST) if keep_old => Ok(false),
+            Err(Errno::EXIST) if keep_old => Ok(Dir::Kept),
             Err(Errno::EXIST) => {
                 let st =
                     rustix::fs::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).map_err(|e| Error::io("fstatat", path.to_path(), e))?;
                 if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
-                    return Ok(true);
+                    return Ok(Dir::Existing);
                 }
                 self.remove_existing(&pfd, path, name)?;
                 rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)).map_err(|e| Error::io("mkdirat", path.to_path(), e))?;
                 self.note_made(&path.0);
-                Ok(true)
+                Ok(Dir::Made)
             }
             Err(e) => Err(Error::io("mkdirat", path.to_path(), e)),
         }
@@ -353,6 +363,16 @@ impl Root {
                 op(&pfd, n).map(|t| (pfd, t)).map_err(|e| Error::io(opname, path.to_path(), e))
             }
             Err(e) => Err(Error::io(opname, path.to_path(), e)),
+        }
+    }
+
+    /// Whether something (of any type, a symlink not followed) is at `path`; false where its
+    /// parent is not a directory beneath the root.
+    pub fn exists(&mut self, path: &RelPath) -> bool {
+        let Some((parent, name)) = path.split() else { return true };
+        match self.existing_dir(parent) {
+            Ok(pfd) => rustix::fs::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).is_ok(),
+            Err(_) => false,
         }
     }
 

@@ -24,6 +24,7 @@ pub mod extract;
 pub mod fsops;
 mod modes;
 pub mod pack;
+pub mod select;
 pub mod source;
 pub mod tarparse;
 mod zframes;

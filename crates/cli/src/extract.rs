@@ -19,6 +19,16 @@ use crate::ui;
 pub struct ExtractArgs {
     /// The archive, or `-` for standard input. Compression is detected from its first bytes.
     pub archive: PathBuf,
+    /// Only these members, as stored in the archive (a folder takes everything below it); a
+    /// name no member matches is an error, as with GNU tar.
+    pub members: Vec<PathBuf>,
+    /// Read member names from FILE too, one per line (`-` for standard input).
+    #[arg(short = 'T', long = "files-from", value_name = "FILE")]
+    pub files_from: Vec<PathBuf>,
+    /// Skip members whose name (or any tail of it that starts at a component) matches PATTERN
+    /// (`*`, `?`, `[...]`; wildcards match '/'), as GNU tar's --exclude.
+    #[arg(long, value_name = "PATTERN")]
+    pub exclude: Vec<String>,
     /// Extract into this directory (created if missing).
     #[arg(short = 'C', long = "directory", default_value = ".")]
     pub directory: PathBuf,
@@ -31,6 +41,15 @@ pub struct ExtractArgs {
     /// Keep existing files; an existing file is reported as an error for that member.
     #[arg(short = 'k', long)]
     pub keep_old_files: bool,
+    /// Keep existing files and folders as they are, silently.
+    #[arg(long)]
+    pub skip_old_files: bool,
+    /// Existing folders keep their mode and time.
+    #[arg(long)]
+    pub no_overwrite_dir: bool,
+    /// Write regular members' contents to standard output and create nothing.
+    #[arg(short = 'O', long)]
+    pub to_stdout: bool,
     /// Give members the archive's owners, by name where this system knows it, else by number
     /// (default as root, as GNU tar). A member whose owner cannot be set is kept and reported.
     #[arg(long, overrides_with = "no_same_owner")]
@@ -68,6 +87,28 @@ pub struct ExtractArgs {
     pub writeback_batch: Option<u64>,
 }
 
+/// The member names given on the command line and in each `--files-from` file (one per line,
+/// empty lines skipped), as bytes.
+fn member_names(args: &ExtractArgs) -> Result<Vec<Vec<u8>>> {
+    use std::io::BufRead;
+    use std::os::unix::ffi::OsStrExt;
+    let mut names: Vec<Vec<u8>> = args.members.iter().map(|p| p.as_os_str().as_bytes().to_vec()).collect();
+    for f in &args.files_from {
+        let reader: Box<dyn BufRead> = if f.as_os_str() == "-" {
+            Box::new(std::io::stdin().lock())
+        } else {
+            Box::new(std::io::BufReader::new(std::fs::File::open(f).with_context(|| format!("open {}", f.display()))?))
+        };
+        for line in reader.split(b'\n') {
+            let line = line.with_context(|| format!("read {}", f.display()))?;
+            if !line.is_empty() {
+                names.push(line);
+            }
+        }
+    }
+    Ok(names)
+}
+
 /// Runs `cacheless extract`: exit 0 when every member was extracted, 1 otherwise, 130 or 143
 /// when interrupted by SIGINT or SIGTERM.
 pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
@@ -77,6 +118,13 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     opts.io = common.io();
     opts.sync = !args.no_sync;
     opts.keep_old_files = args.keep_old_files;
+    opts.skip_old_files = args.skip_old_files;
+    opts.no_overwrite_dir = args.no_overwrite_dir;
+    opts.to_stdout = args.to_stdout;
+    opts.members = member_names(args)?;
+    for p in &args.exclude {
+        opts.exclude.push(glob::Pattern::new(p).map_err(|e| ui::UsageError(format!("--exclude {p:?}: {e}")))?);
+    }
     // GNU tar's defaults (ExtractOptions::new) unless a flag says otherwise.
     if args.same_owner || args.no_same_owner {
         opts.same_owner = args.same_owner;

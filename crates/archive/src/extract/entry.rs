@@ -18,7 +18,7 @@ use super::jobs::{attrs, named, own, system_time, times, Data, Job, Meta, Msg, S
 use super::options::{ExtractOptions, ExtractReport};
 use super::shares::Shares;
 use crate::error::Error;
-use crate::fsops::{sanitize, RelPath, Root, Sanitized};
+use crate::fsops::{sanitize, Dir, RelPath, Root, Sanitized};
 use crate::source;
 use crate::tarparse::{Entry, Kind, Parser};
 use cacheless::pool::Pool;
@@ -69,6 +69,8 @@ pub(super) struct Ctx<'a> {
     pub creates: Option<CreateQueue>,
     /// User and group names looked up.
     pub owners: Owners,
+    /// The member names asked for, and which were found.
+    pub members: crate::select::Members,
     /// Most files in a batch, and most batches waiting for their creation: together the
     /// descriptor plan's `pipeline` (each file holds itself and its directory).
     pub batch_files: usize,
@@ -209,7 +211,7 @@ impl Ctx<'_> {
             // A set-ID file of root's that the archive gave another owner: not made.
             mode &= !0o6000;
         }
-        Meta { mode, uid, gid, mtime: e.mtime, chown }
+        Meta { mode, uid, gid, mtime: e.mtime, chown, time_only: false }
     }
 
     /// Sanitises and strips a member name; `None` if the entry is to be skipped (already warned).
@@ -264,6 +266,46 @@ impl Ctx<'_> {
         }
     }
 
+    /// A regular member's contents to standard output (holes of a sparse one as zeros); other
+    /// members give nothing (GNU tar `-O`).
+    fn write_out(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry) -> Result<(), Fail> {
+        use std::io::Write;
+        if e.kind != Kind::File {
+            return Ok(());
+        }
+        let out_err = |er: std::io::Error| Fail::Fatal(Error::io("write", "standard output", er));
+        let mut out = std::io::stdout().lock();
+        let mut buf = vec![0u8; 1 << 20];
+        let segments = e.sparse.clone().unwrap_or_else(|| vec![(0, e.size)]);
+        let zeros = vec![0u8; 1 << 16];
+        let mut at = 0u64;
+        for (off, len) in segments {
+            // The hole before the segment.
+            while at < off {
+                let n = cacheless::conv::fit(off - at, zeros.len());
+                out.write_all(&zeros[..n]).map_err(out_err)?;
+                at += n as u64;
+            }
+            let mut left = len;
+            while left > 0 {
+                let n = cacheless::conv::fit(left, buf.len());
+                parser.read_data_exact(&mut buf[..n]).map_err(fatal)?;
+                out.write_all(&buf[..n]).map_err(out_err)?;
+                left -= n as u64;
+                at += n as u64;
+            }
+        }
+        while at < e.size {
+            let n = cacheless::conv::fit(e.size - at, zeros.len());
+            out.write_all(&zeros[..n]).map_err(out_err)?;
+            at += n as u64;
+        }
+        out.flush().map_err(out_err)?;
+        self.report.files += 1;
+        self.report.bytes += e.size;
+        Ok(())
+    }
+
     /// Waits until every file written at or below `dir` has its name (or failed).
     fn settle_under(&mut self, dir: &RelPath, e: &Entry) -> Result<(), Fail> {
         self.flush_batch();
@@ -274,18 +316,34 @@ impl Ctx<'_> {
     }
 
     fn entry_once(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry) -> Result<(), Fail> {
+        if !self.members.take(&e.path) || crate::select::excluded(&self.opts.exclude, &e.path) {
+            self.report.skipped += 1;
+            return Ok(());
+        }
+        if self.opts.to_stdout {
+            return self.write_out(parser, e);
+        }
         let Some(rel) = self.rel(&e.path, "member")? else {
             self.report.skipped += 1;
             return Ok(());
         };
+        if self.opts.skip_old_files && self.root.exists(&rel) {
+            // GNU tar --skip-old-files: what is there stays, silently.
+            self.report.skipped += 1;
+            return Ok(());
+        }
         let meta = self.meta(e);
         // A worker still writing a file under this name removes it if it fails: let it finish
         // before the name is used again.
         self.settle(&rel, e)?;
         match e.kind {
             Kind::Dir => {
-                if self.root.mkdir(&rel, self.opts.keep_old_files)? {
-                    self.dirs.push((rel, meta));
+                match self.root.mkdir(&rel, self.opts.keep_old_files)? {
+                    Dir::Made => self.dirs.push((rel, meta)),
+                    // GNU tar --no-overwrite-dir: an existing folder keeps its mode, not its time.
+                    Dir::Existing if self.opts.no_overwrite_dir => self.dirs.push((rel, Meta { time_only: true, ..meta })),
+                    Dir::Existing => self.dirs.push((rel, meta)),
+                    Dir::Kept => {}
                 }
                 self.report.dirs += 1;
             }

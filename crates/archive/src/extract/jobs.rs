@@ -26,6 +26,8 @@ pub(super) struct Meta {
     pub gid: u64,
     pub mtime: (i64, u32),
     pub chown: bool,
+    /// Only the time is applied (an existing folder under --no-overwrite-dir).
+    pub time_only: bool,
 }
 
 pub(super) fn times(mtime: (i64, u32)) -> Timestamps {
@@ -87,6 +89,9 @@ pub(super) fn own(fd: impl AsFd, m: &Meta, rel: &RelPath) -> (u32, Option<String
 /// Owner, mode and mtime of a directory (or any open entry), in that order. A failure to set the
 /// owner is returned after the mode and time are set (see [`own`]).
 pub(super) fn apply_meta(fd: &OwnedFd, m: &Meta, rel: &RelPath) -> Result<(), String> {
+    if m.time_only {
+        return rustix::fs::futimens(fd, &times(m.mtime)).map_err(|e| format!("{}: futimens: {e}", rel.to_path().display()));
+    }
     let (mode, owner) = own(fd, m, rel);
     // After fchown, which clears setuid/setgid.
     let r = rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(mode))

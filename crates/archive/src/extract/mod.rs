@@ -165,6 +165,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         batch_files,
         waiting_max,
         owners: Default::default(),
+        members: crate::select::Members::new(&opts.members),
     };
     let mut parser = Parser::new(stream);
     loop {
@@ -210,6 +211,12 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
                 ctx.report.fatal_error = Some(err);
                 break;
             }
+        }
+    }
+    // GNU tar: a name given that no member matched is an error.
+    if ctx.report.fatal_error.is_none() {
+        for name in ctx.members.not_found() {
+            sh.fail(format!("{}: not found in archive", String::from_utf8_lossy(name)));
         }
     }
     ctx.report.tar_bytes = parser.position();

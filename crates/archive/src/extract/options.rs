@@ -16,8 +16,23 @@ pub struct ExtractOptions {
     pub strip_components: usize,
     /// syncfs before reporting success (false: not crash-safe, faster).
     pub sync: bool,
-    /// Keep existing files instead of replacing them (an existing file is an entry failure).
+    /// Keep existing files instead of replacing them (an existing file is an entry failure;
+    /// an existing folder keeps its mode and time; see docs/extract.md).
     pub keep_old_files: bool,
+    /// Keep existing files and folders as they are, silently: members whose name is taken are
+    /// skipped (GNU tar `--skip-old-files`).
+    pub skip_old_files: bool,
+    /// An existing folder keeps its mode and time (GNU tar `--no-overwrite-dir`).
+    pub no_overwrite_dir: bool,
+    /// Only these members (as stored in the archive; a folder takes everything below it), each
+    /// reported when no member matched it. Empty: every member.
+    pub members: Vec<Vec<u8>>,
+    /// Members whose name (or any tail of it starting at a component) matches are skipped
+    /// (GNU tar `--exclude`).
+    pub exclude: Vec<glob::Pattern>,
+    /// Write the contents of regular members to standard output, one after another, and create
+    /// nothing (GNU tar `-O`).
+    pub to_stdout: bool,
     /// Give each member the archive's owner and group (GNU tar `--same-owner`, its default as
     /// root): by their names where the archive has them and this system knows them, else by
     /// their numbers. A member whose owner cannot be set is kept and reported, without set-ID
@@ -77,6 +92,11 @@ impl ExtractOptions {
             strip_components: 0,
             sync: true,
             keep_old_files: false,
+            skip_old_files: false,
+            no_overwrite_dir: false,
+            members: Vec::new(),
+            exclude: Vec::new(),
+            to_stdout: false,
             same_owner: root,
             numeric_owner: false,
             same_permissions: root,

@@ -178,17 +178,7 @@ impl Walker<'_> {
     }
 
     fn excluded(&self, name: &[u8]) -> bool {
-        if self.opts.exclude.is_empty() {
-            return false;
-        }
-        // GNU tar's default (unanchored, wildcards match '/'): the pattern may match the whole
-        // name or any tail of it that starts at a component.
-        let n = String::from_utf8_lossy(name);
-        let n = n.trim_end_matches('/');
-        let n = n.strip_prefix("./").unwrap_or(n);
-        let mut tails = vec![n];
-        tails.extend(n.match_indices('/').map(|(i, _)| &n[i + 1..]));
-        self.opts.exclude.iter().any(|p| tails.iter().any(|t| p.matches(t)))
+        crate::select::excluded(&self.opts.exclude, name)
     }
 
     fn fields(&mut self, md: &Metadata, kind: Kind) -> Fields {

@@ -1,0 +1,93 @@
+//! Which members a command takes, by GNU tar's rules: `--exclude` patterns (unanchored: the
+//! whole name or any tail of it that starts at a component, or a leading part of those ending at
+//! one, so that a folder's pattern takes what is below it; wildcards match '/'), and the
+//! member names an extraction is given (the name as stored, or a folder of it).
+
+/// Whether `name` (a member name as stored or formed) matches one of `patterns`.
+pub fn excluded(patterns: &[glob::Pattern], name: &[u8]) -> bool {
+    if patterns.is_empty() {
+        return false;
+    }
+    let n = String::from_utf8_lossy(name);
+    let n = n.trim_end_matches('/');
+    let n = n.strip_prefix("./").unwrap_or(n);
+    // Every run of whole components: a tail (unanchored) and, of it, every leading part (a
+    // pattern matching a folder takes what is below it, as fnmatch's FNM_LEADING_DIR).
+    let starts = std::iter::once(0).chain(n.match_indices('/').map(|(i, _)| i + 1));
+    let ends: Vec<usize> = n.match_indices('/').map(|(i, _)| i).chain(std::iter::once(n.len())).collect();
+    starts.into_iter().any(|a| ends.iter().filter(|&&b| b > a).any(|&b| patterns.iter().any(|p| p.matches(&n[a..b]))))
+}
+
+/// The member names an extraction was given, and which of them a member matched.
+#[derive(Debug, Default)]
+pub struct Members {
+    names: Vec<Vec<u8>>,
+    found: Vec<bool>,
+}
+
+impl Members {
+    /// Names as given; trailing slashes do not count (GNU tar's).
+    pub fn new(names: &[Vec<u8>]) -> Members {
+        let names: Vec<Vec<u8>> = names
+            .iter()
+            .map(|n| {
+                let mut n = n.clone();
+                while n.len() > 1 && n.ends_with(b"/") {
+                    n.pop();
+                }
+                n
+            })
+            .collect();
+        Members { found: vec![false; names.len()], names }
+    }
+
+    /// Whether the member `path` (as stored) is taken: every member when no name was given,
+    /// else one named exactly, or below a folder named (GNU tar does not match `./a` to `a`).
+    pub fn take(&mut self, path: &[u8]) -> bool {
+        if self.names.is_empty() {
+            return true;
+        }
+        let p = path.strip_suffix(b"/").unwrap_or(path);
+        let mut any = false;
+        for (n, found) in self.names.iter().zip(self.found.iter_mut()) {
+            if p == n.as_slice() || (p.len() > n.len() && p.starts_with(n) && p[n.len()] == b'/') {
+                *found = true;
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// The names no member matched.
+    pub fn not_found(&self) -> impl Iterator<Item = &[u8]> {
+        self.names.iter().zip(&self.found).filter(|(_, f)| !**f).map(|(n, _)| n.as_slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_names_match_as_gnu_tar_matches_them() {
+        let mut m = Members::new(&[b"a".to_vec(), b"b/c/".to_vec(), b"./d".to_vec()]);
+        assert!(m.take(b"a") && m.take(b"a/x/y") && m.take(b"b/c") && m.take(b"b/c/z") && m.take(b"./d/e"));
+        assert!(!m.take(b"ab") && !m.take(b"b") && !m.take(b"./a") && !m.take(b"d"));
+        assert_eq!(m.not_found().count(), 0);
+        let mut m = Members::new(&[b"x".to_vec()]);
+        assert!(!m.take(b"y"));
+        assert_eq!(m.not_found().collect::<Vec<_>>(), vec![&b"x"[..]]);
+        assert!(Members::new(&[]).take(b"anything"));
+    }
+
+    #[test]
+    fn exclusions_match_any_tail_of_a_name() {
+        let p = vec![glob::Pattern::new("*.o").unwrap(), glob::Pattern::new("tmp").unwrap()];
+        assert!(excluded(&p, b"./src/x.o") && excluded(&p, b"a/tmp/") && excluded(&p, b"tmp"));
+        assert!(!excluded(&p, b"a/tmpx") && !excluded(&p, b"x.oo"));
+        // What is below an excluded folder is excluded too.
+        assert!(excluded(&p, b"./a/tmp/deeper/file") && excluded(&p, b"tmp/x"));
+        let deep = vec![glob::Pattern::new("a/*/c").unwrap()];
+        assert!(excluded(&deep, b"./a/b/c/d") && excluded(&deep, b"z/a/b/c") && !excluded(&deep, b"a/b/cd"));
+    }
+}
