@@ -56,12 +56,17 @@ pub(super) fn ids(m: &Meta) -> Option<(rustix::fs::Uid, rustix::fs::Gid)> {
     Some((rustix::fs::Uid::from_raw(u32::try_from(m.uid).ok()?), rustix::fs::Gid::from_raw(u32::try_from(m.gid).ok()?)))
 }
 
-/// fchown to the entry's owner when ownership is restored.
+/// fchown to the entry's owner when ownership is restored, and only where the entry does not
+/// have it already (as root, most archives' files are root's, as new files are): a change of
+/// owner is a journaled inode update, a look at it (fstat) is not.
 pub(super) fn chown(fd: impl AsFd, m: &Meta) -> rustix::io::Result<()> {
     if !m.chown {
         return Ok(());
     }
     let (uid, gid) = ids(m).ok_or(rustix::io::Errno::OVERFLOW)?;
+    if rustix::fs::fstat(&fd).is_ok_and(|st| st.st_uid == uid.as_raw() && st.st_gid == gid.as_raw()) {
+        return Ok(());
+    }
     rustix::fs::fchown(fd, Some(uid), Some(gid))
 }
 
