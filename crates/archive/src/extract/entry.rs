@@ -14,7 +14,7 @@ use cacheless::{AlignedBuf, CreateQueue, CreateTicket};
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
-use super::jobs::{attrs, named, own, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Slab, Small, CHUNK, SLAB_ALIGN, SLAB_BYTES};
+use super::jobs::{attrs, named, own, owned, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Slab, Small, CHUNK, SLAB_ALIGN, SLAB_BYTES};
 use super::options::{ExtractOptions, ExtractReport};
 use super::shares::Shares;
 use crate::error::Error;
@@ -80,7 +80,8 @@ pub(super) struct Ctx<'a> {
 /// The ids of user and group names, looked up once each (getpwnam_r/getgrnam_r).
 #[derive(Default)]
 pub(super) struct Owners {
-    known: std::collections::HashMap<(bool, Vec<u8>), Option<u32>>,
+    users: std::collections::HashMap<Vec<u8>, Option<u32>>,
+    groups: std::collections::HashMap<Vec<u8>, Option<u32>>,
 }
 
 impl Owners {
@@ -90,14 +91,20 @@ impl Owners {
         if name.is_empty() {
             return None;
         }
-        *self.known.entry((group, name.to_vec())).or_insert_with(|| {
-            let name = std::str::from_utf8(name).ok()?;
+        let known = if group { &mut self.groups } else { &mut self.users };
+        // Looked up by the borrowed name: a copy is made once per name, not once per member.
+        if let Some(id) = known.get(name) {
+            return *id;
+        }
+        let id = std::str::from_utf8(name).ok().and_then(|n| {
             if group {
-                nix::unistd::Group::from_name(name).ok().flatten().map(|g| g.gid.as_raw())
+                nix::unistd::Group::from_name(n).ok().flatten().map(|g| g.gid.as_raw())
             } else {
-                nix::unistd::User::from_name(name).ok().flatten().map(|u| u.uid.as_raw())
+                nix::unistd::User::from_name(n).ok().flatten().map(|u| u.uid.as_raw())
             }
-        })
+        });
+        known.insert(name.to_vec(), id);
+        id
     }
 }
 
@@ -421,21 +428,14 @@ impl Ctx<'_> {
                 // Its owner, then its mode exactly (mknod applied the umask; a chown clears
                 // set-ID bits), then its time.
                 let name = last_name(&rel);
-                let mut mode = meta.mode;
-                if meta.chown {
-                    let owned = match super::jobs::ids(&meta) {
-                        Some((u, g)) => rustix::fs::chownat(&pfd, name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW).map_err(std::io::Error::from),
-                        None => Err(std::io::Error::from_raw_os_error(libc::EOVERFLOW)),
-                    };
-                    if let Err(er) = owned {
-                        mode &= !0o6000;
-                        self.sh.fail(format!(
-                            "{}: cannot change ownership to uid {}, gid {}: {er} (kept, without set-ID bits)",
-                            rel.to_path().display(),
-                            meta.uid,
-                            meta.gid
-                        ));
-                    }
+                let chowned = match (meta.chown, super::jobs::ids(&meta)) {
+                    (false, _) => Ok(()),
+                    (true, Some((u, g))) => rustix::fs::chownat(&pfd, name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW),
+                    (true, None) => Err(Errno::OVERFLOW),
+                };
+                let (mode, owner) = owned(chowned, &meta, &rel);
+                if let Some(why) = owner {
+                    self.sh.fail(why);
                 }
                 if let Err(er) = rustix::fs::chmodat(&pfd, name, rustix::fs::Mode::from_raw_mode(mode), AtFlags::empty()) {
                     self.sh.fail(format!("{}: chmod: {}", rel.to_path().display(), std::io::Error::from(er)));

@@ -76,7 +76,13 @@ pub(super) fn chown(fd: impl AsFd, m: &Meta) -> rustix::io::Result<()> {
 /// then to get has no set-user-ID or set-group-ID bit (GNU keeps them on a file now owned by
 /// the extracting user: a set-ID program of the wrong owner, which we do not make).
 pub(super) fn own(fd: impl AsFd, m: &Meta, rel: &RelPath) -> (u32, Option<String>) {
-    match chown(fd, m) {
+    owned(chown(fd, m), m, rel)
+}
+
+/// The mode an entry is to get, and what went wrong, after `chowned`: the outcome of giving it
+/// its owner (see [`own`]; also for an entry that cannot be opened, such as a FIFO).
+pub(super) fn owned(chowned: rustix::io::Result<()>, m: &Meta, rel: &RelPath) -> (u32, Option<String>) {
+    match chowned {
         Ok(()) => (m.mode, None),
         Err(e) => (
             m.mode & !0o6000,
