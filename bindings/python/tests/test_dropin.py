@@ -140,7 +140,7 @@ INDEXES = [
     slice(None), slice(1, 3), slice(0, 4), slice(0, 5), slice(4, None), slice(5, None), slice(None, None, 2), slice(1, None, 3), slice(None, None, -1),
     (1, 2), (1, slice(2, 4)), (slice(None), 1), (slice(1, 3), -6), (slice(1, 2), -7), (slice(None), slice(6, None)),
     (Ellipsis, 1), (1, Ellipsis), (Ellipsis,), (), (1, 2, 3), (Ellipsis, Ellipsis),
-    None, (None, 1), [0, 1], 1.0, "x",
+    None, (None, 1), [0, 1], [], ([],), 1.0, "x", slice(None, 9), (slice(2, None), 9),
 ]
 # Where the package fails (numpy) with something other than SafetensorError, it is wrong: a
 # negative slice bound is an OverflowError there, a start past the stop a SystemError. Ours gives
@@ -180,7 +180,7 @@ def test_get_slice_answers_what_the_package_answers(disk, framework, opener):
                         # The package refuses any slice of an empty dimension; ours gives numpy's answer.
                         assert np.asarray(got[1]).shape == t[name][index].shape, case
                         continue
-                    assert got[0] == "raise" and isinstance(got[1], safetensors.SafetensorError), case
+                    assert got[0] == "raise" and isinstance(got[1], safetensors.SafetensorError) and str(got[1]) == str(want[1]), case
                     continue
                 assert got[0] == "ok", case
                 w, g = want[1], got[1]
@@ -294,3 +294,71 @@ def test_documented_examples_run_with_our_names_swapped_in(disk):
     save_file(tensors, disk / "meta.safetensors", metadata=meta)
     with safetensors.safe_open(disk / "meta.safetensors", "np") as f:
         assert f.metadata() == meta
+
+
+def raw_specs(module, arrays):
+    """{name: module.TensorSpec} over the memory of numpy arrays (which the caller keeps alive)."""
+    names = {"float32": "float32", "int8": "int8", "int64": "int64", "bool": "bool", "float16": "float16", "uint16": "uint16"}
+    return {k: module.TensorSpec(dtype=names[a.dtype.name], shape=a.shape, data_ptr=a.ctypes.data, data_len=a.nbytes) for k, a in arrays.items()}
+
+
+def test_the_packages_top_level_serialize_deserialize_and_tensor_spec(disk):
+    arrays = {
+        "w": np.arange(24, dtype=np.float32).reshape(4, 6),
+        "b": np.array([True, False, True]),
+        "i": np.arange(-5, 5, dtype=np.int8),
+        "z": np.zeros((0, 3), np.int64),
+        "h": np.arange(7, dtype=np.float16),
+        "u": np.arange(3, dtype=np.uint16).reshape(1, 3),
+    }
+    theirs, ours = raw_specs(safetensors, arrays), raw_specs(cst, arrays)
+    for k in arrays:
+        assert (ours[k].dtype, ours[k].shape, ours[k].data_ptr, ours[k].data_len) == (theirs[k].dtype, theirs[k].shape, theirs[k].data_ptr, theirs[k].data_len)
+        assert repr(ours[k]) == repr(theirs[k])
+    for name in ("TensorSpec", "serialize", "serialize_file", "deserialize"):
+        assert [p[:2] for p in params(getattr(cst, name))] == [p[:2] for p in params(getattr(safetensors, name))], name
+    assert [p[:2] for p in params(cst._safe_open_handle)] == [p[:2] for p in params(safetensors._safe_open_handle)]
+    meta = {"format": "np"}
+    want = safetensors.serialize(theirs, meta)
+    assert cst.serialize(ours, meta) == want
+    assert cst.serialize(tensor_dict=ours) == safetensors.serialize(tensor_dict=theirs)
+    assert cst.serialize_file(ours, disk / "ours.safetensors", metadata=meta) is None
+    assert safetensors.serialize_file(theirs, disk / "theirs.safetensors", metadata=meta) is None
+    assert (disk / "ours.safetensors").read_bytes() == (disk / "theirs.safetensors").read_bytes() == want
+    got, expected = cst.deserialize(want), safetensors.deserialize(want)
+    assert sorted(got, key=lambda e: e[0]) == sorted(expected, key=lambda e: e[0])
+    assert all(type(d["data"]) is bytearray for _, d in got)
+    # F4 packs two values a byte: both double the last dimension of the shape given.
+    assert cst.TensorSpec(dtype="float4_e2m1fn_x2", shape=[2, 3], data_ptr=0, data_len=6).shape == safetensors.TensorSpec(dtype="float4_e2m1fn_x2", shape=[2, 3], data_ptr=0, data_len=6).shape == [2, 6]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.TensorSpec(dtype="nonsense", shape=[1], data_ptr=0, data_len=0),
+        lambda m: m.TensorSpec(dtype="float32", shape="ab", data_ptr=0, data_len=0),
+        lambda m: m.TensorSpec(dtype=4, shape=[1], data_ptr=0, data_len=0),
+        lambda m: m.TensorSpec(dtype="float32", shape=[1], data_ptr=-1, data_len=0),
+        lambda m: m.TensorSpec("float32", [1], 0, 0),
+        lambda m: m.serialize({"t": {"dtype": "float32", "shape": [1], "data_ptr": 0, "data_len": 0}}),
+        lambda m: m.serialize([("t", 1)]),
+        lambda m: m.serialize({"t": m.TensorSpec(dtype="float32", shape=[2], data_ptr=0, data_len=0)}),
+        lambda m: m.deserialize(b"\x05\x00\x00\x00\x00\x00\x00\x00{}"),
+    ],
+    ids=["unknown-dtype", "string-shape", "dtype-not-str", "negative-ptr", "positional", "raw-dict", "not-a-dict", "length-mismatch", "bad-header"],
+)
+def test_the_top_level_refuses_what_the_package_refuses_with_its_exception_classes(call):
+    want, got = outcome(lambda: call(safetensors)), outcome(lambda: call(cst))
+    assert want[0] == got[0] == "raise", (want, got)
+    their_class = type(want[1])
+    assert isinstance(got[1], their_class), (want, got)
+
+
+def test_safe_open_handle_reads_an_open_file_as_the_package_does(disk):
+    p = disk / "h.safetensors"
+    stn.save_file({"a": np.arange(6, dtype=np.int32).reshape(2, 3), "b": np.ones(4, np.float64)}, p)
+    with open(p, "rb") as f, safetensors._safe_open_handle(f, framework="np", device="cpu") as theirs, cst._safe_open_handle(f, framework="np", device="cpu") as ours:
+        assert ours.keys() == theirs.keys() and ours.metadata() == theirs.metadata()
+        assert all(ours.get_tensor(k).tobytes() == theirs.get_tensor(k).tobytes() for k in theirs.keys())
+    want, got = outcome(lambda: safetensors._safe_open_handle(object(), "np")), outcome(lambda: cst._safe_open_handle(object(), "np"))
+    assert want[0] == got[0] == "raise" and type(got[1]) is type(want[1]) is AttributeError, (want, got)

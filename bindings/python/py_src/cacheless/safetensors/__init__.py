@@ -1,7 +1,8 @@
 """safetensors files at direct-I/O speed: a drop-in for the ``safetensors`` package.
 
 This module matches ``safetensors.numpy`` (``load_file``, ``save_file``, ``load``, ``save``) and
-``safetensors.safe_open``; :mod:`cacheless.safetensors.torch` matches ``safetensors.torch``;
+``safetensors.safe_open``, and the package's top level too (``serialize``, ``serialize_file``,
+``deserialize``, ``TensorSpec``, ``_safe_open_handle``); :mod:`cacheless.safetensors.torch` matches ``safetensors.torch``;
 :mod:`cacheless.safetensors.numpy` is this module's numpy API under the package's module name.
 Same parameter names, defaults, return values and exceptions: malformed files, missing tensors,
 bad slices and closed handles raise :class:`SafetensorError`, which ``except
@@ -38,8 +39,9 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 from .. import _native
 from ._core import Builder, Memory, PathLike, Progress, SafeOpen, SafetensorError, call, load_path, save_to, specs
+from ._raw import TensorSpec, _safe_open_handle, deserialize, serialize, serialize_file
 
-__all__ = ["SafetensorError", "load", "load_file", "load_model", "safe_open", "save", "save_file"]
+__all__ = ["SafetensorError", "TensorSpec", "deserialize", "load", "load_file", "load_model", "safe_open", "save", "save_file", "serialize", "serialize_file"]
 
 
 class safe_open(SafeOpen):

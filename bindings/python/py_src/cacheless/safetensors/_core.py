@@ -313,51 +313,72 @@ def save_to(filename: PathLike, given: List[Tuple[str, str, List[int], np.ndarra
 # ---------------------------------------------------------------- slicing
 
 
-def _slice_error(index: Any, shape: Sequence[int], what: str) -> SafetensorError:
-    return SafetensorError(f"slicing {index!r} of a tensor of shape {list(shape)}: {what}")
+def _shown(items: Sequence[Any]) -> str:
+    """An index as the safetensors package shows it in its errors: ``[2:, 20]``."""
+    parts = []
+    for i in items:
+        if isinstance(i, slice):
+            text = f"{'' if i.start is None else int(i.start)}:{'' if i.stop is None else int(i.stop)}"
+            parts.append(text if i.step in (None, 1) else f"{text}:{int(i.step)}")
+        else:
+            parts.append(str(int(i)))
+    return f"[{', '.join(parts)}]"
 
 
 def plan_index(index: Any, shape: Sequence[int]) -> List[Union[int, slice]]:
     """One int or a positive-step slice per dimension, checked as the safetensors package checks
-    an index: ints, slices and one ``...`` only; an int or a slice bound past the end of its
-    dimension is an error rather than clipped. Negative ints and bounds count from the end (the
-    safetensors package fails on negative bounds, and on a full slice of an empty dimension)."""
+    an index, with its messages: ints, slices, one ``...`` and the empty list (nothing of the first
+    dimension) only; an int or a slice bound past the end of its dimension is an error rather than
+    clipped. Negative ints and bounds count from the end (the safetensors package fails on
+    negative bounds, and on a full slice of an empty dimension)."""
+    if isinstance(index, list):
+        if index:
+            raise SafetensorError("Non empty lists are not implemented")
+        index = slice(0, 0)
     idx = index if isinstance(index, tuple) else (index,)
-    for pos, i in enumerate(idx):
-        if isinstance(i, (list, np.ndarray)) or not (i is Ellipsis or isinstance(i, (slice, int, np.integer))):
-            raise _slice_error(index, shape, f"index at position {pos} is a {type(i).__name__}: expected a slice, an int or ...")
     if sum(1 for i in idx if i is Ellipsis) > 1:
-        raise _slice_error(index, shape, "more than one ...")
+        raise SafetensorError("Only one ellipsis (...) is allowed in slice index")
     given = len(idx) - (1 if any(i is Ellipsis for i in idx) else 0)
-    if given > len(shape):
-        raise _slice_error(index, shape, "more slicing indexes than dimensions in tensor")
-    full: List[Any] = []
-    for i in idx:
-        full.extend([slice(None)] * (len(shape) - given) if i is Ellipsis else [i])
-    full.extend([slice(None)] * (len(shape) - len(full)))
-    out: List[Union[int, slice]] = []
-    for dim, (i, size) in enumerate(zip(full, shape)):
+    shown: List[Any] = []
+    for pos, i in enumerate(idx):
+        if i is Ellipsis:
+            shown.extend([slice(None)] * max(0, len(shape) - given))
+        elif isinstance(i, (slice, int, np.integer)):
+            shown.append(i)
+        else:
+            raise SafetensorError(f"Unsupported slice index at position {len(shown)}: expected slice, int, or ellipsis")
+    for dim, i in enumerate(shown):
         if isinstance(i, slice):
             step = 1 if i.step is None else int(i.step)
             if step <= 0:
-                raise _slice_error(index, shape, f"slice step must be a positive integer, got {step}")
-            bounds = []
-            for b, default, limit in ((i.start, 0, size - 1), (i.stop, size, size)):
-                if b is None:
-                    bounds.append(default)
-                    continue
-                v = int(b) + (size if int(b) < 0 else 0)
-                if not 0 <= v <= limit:
-                    raise _slice_error(index, shape, f"bound {int(b)} is out of bounds for dimension {dim} of size {size}")
-                bounds.append(v)
-            start, stop = bounds
-            out.append(slice(start, max(start, stop), step))
+                raise SafetensorError(f"Slice step must be a positive integer, got {step}")
+        elif int(i) < 0:
+            size = shape[dim] if dim < len(shape) else 0
+            if int(i) + size < 0:
+                raise SafetensorError(f"Invalid index {int(i)} for dimension {dim} of size {size}")
+            shown[dim] = int(i) + size
+
+    def error(what: str) -> SafetensorError:
+        return SafetensorError(f"Error during slicing {_shown(shown)} with shape {list(shape)}: {what}")
+
+    if len(shown) > len(shape):
+        raise error("more slicing indexes than dimensions in tensor")
+    out: List[Union[int, slice]] = []
+    for dim, size in reversed(list(enumerate(shape))):  # the package reports the last dimension at fault
+        i = shown[dim] if dim < len(shown) else slice(None)
+        if isinstance(i, slice):
+            start, stop = [0 if b is None else int(b) + (size if int(b) < 0 else 0) for b in (i.start, i.stop)]
+            stop = size if i.stop is None else stop
+            if (i.start is not None and not 0 <= start < size) or (i.stop is not None and not 0 <= stop <= size):
+                # as the package words it: the start if it is past the end, else the last index the stop asks for
+                asked = start if start >= size else int(i.stop) if stop < 0 else int(i.start) if start < 0 else stop - 1
+                raise error(f"index {asked} out of bounds for tensor dimension #{dim} of size {size}")
+            out.append(slice(start, max(start, stop), 1 if i.step is None else int(i.step)))
         else:
-            v = int(i) + (size if int(i) < 0 else 0)
-            if not 0 <= v < size:
-                raise _slice_error(index, shape, f"index {int(i)} is out of bounds for dimension {dim} of size {size}")
-            out.append(v)
-    return out
+            if not int(i) < size:
+                raise error(f"index {int(i)} out of bounds for tensor dimension #{dim} of size {size}")
+            out.append(int(i))
+    return out[::-1]
 
 
 class Slice:

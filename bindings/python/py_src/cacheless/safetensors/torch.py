@@ -9,6 +9,9 @@ renamed. Shared and tied tensors are treated as the package treats them: ``save_
 tensors that share memory, ``save_model`` keeps one name of each shared group (recording the
 others in the metadata) and ``load_model`` fills them all again.
 
+The package's helpers that callers and its own tests import (``_find_shared_tensors``,
+``_remove_duplicate_names``, ``_is_complete``, ``_end_ptr``) are here under the same names.
+
 Our extras are keyword-only: ``mode=``, ``memory=``, ``progress=``, ``keys=``, ``report=`` and the
 engine's tuning keywords. ``load_model`` also takes a sharded checkpoint (an index file, or a
 folder of shards) where the package takes one file.
@@ -55,7 +58,7 @@ def _span(t: torch.Tensor) -> Tuple[int, int]:
     return start, start + (last + 1) * t.element_size()
 
 
-def _shared_groups(state_dict: Mapping[str, torch.Tensor]) -> List[Set[str]]:
+def _find_shared_tensors(state_dict: Mapping[str, torch.Tensor]) -> List[Set[str]]:
     """Names grouped by the memory they share: tensors of one storage whose byte ranges overlap
     (directly or through a chain of others) form one group; every other tensor is a group of one."""
     by_storage: Dict[Tuple[Any, int, int], List[str]] = defaultdict(list)
@@ -79,20 +82,27 @@ def _shared_groups(state_dict: Mapping[str, torch.Tensor]) -> List[Set[str]]:
     return groups
 
 
-def _whole(t: torch.Tensor) -> bool:
+def _end_ptr(tensor: torch.Tensor) -> int:
+    """One past the last byte of the memory ``tensor`` views (its first byte when it is empty)."""
+    return _span(tensor)[1]
+
+
+def _is_complete(t: torch.Tensor) -> bool:
     """True when ``t`` views all of its storage, from its first byte."""
     return t.data_ptr() == storage_ptr(t) and t.nelement() * t.element_size() == storage_size(t)
 
 
-def _names_to_drop(state_dict: Mapping[str, torch.Tensor], *, preferred_names: Sequence[str] = (), discard_names: Sequence[str] = ()) -> Dict[str, List[str]]:
+def _remove_duplicate_names(
+    state_dict: Mapping[str, torch.Tensor], *, preferred_names: Optional[Sequence[str]] = None, discard_names: Optional[Sequence[str]] = None
+) -> Dict[str, List[str]]:
     """For each group of tensors sharing memory, the name kept (one viewing the whole storage:
     preferably among ``preferred_names``, else not among ``discard_names``, else the first in
     sorted order) mapped to the sorted names dropped for it. As in the safetensors package, a
     group (even of one tensor) none of whose tensors views its whole storage is refused."""
     drop: Dict[str, List[str]] = {}
-    preferred, discard = set(preferred_names), set(discard_names)
-    for group in _shared_groups(state_dict):
-        whole = sorted(n for n in group if _whole(state_dict[n]))
+    preferred, discard = set(preferred_names or ()), set(discard_names or ())
+    for group in _find_shared_tensors(state_dict):
+        whole = sorted(n for n in group if _is_complete(state_dict[n]))
         if not whole:
             raise RuntimeError(
                 f"tensors {sorted(group)} view part of a storage and none of them covers all of it, so no name can stand "
@@ -106,23 +116,33 @@ def _names_to_drop(state_dict: Mapping[str, torch.Tensor], *, preferred_names: S
 
 
 def _check(tensors: Any) -> None:
-    """Refuses what ``safetensors.torch.save_file`` refuses, with the same exception types."""
+    """Refuses what ``safetensors.torch.save_file`` refuses, with the package's exception types
+    and messages (callers match on them)."""
     if not isinstance(tensors, dict):
-        raise ValueError(f"tensors must be a dict of str to torch.Tensor, got {type(tensors)}")
+        raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
     sparse = []
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
-            raise ValueError(f"tensor `{name}` is a {type(t)}, not a torch.Tensor")
+            raise ValueError(f"Key `{name}` is invalid, expected torch.Tensor but received {type(t)}")
         if t.layout != torch.strided:
             sparse.append(name)
     if sparse:
-        raise ValueError(f"sparse tensors cannot be saved: {sparse}; make them dense with .to_dense() first")
-    shared = [g for g in _shared_groups(tensors) if len(g) > 1]
+        raise ValueError(
+            f"You are trying to save a sparse tensors: `{sparse}` which this library does not support. You can make it a "
+            "dense tensor before saving with `.to_dense()` but be aware this might make a much larger file than needed."
+        )
+    shared = [g for g in _find_shared_tensors(tensors) if len(g) > 1]
     if shared:
-        raise RuntimeError(f"these tensors share memory, so each would be stored in full and loaded apart: {shared}; save_model(...) keeps one of each group")
+        raise RuntimeError(
+            f"Some tensors share memory, this will lead to duplicate memory on disk and potential differences when loading "
+            f"them again: {shared}. A potential way to correctly save your model is to use `save_model`."
+        )
     for name, t in tensors.items():
         if not t.is_contiguous():
-            raise ValueError(f"tensor `{name}` is not contiguous; call .contiguous() on it (or save the tensor it views and slice after loading)")
+            raise ValueError(
+                f"You are trying to save a non contiguous tensor: `{name}` which is not allowed. Save only the full tensors "
+                "and slice them after loading, or call `.contiguous()` on this one before saving."
+            )
 
 
 def load_file(
@@ -194,7 +214,7 @@ def save_model(
     ``{dropped: kept}`` (a caller's own metadata entry of that name is kept);
     ``force_contiguous`` saves non-contiguous tensors by their values."""
     state = model.state_dict()
-    for kept, dropped in _names_to_drop(state).items():
+    for kept, dropped in _remove_duplicate_names(state).items():
         for name in dropped:
             metadata = {} if metadata is None else metadata
             metadata.setdefault(name, kept)
@@ -206,7 +226,7 @@ def save_model(
     except ValueError as e:
         if isinstance(e, SafetensorError):
             raise
-        raise ValueError(f"{e}; or save_model(..., force_contiguous=True)") from None
+        raise ValueError(f"{e} Or use save_model(..., force_contiguous=True), read the docs for potential caveats.") from None
 
 
 def load_model(
@@ -236,7 +256,7 @@ def load_model(
     else:
         state = load_file(path, device, backend=backend, **opts)
     own = model.state_dict()
-    tied = _names_to_drop(own, preferred_names=list(state))
+    tied = _remove_duplicate_names(own, preferred_names=list(state))
     missing_list, unexpected = model.load_state_dict(state, strict=False)
     missing = set(missing_list)
     for dropped in tied.values():
