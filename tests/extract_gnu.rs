@@ -496,8 +496,8 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
 }
 
 /// Member names (as stored; a folder takes what is below it; a name no member matches is an
-/// error), `-T`, `--exclude`, `--skip-old-files`, `--no-overwrite-dir` and `-O` give GNU tar's
-/// results.
+/// error), `-T`, `--exclude`, `--skip-old-files`, `--no-overwrite-dir`, `-O` and `-s` give GNU
+/// tar's results.
 #[test]
 fn member_selection_and_overwrite_options_are_gnu_tars() {
     if !gnu_tar() {
@@ -532,4 +532,38 @@ fn member_selection_and_overwrite_options_are_gnu_tars() {
     let got = same_as_gnu("-O", &archive, |_| {}, Run { opts: &["-O"], ..RUN });
     assert_eq!(got.stdout.len(), 1 + 6 + 1 + (3 << 20), "every regular member's bytes, in archive order");
     same_as_gnu("-O names", &archive, |_| {}, Run { opts: &["-O"], names: &["./c/h"], ..RUN });
+    // -s (names in the archive's order) changes nothing: names given out of order.
+    same_as_gnu("-s", &archive, |_| {}, Run { opts: &["-s"], names: &["./top", "./a/b/f"], ..RUN });
+    same_as_gnu("--preserve-order", &archive, |_| {}, Run { opts: &["--preserve-order"], names: &["./top", "./c"], ..RUN });
+}
+
+/// `-v` names each member taken as GNU tar does: as stored, in the archive's order, in GNU's
+/// escape quoting (newline, backslash, bytes beyond ASCII), not the members left out by names,
+/// `--exclude` or `--strip-components`; with `-O`, on standard error.
+#[test]
+fn verbose_names_members_as_gnu_tar_does() {
+    let Some((_d, archive)) = crafted(
+        r#"
+with tarfile.open(sys.argv[1], "w", format=tarfile.PAX_FORMAT) as t:
+    for name, body in [("top/", None), ("top/a", b"a"), ("top/new\nline", b"n"), ("top/back\\slash", b"b"), ("top/caf\u00e9", b"c"),
+                       ("top/tab\there", b"t"), ("top/sub/", None), ("top/sub/f.o", b"o"), ("top/sub/g", b"g"), ("loose", b"l")]:
+        ti = tarfile.TarInfo(name.rstrip("/")); ti.mtime = 1000000000
+        if body is None:
+            ti.type = tarfile.DIRTYPE; ti.mode = 0o755
+            t.addfile(ti)
+        else:
+            ti.size = len(body); ti.mode = 0o644
+            t.addfile(ti, io.BytesIO(body))
+"#,
+    ) else {
+        return;
+    };
+    let got = same_as_gnu("-v", &archive, |_| {}, Run { opts: &["-v"], ..RUN });
+    assert!(String::from_utf8_lossy(&got.stdout).contains("top/new\\nline\ntop/back\\\\slash\n"), "{:?}", String::from_utf8_lossy(&got.stdout));
+    same_as_gnu("-v names", &archive, |_| {}, Run { opts: &["-v"], names: &["top/sub", "loose"], ..RUN });
+    same_as_gnu("-v exclude", &archive, |_| {}, Run { opts: &["-v", "--exclude=*.o"], ..RUN });
+    same_as_gnu("-v strip", &archive, |_| {}, Run { opts: &["-v", "--strip-components=1"], ..RUN });
+    let got = same_as_gnu("-v -O", &archive, |_| {}, Run { opts: &["-v", "-O"], names: &["top/a", "top/sub/g"], ..RUN });
+    assert_eq!(got.stdout, b"ag", "contents only on standard output");
+    assert!(got.stderr.contains("top/a\n") && got.stderr.contains("top/sub/g\n"), "the names on standard error: {:?}", got.stderr);
 }

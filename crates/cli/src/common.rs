@@ -31,7 +31,8 @@ pub struct CommonOpts {
     /// Print a machine-readable JSON report instead of text.
     #[arg(long, global = true)]
     pub json: bool,
-    /// Say which mode and backend each file got, and why.
+    /// Say which mode and backend each file got, and why (extract: name each member as it is
+    /// extracted, as GNU tar -v; its summary is `extract --debug`).
     #[arg(short, long, global = true)]
     pub verbose: bool,
 }

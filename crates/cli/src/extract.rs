@@ -50,6 +50,14 @@ pub struct ExtractArgs {
     /// Write regular members' contents to standard output and create nothing.
     #[arg(short = 'O', long)]
     pub to_stdout: bool,
+    /// Accepted for GNU tar's command lines, and changes nothing: members are always extracted
+    /// in one pass, in the archive's order, whatever the order of the names given.
+    #[arg(short = 's', long, visible_alias = "preserve-order")]
+    pub same_order: bool,
+    /// Say how the archive was read and each file written, and why (what `-v` says in the other
+    /// commands; here `-v` names the members, as GNU tar's).
+    #[arg(long)]
+    pub debug: bool,
     /// Give members the archive's owners, by name where this system knows it, else by number
     /// (default as root, as GNU tar). A member whose owner cannot be set is kept and reported.
     #[arg(long, overrides_with = "no_same_owner")]
@@ -144,7 +152,8 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
         opts.batch_writeback = b;
     }
     opts.progress = Some(progress.clone());
-    if common.verbose && common.backend.to_string() != "auto" {
+    opts.list = common.verbose;
+    if args.debug && common.backend.to_string() != "auto" {
         eprintln!(
             "cacheless: --backend {} applies to reading the archive and writing large files; smaller files are written by the thread-pool creator",
             common.backend
@@ -173,7 +182,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     }
     if common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if common.verbose {
+    } else if args.debug {
         let m = &report.modes;
         eprintln!(
             "extracted {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s ({}); archive {} read {} ({}), {}; files: direct {}, dontcache {}, writebehind {}, buffered {}; created {}; named {}; {}; {}",

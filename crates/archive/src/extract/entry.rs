@@ -57,6 +57,8 @@ pub(super) struct Ctx<'a> {
     pub dirs: Vec<(RelPath, Meta)>,
     pub report: ExtractReport,
     pub warned_abs: bool,
+    /// Offset of the last member named by `list` (a member retried is named once).
+    pub listed: Option<u64>,
     /// Small files read whole and not yet handed to a worker, and the lease they fill.
     pub batch: Vec<Queued>,
     pub batch_bytes: usize,
@@ -273,6 +275,20 @@ impl Ctx<'_> {
         }
     }
 
+    /// Names `e` as GNU tar `-v` does, once: on standard output (standard error while contents
+    /// go to standard output), in GNU's escape quoting.
+    fn list(&mut self, e: &Entry) {
+        use std::io::Write;
+        if !self.opts.list || self.listed == Some(e.offset) {
+            return;
+        }
+        self.listed = Some(e.offset);
+        let mut line = crate::select::quoted(&e.path);
+        line.push(b'\n');
+        // A closed or full output is not the extraction's failure (GNU tar goes on too).
+        let _ = if self.opts.to_stdout { std::io::stderr().lock().write_all(&line) } else { std::io::stdout().lock().write_all(&line) };
+    }
+
     /// A regular member's contents to standard output (holes of a sparse one as zeros); other
     /// members give nothing (GNU tar `-O`).
     fn write_out(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry) -> Result<(), Fail> {
@@ -328,12 +344,14 @@ impl Ctx<'_> {
             return Ok(());
         }
         if self.opts.to_stdout {
+            self.list(e);
             return self.write_out(parser, e);
         }
         let Some(rel) = self.rel(&e.path, "member")? else {
             self.report.skipped += 1;
             return Ok(());
         };
+        self.list(e);
         if self.opts.skip_old_files && self.root.exists(&rel) {
             // GNU tar --skip-old-files: what is there stays, silently.
             self.report.skipped += 1;

@@ -151,6 +151,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         dirs: Vec::new(),
         report,
         warned_abs: false,
+        listed: None,
         batch: Vec::new(),
         batch_bytes: 0,
         slab: None,

@@ -33,6 +33,10 @@ pub struct ExtractOptions {
     /// Write the contents of regular members to standard output, one after another, and create
     /// nothing (GNU tar `-O`).
     pub to_stdout: bool,
+    /// Name each member on standard output as it is reached, as stored in the archive (GNU tar
+    /// `-v`; on standard error with `to_stdout`, as GNU). Members not taken (not named,
+    /// excluded, nothing left after `strip_components`) are not named.
+    pub list: bool,
     /// Give each member the archive's owner and group (GNU tar `--same-owner`, its default as
     /// root): by their names where the archive has them and this system knows them, else by
     /// their numbers. A member whose owner cannot be set is kept and reported, without set-ID
@@ -97,6 +101,7 @@ impl ExtractOptions {
             members: Vec::new(),
             exclude: Vec::new(),
             to_stdout: false,
+            list: false,
             same_owner: root,
             numeric_owner: false,
             same_permissions: root,
