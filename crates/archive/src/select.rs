@@ -64,54 +64,6 @@ impl Members {
     }
 }
 
-/// `name` as GNU tar writes member names (its default `escape` quoting): a backslash doubled,
-/// `\a \b \f \n \r \t \v` for those controls, other non-printable bytes as `\ooo`. Characters
-/// beyond ASCII are written as they are where the locale is UTF-8 and the bytes are valid UTF-8,
-/// else byte by byte in octal (GNU's result in the C locale).
-pub fn quoted(name: &[u8]) -> Vec<u8> {
-    let utf8 = locale_is_utf8();
-    let mut out = Vec::with_capacity(name.len());
-    let mut rest = name;
-    while let Some(&b) = rest.first() {
-        if b >= 0x80 && utf8 {
-            let len = match b {
-                0xc2..=0xdf => 2,
-                0xe0..=0xef => 3,
-                0xf0..=0xf4 => 4,
-                _ => 0,
-            };
-            if let Some(ch) = rest.get(..len).and_then(|c| std::str::from_utf8(c).ok()).and_then(|c| c.chars().next()) {
-                if !ch.is_control() {
-                    out.extend_from_slice(&rest[..len]);
-                    rest = &rest[len..];
-                    continue;
-                }
-            }
-        }
-        match b {
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0x07 => out.extend_from_slice(b"\\a"),
-            0x08 => out.extend_from_slice(b"\\b"),
-            0x0c => out.extend_from_slice(b"\\f"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            0x0b => out.extend_from_slice(b"\\v"),
-            0x20..=0x7e => out.push(b),
-            _ => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
-        }
-        rest = &rest[1..];
-    }
-    out
-}
-
-/// Whether the character type locale (LC_ALL, else LC_CTYPE, else LANG) is UTF-8.
-fn locale_is_utf8() -> bool {
-    let value = ["LC_ALL", "LC_CTYPE", "LANG"].iter().find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty())).unwrap_or_default();
-    let v = value.to_ascii_lowercase();
-    v.contains("utf-8") || v.contains("utf8")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

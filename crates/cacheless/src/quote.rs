@@ -16,6 +16,34 @@ pub fn quote(name: impl AsRef<OsStr>) -> String {
     quote_in(name.as_ref().as_encoded_bytes(), utf8_locale())
 }
 
+/// `name` in GNU's `escape` quoting, as GNU tar lists member names (`tar -v`): no quotes, a
+/// backslash doubled, a byte that does not print (as for [`quote`]) written `\n`, `\033`, ...
+pub fn escape(name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len());
+    for p in pieces(name, utf8_locale()) {
+        match p {
+            Piece::Plain(b"\\") => out.extend_from_slice(b"\\\\"),
+            Piece::Plain(s) => out.extend_from_slice(s),
+            Piece::Escape(c) => out.extend_from_slice(escaped(c).as_bytes()),
+        }
+    }
+    out
+}
+
+/// The backslash escape of a byte that does not print: `\n` and its kind, else octal.
+fn escaped(c: u8) -> String {
+    match c {
+        0x07 => "\\a".into(),
+        0x08 => "\\b".into(),
+        0x0c => "\\f".into(),
+        b'\n' => "\\n".into(),
+        b'\r' => "\\r".into(),
+        b'\t' => "\\t".into(),
+        0x0b => "\\v".into(),
+        c => format!("\\{c:03o}"),
+    }
+}
+
 /// Whether the locale's characters are UTF-8 (LC_ALL, else LC_CTYPE, else LANG, as setlocale
 /// reads them); read once.
 fn utf8_locale() -> bool {
@@ -103,16 +131,7 @@ fn quote_in(b: &[u8], utf8: bool) -> String {
                     out.push_str("$'");
                     in_escape = true;
                 }
-                match c {
-                    0x07 => out.push_str("\\a"),
-                    0x08 => out.push_str("\\b"),
-                    0x0c => out.push_str("\\f"),
-                    b'\n' => out.push_str("\\n"),
-                    b'\r' => out.push_str("\\r"),
-                    b'\t' => out.push_str("\\t"),
-                    0x0b => out.push_str("\\v"),
-                    c => out.push_str(&format!("\\{c:03o}")),
-                }
+                out.push_str(&escaped(*c));
             }
         }
     }

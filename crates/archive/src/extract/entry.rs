@@ -283,7 +283,7 @@ impl Ctx<'_> {
             return;
         }
         self.listed = Some(e.offset);
-        let mut line = crate::select::quoted(&e.path);
+        let mut line = cacheless::quote::escape(&e.path);
         line.push(b'\n');
         // A closed or full output is not the extraction's failure (GNU tar goes on too).
         let _ = if self.opts.to_stdout { std::io::stderr().lock().write_all(&line) } else { std::io::stdout().lock().write_all(&line) };
