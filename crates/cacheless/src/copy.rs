@@ -22,10 +22,11 @@ use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use serde::Serialize;
 
 use crate::buf::AlignedBuf;
-use crate::create::{CreateOptions, FileAttrs, FileCreator, NewFile, PendingFile};
+use crate::create::{CreateOptions, FileAttrs, FileCreator, NewFile};
 use crate::digest::{Algo, Hasher};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::Site;
+use crate::pending::{Naming, PendingFile};
 use crate::policy::{self, Decision};
 use crate::progress::Progress;
 use crate::rate::RateLimit;
@@ -238,26 +239,22 @@ fn clone_verdicts() -> &'static Mutex<HashMap<(u64, u64), rustix::io::Errno>> {
     V.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// A copy written and closed under a temporary name beside its destination, with its
-/// attributes; [`Staged::commit`] renames it into place. Dropped uncommitted, it is removed.
+/// A copy written and closed under a temporary name beside its destination (or none), with
+/// its attributes; [`Staged::commit`] gives it its name. Dropped uncommitted, it is removed.
 #[derive(Debug)]
 pub struct Staged {
-    dir: Arc<OwnedFd>,
-    /// The temporary name it is under; `None` for a file without a name waiting in `pending`.
-    tmp: Option<OsString>,
-    /// A file made by a creator that names files after their syncfs (see
-    /// [`CreateOptions::publish_after_sync`]): without a name (or under the creator's
-    /// temporary name), given its own once the caller's syncfs made it durable.
-    pending: Option<PendingFile>,
+    /// The copy, until it is named; `None` for a copy written in place (an existing file kept
+    /// its inode): nothing to name.
+    entry: Option<PendingFile>,
+    /// Made by a creator that names files after their syncfs (see
+    /// [`CreateOptions::publish_after_sync`]): named once the caller's syncfs made it durable.
+    after_syncfs: bool,
     /// A verification left to the caller's syncfs (see [`Staged::prefetch`]): the algorithm,
     /// the source's digest, and the options (hook, rate) it runs with.
     deferred: Option<(Algo, String, CopyOptions)>,
-    name: OsString,
+    dir: Arc<OwnedFd>,
     path: PathBuf,
     sync: bool,
-    committed: bool,
-    /// Written in place (an existing file kept its inode): nothing to name.
-    in_place: bool,
     /// What the copy did.
     pub report: CopyReport,
 }
@@ -269,7 +266,7 @@ impl Staged {
     /// every file of a batch before their commits, so that the device serves the read-backs
     /// together rather than one at a time. Nothing to do for other copies.
     pub fn prefetch(&self) -> Result<()> {
-        let (Some((_, _, co)), Some(f)) = (&self.deferred, self.pending.as_ref().and_then(PendingFile::file)) else { return Ok(()) };
+        let (Some((_, _, co)), Some(f)) = (&self.deferred, self.entry.as_ref().map(PendingFile::file)) else { return Ok(()) };
         // Clean after the syncfs: dropped as they are, unless the hook wrote (then written back first).
         match &co.before_verify {
             Some(hook) => {
@@ -329,57 +326,21 @@ impl Staged {
     /// [`stage_copy`]) is linked (or renamed) into place, its pages dropped: the caller
     /// commits it only after a syncfs that made it durable.
     pub fn commit(mut self) -> Result<CopyReport> {
-        if self.in_place {
-            self.committed = true;
+        let Some(entry) = self.entry.take() else {
             return Ok(self.report.clone());
-        }
-        if let Some(p) = self.pending.take() {
-            if let Some((algo, want, co)) = self.deferred.take() {
-                let Some(f) = p.file() else {
-                    return Err(Error::new(ErrorKind::InvalidInput, "verify", &self.path, "not open"));
-                };
-                // A copy that fails goes with `p`, never named.
-                self.report.verify = Some(self.verify_synced(f, algo, &want, &co)?);
-            }
-            p.publish_synced()?;
-            self.committed = true;
-            return Ok(self.report.clone());
-        }
-        let Some(tmp) = &self.tmp else {
-            return Err(Error::new(ErrorKind::InvalidInput, "rename", &self.path, "neither a name nor an open file"));
         };
-        if let Err(u) = sys::publish(self.dir.as_fd(), tmp, &self.name, &self.path, self.sync) {
+        if self.after_syncfs {
+            if let Some((algo, want, co)) = self.deferred.take() {
+                // A copy that fails goes with `entry`, never named.
+                self.report.verify = Some(self.verify_synced(entry.file(), algo, &want, &co)?);
+            }
+            entry.publish_synced()?;
+        } else {
             // After the rename the copy is whole and in place; only the directory entry's
-            // durability is in doubt, and the error says so.
-            self.committed = u.renamed;
-            return Err(*u.error);
+            // durability can be in doubt then, and the error says so.
+            entry.publish(self.sync)?;
         }
-        self.committed = true;
         Ok(self.report.clone())
-    }
-}
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        // A pending file removes itself when dropped.
-        if let (false, Some(tmp)) = (self.committed, &self.tmp) {
-            let _ = rustix::fs::unlinkat(&*self.dir, tmp.as_os_str(), AtFlags::empty());
-        }
-    }
-}
-
-/// Removes a temporary file unless disarmed.
-struct TmpGuard<'a> {
-    dir: &'a OwnedFd,
-    name: &'a OsStr,
-    armed: bool,
-}
-
-impl Drop for TmpGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = rustix::fs::unlinkat(self.dir, self.name, AtFlags::empty());
-        }
     }
 }
 
@@ -546,19 +507,16 @@ struct Job<'a> {
     dir: &'a Arc<OwnedFd>,
     /// The final name in `dir`.
     name: &'a OsStr,
-    /// The temporary name beside it, made when first needed (a file created without a name
-    /// needs none).
-    tmp: OnceLock<OsString>,
-    /// The copy, finished without a name by a creator that names files after their syncfs.
-    pending: Option<PendingFile>,
+    /// The copy, finished under a temporary name (or none) and waiting to be named.
+    entry: Option<PendingFile>,
+    /// Made by a creator that names files after their syncfs: named after the caller's.
+    after_syncfs: bool,
     co: &'a CopyOptions,
     wo: &'a WriteOptions,
     progress: &'a Progress,
     hasher: Option<Hasher>,
     /// The existing file to write in place, until the copy takes it.
     existing: Option<File>,
-    /// The copy was written in place (into `existing`).
-    in_place: bool,
     /// That file is a FIFO or a device: nothing to read back.
     stream_dst: bool,
     /// The owner could not be given (another user's copy): the set-ID and sticky bits are left
@@ -594,14 +552,13 @@ impl<'a> Job<'a> {
             dst,
             dir,
             name,
-            tmp: OnceLock::new(),
-            pending: None,
+            entry: None,
+            after_syncfs: false,
             co,
             wo,
             progress,
             hasher: co.verify.map(Hasher::new),
             existing,
-            in_place: false,
             stream_dst: false,
             drop_special: false,
         }
@@ -672,10 +629,6 @@ impl<'a> Job<'a> {
         // for a second would wait for ever.
         drop(reader);
         self.staged(method, fallback, decision, backend, block, write, data)
-    }
-
-    fn tmp(&self) -> &OsString {
-        self.tmp.get_or_init(|| sys::temp_name(self.name))
     }
 
     fn interrupted(&self) -> Result<()> {
@@ -776,14 +729,10 @@ impl<'a> Job<'a> {
         let errno = match known {
             Some(e) => Some(e),
             None => {
-                let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                let tmp = self.tmp().clone();
-                let mode = self.attrs().create_perm();
-                let fd = sys::call(Site::Open, || rustix::fs::openat(&**self.dir, tmp.as_os_str(), flags, FMode::from_raw_mode(mode)))
-                    .map_err(|e| Error::io("create", self.dst, e))?;
-                let mut guard = TmpGuard { dir: self.dir, name: &tmp, armed: true };
-                let file = File::from(fd);
-                match rustix::fs::ioctl_ficlone(&file, reader.file()) {
+                // On any error below the clone goes with `entry`.
+                let entry = PendingFile::create(self.dir.clone(), self.name, self.dst, Naming::Temporary, self.attrs().create_perm())?;
+                let file = entry.file().clone();
+                match rustix::fs::ioctl_ficlone(&*file, reader.file()) {
                     Ok(()) => {
                         self.extra(reader.file(), &file, smeta, creator)?;
                         sys::apply_attrs(&file, self.permissions(), self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
@@ -800,7 +749,7 @@ impl<'a> Job<'a> {
                                 h.update(&c);
                             }
                         }
-                        guard.armed = false;
+                        self.entry = Some(entry);
                         let decision = Decision { mode: crate::Mode::Auto, reason: "FICLONE: extents shared with the source, no data written".into() };
                         return Ok(Ok(WriteReport {
                             path: self.dst.to_path_buf(),
@@ -899,20 +848,15 @@ impl<'a> Job<'a> {
         if self.drop_special {
             f.set_permissions(self.permissions());
         }
-        // The attributes are set by the finish, and made durable by its fsync.
-        if self.wo.sync {
-            f.finish_durable()
-        } else {
-            // A file without its final name comes back, to be named by `Staged::commit`.
-            let (report, pending) = f.finish_unbatched()?;
-            self.pending = pending;
-            Ok(report)
-        }
+        // The attributes are set by the finish, and made durable by its fsync. The file comes
+        // back under its temporary name (or none), to be named by `Staged::commit`.
+        let (report, entry) = if self.wo.sync { f.finish_durable()? } else { f.finish_unbatched()? };
+        self.entry = entry;
+        Ok(report)
     }
 
     /// The existing file `existing`, to be written in place (emptied first when `truncate`).
     fn adopt(&mut self, existing: File, creator: Option<&FileCreator>, len: u64, truncate: bool) -> NewFile {
-        self.in_place = true;
         self.stream_dst = existing.metadata().is_ok_and(|m| !m.is_file());
         let opts = CreateOptions { mode: self.wo.io.mode, sync: self.wo.sync, deferred_drops: 0, batch_writeback: 0, publish_after_sync: false };
         match creator {
@@ -930,6 +874,7 @@ impl<'a> Job<'a> {
         // named after the caller's syncfs (and verified after it, when asked); not for a copy
         // made durable on its own (it uses its temporary name).
         if let Some(c) = creator.filter(|c| c.publishes() && !self.wo.sync) {
+            self.after_syncfs = true;
             return c.create(self.dir.clone(), self.name, self.dst, len, self.attrs());
         }
         let creator = match creator.filter(|c| !c.publishes()) {
@@ -945,19 +890,19 @@ impl<'a> Job<'a> {
                 &own
             }
         };
-        creator.create(self.dir.clone(), self.tmp().as_os_str(), self.dst, len, self.attrs())
+        creator.create_as(self.dir.clone(), self.name, self.dst, len, self.attrs(), Naming::Temporary)
     }
 
     /// A large file: streamed through the writer's queue.
     fn stream(&mut self, reader: &mut Reader) -> Result<(Method, WriteReport, u64)> {
         let mut wo = self.wo.clone();
-        wo.atomic = false;
+        wo.atomic = true;
         wo.size_hint = Some(reader.len());
         wo.permissions = self.permissions();
         // Under a budget smaller than asked for, the writer may only hold what the reader's lease
         // leaves beyond its read-ahead and the chunk in hand; none left means write-through.
         wo.io.queue_depth = wo.io.queue_depth.min(reader.buffers().saturating_sub(reader.queue_depth() + 1));
-        let mut writer = Writer::create_in(self.dir.as_fd(), self.tmp().as_os_str(), self.dst, &wo)?;
+        let mut writer = Writer::create_in_shared(self.dir.clone(), self.name, self.dst, &wo)?;
         let mut data = 0;
         while let Some(chunk) = reader.next_chunk()? {
             self.interrupted()?;
@@ -969,8 +914,9 @@ impl<'a> Job<'a> {
         if self.drop_special {
             writer.set_permissions(self.permissions());
         }
-        let mut w = writer.finish()?;
-        w.path = self.dst.to_path_buf();
+        // Named by `Staged::commit` (the file's own fsync, when asked, is done).
+        let (w, entry) = writer.finish_pending()?;
+        self.entry = Some(entry);
         Ok((Method::Copy, w, data))
     }
 
@@ -1046,44 +992,40 @@ impl<'a> Job<'a> {
         write: WriteReport,
         data_bytes: u64,
     ) -> Result<Staged> {
-        let in_place = self.in_place;
         let mut staged = Staged {
-            dir: self.dir.clone(),
-            tmp: if self.pending.is_some() || in_place { None } else { self.tmp.get().cloned() },
-            pending: self.pending.take(),
+            entry: self.entry.take(),
+            after_syncfs: self.after_syncfs,
             deferred: None,
-            name: self.name.to_os_string(),
+            dir: self.dir.clone(),
             path: self.dst.to_path_buf(),
             sync: self.wo.sync,
-            committed: false,
-            in_place,
             report: CopyReport { src: self.src.to_path_buf(), method, reflink_fallback: fallback, read, read_backend, write, data_bytes, verify: None },
         };
         if let (Some(algo), Some(h)) = (self.co.verify.filter(|_| !self.stream_dst), self.hasher.take()) {
             let want = h.hex();
-            if staged.pending.is_some() {
+            if staged.after_syncfs && staged.entry.is_some() {
                 // Read back after the caller's syncfs, which makes it durable, with the rest of
                 // its batch (`Staged::prefetch`, then `Staged::commit`).
                 staged.deferred = Some((algo, want, self.co.clone()));
             } else {
-                let name = if in_place { self.name.to_os_string() } else { self.tmp().clone() };
-                staged.report.verify = Some(self.verify(&name, in_place, algo, want, block)?);
+                staged.report.verify = Some(self.verify(staged.entry.as_ref(), algo, want, block)?);
             }
         }
         self.progress.file_done();
         Ok(staged)
     }
 
-    /// Reads the durable file `name` (the temporary, or the file written in place) back past
+    /// Reads the copy (`entry`, not yet named; `None`: the file written in place) back past
     /// the page cache and compares its digest with the source's.
-    fn verify(&self, name: &OsStr, in_place: bool, algo: Algo, want: String, block: usize) -> Result<VerifyReport> {
+    fn verify(&self, entry: Option<&PendingFile>, algo: Algo, want: String, block: usize) -> Result<VerifyReport> {
         let t = Instant::now();
         // A file written in place was opened through its name as given (a symlink the user named
-        // is followed); a temporary is never a symlink.
-        let follow = if in_place { OFlags::empty() } else { OFlags::NOFOLLOW };
-        let fd = sys::call(Site::Open, || rustix::fs::openat(&**self.dir, name, OFlags::RDWR | follow | OFlags::CLOEXEC, FMode::empty()))
-            .map_err(|e| Error::io("open for verify", self.dst, e))?;
-        let file = File::from(fd);
+        // is followed); the copy's own file is opened anew, its flags its own.
+        let file = match entry {
+            Some(e) => e.reopen(),
+            None => sys::call(Site::Open, || rustix::fs::openat(&**self.dir, self.name, OFlags::RDWR | OFlags::CLOEXEC, FMode::empty())).map(File::from),
+        }
+        .map_err(|e| Error::io("open for verify", self.dst, e))?;
         sys::fdatasync(&file, self.dst)?;
         if let Some(hook) = &self.co.before_verify {
             hook(&file, self.dst).map_err(|e| Error::io("verify hook", self.dst, e))?;

@@ -3,7 +3,7 @@
 //! path (the streaming [`Writer`](crate::Writer) is the other), shared by many threads.
 
 use std::collections::VecDeque;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -11,12 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
-use rustix::fs::{AtFlags, Mode as FMode, OFlags};
-
 use crate::buf::AlignedBuf;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fault::{self, Site, Step};
+use crate::fault::{self, Step};
+use crate::pending::{initial_mode, Naming, PendingFile};
 use crate::plan::{self, Plan};
 use crate::policy::{self, Decision, Mode};
 use crate::residency;
@@ -77,79 +76,6 @@ const PUBLISH_BATCH: u64 = 32 << 20;
 /// rename failed: the file is removed, the error names it).
 pub type Published = Box<dyn FnOnce(Result<()>) + Send>;
 
-/// A complete file without its final name (none at all, or a temporary one) in its directory,
-/// waiting for the syncfs after which it is given it ([`CreateOptions::publish_after_sync`]).
-/// Dropped without being published, it is removed.
-pub struct PendingFile {
-    /// The file, open (for the syncfs of its batch, and to link it when it has no name).
-    file: Option<Arc<File>>,
-    dir: Arc<OwnedFd>,
-    /// Its temporary name; `None`: it has none (O_TMPFILE).
-    tmp: Option<OsString>,
-    name: OsString,
-    path: PathBuf,
-    done: bool,
-}
-
-impl PendingFile {
-    pub(crate) fn new(file: Option<Arc<File>>, dir: Arc<OwnedFd>, tmp: Option<OsString>, name: OsString, path: PathBuf) -> PendingFile {
-        PendingFile { file, dir, tmp, name, path, done: false }
-    }
-
-    /// The directory it is in.
-    pub fn dir(&self) -> &Arc<OwnedFd> {
-        &self.dir
-    }
-
-    /// The final path, as given at creation.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The open file, where it is kept open until named.
-    pub(crate) fn file(&self) -> Option<&Arc<File>> {
-        self.file.as_ref()
-    }
-
-    /// For a file its caller made durable itself (a syncfs after it was finished, see
-    /// [`NewFile::finish_unbatched`]): drops the pages it left in the cache (written back now;
-    /// best effort) and gives it its final name, replacing a file there (the name's
-    /// durability is the caller's: a later syncfs). On error it is removed.
-    pub fn publish_synced(self) -> Result<()> {
-        if let Some(f) = &self.file {
-            let _ = residency::drop_range(f, 0, 0);
-        }
-        self.publish()
-    }
-
-    /// Gives it its final name, replacing a file there (its durability is the caller's: a
-    /// later syncfs).
-    fn publish(mut self) -> Result<()> {
-        let r = match (&self.tmp, &self.file) {
-            (Some(tmp), _) => sys::publish(self.dir.as_fd(), tmp, &self.name, &self.path, false).map_err(|u| *u.error),
-            (None, Some(f)) => sys::link_unnamed(f, self.dir.as_fd(), &self.name, &self.path),
-            (None, None) => Err(Error::new(ErrorKind::InvalidInput, "link", &self.path, "neither a name nor an open file")),
-        };
-        self.done = r.is_ok();
-        r
-    }
-}
-
-impl std::fmt::Debug for PendingFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PendingFile").field("path", &self.path).field("tmp", &self.tmp).finish()
-    }
-}
-
-impl Drop for PendingFile {
-    fn drop(&mut self) {
-        // A file without a name goes with its last descriptor.
-        if let (false, Some(tmp)) = (self.done, &self.tmp) {
-            let _ = rustix::fs::unlinkat(&*self.dir, tmp.as_os_str(), AtFlags::empty());
-        }
-    }
-}
-
 /// A finished file in the batch: open (the batch's syncfs needs a descriptor of a file, as a
 /// directory may be open with O_PATH only), its pages to drop once written back, and its name
 /// to give.
@@ -198,8 +124,7 @@ impl FileAttrs {
     /// created without a name, which nobody can open, may get its final bits at once: see
     /// [`FileCreator::create`].)
     pub fn create_perm(&self) -> u32 {
-        let base = self.create.unwrap_or(if self.permissions.is_some() { 0o600 } else { 0o666 });
-        base & self.permissions.unwrap_or(0o777) & 0o777
+        initial_mode(self.permissions, self.create)
     }
 }
 
@@ -338,9 +263,9 @@ impl Shared {
         for b in batch.files {
             if let Some((pending, then)) = b.publish {
                 then(match &synced {
-                    Ok(()) => pending.publish(),
+                    Ok(()) => pending.publish(false),
                     // Dropping `pending` removes its temporary.
-                    Err(e) => Err(Error::io("syncfs", &pending.path, io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO)))),
+                    Err(e) => Err(Error::io("syncfs", pending.path(), io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO)))),
                 });
             }
             if b.drop_pages {
@@ -408,17 +333,10 @@ impl FileCreator {
     /// fsyncs it if the options say so, and closes it. `display_path` names it in errors and
     /// the report. On error nothing is left under `name`.
     pub fn write_file(&self, dir: BorrowedFd<'_>, name: &OsStr, display_path: &Path, data: &[u8], attrs: &FileAttrs) -> Result<WriteReport> {
-        let mut draft = self.open(dir, name, display_path, data.len() as u64, attrs)?;
-        match draft.write_at(data, 0).and_then(|()| draft.finish(attrs)) {
-            Ok(report) => {
-                draft.close();
-                Ok(report)
-            }
-            Err(e) => {
-                draft.discard(dir, Some(name));
-                Err(e)
-            }
-        }
+        let dir = Arc::new(dir.try_clone_to_owned().map_err(|e| Error::io("dup", display_path, e))?);
+        let mut f = self.create_as(dir, name, display_path, data.len() as u64, attrs.clone(), Naming::Final)?;
+        f.write_at(data, 0)?;
+        f.finish()
     }
 
     /// Writes all of `data` to `path` as a new file that replaces any file of that name: under
@@ -427,26 +345,13 @@ impl FileCreator {
     /// the temporary is removed and `path` is untouched.
     pub fn replace(&self, path: &Path, data: &[u8], attrs: &FileAttrs) -> Result<WriteReport> {
         let (dir, name) = sys::open_parent(path)?;
-        let perm = attrs.create_perm();
-        let (fd, tmp) = sys::create_temp(dir.as_fd(), name, path, perm)?;
-        let mut draft = self.draft(fd, path, data.len() as u64);
-        let done = draft.write_at(data, 0).and_then(|()| draft.finish(attrs)).and_then(|report| {
-            sys::publish(dir.as_fd(), &tmp, name, path, self.shared.opts.sync).map_err(|u| *u.error)?;
-            Ok(report)
-        });
-        match done {
-            Ok(report) => {
-                draft.close();
-                Ok(report)
-            }
-            Err(e) => {
-                // After a failed directory fsync the rename has happened: the file is whole,
-                // only its durability is in doubt, and the error says so. Otherwise the
-                // temporary is still there and goes.
-                draft.discard(dir.as_fd(), Some(&tmp));
-                Err(e)
-            }
-        }
+        let mut f = self.create_as(Arc::new(dir), name, path, data.len() as u64, attrs.clone(), Naming::Temporary)?;
+        f.write_at(data, 0)?;
+        let (report, entry) = f.finish_unbatched()?;
+        // After a failed directory fsync the rename has happened: the file is whole, only its
+        // durability is in doubt, and the error says so. Otherwise the temporary goes.
+        entry.map_or(Ok(()), |e| e.publish(self.shared.opts.sync))?;
+        Ok(report)
     }
 
     /// Creates `name` in `dir` now and returns it open, to be written and finished later,
@@ -463,20 +368,23 @@ impl FileCreator {
     /// no setuid, setgid or sticky bit): nobody can open it before it is named, so it need not
     /// be created 0600 and changed after.
     pub fn create(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<NewFile> {
-        if !self.shared.publishes() {
-            let draft = self.open(dir.as_fd(), name, display_path, size_hint, &attrs)?;
-            return Ok(self.new_file(draft, dir, name, None, attrs));
-        }
-        sys::check_name("create", display_path, name)?;
-        let (perm, exact) = self.unnamed_perm(&dir, &attrs);
-        let (fd, tmp, attrs) = match sys::create_unnamed(dir.as_fd(), display_path, perm)? {
-            Some(fd) => (fd, None, Self::mode_given(attrs, exact)),
-            None => {
-                let (fd, tmp) = sys::create_temp(dir.as_fd(), name, display_path, attrs.create_perm())?;
-                (fd, Some(tmp), attrs)
+        let naming = if self.shared.publishes() { Naming::Unnamed { mode: 0 } } else { Naming::Final };
+        self.create_as(dir, name, display_path, size_hint, attrs, naming)
+    }
+
+    /// As [`FileCreator::create`], named as `naming` says (for [`Naming::Unnamed`], with the
+    /// mode [`FileCreator::unnamed_perm`] gives, whatever it holds).
+    pub(crate) fn create_as(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs, naming: Naming) -> Result<NewFile> {
+        let (naming, exact) = match naming {
+            Naming::Unnamed { .. } => {
+                let (perm, exact) = self.unnamed_perm(&dir, &attrs);
+                (Naming::Unnamed { mode: perm }, exact)
             }
+            n => (n, false),
         };
-        Ok(self.new_file(self.draft(fd, display_path, size_hint), dir, name, Some(tmp), attrs))
+        let entry = PendingFile::create(dir, name, display_path, naming, attrs.create_perm())?;
+        let attrs = Self::mode_given(attrs, exact && entry.unnamed());
+        Ok(self.new_file(entry, size_hint, attrs))
     }
 
     /// The mode to create a file without a name in `dir` with, and whether it is the file's
@@ -519,10 +427,11 @@ impl FileCreator {
         for_last_dir(&self.shared.owner_dir, dir, || rustix::fs::fstat(file).ok().map(|s| (s.st_uid, s.st_gid)))
     }
 
-    /// A [`NewFile`] of `draft`, created in `dir` for `name` (`unnamed`: see [`NewFile`]).
-    fn new_file(&self, mut draft: Draft, dir: Arc<OwnedFd>, name: &OsStr, unnamed: Option<Option<OsString>>, attrs: FileAttrs) -> NewFile {
-        draft.caps = self.dir_caps(&dir);
-        NewFile { draft, dir, name: name.to_os_string(), unnamed, attrs, finished: false, in_place: false }
+    /// A [`NewFile`] of `entry`, to be written with a size of about `size_hint`.
+    fn new_file(&self, entry: PendingFile, size_hint: u64, attrs: FileAttrs) -> NewFile {
+        let mut draft = self.draft(entry.file().clone(), entry.path(), size_hint);
+        draft.caps = self.dir_caps(entry.dir());
+        NewFile { draft, entry: Some(entry), attrs }
     }
 
     /// Names `file` (a complete file under a temporary name, such as a [`Writer`](crate::Writer)
@@ -532,12 +441,10 @@ impl FileCreator {
     /// the creator does not publish after sync: the file is named now).
     pub fn publish_after_sync(&self, file: PendingFile, bytes: u64, then: Published) {
         if self.shared.publishes() {
-            let Some(open) = file.file.clone() else {
-                return then(Err(Error::new(ErrorKind::InvalidInput, "publish", &file.path, "not open")));
-            };
+            let open = file.file().clone();
             self.shared.add_to_batch(Batched { file: open, drop_pages: false, publish: Some((file, then)) }, bytes);
         } else {
-            then(file.publish());
+            then(file.publish(false));
         }
     }
 
@@ -568,18 +475,15 @@ impl FileCreator {
             // Best effort here; a file that cannot be emptied fails at its first write.
             let _ = file.set_len(0);
         }
-        let fd = OwnedFd::from(file);
-        let mut draft = self.draft(fd, display_path, size_hint);
-        draft.stream = !regular;
-        let mut f = self.new_file(draft, dir, name, None, attrs);
-        f.in_place = true;
+        let mut f = self.new_file(PendingFile::in_place(file, dir, name, display_path), size_hint, attrs);
+        f.draft.stream = !regular;
         f
     }
 
     /// A file created without a name (O_TMPFILE, by a [`CreateQueue`](crate::create_queue::CreateQueue))
     /// in `dir`, as [`FileCreator::create`] would have made it.
     pub(crate) fn adopt_unnamed(&self, fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> NewFile {
-        self.new_file(self.draft(fd, display_path, size_hint), dir, name, Some(None), attrs)
+        self.new_file(PendingFile::adopt_unnamed(fd, dir, name, display_path), size_hint, attrs)
     }
 
     /// How files waiting for their name are created and named (O_TMPFILE and a link, or a
@@ -637,17 +541,9 @@ impl FileCreator {
         self.shared.drop_deferred();
     }
 
-    fn open(&self, dir: BorrowedFd<'_>, name: &OsStr, path: &Path, size_hint: u64, attrs: &FileAttrs) -> Result<Draft> {
-        sys::check_name("create", path, name)?;
-        let perm = attrs.create_perm();
-        let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = sys::call(Site::Open, || rustix::fs::openat(dir, name, flags, FMode::from_raw_mode(perm))).map_err(|e| Error::io("create", path, e))?;
-        Ok(self.draft(fd, path, size_hint))
-    }
-
-    fn draft(&self, fd: OwnedFd, path: &Path, size_hint: u64) -> Draft {
+    fn draft(&self, file: Arc<File>, path: &Path, size_hint: u64) -> Draft {
         Draft {
-            file: Arc::new(File::from(fd)),
+            file,
             path: path.to_path_buf(),
             shared: self.shared.clone(),
             size_hint,
@@ -672,15 +568,9 @@ impl FileCreator {
 #[derive(Debug)]
 pub struct NewFile {
     draft: Draft,
-    dir: Arc<OwnedFd>,
-    name: OsString,
-    /// Written without its final name until its batch gives it: `Some(None)` without a name
-    /// (O_TMPFILE), `Some(Some(tmp))` under a temporary one.
-    unnamed: Option<Option<OsString>>,
+    /// The file until it is finished (dropped with it unfinished, it is removed).
+    entry: Option<PendingFile>,
     attrs: FileAttrs,
-    finished: bool,
-    /// An existing file written in place: never removed.
-    in_place: bool,
 }
 
 impl NewFile {
@@ -738,22 +628,39 @@ impl NewFile {
                 return Err(e);
             }
         };
+        if self.entry.as_ref().is_some_and(PendingFile::unpublished) && self.draft.shared.publishes() {
+            if let Some(pending) = self.entry.take() {
+                self.draft.close_pending(pending, then);
+            }
+            return Ok(report);
+        }
         match self.settle() {
-            None => then(Ok(())),
-            Some(pending) => self.draft.close_pending(pending, then),
+            Ok(None) => then(Ok(())),
+            // A file under a temporary name from a creator that names files at once.
+            Ok(Some(pending)) => then(pending.publish(false)),
+            Err(e) => then(Err(e)),
         }
         Ok(report)
     }
 
-    /// Marks the finished file done: closes one under its final name (`None`), or hands back
-    /// one waiting for its name.
-    fn settle(&mut self) -> Option<PendingFile> {
-        self.finished = true;
-        let Some(tmp) = self.unnamed.take() else {
-            self.draft.close();
-            return None;
+    /// Marks the finished file done: closes it (its pages dropped, or kept for a later drop)
+    /// and hands back the file where it is still to be named (under a temporary name or
+    /// none). A file from a creator that names files after their syncfs is handed back open,
+    /// its pages left to the batch that names it.
+    fn settle(&mut self) -> Result<Option<PendingFile>> {
+        let Some(entry) = self.entry.take() else {
+            return Err(Error::new(ErrorKind::InvalidInput, "finish", &self.draft.path, "finished already"));
         };
-        Some(PendingFile::new(Some(self.draft.file.clone()), self.dir.clone(), tmp, std::mem::take(&mut self.name), self.draft.path.clone()))
+        if entry.unpublished() {
+            if !self.draft.shared.publishes() {
+                self.draft.close();
+            }
+            return Ok(Some(entry));
+        }
+        self.draft.close();
+        // Under its final name already, or written in place: nothing to name.
+        entry.publish(false)?;
+        Ok(None)
     }
 
     /// As [`NewFile::finish`], but a file created without its final name (see
@@ -764,36 +671,19 @@ impl NewFile {
     pub fn finish_unbatched(mut self) -> Result<(WriteReport, Option<PendingFile>)> {
         // On error `self` goes, and with it the file.
         let report = self.draft.finish(&self.attrs)?;
-        Ok((report, self.settle()))
+        Ok((report, self.settle()?))
     }
 
     /// Sets the attributes, fsyncs the file whatever the options say (a copy made durable on
-    /// its own by a creator shared with batched ones), and closes it.
-    pub(crate) fn finish_durable(mut self) -> Result<WriteReport> {
+    /// its own by a creator shared with batched ones), and closes it; hands it back where it
+    /// is still to be named, as [`NewFile::finish_unbatched`] does.
+    pub(crate) fn finish_durable(mut self) -> Result<(WriteReport, Option<PendingFile>)> {
         let mut report = self.draft.finish(&self.attrs)?;
         if !report.synced && !self.draft.stream {
             sys::fsync(&self.draft.file, &self.draft.path)?;
             report.synced = true;
         }
-        self.finished = true;
-        self.draft.close();
-        Ok(report)
-    }
-}
-
-impl Drop for NewFile {
-    fn drop(&mut self) {
-        if !self.finished {
-            if self.in_place {
-                // Written in place: it stays as far as it got (GNU cp's copy does the same).
-                self.draft.discard(self.dir.as_fd(), None);
-                return;
-            }
-            match &self.unnamed {
-                None => self.draft.discard(self.dir.as_fd(), Some(&self.name)),
-                Some(tmp) => self.draft.discard(self.dir.as_fd(), tmp.as_deref()),
-            }
-        }
+        Ok((report, self.settle()?))
     }
 }
 
@@ -1038,22 +928,12 @@ impl Draft {
         }
         self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages, publish: Some((pending, then)) }, self.end);
     }
-
-    /// Removes the unfinished file `name` from `dir` (a file without a name goes when it is
-    /// closed), dropping what it put in the cache.
-    fn discard(&self, dir: BorrowedFd<'_>, name: Option<&OsStr>) {
-        if self.cached {
-            let _ = residency::drop_range(&self.file, 0, 0);
-        }
-        if let Some(name) = name {
-            let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::fs::{Mode as FMode, OFlags};
 
     /// Where the probe could not tell (it could not read the file) and a write is the first to
     /// meet a refusal of RWF_DONTCACHE, auto takes write-behind, says why, and remembers it

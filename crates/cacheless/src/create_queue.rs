@@ -201,7 +201,8 @@ impl CreateQueue {
         let (perm, exact) = self.creator.unnamed_perm(&dir, &attrs);
         let req = Req { dir, name: name.to_os_string(), path: display_path.to_path_buf(), size_hint, attrs, exact, abandoned: false, seq: self.requests };
         let sqe = opcode::OpenAt::new(types::Fd(req.dir.as_raw_fd()), DOT.as_ptr())
-            .flags(libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC)
+            // The flags of every file created without a name (the bits fit an int).
+            .flags(i32::from_ne_bytes(sys::UNNAMED.bits().to_ne_bytes()))
             .mode(perm)
             .build()
             // Creating a file always blocks: straight to the worker.

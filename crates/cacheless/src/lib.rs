@@ -44,6 +44,7 @@ mod fault;
 pub mod info;
 pub mod mode;
 pub mod options;
+mod pending;
 pub mod plan;
 pub mod policy;
 pub mod pool;
@@ -62,10 +63,11 @@ pub use buf::{AlignedBuf, Budget, LeaseRequest, Shares};
 pub use copy::{
     copy_file, copy_file_with, copy_xattrs, open_parent, stage_copy, CopyOptions, CopyReport, Method, Reflink, Sparse, Staged, VerifyHook, VerifyReport,
 };
-pub use create::{sync_filesystem, CreateOptions, FileAttrs, FileCreator, NewFile, PendingFile, Published};
+pub use create::{sync_filesystem, CreateOptions, FileAttrs, FileCreator, NewFile, Published};
 pub use create_queue::{CreateQueue, CreateTicket};
 pub use error::{Error, ErrorKind, Hint, Result};
 pub use options::{IoOptions, DEFAULT_BUDGET};
+pub use pending::{initial_mode, PendingFile};
 pub use plan::Plan;
 pub use policy::{Decision, Mode};
 pub use progress::Progress;

@@ -38,44 +38,30 @@ pub(crate) fn temp_name(name: &OsStr) -> OsString {
     t
 }
 
-/// Creates a new file (`O_CREAT | O_EXCL | O_NOFOLLOW`, read-write) under a temporary name
-/// beside `name` in `dir` (see [`temp_name`]), with
-/// permission bits `perm`; returns it and the name. `path` names it in errors.
-pub(crate) fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, perm: u32) -> Result<(OwnedFd, OsString)> {
-    let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+/// Makes an entry under a temporary name beside `name` in `dir` (see [`temp_name`]) with
+/// `make(dir, temporary)` (through [`call`]), which must fail with EEXIST where the name is
+/// taken (an exclusive create, mknodat, symlinkat, linkat): another name is tried then.
+/// Returns what `make` gave and the name.
+pub(crate) fn beside<T>(dir: BorrowedFd<'_>, name: &OsStr, mut make: impl FnMut(BorrowedFd<'_>, &OsStr) -> io::Result<T>) -> io::Result<(T, OsString)> {
     let mut tries = 0;
     loop {
         let t = temp_name(name);
-        match call(Site::Open, || rustix::fs::openat(dir, t.as_os_str(), flags, FMode::from_raw_mode(perm))) {
-            Ok(fd) => return Ok((fd, t)),
+        match make(dir, &t) {
+            Ok(v) => return Ok((v, t)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
-            Err(e) => return Err(Error::io("create", path, e)),
+            Err(e) => return Err(e),
         }
     }
 }
+
+/// The flags of a file created without a name (O_TMPFILE), read-write.
+pub(crate) const UNNAMED: OFlags = OFlags::TMPFILE.union(OFlags::RDWR).union(OFlags::CLOEXEC);
 
 /// Set once a filesystem refused O_TMPFILE: files are then created under temporary names.
 static NO_TMPFILE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Set once linkat(AT_EMPTY_PATH) was refused (it needs CAP_DAC_READ_SEARCH before Linux
 /// 6.10): a file without a name is then linked through /proc/self/fd.
 static NO_EMPTY_PATH_LINK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Creates a file without a name in `dir` (O_TMPFILE, Linux 3.11; ext4, xfs, btrfs, tmpfs),
-/// read-write with permission bits `perm`, to be named by [`link_unnamed`]; until then a crash
-/// leaves nothing of it (the filesystem frees it at its next mount). `None` where the
-/// filesystem has no O_TMPFILE (remembered for the process). `path` names it in errors.
-pub(crate) fn create_unnamed(dir: BorrowedFd<'_>, path: &Path, perm: u32) -> Result<Option<OwnedFd>> {
-    if !tmpfile_available() {
-        return Ok(None);
-    }
-    match call(Site::Open, || rustix::fs::openat(dir, ".", OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(perm))) {
-        Ok(fd) => Ok(Some(fd)),
-        // Older kernels answer EISDIR (the flag includes O_DIRECTORY), filesystems without it
-        // EOPNOTSUPP.
-        Err(e) if tmpfile_refused(&e) => Ok(None),
-        Err(e) => Err(Error::io("create", path, e)),
-    }
-}
 
 /// The process's umask, from /proc/self/status (Linux 4.7); `None` where it does not say.
 /// (umask(2) can only read it by setting it, which races with other threads creating files.)
@@ -109,7 +95,7 @@ pub(crate) fn tmpfile_available() -> bool {
 }
 
 /// Whether `e`, the error of an O_TMPFILE open, says the filesystem (or the kernel) has none;
-/// remembered, as [`create_unnamed`] does.
+/// remembered for the process.
 pub(crate) fn tmpfile_refused(e: &io::Error) -> bool {
     let refused = matches!(Errno::from_io_error(e), Some(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL));
     if refused {
@@ -118,22 +104,14 @@ pub(crate) fn tmpfile_refused(e: &io::Error) -> bool {
     refused
 }
 
-/// Gives the unnamed file `file` (see [`create_unnamed`]) the name `name` in `dir`, replacing
+/// Gives the unnamed file `file` (created with [`UNNAMED`]) the name `name` in `dir`, replacing
 /// a file or symlink there: linked under it where it is free, else under a temporary name
 /// renamed over it. `path` names it in errors.
 pub(crate) fn link_unnamed(file: &File, dir: BorrowedFd<'_>, name: &OsStr, path: &Path) -> Result<()> {
     match link_fd(file, dir, name) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let mut tries = 0;
-            let tmp = loop {
-                let t = temp_name(name);
-                match link_fd(file, dir, &t) {
-                    Ok(()) => break t,
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
-                    Err(e) => return Err(Error::io("link", path, e)),
-                }
-            };
+            let ((), tmp) = beside(dir, name, |dir, t| link_fd(file, dir, t)).map_err(|e| Error::io("link", path, e))?;
             publish(dir, &tmp, name, path, false).map_err(|u| {
                 let _ = rustix::fs::unlinkat(dir, tmp.as_os_str(), rustix::fs::AtFlags::empty());
                 *u.error
@@ -151,7 +129,7 @@ fn switched_off() -> (bool, bool) {
 }
 
 /// How files written by a creator that names them after their syncfs got their names so far
-/// (see [`create_unnamed`] and [`link_unnamed`]), in words for reports.
+/// (without a name, see [`UNNAMED`], then [`link_unnamed`]), in words for reports.
 pub(crate) fn naming() -> String {
     let (no_tmpfile, no_flink) = switched_off();
     let created = if no_tmpfile {
@@ -238,10 +216,19 @@ pub(crate) struct Unpublished {
 pub(crate) fn publish(dir: BorrowedFd<'_>, tmp: &OsStr, name: &OsStr, path: &Path, durable: bool) -> std::result::Result<(), Unpublished> {
     call(Site::Rename, || rustix::fs::renameat(dir, tmp, dir, name))
         .map_err(|e| Unpublished { renamed: false, error: Box::new(Error::io("rename", path, e)) })?;
-    if durable && !fault::skipped(Step::DirSync) {
-        call(Site::Sync, || rustix::fs::fsync(dir)).map_err(|e| Unpublished { renamed: true, error: Box::new(Error::io("fsync directory", path, e)) })?;
+    if durable {
+        sync_dir(dir, path).map_err(|e| Unpublished { renamed: true, error: Box::new(e) })?;
     }
     Ok(())
+}
+
+/// fsync of the directory `dir` after an entry named `path` changed in it, so that the entry
+/// survives a crash; [`Step::DirSync`] skips it.
+pub(crate) fn sync_dir(dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
+    if fault::skipped(Step::DirSync) {
+        return Ok(());
+    }
+    call(Site::Sync, || rustix::fs::fsync(dir)).map_err(|e| Error::io("fsync directory", path, e))
 }
 
 /// syncfs of the filesystem holding `fd` (Linux 2.6.39; its writeback errors since 5.8),
@@ -433,7 +420,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = File::open(d.path()).unwrap();
         let name = OsString::from("é".repeat(127));
-        let (_fd, t) = create_temp(dir.as_fd(), &name, d.path(), 0o600).unwrap();
+        let (_fd, t) =
+            beside(dir.as_fd(), &name, |dir, t| Ok(rustix::fs::openat(dir, t, OFlags::CREATE | OFlags::EXCL | OFlags::RDWR, FMode::from_raw_mode(0o600))?))
+                .unwrap();
         assert!(d.path().join(&t).exists());
     }
 }

@@ -2,24 +2,22 @@
 //! and renamed into place only when complete.
 
 use std::collections::BTreeSet;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use serde::Serialize;
 
 use crate::backend::{BackendChoice, Completion, Lane, Op, OpKind};
 use crate::buf::{round_up, AlignedBuf, Budget, Lease, LeaseRequest};
 use crate::caps::FsCaps;
-use crate::create::FileAttrs;
 use crate::error::{Error, ErrorKind, Result};
-use crate::fault::Site;
 use crate::options::IoOptions;
+use crate::pending::{initial_mode, Naming, PendingFile};
 use crate::plan::{self, Plan};
 use crate::policy::{self, Decision, Mode};
 use crate::read::Chunk;
@@ -49,7 +47,7 @@ pub struct WriteOptions {
     pub sync: bool,
     /// Permission bits to set (default: 0666 less the umask, as open(2) makes them).
     pub permissions: Option<u32>,
-    /// The mode the file is created with, before the umask (see [`FileAttrs::create`]).
+    /// The mode the file is created with, before the umask (see [`crate::FileAttrs::create`]).
     pub create_mode: Option<u32>,
     /// Modification time to set.
     pub mtime: Option<SystemTime>,
@@ -94,9 +92,8 @@ pub struct WriteReport {
 pub struct Writer {
     file: Arc<File>,
     path: PathBuf,
-    dir: Arc<OwnedFd>,
-    name: OsString,
-    tmp: Option<OsString>,
+    /// The new file, until it is published (or removed with the writer).
+    entry: Option<PendingFile>,
     /// The mode, its reason and the alignment it asks for.
     plan: Plan,
     opts: WriteOptions,
@@ -118,7 +115,6 @@ pub struct Writer {
     wb_started: u64,
     preallocated: Option<u64>,
     direct_bytes: u64,
-    finished: bool,
 }
 
 impl Writer {
@@ -141,29 +137,15 @@ impl Writer {
     pub fn create_in_shared(dir: Arc<OwnedFd>, name: &OsStr, path: &Path, opts: &WriteOptions) -> Result<Writer> {
         sys::check_name("create", path, name)?;
         plan::check_block_size("create", path, opts.io.block_size)?;
-        let perm = FileAttrs { permissions: opts.permissions, mtime: None, atime: None, create: opts.create_mode }.create_perm();
-        let (fd, tmp) = if opts.atomic {
-            let (fd, t) = sys::create_temp(dir.as_fd(), name, path, perm)?;
-            (fd, Some(t))
-        } else {
-            let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let fd = sys::call(Site::Open, || rustix::fs::openat(&dir, name, flags, FMode::from_raw_mode(perm))).map_err(|e| Error::io("create", path, e))?;
-            (fd, None)
-        };
-        let file = File::from(fd);
-        let plan = match plan::choose(&file, path, "create", None, |caps| policy::decide_write(opts.io.mode, caps, opts.size_hint)) {
-            Ok(c) => c,
-            Err(e) => {
-                // Undo the creation before reporting why we cannot write.
-                let victim = tmp.unwrap_or_else(|| name.to_os_string());
-                let _ = rustix::fs::unlinkat(&dir, victim.as_os_str(), AtFlags::empty());
-                return Err(e);
-            }
-        };
-        Ok(Writer::new(file, dir, name.to_os_string(), tmp, path, opts, plan))
+        let naming = if opts.atomic { Naming::Temporary } else { Naming::Final };
+        let entry = PendingFile::create(dir, name, path, naming, initial_mode(opts.permissions, opts.create_mode))?;
+        // A failure to decide how to write removes the file with `entry`.
+        let plan = plan::choose(entry.file(), path, "create", None, |caps| policy::decide_write(opts.io.mode, caps, opts.size_hint))?;
+        Ok(Writer::new(entry, path, opts, plan))
     }
 
-    fn new(file: File, dir: Arc<OwnedFd>, name: OsString, tmp: Option<OsString>, path: &Path, opts: &WriteOptions, plan: Plan) -> Writer {
+    fn new(entry: PendingFile, path: &Path, opts: &WriteOptions, plan: Plan) -> Writer {
+        let file = entry.file().clone();
         let align = plan.align;
         let page = rustix::param::page_size();
         let mut block = round_up(opts.io.block_size.max(align), align.max(page));
@@ -186,11 +168,9 @@ impl Writer {
             }
         }
         Writer {
-            file: Arc::new(file),
+            file,
             path: path.to_path_buf(),
-            dir,
-            name,
-            tmp,
+            entry: Some(entry),
             plan,
             opts: opts.clone(),
             block,
@@ -207,7 +187,6 @@ impl Writer {
             wb_started: 0,
             preallocated,
             direct_bytes: 0,
-            finished: false,
         }
     }
 
@@ -421,34 +400,26 @@ impl Writer {
     /// and times, makes the file durable unless `sync` is off, and renames it into place.
     pub fn finish(mut self) -> Result<WriteReport> {
         let report = self.write_rest()?;
-        if let Some(tmp) = self.tmp.clone() {
-            if let Err(u) = sys::publish(self.dir.as_fd(), &tmp, &self.name, &self.path, self.opts.sync) {
-                if u.renamed {
-                    // The complete, durable file is in place: it stays (removing it would also
-                    // lose the file it replaced), only its directory entry's durability failed.
-                    self.tmp = None;
-                    self.finished = true;
-                }
-                return Err(*u.error);
-            }
-            self.tmp = None;
-        }
-        self.finished = true;
+        // Where the rename happened and only the directory's fsync failed, the complete,
+        // durable file stays in place (removing it would also lose the file it replaced).
+        self.entry.take().map_or(Ok(()), |e| e.publish(self.opts.sync))?;
         Ok(report)
     }
 
     /// As [`Writer::finish`] for an atomic writer, but leaves the complete file under its
     /// temporary name, to be named later: by a [`FileCreator`](crate::FileCreator) after the
-    /// syncfs that makes it durable ([`FileCreator::publish_after_sync`](crate::FileCreator::publish_after_sync)).
-    /// Fails for a writer that is not atomic (its file has its final name already).
-    pub fn finish_pending(mut self) -> Result<(WriteReport, crate::create::PendingFile)> {
-        if self.tmp.is_none() {
+    /// syncfs that makes it durable ([`FileCreator::publish_after_sync`](crate::FileCreator::publish_after_sync)),
+    /// or by a copy when it commits. Fails for a writer that is not atomic (its file has its
+    /// final name already).
+    pub fn finish_pending(mut self) -> Result<(WriteReport, PendingFile)> {
+        if !self.entry.as_ref().is_some_and(PendingFile::unpublished) {
             return Err(Error::new(ErrorKind::InvalidInput, "finish", &self.path, "not written under a temporary name"));
         }
         let report = self.write_rest()?;
-        let tmp = self.tmp.take().unwrap_or_default();
-        self.finished = true;
-        Ok((report, crate::create::PendingFile::new(Some(self.file.clone()), self.dir.clone(), Some(tmp), self.name.clone(), self.path.clone())))
+        match self.entry.take() {
+            Some(e) => Ok((report, e)),
+            None => Err(Error::new(ErrorKind::InvalidInput, "finish", &self.path, "finished already")),
+        }
     }
 
     /// Everything [`Writer::finish`] does before the rename.
@@ -535,13 +506,10 @@ impl Write for Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        if self.finished {
-            return;
+        // Unfinished: the writes in flight end first (their buffers are the kernel's until
+        // then), then the file goes with its entry, and what it put in the cache with it.
+        if self.entry.is_some() {
+            let _ = self.drain();
         }
-        let _ = self.drain();
-        let victim = self.tmp.clone().unwrap_or_else(|| self.name.clone());
-        let _ = rustix::fs::unlinkat(&*self.dir, victim.as_os_str(), AtFlags::empty());
-        // What we wrote through the cache is garbage now.
-        let _ = residency::drop_range(&self.file, 0, 0);
     }
 }

@@ -739,15 +739,7 @@ impl Walker<'_> {
             return call(Site::Open, || make(at.fd(), at.name));
         }
         let (dir, name) = at.parent()?;
-        let mut tries = 0;
-        let tmp = loop {
-            let t = crate::sys::temp_name(&name);
-            match call(Site::Open, || make(dir.as_fd(), &t)) {
-                Ok(()) => break t,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
-                Err(e) => return Err(e),
-            }
-        };
+        let ((), tmp) = crate::sys::beside(dir.as_fd(), &name, |d, t| call(Site::Open, || make(d, t)))?;
         let r = call(Site::Rename, || rustix::fs::renameat(dir.as_fd(), tmp.as_os_str(), dir.as_fd(), name.as_os_str()));
         // After a failure, and after a rename onto another name of the same file (which renames
         // nothing and succeeds), the temporary name is still there.
