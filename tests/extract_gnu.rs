@@ -567,3 +567,76 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.PAX_FORMAT) as t:
     assert_eq!(got.stdout, b"ag", "contents only on standard output");
     assert!(got.stderr.contains("top/a\n") && got.stderr.contains("top/sub/g\n"), "the names on standard error: {:?}", got.stderr);
 }
+
+/// Symlinks in the destination: one that was there before is followed on the way to a member,
+/// wherever it points, as GNU tar follows it (`lib -> usr/lib` restored into `/`); one the
+/// archive made is followed where its text is relative without `..` (as GNU's), never where it
+/// is not (GNU makes those last), under any name (a hard link to it) or on the way of another
+/// link; replaced, a link is no longer followed. A folder member where such a symlink is replaces it, or with
+/// `--keep-directory-symlink` keeps it and goes through it.
+#[test]
+fn symlinks_already_there_are_followed_as_gnu_follows_them() {
+    let Some((_d, archive)) = crafted(
+        r#"
+with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
+    def f(name, data):
+        ti = tarfile.TarInfo(name); ti.size = len(data); ti.mtime = 1000000000; t.addfile(ti, io.BytesIO(data))
+    def link(name, target, kind=tarfile.SYMTYPE):
+        ti = tarfile.TarInfo(name); ti.type = kind; ti.linkname = target; ti.mtime = 1000000000; t.addfile(ti)
+    f("lib/x", b"through the link already there")
+    f("lib/sub/y", b"in a folder made through it")
+    f("up/z", b"through a link that leaves the destination")
+    link("safe", "usr")
+    f("safe/h", b"through the archive's own link inside")
+    link("evil", "usr/../usr")
+    f("evil/f", b"never through the archive's own link with a ..")
+    link("evil2", "evil", tarfile.LNKTYPE)
+    f("evil2/g", b"nor through a hard link to it")
+    link("hop", "evil")
+    f("hop/i", b"nor through a link on the way to it")
+    f("swap/a", b"through the link")
+    f("swap", b"a file now")
+    f("swap/b", b"not through what replaced it")
+"#,
+    ) else {
+        return;
+    };
+    let setup = |dir: &Path| {
+        std::fs::create_dir_all(dir.join("usr/lib")).unwrap();
+        std::fs::create_dir_all(dir.join("swapped")).unwrap();
+        std::os::unix::fs::symlink("usr/lib", dir.join("lib")).unwrap();
+        std::os::unix::fs::symlink("swapped", dir.join("swap")).unwrap();
+        // Outside the destination, beside it (one for both twins).
+        std::fs::create_dir_all(dir.parent().unwrap().join("outside")).unwrap();
+        std::os::unix::fs::symlink("../outside", dir.join("up")).unwrap();
+    };
+    let got = same_as_gnu("links already there", &archive, setup, RUN);
+    assert!(!got.stderr.contains("up/z"), "{}", got.stderr);
+    assert_eq!(got.tree[Path::new("usr/lib/x")].body, b"through the link already there");
+    assert_eq!(got.tree[Path::new("usr/lib/sub/y")].body, b"in a folder made through it");
+    assert_eq!(got.tree[Path::new("swapped/a")].body, b"through the link");
+    assert_eq!(got.tree[Path::new("usr/h")].body, b"through the archive's own link inside");
+    assert!(["usr/f", "usr/g", "usr/i"].iter().all(|p| !got.tree.contains_key(Path::new(p))));
+    for refused in ["evil/f", "evil2/g", "hop/i", "swap/b"] {
+        assert!(got.stderr.contains(refused), "{refused}: {}", got.stderr);
+    }
+    assert!(!got.ok);
+
+    let Some((_e, folders)) = crafted(
+        r#"
+with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
+    d = tarfile.TarInfo("root/lib"); d.type = tarfile.DIRTYPE; d.mode = 0o755; d.mtime = 1000000000; t.addfile(d)
+    ti = tarfile.TarInfo("root/lib/z"); ti.size = 2; ti.mtime = 1000000000; t.addfile(ti, io.BytesIO(b"zz"))
+"#,
+    ) else {
+        return;
+    };
+    let setup = |dir: &Path| {
+        std::fs::create_dir_all(dir.join("root/dir")).unwrap();
+        std::os::unix::fs::symlink("dir", dir.join("root/lib")).unwrap();
+    };
+    let replaced = same_as_gnu("folder member at a link", &folders, setup, RUN);
+    assert_eq!(replaced.tree[Path::new("root/lib/z")].body, b"zz");
+    let kept = same_as_gnu("--keep-directory-symlink", &folders, setup, Run { opts: &["--keep-directory-symlink"], ..RUN });
+    assert_eq!(kept.tree[Path::new("root/dir/z")].body, b"zz");
+}

@@ -1,13 +1,19 @@
-//! Namespace operations beneath the destination directory, never through a symlink.
+//! Namespace operations beneath the destination directory, never through a symlink the
+//! archive made that could lead out of it.
 //!
 //! Every entry's parent directory is resolved relative to the destination's directory fd with
 //! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (Linux 5.6+). Where
 //! openat2 is missing or filtered (ENOSYS, EPERM from seccomp, EINVAL) the parent is walked one
 //! component at a time with `openat(O_DIRECTORY | O_NOFOLLOW)`. The final component is always
 //! created with `O_CREAT | O_EXCL | O_NOFOLLOW`, `mkdirat`, `symlinkat`, `linkat` (no follow) or
-//! `mknodat`, so nothing is ever created or written through a symlink, including one the archive
-//! itself created earlier. Resolved parents are cached; the cache is invalidated whenever a
-//! directory is removed.
+//! `mknodat`, so nothing is ever created or written through a symlink at a member's own name.
+//! A symlink met on the way to a member's folder is followed as GNU tar follows it: one that was
+//! there before the extraction wherever it points (`lib -> usr/lib` when restoring into `/`),
+//! and one the archive made whose text is relative without `..`; never one the archive made
+//! with an absolute text or a `..` (GNU makes those last, so that nothing goes through them),
+//! under any name, nor anything whose way leads through one (a followed link's text is
+//! resolved a component at a time). Resolved parents are cached; the cache is invalidated
+//! whenever a directory, or a symlink that was followed, is removed.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -116,6 +122,17 @@ pub struct Root {
     dir_in_way: Option<Vec<Vec<u8>>>,
     /// The directory whose removal was allowed after that.
     rmdir_allowed: Option<Vec<Vec<u8>>>,
+    /// The symlinks (device, inode) this extraction made that GNU tar would not follow (see
+    /// [`Root::note_placed`]): never followed, under any name (a hard link to one is the same
+    /// inode). Every other symlink is followed as GNU tar follows it: one that was there
+    /// before (`lib -> usr/lib` restored into `/`), and one the archive made with a relative
+    /// text without `..`.
+    placed: HashSet<(u64, u64)>,
+    /// More links were placed than `placed` keeps: no symlink is followed any more.
+    placed_overflow: bool,
+    /// The paths where a symlink was followed: once there are any, replacing an entry forgets
+    /// every directory cached (they may have been reached through it).
+    followed: HashSet<Vec<Vec<u8>>>,
 }
 
 /// Most directories [`Root`] remembers having made.
@@ -164,6 +181,9 @@ impl Root {
             removed_dirs: Vec::new(),
             dir_in_way: None,
             rmdir_allowed: None,
+            placed: HashSet::new(),
+            placed_overflow: false,
+            followed: HashSet::new(),
         })
     }
 
@@ -216,6 +236,7 @@ impl Root {
                             .map_err(|e| self.refuse(comps, e))?,
                     )
                 }
+                Err(Errno::LOOP | Errno::NOTDIR) => self.through_links(comps, create)?,
                 Err(e) => return Err(self.refuse(comps, e)),
             },
             Resolve::Walk => {
@@ -227,6 +248,7 @@ impl Root {
                         self.mkdir_one(&pfd, comps, last)?;
                         Arc::new(open(&pfd).map_err(|e| self.refuse(comps, e))?)
                     }
+                    Err(e @ (Errno::LOOP | Errno::NOTDIR)) => Arc::new(self.follow(&pfd, comps, last).map_err(|_| self.refuse(comps, e))?),
                     Err(e) => return Err(self.refuse(comps, e)),
                 }
             }
@@ -236,6 +258,105 @@ impl Root {
         }
         self.cache.insert(comps.to_vec(), fd.clone());
         Ok(fd)
+    }
+
+    /// Resolves `comps` one component at a time from the root, following the symlinks that were
+    /// there before this extraction (see `placed`) and creating missing directories when
+    /// `create`: where openat2 met a symlink or a non-directory.
+    fn through_links(&mut self, comps: &[Vec<u8>], create: bool) -> Result<Arc<OwnedFd>> {
+        let mut fd = self.fd.clone();
+        for i in 0..comps.len() {
+            let (here, name) = (&comps[..=i], &comps[i]);
+            if let Some(cached) = self.cache.get(here) {
+                fd = cached.clone();
+                continue;
+            }
+            let open = |pfd: &OwnedFd| rustix::fs::openat(pfd.as_fd(), OsStr::from_bytes(name), dir_flags() | OFlags::NOFOLLOW, Mode::empty());
+            let next = match open(&fd) {
+                Ok(f) => f,
+                Err(Errno::NOENT) if create => {
+                    self.mkdir_one(&fd, here, name)?;
+                    open(&fd).map_err(|e| self.refuse(here, e))?
+                }
+                Err(e @ (Errno::LOOP | Errno::NOTDIR)) => self.follow(&fd, here, name).map_err(|_| self.refuse(here, e))?,
+                Err(e) => return Err(self.refuse(here, e)),
+            };
+            fd = Arc::new(next);
+        }
+        Ok(fd)
+    }
+
+    /// Opens the directory the symlink `name` in `pfd` (at `comps`) leads to, as GNU tar would
+    /// reach it (see [`Root::walk_link`]); `Err` where it is not a symlink, or the way goes
+    /// through a symlink the archive made that GNU would not follow, or does not end at a
+    /// directory.
+    fn follow(&mut self, pfd: &OwnedFd, comps: &[Vec<u8>], name: &[u8]) -> std::result::Result<OwnedFd, Errno> {
+        let fd = self.walk_link(pfd.as_fd(), name, 0)?;
+        self.followed.insert(comps.to_vec());
+        Ok(fd)
+    }
+
+    /// Resolves the symlink `name` in `dir` one component of its text at a time (from `/` for
+    /// an absolute one, `..` as the kernel takes it), each symlink on the way likewise, at most
+    /// 40 deep (the kernel's limit): so that none of them is one in `placed`, which the kernel
+    /// would follow.
+    fn walk_link(&self, dir: BorrowedFd<'_>, name: &[u8], depth: u32) -> std::result::Result<OwnedFd, Errno> {
+        if depth >= 40 {
+            return Err(Errno::LOOP);
+        }
+        let st = rustix::fs::statat(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Symlink {
+            return Err(Errno::NOTDIR);
+        }
+        if self.placed_overflow || self.placed.contains(&(st.st_dev, st.st_ino)) {
+            return Err(Errno::LOOP);
+        }
+        let text = rustix::fs::readlinkat(dir, OsStr::from_bytes(name), Vec::new())?;
+        let text = text.as_bytes();
+        let mut cur =
+            if text.starts_with(b"/") { rustix::fs::open("/", dir_flags(), Mode::empty())? } else { rustix::fs::openat(dir, ".", dir_flags(), Mode::empty())? };
+        for c in text.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".") {
+            cur = match rustix::fs::openat(&cur, OsStr::from_bytes(c), dir_flags() | OFlags::NOFOLLOW, Mode::empty()) {
+                Ok(f) => f,
+                Err(Errno::LOOP | Errno::NOTDIR) => self.walk_link(cur.as_fd(), c, depth + 1)?,
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(cur)
+    }
+
+    /// Notes the symlink this extraction just made at `name` in `parent` with the text
+    /// `target`: where GNU tar would not follow it (its text absolute or holding a `..`
+    /// component: GNU makes such links last, so nothing goes through them), no member goes
+    /// through it, nor through a hard link to it. Others are followed as GNU follows them.
+    pub fn note_placed(&mut self, parent: &OwnedFd, name: &[u8], target: &[u8]) {
+        if !(target.starts_with(b"/") || target.split(|&b| b == b'/').any(|c| c == b"..")) {
+            return;
+        }
+        match rustix::fs::statat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if self.placed.len() < MADE_MAX => {
+                self.placed.insert((st.st_dev, st.st_ino));
+            }
+            _ => self.placed_overflow = true,
+        }
+    }
+
+    /// Before a non-directory takes the name `path` (renamed or linked over what is there):
+    /// where symlinks were followed, what is there may be one, and every directory cached may
+    /// have been reached through it.
+    pub fn placing(&mut self, path: &RelPath) {
+        if !self.followed.is_empty() {
+            self.followed.remove(&path.0);
+            self.cache.clear();
+        }
+    }
+
+    /// Whether `path` is a symlink that leads to a directory, and could be followed (GNU tar
+    /// `--keep-directory-symlink` keeps it for a folder member).
+    pub fn is_directory_link(&mut self, path: &RelPath) -> bool {
+        let Some((parent, name)) = path.split() else { return false };
+        let Ok(pfd) = self.dir(parent) else { return false };
+        self.follow(&pfd, &path.0, name).is_ok()
     }
 
     fn mkdir_one(&mut self, pfd: &OwnedFd, comps: &[Vec<u8>], last: &[u8]) -> Result<()> {
@@ -292,7 +413,14 @@ impl Root {
     /// an entry can replace it, as GNU tar does by default. `Ok(false)` if nothing was there.
     pub fn remove_existing(&mut self, parent: &OwnedFd, path: &RelPath, name: &[u8]) -> Result<bool> {
         match rustix::fs::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::empty()) {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                // It may have been a symlink followed before (or on the way of one): what was
+                // cached through it is elsewhere now.
+                if !self.followed.is_empty() {
+                    self.cache.clear();
+                }
+                Ok(true)
+            }
             Err(Errno::NOENT) => Ok(false),
             Err(Errno::ISDIR) | Err(Errno::PERM) => {
                 if self.rmdir_allowed.take().as_ref() != Some(&path.0) {
@@ -300,6 +428,10 @@ impl Root {
                     return Err(Error::io("rmdir (to replace it)", path.to_path(), std::io::Error::from_raw_os_error(libc::EBUSY)));
                 }
                 self.invalidate(&path.0);
+                if !self.followed.is_empty() {
+                    // It may have been reached under other names, through symlinks.
+                    self.cache.clear();
+                }
                 match rustix::fs::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::REMOVEDIR) {
                     Ok(()) => {
                         self.removed_dirs.push(path.0.clone());

@@ -47,6 +47,10 @@ pub struct ExtractArgs {
     /// Existing folders keep their mode and time.
     #[arg(long)]
     pub no_overwrite_dir: bool,
+    /// A symlink to a folder already there stays where the archive has a folder of that name
+    /// (default: replaced by the folder, as GNU tar does).
+    #[arg(long)]
+    pub keep_directory_symlink: bool,
     /// Write regular members' contents to standard output and create nothing.
     #[arg(short = 'O', long)]
     pub to_stdout: bool,
@@ -127,6 +131,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     opts.sync = !args.no_sync;
     opts.keep_old_files = args.keep_old_files;
     opts.skip_old_files = args.skip_old_files;
+    opts.keep_directory_symlink = args.keep_directory_symlink;
     opts.no_overwrite_dir = args.no_overwrite_dir;
     opts.to_stdout = args.to_stdout;
     opts.members = member_names(args)?;

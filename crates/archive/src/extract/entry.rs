@@ -361,8 +361,23 @@ impl Ctx<'_> {
         // A worker still writing a file under this name removes it if it fails: let it finish
         // before the name is used again.
         self.settle(&rel, e)?;
+        // A folder on its way may be the name of an earlier file not yet named (over a symlink
+        // that would be followed until then): the file takes it first, as GNU's has it already.
+        for _ in 1..rel.0.len() {
+            let Some(above) = self.sh.in_flight.pending_above(&rel) else { break };
+            self.settle(&above, e)?;
+        }
+        if e.kind != Kind::Dir {
+            self.root.placing(&rel);
+        }
         match e.kind {
             Kind::Dir => {
+                // GNU tar --keep-directory-symlink: a symlink to a folder that was there stays,
+                // as it is, and the members below go through it.
+                if self.opts.keep_directory_symlink && self.root.is_directory_link(&rel) {
+                    self.report.dirs += 1;
+                    return Ok(());
+                }
                 match self.root.mkdir(&rel, self.opts.keep_old_files)? {
                     Dir::Made => self.dirs.push((rel, meta)),
                     // GNU tar --no-overwrite-dir: an existing folder keeps its mode, not its time.
@@ -384,6 +399,7 @@ impl Ctx<'_> {
                 let target = e.link.clone().unwrap_or_default();
                 let (pfd, ()) =
                     self.root.create_with(&rel, self.opts.keep_old_files, "symlinkat", |d, n| rustix::fs::symlinkat(OsStr::from_bytes(&target), d, n))?;
+                self.root.note_placed(&pfd, last_name(&rel).as_bytes(), &target);
                 let name = last_name(&rel);
                 if let Some((uid, gid)) = meta.chown.then(|| super::jobs::ids(&meta)).flatten() {
                     let _ = rustix::fs::chownat(&pfd, name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW);

@@ -239,6 +239,16 @@ impl InFlight {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).pending.contains_key(&rel.0)
     }
 
+    /// The first folder on the way to `rel` that is the name of a file being written or
+    /// waiting for its name, if any.
+    pub(super) fn pending_above(&self, rel: &RelPath) -> Option<RelPath> {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.pending.is_empty() {
+            return None;
+        }
+        (1..rel.0.len()).find(|&n| st.pending.contains_key(&rel.0[..n])).map(|n| RelPath(rel.0[..n].to_vec()))
+    }
+
     /// Waits until no file named `rel` is being written or waits for its name, and says how its
     /// last file ended. `publish` names the files waiting for their name (a syncfs), called
     /// when waiting is not enough. Checks `progress` for cancellation while it waits.

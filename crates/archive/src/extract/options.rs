@@ -24,6 +24,10 @@ pub struct ExtractOptions {
     pub skip_old_files: bool,
     /// An existing folder keeps its mode and time (GNU tar `--no-overwrite-dir`).
     pub no_overwrite_dir: bool,
+    /// A symlink to a folder that was there before, where a folder member has its name, stays
+    /// as it is, and the members below go through it (GNU tar `--keep-directory-symlink`).
+    /// Default: it is replaced by a folder, as GNU replaces it.
+    pub keep_directory_symlink: bool,
     /// Only these members (as stored in the archive; a folder takes everything below it), each
     /// reported when no member matched it. Empty: every member.
     pub members: Vec<Vec<u8>>,
@@ -96,6 +100,7 @@ impl ExtractOptions {
             strip_components: 0,
             sync: true,
             keep_old_files: false,
+            keep_directory_symlink: false,
             skip_old_files: false,
             no_overwrite_dir: false,
             members: Vec::new(),
