@@ -91,3 +91,56 @@ mod tests {
         assert!(excluded(&deep, b"./a/b/c/d") && excluded(&deep, b"z/a/b/c") && !excluded(&deep, b"a/b/cd"));
     }
 }
+
+/// GNU tar `--one-top-level=DIR`: the member's path `rel` (made safe, components stripped) under
+/// `top`, unless it is there already; the member `./` is `top` itself.
+pub fn under_top(top: &[u8], rel: crate::fsops::RelPath) -> crate::fsops::RelPath {
+    let top: Vec<Vec<u8>> = top.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".").map(<[u8]>::to_vec).collect();
+    if rel.0.starts_with(&top) {
+        return rel;
+    }
+    crate::fsops::RelPath(top.into_iter().chain(rel.0).collect())
+}
+
+/// The folder `--one-top-level` without a name extracts into: the archive's file name less its
+/// compression suffix (`.tar`, `.tgz`, `.tar.gz`, `.tar.zst`, ... as GNU tar 1.34 knows them;
+/// `.tar` after another suffix only where that one does not begin with `t`). `None` where it
+/// has none of them, or nothing is left (GNU: "Cannot deduce top-level directory name").
+pub fn top_of_archive(file_name: &[u8]) -> Option<Vec<u8>> {
+    const SUFFIXES: &[&[u8]] =
+        &[b"tar", b"gz", b"tgz", b"taz", b"Z", b"taZ", b"bz2", b"tbz", b"tbz2", b"tz2", b"lz", b"lzma", b"tlz", b"lzo", b"xz", b"txz", b"zst", b"tzst"];
+    let dot = file_name.iter().rposition(|&b| b == b'.')?;
+    let suffix = &file_name[dot + 1..];
+    if !SUFFIXES.contains(&suffix) {
+        return None;
+    }
+    let mut len = dot;
+    if len > 4 && &file_name[len - 4..len] == b".tar" && suffix[0] != b't' {
+        len -= 4;
+    }
+    (len > 0).then(|| file_name[..len].to_vec())
+}
+
+#[cfg(test)]
+mod top_tests {
+    use super::*;
+
+    #[test]
+    fn names_under_one_top_level_folder() {
+        let t = |n: &[&str]| under_top(b"top", crate::fsops::RelPath(n.iter().map(|c| c.as_bytes().to_vec()).collect())).to_path();
+        assert_eq!(t(&["a", "b"]), std::path::Path::new("top/a/b"));
+        assert_eq!(t(&["top"]), std::path::Path::new("top"));
+        assert_eq!(t(&["top", "x"]), std::path::Path::new("top/x"));
+        assert_eq!(t(&["topx", "y"]), std::path::Path::new("top/topx/y"));
+        assert_eq!(t(&[]), std::path::Path::new("top"));
+        let a = |n: &str| top_of_archive(n.as_bytes()).map(|v| String::from_utf8(v).unwrap());
+        assert_eq!(a("a.tar").as_deref(), Some("a"));
+        assert_eq!(a("a.tar.gz").as_deref(), Some("a"));
+        assert_eq!(a("a.tgz").as_deref(), Some("a"));
+        assert_eq!(a("a.tar.tzst").as_deref(), Some("a.tar"));
+        assert_eq!(a("x.y.zst").as_deref(), Some("x.y"));
+        assert_eq!(a("archive"), None);
+        assert_eq!(a(".tar"), None);
+        assert_eq!(a("a.zip"), None);
+    }
+}

@@ -2,7 +2,7 @@
 //! cache, safely. The work is done by `cacheless_archive::extract`; this module maps flags,
 //! draws progress and prints the outcome.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -47,6 +47,10 @@ pub struct ExtractArgs {
     /// Existing folders keep their mode and time.
     #[arg(long)]
     pub no_overwrite_dir: bool,
+    /// Extract every member under the folder DIR (a member already under it stays as it is);
+    /// without DIR, under the archive's name less its `.tar`/compression suffix, as GNU tar.
+    #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub one_top_level: Option<std::ffi::OsString>,
     /// A symlink to a folder already there stays where the archive has a folder of that name
     /// (default: replaced by the folder, as GNU tar does).
     #[arg(long)]
@@ -121,6 +125,17 @@ fn member_names(args: &ExtractArgs) -> Result<Vec<Vec<u8>>> {
     Ok(names)
 }
 
+/// The folder of `--one-top-level[=DIR]`: DIR, or the archive's name less its suffixes; a
+/// usage error where that says nothing (GNU tar's words).
+fn one_top_level(top: &Path, archive: &Path) -> Result<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    if !top.as_os_str().is_empty() {
+        return Ok(top.as_os_str().as_bytes().to_vec());
+    }
+    let deduced = archive.file_name().filter(|_| archive.as_os_str() != "-").and_then(|n| cacheless_archive::select::top_of_archive(n.as_bytes()));
+    deduced.ok_or_else(|| ui::UsageError("Cannot deduce top-level directory name; please set it explicitly with --one-top-level=DIR".into()).into())
+}
+
 /// Runs `cacheless extract`: exit 0 when every member was extracted, 1 otherwise, 130 or 143
 /// when interrupted by SIGINT or SIGTERM.
 pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
@@ -132,6 +147,9 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     opts.keep_old_files = args.keep_old_files;
     opts.skip_old_files = args.skip_old_files;
     opts.keep_directory_symlink = args.keep_directory_symlink;
+    if let Some(top) = &args.one_top_level {
+        opts.one_top_level = Some(one_top_level(Path::new(top), &args.archive)?);
+    }
     opts.no_overwrite_dir = args.no_overwrite_dir;
     opts.to_stdout = args.to_stdout;
     opts.members = member_names(args)?;

@@ -225,6 +225,15 @@ impl Ctx<'_> {
 
     /// Sanitises and strips a member name; `None` if the entry is to be skipped (already warned).
     fn rel(&mut self, raw: &[u8], what: &str) -> Result<Option<RelPath>, Fail> {
+        let rel = self.rel_stored(raw, what)?;
+        Ok(match &self.opts.one_top_level {
+            Some(top) => rel.map(|r| crate::select::under_top(top, r)),
+            None => rel,
+        })
+    }
+
+    /// The member name `raw` as a path beneath the destination, before `--one-top-level`.
+    fn rel_stored(&mut self, raw: &[u8], what: &str) -> Result<Option<RelPath>, Fail> {
         match sanitize(raw) {
             Sanitized::DotDot => Err(Fail::Entry(Error::io(
                 if what == "member" { "refusing member" } else { "refusing hard link target" },

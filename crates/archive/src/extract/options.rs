@@ -28,6 +28,10 @@ pub struct ExtractOptions {
     /// as it is, and the members below go through it (GNU tar `--keep-directory-symlink`).
     /// Default: it is replaced by a folder, as GNU replaces it.
     pub keep_directory_symlink: bool,
+    /// Every member under this folder (GNU tar `--one-top-level=DIR`): a member whose path
+    /// (after `strip_components`) does not begin with it is put under it (see
+    /// [`crate::select::under_top`]); hard link targets too.
+    pub one_top_level: Option<Vec<u8>>,
     /// Only these members (as stored in the archive; a folder takes everything below it), each
     /// reported when no member matched it. Empty: every member.
     pub members: Vec<Vec<u8>>,
@@ -101,6 +105,7 @@ impl ExtractOptions {
             sync: true,
             keep_old_files: false,
             keep_directory_symlink: false,
+            one_top_level: None,
             skip_old_files: false,
             no_overwrite_dir: false,
             members: Vec::new(),
