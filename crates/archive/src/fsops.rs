@@ -13,7 +13,8 @@
 //! with an absolute text or a `..` (GNU makes those last, so that nothing goes through them),
 //! under any name, nor anything whose way leads through one (a followed link's text is
 //! resolved a component at a time). Resolved parents are cached; the cache is invalidated
-//! whenever a directory, or a symlink that was followed, is removed.
+//! whenever a directory is removed, and, once a symlink was followed, whenever an entry is
+//! replaced.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -130,9 +131,9 @@ pub struct Root {
     placed: HashSet<(u64, u64)>,
     /// More links were placed than `placed` keeps: no symlink is followed any more.
     placed_overflow: bool,
-    /// The paths where a symlink was followed: once there are any, replacing an entry forgets
-    /// every directory cached (they may have been reached through it).
-    followed: HashSet<Vec<Vec<u8>>>,
+    /// A symlink was followed: from then on, replacing an entry forgets every directory cached
+    /// (they may have been reached through it).
+    followed: bool,
 }
 
 /// Most directories [`Root`] remembers having made.
@@ -183,7 +184,7 @@ impl Root {
             rmdir_allowed: None,
             placed: HashSet::new(),
             placed_overflow: false,
-            followed: HashSet::new(),
+            followed: false,
         })
     }
 
@@ -241,16 +242,7 @@ impl Root {
             },
             Resolve::Walk => {
                 let pfd = self.resolve_dir(parent, create)?;
-                let open = |pfd: &OwnedFd| rustix::fs::openat(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW, Mode::empty());
-                match open(&pfd) {
-                    Ok(fd) => Arc::new(fd),
-                    Err(Errno::NOENT) if create => {
-                        self.mkdir_one(&pfd, comps, last)?;
-                        Arc::new(open(&pfd).map_err(|e| self.refuse(comps, e))?)
-                    }
-                    Err(e @ (Errno::LOOP | Errno::NOTDIR)) => Arc::new(self.follow(&pfd, comps, last).map_err(|_| self.refuse(comps, e))?),
-                    Err(e) => return Err(self.refuse(comps, e)),
-                }
+                Arc::new(self.open_one(&pfd, comps, last, create)?)
             }
         };
         if self.cache.len() >= self.cache_max {
@@ -266,33 +258,38 @@ impl Root {
     fn through_links(&mut self, comps: &[Vec<u8>], create: bool) -> Result<Arc<OwnedFd>> {
         let mut fd = self.fd.clone();
         for i in 0..comps.len() {
-            let (here, name) = (&comps[..=i], &comps[i]);
-            if let Some(cached) = self.cache.get(here) {
-                fd = cached.clone();
-                continue;
-            }
-            let open = |pfd: &OwnedFd| rustix::fs::openat(pfd.as_fd(), OsStr::from_bytes(name), dir_flags() | OFlags::NOFOLLOW, Mode::empty());
-            let next = match open(&fd) {
-                Ok(f) => f,
-                Err(Errno::NOENT) if create => {
-                    self.mkdir_one(&fd, here, name)?;
-                    open(&fd).map_err(|e| self.refuse(here, e))?
-                }
-                Err(e @ (Errno::LOOP | Errno::NOTDIR)) => self.follow(&fd, here, name).map_err(|_| self.refuse(here, e))?,
-                Err(e) => return Err(self.refuse(here, e)),
+            let here = &comps[..=i];
+            fd = match self.cache.get(here) {
+                Some(cached) => cached.clone(),
+                None => Arc::new(self.open_one(&fd, here, &comps[i], create)?),
             };
-            fd = Arc::new(next);
         }
         Ok(fd)
     }
 
-    /// Opens the directory the symlink `name` in `pfd` (at `comps`) leads to, as GNU tar would
+    /// Opens the directory `last` in `pfd` (at `comps`) without following a symlink there,
+    /// unless it may be followed (see [`Root::follow`]); created first where it is missing
+    /// and `create`.
+    fn open_one(&mut self, pfd: &OwnedFd, comps: &[Vec<u8>], last: &[u8], create: bool) -> Result<OwnedFd> {
+        let open = |pfd: &OwnedFd| rustix::fs::openat(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW, Mode::empty());
+        match open(pfd) {
+            Ok(fd) => Ok(fd),
+            Err(Errno::NOENT) if create => {
+                self.mkdir_one(pfd, comps, last)?;
+                open(pfd).map_err(|e| self.refuse(comps, e))
+            }
+            Err(e @ (Errno::LOOP | Errno::NOTDIR)) => self.follow(pfd, last).map_err(|_| self.refuse(comps, e)),
+            Err(e) => Err(self.refuse(comps, e)),
+        }
+    }
+
+    /// Opens the directory the symlink `name` in `pfd` leads to, as GNU tar would
     /// reach it (see [`Root::walk_link`]); `Err` where it is not a symlink, or the way goes
     /// through a symlink the archive made that GNU would not follow, or does not end at a
     /// directory.
-    fn follow(&mut self, pfd: &OwnedFd, comps: &[Vec<u8>], name: &[u8]) -> std::result::Result<OwnedFd, Errno> {
+    fn follow(&mut self, pfd: &OwnedFd, name: &[u8]) -> std::result::Result<OwnedFd, Errno> {
         let fd = self.walk_link(pfd.as_fd(), name, 0)?;
-        self.followed.insert(comps.to_vec());
+        self.followed = true;
         Ok(fd)
     }
 
@@ -341,12 +338,11 @@ impl Root {
         }
     }
 
-    /// Before a non-directory takes the name `path` (renamed or linked over what is there):
-    /// where symlinks were followed, what is there may be one, and every directory cached may
-    /// have been reached through it.
-    pub fn placing(&mut self, path: &RelPath) {
-        if !self.followed.is_empty() {
-            self.followed.remove(&path.0);
+    /// Before an entry takes a name (renamed or linked over what is there, or after removing
+    /// it): where symlinks were followed, what is there may be one, and every directory cached
+    /// may have been reached through it.
+    pub fn placing(&mut self) {
+        if self.followed {
             self.cache.clear();
         }
     }
@@ -356,7 +352,7 @@ impl Root {
     pub fn is_directory_link(&mut self, path: &RelPath) -> bool {
         let Some((parent, name)) = path.split() else { return false };
         let Ok(pfd) = self.dir(parent) else { return false };
-        self.follow(&pfd, &path.0, name).is_ok()
+        self.follow(&pfd, name).is_ok()
     }
 
     fn mkdir_one(&mut self, pfd: &OwnedFd, comps: &[Vec<u8>], last: &[u8]) -> Result<()> {
@@ -413,14 +409,7 @@ impl Root {
     /// an entry can replace it, as GNU tar does by default. `Ok(false)` if nothing was there.
     pub fn remove_existing(&mut self, parent: &OwnedFd, path: &RelPath, name: &[u8]) -> Result<bool> {
         match rustix::fs::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::empty()) {
-            Ok(()) => {
-                // It may have been a symlink followed before (or on the way of one): what was
-                // cached through it is elsewhere now.
-                if !self.followed.is_empty() {
-                    self.cache.clear();
-                }
-                Ok(true)
-            }
+            Ok(()) => Ok(true),
             Err(Errno::NOENT) => Ok(false),
             Err(Errno::ISDIR) | Err(Errno::PERM) => {
                 if self.rmdir_allowed.take().as_ref() != Some(&path.0) {
@@ -428,10 +417,8 @@ impl Root {
                     return Err(Error::io("rmdir (to replace it)", path.to_path(), std::io::Error::from_raw_os_error(libc::EBUSY)));
                 }
                 self.invalidate(&path.0);
-                if !self.followed.is_empty() {
-                    // It may have been reached under other names, through symlinks.
-                    self.cache.clear();
-                }
+                // It may have been reached under other names, through symlinks.
+                self.placing();
                 match rustix::fs::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::REMOVEDIR) {
                     Ok(()) => {
                         self.removed_dirs.push(path.0.clone());
@@ -462,6 +449,7 @@ impl Root {
                 if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
                     return Ok(Dir::Existing);
                 }
+                self.placing();
                 self.remove_existing(&pfd, path, name)?;
                 rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)).map_err(|e| Error::io("mkdirat", path.to_path(), e))?;
                 self.note_made(&path.0);

@@ -92,14 +92,18 @@ mod tests {
     }
 }
 
+/// `--one-top-level`'s folder `top` as the components [`under_top`] takes.
+pub fn top_components(top: &[u8]) -> Vec<Vec<u8>> {
+    top.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".").map(<[u8]>::to_vec).collect()
+}
+
 /// GNU tar `--one-top-level=DIR`: the member's path `rel` (made safe, components stripped) under
-/// `top`, unless it is there already; the member `./` is `top` itself.
-pub fn under_top(top: &[u8], rel: crate::fsops::RelPath) -> crate::fsops::RelPath {
-    let top: Vec<Vec<u8>> = top.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".").map(<[u8]>::to_vec).collect();
-    if rel.0.starts_with(&top) {
+/// `top` (see [`top_components`]), unless it is there already; the member `./` is `top` itself.
+pub fn under_top(top: &[Vec<u8>], rel: crate::fsops::RelPath) -> crate::fsops::RelPath {
+    if rel.0.starts_with(top) {
         return rel;
     }
-    crate::fsops::RelPath(top.into_iter().chain(rel.0).collect())
+    crate::fsops::RelPath(top.iter().cloned().chain(rel.0).collect())
 }
 
 /// The folder `--one-top-level` without a name extracts into: the archive's file name less its
@@ -127,7 +131,7 @@ mod top_tests {
 
     #[test]
     fn names_under_one_top_level_folder() {
-        let t = |n: &[&str]| under_top(b"top", crate::fsops::RelPath(n.iter().map(|c| c.as_bytes().to_vec()).collect())).to_path();
+        let t = |n: &[&str]| under_top(&top_components(b"./top/"), crate::fsops::RelPath(n.iter().map(|c| c.as_bytes().to_vec()).collect())).to_path();
         assert_eq!(t(&["a", "b"]), std::path::Path::new("top/a/b"));
         assert_eq!(t(&["top"]), std::path::Path::new("top"));
         assert_eq!(t(&["top", "x"]), std::path::Path::new("top/x"));

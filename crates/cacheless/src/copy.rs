@@ -731,13 +731,13 @@ impl<'a> Job<'a> {
             None => {
                 // On any error below the clone goes with `entry`.
                 let entry = PendingFile::create(self.dir.clone(), self.name, self.dst, Naming::Temporary, self.attrs().create_perm())?;
-                let file = entry.file().clone();
-                match rustix::fs::ioctl_ficlone(&*file, reader.file()) {
+                let file = entry.file();
+                match rustix::fs::ioctl_ficlone(&**file, reader.file()) {
                     Ok(()) => {
-                        self.extra(reader.file(), &file, smeta, creator)?;
-                        sys::apply_attrs(&file, self.permissions(), self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
+                        self.extra(reader.file(), file, smeta, creator)?;
+                        sys::apply_attrs(file, self.permissions(), self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
                         if self.wo.sync {
-                            sys::fsync(&file, self.dst)?;
+                            sys::fsync(file, self.dst)?;
                         }
                         self.progress.add_bytes(reader.len());
                         if let Some(h) = &mut self.hasher {

@@ -628,14 +628,10 @@ impl NewFile {
                 return Err(e);
             }
         };
-        if self.entry.as_ref().is_some_and(PendingFile::unpublished) && self.draft.shared.publishes() {
-            if let Some(pending) = self.entry.take() {
-                self.draft.close_pending(pending, then);
-            }
-            return Ok(report);
-        }
         match self.settle() {
             Ok(None) => then(Ok(())),
+            // Named after its batch's syncfs.
+            Ok(Some(pending)) if self.draft.shared.publishes() => self.draft.close_pending(pending, then),
             // A file under a temporary name from a creator that names files at once.
             Ok(Some(pending)) => then(pending.publish(false)),
             Err(e) => then(Err(e)),

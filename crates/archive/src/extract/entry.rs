@@ -57,6 +57,8 @@ pub(super) struct Ctx<'a> {
     pub dirs: Vec<(RelPath, Meta)>,
     pub report: ExtractReport,
     pub warned_abs: bool,
+    /// `--one-top-level`'s folder as components (split once, for every member).
+    pub top: Option<Vec<Vec<u8>>>,
     /// Offset of the last member named by `list` (a member retried is named once).
     pub listed: Option<u64>,
     /// Small files read whole and not yet handed to a worker, and the lease they fill.
@@ -226,7 +228,7 @@ impl Ctx<'_> {
     /// Sanitises and strips a member name; `None` if the entry is to be skipped (already warned).
     fn rel(&mut self, raw: &[u8], what: &str) -> Result<Option<RelPath>, Fail> {
         let rel = self.rel_stored(raw, what)?;
-        Ok(match &self.opts.one_top_level {
+        Ok(match &self.top {
             Some(top) => rel.map(|r| crate::select::under_top(top, r)),
             None => rel,
         })
@@ -377,7 +379,7 @@ impl Ctx<'_> {
             self.settle(&above, e)?;
         }
         if e.kind != Kind::Dir {
-            self.root.placing(&rel);
+            self.root.placing();
         }
         match e.kind {
             Kind::Dir => {

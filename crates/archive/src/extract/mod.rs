@@ -151,6 +151,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         dirs: Vec::new(),
         report,
         warned_abs: false,
+        top: opts.one_top_level.as_deref().map(crate::select::top_components),
         listed: None,
         batch: Vec::new(),
         batch_bytes: 0,
