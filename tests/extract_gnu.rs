@@ -682,3 +682,222 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
     let (c, h) = (std::fs::metadata(dest.join("top/c")).unwrap(), std::fs::metadata(dest.join("top/h")).unwrap());
     assert_eq!((c.ino(), c.nlink()), (h.ino(), 2));
 }
+
+/// `--xattrs` (GNU's default of `user.*` only), `--xattrs-include`/`--xattrs-exclude` and
+/// `--acls` restore what GNU tar restores, on small, large and sparse files, folders (default
+/// ACLs too), FIFOs and symlinks, as root and as a user; without `--acls` a destination's
+/// default ACL is inherited as GNU's files inherit it, with it a member's own ACL (or the one
+/// its mode says) replaces the inherited one.
+#[test]
+fn xattrs_and_acls_are_restored_as_gnu_restores_them() {
+    if !require("root", cacheless_testkit::root()) || !gnu_tar() {
+        return;
+    }
+    let setfacl = |args: &[&str], p: &Path| {
+        let st = Command::new("setfacl").args(args).arg(p).status();
+        require("acl", if st.is_ok_and(|s| s.success()) { Ok(()) } else { Err("setfacl failed or is missing (package acl)".into()) })
+    };
+    let xattr = |p: &Path, name: &str, value: &[u8]| rustix::fs::lsetxattr(p, name, value, rustix::fs::XattrFlags::empty()).unwrap();
+    let d = scratch();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = d.path().join("src");
+    write(&src.join("d/small"), b"small", 0o640);
+    write(&src.join("d/big"), &vec![7u8; 3 << 20], 0o644);
+    write(&src.join("d/sub/f"), b"f", 0o600);
+    let sparse = std::fs::File::create(src.join("d/sparse")).unwrap();
+    sparse.set_len(8 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_at(&sparse, b"end", 8 << 20).unwrap();
+    rustix::fs::mknodat(rustix::fs::CWD, src.join("d/fifo"), rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o640), 0).unwrap();
+    std::os::unix::fs::symlink("small", src.join("d/link")).unwrap();
+    for f in ["d", "d/small", "d/big", "d/sparse"] {
+        xattr(&src.join(f), "user.kept", format!("{f}=value\n").as_bytes());
+    }
+    // The user namespace is for files and folders only.
+    for f in ["d", "d/small", "d/big", "d/sparse", "d/fifo"] {
+        xattr(&src.join(f), "trusted.t", b"t");
+    }
+    xattr(&src.join("d/small"), "user.=NAME%3D=", b"escaped in its pax key");
+    xattr(&src.join("d/link"), "trusted.l", b"a symlink's own");
+    if !setfacl(&["-m", "u:nobody:r-x,g:daemon:rw-"], &src.join("d/small"))
+        || !setfacl(&["-m", "u:daemon:r--"], &src.join("d/big"))
+        || !setfacl(&["-m", "g:daemon:rwx"], &src.join("d/sparse"))
+        || !setfacl(&["-d", "-m", "u:nobody:rwx"], &src.join("d"))
+        || !setfacl(&["-m", "u:daemon:--x"], &src.join("d/sub"))
+    {
+        return;
+    }
+    let with = d.path().join("with.tar");
+    gnu_pack(&src, &with, &["--xattrs", "--xattrs-include=*", "--acls", "--sparse"]);
+    let without = d.path().join("without.tar");
+    gnu_pack(&src, &without, &[]);
+    std::fs::set_permissions(&with, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // A destination whose default ACL new entries inherit.
+    let inheriting = |dest: &Path| {
+        setfacl(&["-d", "-m", "u:daemon:---,o::---"], dest);
+    };
+    for opts in
+        [&["--xattrs"][..], &["--xattrs-include=*"], &["--xattrs-include=trusted.*", "--xattrs-exclude=trusted.l"], &["--acls"], &["--xattrs", "--acls"], &[]]
+    {
+        let got = same_as_gnu("xattrs", &with, |_| {}, Run { opts, ..RUN });
+        let small = &got.tree[Path::new("d/small")];
+        let has = |n: &str| small.xattrs.contains_key(n);
+        assert_eq!(has("user.=NAME%3D="), opts.contains(&"--xattrs") || opts.contains(&"--xattrs-include=*"), "{opts:?}");
+        assert_eq!(has("system.posix_acl_access"), opts.contains(&"--acls") || opts.contains(&"--xattrs-include=*"), "{opts:?}");
+        same_as_gnu("xattrs into a default ACL", &with, inheriting, Run { opts, ..RUN });
+        same_as_gnu("no ACLs in the archive", &without, inheriting, Run { opts, ..RUN });
+    }
+    same_as_gnu("xattrs as a user", &with, |_| {}, Run { opts: &["--xattrs-include=*", "--acls"], user: Some(4242), umask: 0o027, ..RUN });
+    // cacheless pack --xattrs writes names as GNU reads them ('=' and '%' escaped).
+    let ours = d.path().join("ours.tar");
+    let st = cacheless_testkit::cacheless().args(["pack", "--xattrs", "--compress", "none", "-C"]).arg(&src).arg("-o").arg(&ours).arg(".").status().unwrap();
+    assert!(st.success());
+    let got = same_as_gnu("pack --xattrs", &ours, |_| {}, Run { opts: &["--xattrs-include=*"], ..RUN });
+    assert_eq!(got.tree[Path::new("d/small")].xattrs.get("user.=NAME%3D=").map(Vec::as_slice), Some(&b"escaped in its pax key"[..]));
+}
+
+/// `--backup` (each CONTROL, `--suffix`, `$SIMPLE_BACKUP_SUFFIX` left out) renames what a
+/// member replaces as GNU tar does, and says so under `-v`; `--overwrite` writes a regular file
+/// in place (its other hard links see the new data) and replaces a symlink, which `-h` follows
+/// instead.
+#[test]
+fn backup_and_overwrite_are_gnu_tars() {
+    if !gnu_tar() {
+        return;
+    }
+    let d = scratch();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = d.path().join("src");
+    write(&src.join("dir1/file1"), b"new", 0o644);
+    write(&src.join("dir1/big"), &vec![3u8; 3 << 20], 0o640);
+    write(&src.join("dir1/sym"), b"through the link", 0o644);
+    write(&src.join("dir2/f"), b"f", 0o644);
+    let archive = d.path().join("a.tar");
+    gnu_pack(&src, &archive, &[]);
+    let existing = |dir: &Path| {
+        write(&dir.join("dir1/file1"), b"old", 0o600);
+        write(&dir.join("dir1/file1.~4~"), b"an older backup", 0o600);
+        write(&dir.join("dir1/big"), b"old big", 0o600);
+        std::fs::hard_link(dir.join("dir1/big"), dir.join("dir1/big-twin")).unwrap();
+        write(&dir.join("dir1/target"), b"the link's target", 0o600);
+        std::os::unix::fs::symlink("target", dir.join("dir1/sym")).unwrap();
+        // A file where the archive has a folder: backed up, then the folder made.
+        write(&dir.join("dir2"), b"a file", 0o600);
+    };
+    for opts in [
+        &["--backup"][..],
+        &["--backup=numbered"],
+        &["--backup=existing"],
+        &["--backup=simple", "--suffix=.old"],
+        &["--suffix=.bak"],
+        &["--backup=none"],
+        &["-v", "--backup=t"],
+    ] {
+        let got = same_as_gnu("backup", &archive, existing, Run { opts, ..RUN });
+        assert!(got.ok, "{opts:?}: {}", got.stderr);
+    }
+    let got = same_as_gnu("overwrite", &archive, existing, Run { opts: &["--overwrite"], ..RUN });
+    assert_eq!(got.tree[Path::new("dir1/big-twin")].body.len(), 3 << 20, "written in place");
+    let got = same_as_gnu("overwrite through links", &archive, existing, Run { opts: &["--overwrite", "-h"], ..RUN });
+    assert_eq!(got.tree[Path::new("dir1/target")].body, b"through the link");
+}
+
+/// GNU tar's `-C` among member names (each for the names after it, relative to the one
+/// before), `--transform` (names, symlink and hard link targets, with `--strip-components` after
+/// it) with `--show-transformed-names`, and `-P` (`..` taken as written, an absolute name at its
+/// absolute path) give GNU's results.
+#[test]
+fn several_directories_transforms_and_absolute_names_are_gnu_tars() {
+    let Some((d, archive)) = crafted(
+        r#"
+with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
+    def add(name, kind=tarfile.REGTYPE, link="", data=b""):
+        ti = tarfile.TarInfo(name); ti.type = kind; ti.linkname = link; ti.mode = 0o644; ti.mtime = 1000000000; ti.size = len(data)
+        t.addfile(ti, io.BytesIO(data) if data else None)
+    add("top/d", tarfile.DIRTYPE)
+    add("top/d/d1", data=b"d1")
+    add("top/e", data=b"e")
+    add("top/link-to-e", tarfile.SYMTYPE, link="e")
+    add("top/hard-e", tarfile.LNKTYPE, link="top/e")
+    add("top/d/../d2", data=b"through dot-dot")
+"#,
+    ) else {
+        return;
+    };
+    let with_y = |dest: &Path| std::fs::create_dir(dest.join("y")).unwrap();
+    for names in [&["top/d", "-C", "y", "top/e"][..], &["top/e", "-C", "y", "-C", "../z", "top/d"]] {
+        let mk = |dest: &Path| {
+            with_y(dest);
+            std::fs::create_dir(dest.join("z")).unwrap();
+        };
+        same_as_gnu("-C among names", &archive, mk, Run { names, ..RUN });
+    }
+    for opts in [
+        &["--transform=s/e/E/g", "-v"][..],
+        &["--transform=s,^top,T,", "--transform=s/d/D/g", "-v", "--show-transformed-names"],
+        &["--xform=s/e/X/S", "--strip-components=1", "-v", "--show-transformed-names"],
+        &["--transform=flags=r;s/e/F/", "--one-top-level=one", "-v", "--show-transformed-names"],
+        &["--transform=s/(d)([0-9])/\\U\\1-\\2/x", "-v"],
+        &["--transform=s/\\(d\\)\\([0-9]\\)/\\u\\1_\\2/", "-v"],
+    ] {
+        same_as_gnu("transform", &archive, |_| {}, Run { opts, ..RUN });
+    }
+    let got = same_as_gnu("-P", &archive, |_| {}, Run { opts: &["-P", "-v"], names: &["top/d/../d2", "top/e"], ..RUN });
+    assert_eq!(got.tree[Path::new("top/d2")].body, b"through dot-dot");
+
+    // An absolute name lands where it says, with -P only.
+    let target = d.path().join("abs/f");
+    let abs = d.path().join("abs.tar");
+    let program = format!(
+        "with tarfile.open(sys.argv[1], 'w', format=tarfile.GNU_FORMAT) as t:\n    ti = tarfile.TarInfo({:?}); ti.size = 3; t.addfile(ti, io.BytesIO(b'abs'))",
+        target.display().to_string()
+    );
+    python(&program, &abs);
+    let inside = d.path().join("inside");
+    std::fs::create_dir(&inside).unwrap();
+    let gnu = Command::new("tar").arg("-C").arg(&inside).args(["-P", "-xf"]).arg(&abs).status().unwrap();
+    assert!(gnu.success() && std::fs::read(&target).unwrap() == b"abs");
+    std::fs::remove_file(&target).unwrap();
+    let ours = cacheless_testkit::cacheless().args(["extract", "--no-sync", "-P", "-C"]).arg(&inside).arg(&abs).status().unwrap();
+    assert!(ours.success());
+    assert_eq!(std::fs::read(&target).unwrap(), b"abs");
+    std::fs::remove_file(&target).unwrap();
+    let ours = cacheless_testkit::cacheless().args(["extract", "--no-sync", "-C"]).arg(&inside).arg(&abs).status().unwrap();
+    assert!(ours.success() && !target.exists() && inside.join(target.strip_prefix("/").unwrap()).exists(), "without -P it stays inside");
+}
+
+/// `-vv` lists members in GNU tar's long format: type and mode letters (set-ID and sticky
+/// bits), owner/group by name or number (`--numeric-owner`), size or device numbers in a column
+/// that widens as GNU's does, local time, the name, a link's target, and the folders made on
+/// the way.
+#[test]
+fn long_listing_is_gnu_tars() {
+    let Some((_d, archive)) = crafted(
+        r#"
+with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
+    def add(name, kind=tarfile.REGTYPE, mode=0o644, uid=0, gid=0, uname="root", gname="root", link="", data=b"", mtime=1000000000):
+        ti = tarfile.TarInfo(name); ti.type = kind; ti.mode = mode; ti.uid = uid; ti.gid = gid; ti.linkname = link
+        ti.uname = uname; ti.gname = gname; ti.mtime = mtime; ti.size = len(data)
+        if kind == tarfile.CHRTYPE: ti.devmajor, ti.devminor = 1, 3
+        t.addfile(ti, io.BytesIO(data) if data else None)
+    add("deep/er/f", data=b"x" * 12345)
+    add("suid", mode=0o4755, data=b"s")
+    add("sgid-noexec", mode=0o2640, data=b"g")
+    add("sticky", tarfile.DIRTYPE, mode=0o1777)
+    add("sticky-noexec", tarfile.DIRTYPE, mode=0o1776)
+    add("numbers", uid=123456789, gid=987654321, uname="", gname="", data=b"n")
+    add("null", tarfile.CHRTYPE, mode=0o666)
+    add("fifo", tarfile.FIFOTYPE, mode=0o600)
+    add("link", tarfile.SYMTYPE, link="deep/er/f")
+    add("hard", tarfile.LNKTYPE, link="suid")
+    add("old", data=b"o", mtime=0)
+"#,
+    ) else {
+        return;
+    };
+    for opts in [&["-vv"][..], &["-vv", "--numeric-owner"]] {
+        let got = same_as_gnu("-vv", &archive, |_| {}, Run { opts, ..RUN });
+        let out = String::from_utf8_lossy(&got.stdout).into_owned();
+        assert!(out.contains("-rwsr-xr-x") && out.contains("Creating directory:"), "{opts:?}: {out}");
+    }
+    same_as_gnu("-vv", &archive, |_| {}, Run { opts: &["-vv", "--strip-components=1", "--show-transformed-names"], ..RUN });
+}

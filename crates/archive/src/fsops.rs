@@ -110,6 +110,9 @@ pub struct Root {
     implicit_dir_mode: u32,
     /// Directories created implicitly (not in the archive).
     pub implicit_dirs: u64,
+    /// Where kept (`Some`), the folders made on the way to members, in order, until taken (GNU
+    /// tar `-vv` names them).
+    pub implicit_log: Option<Vec<RelPath>>,
     /// The directories this extraction made (the destination itself when it made it): what is
     /// in them, this extraction put there.
     made: HashSet<Vec<Vec<u8>>>,
@@ -177,6 +180,7 @@ impl Root {
             cache_max: cache_max.max(1),
             implicit_dir_mode,
             implicit_dirs: 0,
+            implicit_log: None,
             made,
             made_overflow: false,
             removed_dirs: Vec::new(),
@@ -359,6 +363,9 @@ impl Root {
         match rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(last), Mode::from_raw_mode(self.implicit_dir_mode)) {
             Ok(()) => {
                 self.implicit_dirs += 1;
+                if let Some(log) = &mut self.implicit_log {
+                    log.push(RelPath(comps.to_vec()));
+                }
                 self.note_made(comps);
                 Ok(())
             }

@@ -19,6 +19,7 @@
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod error;
 pub mod extract;
 pub mod fsops;
@@ -27,6 +28,7 @@ pub mod pack;
 pub mod select;
 pub mod source;
 pub mod tarparse;
+pub mod transform;
 mod zframes;
 
 pub use error::{Error, Result};

@@ -44,18 +44,24 @@ impl Members {
     /// Whether the member `path` (as stored) is taken: every member when no name was given,
     /// else one named exactly, or below a folder named (GNU tar does not match `./a` to `a`).
     pub fn take(&mut self, path: &[u8]) -> bool {
+        self.take_index(path).is_some()
+    }
+
+    /// As [`Members::take`], saying which name took it: the first that matched (0 where no
+    /// name was given), `None` where none did.
+    pub fn take_index(&mut self, path: &[u8]) -> Option<usize> {
         if self.names.is_empty() {
-            return true;
+            return Some(0);
         }
         let p = path.strip_suffix(b"/").unwrap_or(path);
-        let mut any = false;
-        for (n, found) in self.names.iter().zip(self.found.iter_mut()) {
+        let mut first = None;
+        for (i, (n, found)) in self.names.iter().zip(self.found.iter_mut()).enumerate() {
             if p == n.as_slice() || (p.len() > n.len() && p.starts_with(n) && p[n.len()] == b'/') {
                 *found = true;
-                any = true;
+                first = first.or(Some(i));
             }
         }
-        any
+        first
     }
 
     /// The names no member matched.

@@ -80,6 +80,15 @@ pub struct Entry {
     pub dev: (u32, u32),
     /// Offset of this entry's first header in the tar stream.
     pub offset: u64,
+    /// Extended attributes, name and value, in the archive's order (pax `SCHILY.xattr.NAME`
+    /// records, the name with GNU tar's `%3D`/`%25` escapes undone; a later record of the same
+    /// name replaces an earlier one).
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// POSIX ACLs as text (pax `SCHILY.acl.access` and `SCHILY.acl.default`, the star format
+    /// GNU tar `--acls` writes), where the archive has them.
+    pub acl_access: Option<Vec<u8>>,
+    /// See `acl_access`.
+    pub acl_default: Option<Vec<u8>>,
 }
 
 impl Entry {
@@ -105,6 +114,47 @@ struct Pax {
     sparse_realsize: Option<u64>,
     sparse_map: Vec<u64>,
     sparse_offset_pending: Option<u64>,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    acl_access: Option<Vec<u8>>,
+    acl_default: Option<Vec<u8>>,
+}
+
+/// An xattr name as GNU tar writes it in a pax key: '=' as "%3D" and '%' as "%25" (a key
+/// holding '=' could not be told from its value).
+pub fn xattr_key_decode(key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len());
+    let mut i = 0;
+    while i < key.len() {
+        match &key[i..] {
+            [b'%', b'3', b'D', ..] => {
+                out.push(b'=');
+                i += 3;
+            }
+            [b'%', b'2', b'5', ..] => {
+                out.push(b'%');
+                i += 3;
+            }
+            [c, ..] => {
+                out.push(*c);
+                i += 1;
+            }
+            [] => unreachable!(),
+        }
+    }
+    out
+}
+
+/// The reverse of [`xattr_key_decode`], for writing.
+pub fn xattr_key_encode(name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len());
+    for &c in name {
+        match c {
+            b'=' => out.extend_from_slice(b"%3D"),
+            b'%' => out.extend_from_slice(b"%25"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Streaming parser: call [`Parser::next_entry`], then read the entry's data through
@@ -599,6 +649,13 @@ impl<R: Read> Parser<R> {
                 b"uname" => p.uname = Some(val.to_vec()),
                 b"gname" => p.gname = Some(val.to_vec()),
                 b"linkpath" => p.linkpath = Some(val.to_vec()),
+                b"SCHILY.acl.access" => p.acl_access = Some(val.to_vec()),
+                b"SCHILY.acl.default" => p.acl_default = Some(val.to_vec()),
+                _ if key.starts_with(b"SCHILY.xattr.") => {
+                    let name = xattr_key_decode(&key[b"SCHILY.xattr.".len()..]);
+                    p.xattrs.retain(|(n, _)| *n != name);
+                    p.xattrs.push((name, val.to_vec()));
+                }
                 b"size" => {
                     let v = num("size").and_then(|v| if v > MAX_SIZE { Err(corrupt(format!("pax size {v} overflows"), &self.cur_name, off)) } else { Ok(v) });
                     if let Some(v) = soft(v) {
@@ -741,6 +798,9 @@ impl<R: Read> Parser<R> {
             sparse: None,
             dev,
             offset: first_off,
+            xattrs: std::mem::take(&mut pax.xattrs),
+            acl_access: pax.acl_access.take(),
+            acl_default: pax.acl_default.take(),
         };
         self.remaining = data_len;
         self.pad = (BLOCK - data_len % BLOCK) % BLOCK;

@@ -460,7 +460,7 @@ impl FileCreator {
     /// with plain writes in order. For a copy over an existing destination where only writing
     /// in place keeps what can be seen of it.
     #[allow(clippy::too_many_arguments)] // What `create` takes, and the file.
-    pub(crate) fn adopt_existing(
+    pub fn adopt_existing(
         &self,
         file: File,
         dir: Arc<OwnedFd>,

@@ -75,7 +75,7 @@ pub fn run(args: &CatArgs, common: &CommonOpts) -> Result<ExitCode> {
                 continue;
             }
         };
-        if common.verbose {
+        if common.verbose > 0 {
             eprintln!("cacheless: {}: {} ({})", f.display(), r.decision().mode, r.decision().reason);
         }
         loop {

@@ -32,9 +32,10 @@ pub struct CommonOpts {
     #[arg(long, global = true)]
     pub json: bool,
     /// Say which mode and backend each file got, and why (extract: name each member as it is
-    /// extracted, as GNU tar -v; its summary is `extract --debug`).
-    #[arg(short, long, global = true)]
-    pub verbose: bool,
+    /// extracted, as GNU tar -v, and `-vv` in GNU's long listing; its summary is `extract
+    /// --debug`).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
 }
 
 impl CommonOpts {

@@ -29,9 +29,15 @@ pub struct ExtractArgs {
     /// (`*`, `?`, `[...]`; wildcards match '/'), as GNU tar's --exclude.
     #[arg(long, value_name = "PATTERN")]
     pub exclude: Vec<String>,
-    /// Extract into this directory (created if missing).
-    #[arg(short = 'C', long = "directory", default_value = ".")]
-    pub directory: PathBuf,
+    /// Extract into this directory (created if missing). As GNU tar's, several are taken in
+    /// turn, each relative to the one before: one given after member names is where the members
+    /// named after it go.
+    #[arg(short = 'C', long = "directory")]
+    pub directory: Vec<PathBuf>,
+    /// Take member names as they are, as GNU tar -P: an absolute name from '/', a `..` going
+    /// up, wherever that leads (by default a leading '/' is removed and `..` refused).
+    #[arg(short = 'P', long)]
+    pub absolute_names: bool,
     /// Drop this many leading components from member names (like GNU tar).
     #[arg(long, default_value_t = 0)]
     pub strip_components: usize,
@@ -44,9 +50,36 @@ pub struct ExtractArgs {
     /// Keep existing files and folders as they are, silently.
     #[arg(long)]
     pub skip_old_files: bool,
+    /// Write a member into the regular file already where it goes (its inode kept: its other
+    /// hard links see the new data), as GNU tar; a symlink there is replaced (followed with -h).
+    #[arg(long)]
+    pub overwrite: bool,
+    /// With --overwrite, follow a symlink where a file member goes and write the file it names.
+    #[arg(short = 'h', long)]
+    pub dereference: bool,
     /// Existing folders keep their mode and time.
     #[arg(long)]
     pub no_overwrite_dir: bool,
+    /// Rename an existing entry (not a folder) that a member replaces to a backup name first,
+    /// as GNU tar: CONTROL is none/off, simple/never (NAME~), numbered/t (NAME.~N~) or
+    /// existing/nil (numbered where numbered backups exist; the default, or $VERSION_CONTROL).
+    #[arg(long, value_name = "CONTROL", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub backup: Option<std::ffi::OsString>,
+    /// The suffix of simple backups (default `~`, or $SIMPLE_BACKUP_SUFFIX); implies --backup.
+    #[arg(long, value_name = "STRING")]
+    pub suffix: Option<std::ffi::OsString>,
+    /// Rename members with a sed-like expression, as GNU tar: `s/REGEX/REPLACEMENT/FLAGS`
+    /// (basic regular expressions; flags g, N, i, x, and r/s/h to choose member names, symlink
+    /// and hard link targets), several separated by `;`; repeat for more.
+    #[arg(long, visible_alias = "xform", value_name = "EXPRESSION")]
+    pub transform: Vec<std::ffi::OsString>,
+    /// With -v, name members as they are extracted (after --transform, --strip-components and
+    /// --one-top-level).
+    #[arg(long, overrides_with = "show_stored_names")]
+    pub show_transformed_names: bool,
+    /// With -v, name members as stored in the archive (the default).
+    #[arg(long, overrides_with = "show_transformed_names")]
+    pub show_stored_names: bool,
     /// Extract every member under the folder DIR (a member already under it stays as it is);
     /// without DIR, under the archive's name less its `.tar`/compression suffix, as GNU tar.
     #[arg(long, value_name = "DIR", num_args = 0..=1, require_equals = true, default_missing_value = "")]
@@ -89,6 +122,30 @@ pub struct ExtractArgs {
     /// Skip FIFOs and device nodes with a warning.
     #[arg(long, overrides_with = "special_files")]
     pub no_special_files: bool,
+    /// Restore the members' extended attributes (pax `SCHILY.xattr.*`, as GNU tar `--xattrs`
+    /// writes them): by default those in the `user.*` namespace only, as GNU tar.
+    #[arg(long, overrides_with = "no_xattrs")]
+    pub xattrs: bool,
+    /// Restore no extended attributes (the default).
+    #[arg(long, overrides_with = "xattrs")]
+    pub no_xattrs: bool,
+    /// Restore the extended attributes whose name matches MASK (`*`, `?`, `[...]`), in place of
+    /// `user.*`; implies --xattrs. Repeat for more.
+    #[arg(long, value_name = "MASK")]
+    pub xattrs_include: Vec<String>,
+    /// Do not restore the extended attributes whose name matches MASK; implies --xattrs.
+    #[arg(long, value_name = "MASK")]
+    pub xattrs_exclude: Vec<String>,
+    /// Restore POSIX ACLs (pax `SCHILY.acl.*`, GNU tar `--acls`): a member without one gets the
+    /// ACL its mode says, a folder without a default ACL loses one it inherited.
+    #[arg(long, overrides_with = "no_acls")]
+    pub acls: bool,
+    /// Restore no ACLs (the default).
+    #[arg(long, overrides_with = "acls")]
+    pub no_acls: bool,
+    /// Print help (-h is GNU tar's --dereference here).
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
     /// Worker threads writing file data (default: 2 per CPU, 4 to 16).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -136,11 +193,45 @@ fn one_top_level(top: &Path, archive: &Path) -> Result<Vec<u8>> {
     deduced.ok_or_else(|| ui::UsageError("Cannot deduce top-level directory name; please set it explicitly with --one-top-level=DIR".into()).into())
 }
 
+/// The destination and GNU tar's `-C` between member names (see
+/// `ExtractOptions::chdirs`): each `-C` is joined to the one before it; those before the first
+/// name make the destination, each later one sends the names after it (their index among the
+/// member names) to its folder. Where the `-C` stand among the names is read back from the
+/// command line (clap keeps each value's position).
+fn directories(args: &ExtractArgs) -> (PathBuf, Vec<(usize, PathBuf)>) {
+    let mut cur = PathBuf::new();
+    let mut dest = None;
+    let mut chdirs: Vec<(usize, PathBuf)> = Vec::new();
+    let positions = (args.directory.len() > 1 && !args.members.is_empty())
+        .then(|| {
+            use clap::CommandFactory;
+            let m = crate::Cli::command().try_get_matches_from(std::env::args_os()).ok()?;
+            let sub = m.subcommand_matches("extract")?;
+            let dirs: Vec<usize> = sub.indices_of("directory")?.collect();
+            let names: Vec<usize> = sub.indices_of("members")?.collect();
+            Some((dirs, names))
+        })
+        .flatten();
+    for (n, dir) in args.directory.iter().enumerate() {
+        cur = cur.join(dir);
+        let before = positions.as_ref().map_or(0, |(dirs, names)| names.iter().filter(|&&i| i < dirs[n]).count());
+        match chdirs.last_mut() {
+            _ if before == 0 => dest = Some(cur.clone()),
+            Some((from, last)) if *from == before => *last = cur.clone(),
+            _ => chdirs.push((before, cur.clone())),
+        }
+    }
+    (dest.unwrap_or_else(|| PathBuf::from(".")), chdirs)
+}
+
 /// Runs `cacheless extract`: exit 0 when every member was extracted, 1 otherwise, 130 or 143
 /// when interrupted by SIGINT or SIGTERM.
 pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     let progress = Arc::new(Progress::new());
-    let mut opts = ExtractOptions::new(&args.directory);
+    let (dest, chdirs) = directories(args);
+    let mut opts = ExtractOptions::new(dest);
+    opts.chdirs = chdirs;
+    opts.absolute_names = args.absolute_names;
     opts.strip_components = args.strip_components;
     opts.io = common.io();
     opts.sync = !args.no_sync;
@@ -151,11 +242,43 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
         opts.one_top_level = Some(one_top_level(Path::new(top), &args.archive)?);
     }
     opts.no_overwrite_dir = args.no_overwrite_dir;
+    if !args.transform.is_empty() {
+        let mut t = cacheless_archive::transform::Transform::new();
+        for expr in &args.transform {
+            t.add(expr.as_encoded_bytes()).map_err(ui::UsageError)?;
+        }
+        opts.transform = Some(Arc::new(t));
+    }
+    opts.show_transformed_names = args.show_transformed_names;
+    opts.overwrite = args.overwrite;
+    opts.dereference = args.dereference;
+    // GNU tar: --suffix implies --backup.
+    if args.backup.is_some() || args.suffix.is_some() {
+        let control = args.backup.clone().unwrap_or_default();
+        let kind = crate::cp::args::backup_kind(Some(control.clone()).filter(|c| !c.is_empty())).map_err(|stop| match stop {
+            crate::cp::args::Stop::Invalid(m) => ui::UsageError(m),
+            _ => ui::UsageError(format!("--backup={}: not a backup type", control.to_string_lossy())),
+        })?;
+        // GNU: a suffix that is empty or holds a slash is not used.
+        let suffix = args.suffix.clone().or_else(|| std::env::var_os("SIMPLE_BACKUP_SUFFIX"));
+        let suffix = suffix.filter(|s| !s.is_empty() && !s.as_encoded_bytes().contains(&b'/')).map(|s| s.to_string_lossy().into_owned());
+        opts.backup = kind.map(|k| (k, suffix.unwrap_or_else(|| "~".into())));
+    }
     opts.to_stdout = args.to_stdout;
     opts.members = member_names(args)?;
+    let pattern = |flag: &str, p: &String| glob::Pattern::new(p).map_err(|e| ui::UsageError(format!("--{flag} {p:?}: {e}")));
     for p in &args.exclude {
-        opts.exclude.push(glob::Pattern::new(p).map_err(|e| ui::UsageError(format!("--exclude {p:?}: {e}")))?);
+        opts.exclude.push(pattern("exclude", p)?);
     }
+    for p in &args.xattrs_include {
+        opts.xattrs_include.push(pattern("xattrs-include", p)?);
+    }
+    for p in &args.xattrs_exclude {
+        opts.xattrs_exclude.push(pattern("xattrs-exclude", p)?);
+    }
+    // GNU tar: an include or exclude mask turns --xattrs on.
+    opts.xattrs = (args.xattrs || !args.xattrs_include.is_empty() || !args.xattrs_exclude.is_empty()) && !args.no_xattrs;
+    opts.acls = args.acls;
     // GNU tar's defaults (ExtractOptions::new) unless a flag says otherwise.
     if args.same_owner || args.no_same_owner {
         opts.same_owner = args.same_owner;
@@ -175,7 +298,8 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
         opts.batch_writeback = b;
     }
     opts.progress = Some(progress.clone());
-    opts.list = common.verbose;
+    opts.list = common.verbose > 0;
+    opts.list_long = common.verbose > 1;
     if args.debug && common.backend.to_string() != "auto" {
         eprintln!(
             "cacheless: --backend {} applies to reading the archive and writing large files; smaller files are written by the thread-pool creator",

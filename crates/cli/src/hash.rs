@@ -56,7 +56,7 @@ fn hash_file(f: &Path, algo: Algo, common: &CommonOpts, ro: &cacheless::ReadOpti
         return Ok((h.hex(), None));
     }
     let mut r = Reader::open(f, ro)?;
-    if common.verbose {
+    if common.verbose > 0 {
         eprintln!("cacheless: {}: {} ({})", f.display(), r.decision().mode, r.decision().reason);
     }
     let digest = digest::hash_reader(&mut r, algo, &Progress::new())?;

@@ -45,6 +45,7 @@ enum Cmd {
     /// Drop files' pages from the page cache (no root needed).
     Evict(evict::EvictArgs),
     /// Unpack a tar archive (zstd, gzip, xz, lz4, bzip2 or plain) safely, without filling the cache.
+    #[command(disable_help_flag = true)]
     Extract(extract::ExtractArgs),
     /// Create a tar archive (zstd in parallel frames, gzip, xz, lz4, bzip2 or plain) without filling the cache.
     Pack(pack::PackArgs),

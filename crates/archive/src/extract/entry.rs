@@ -3,18 +3,18 @@
 //! (`jobs`); sparse files are written here, segment by segment, through the engine.
 
 use std::collections::VecDeque;
-use std::ffi::OsStr;
-use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 
-use cacheless::{AlignedBuf, CreateQueue, CreateTicket};
+use cacheless::{AlignedBuf, CreateQueue, CreateTicket, NewFile};
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
-use super::jobs::{attrs, named, own, owned, system_time, times, Data, Job, Meta, Msg, Settled, Shared, Slab, Small, CHUNK, SLAB_ALIGN, SLAB_BYTES};
+use super::jobs::{attrs, named, own, owned, system_time, times, At, Data, Extra, Job, Meta, Msg, Settled, Shared, Slab, Small, CHUNK, SLAB_ALIGN, SLAB_BYTES};
 use super::options::{ExtractOptions, ExtractReport};
 use super::shares::Shares;
 use crate::error::Error;
@@ -47,20 +47,30 @@ fn fatal(e: Error) -> Fail {
 /// The parser's side of the extraction.
 pub(super) struct Ctx<'a> {
     pub opts: &'a ExtractOptions,
+    /// The destination members are extracted into now: `dest`, or one of `chdirs`' folders.
     pub root: Root,
+    /// Every destination by its index (0: `dest`, then `chdirs`'), the one in `root` taken out.
+    pub roots: Vec<Option<Root>>,
+    /// The index of the one in `root`.
+    pub active: usize,
+    /// With `absolute_names`, each destination's real path as components (its `Root` is '/').
+    pub bases: Vec<Vec<Vec<u8>>>,
     pub sh: Arc<Shared>,
     pub pool: Pool<Shared>,
     /// The budget's division among the holders of buffers.
     pub shares: Shares,
     pub is_root: bool,
     pub umask: u32,
-    pub dirs: Vec<(RelPath, Meta)>,
+    /// Folders whose metadata is applied at the end: their destination's index, path, metadata.
+    pub dirs: Vec<(usize, RelPath, Meta)>,
     pub report: ExtractReport,
     pub warned_abs: bool,
     /// `--one-top-level`'s folder as components (split once, for every member).
     pub top: Option<Vec<Vec<u8>>>,
     /// Offset of the last member named by `list` (a member retried is named once).
     pub listed: Option<u64>,
+    /// `-vv`: the width of owner, group and size together, the widest seen (GNU's, from 19).
+    pub list_width: usize,
     /// Small files read whole and not yet handed to a worker, and the lease they fill.
     pub batch: Vec<Queued>,
     pub batch_bytes: usize,
@@ -222,7 +232,41 @@ impl Ctx<'_> {
             // A set-ID file of root's that the archive gave another owner: not made.
             mode &= !0o6000;
         }
-        Meta { mode, uid, gid, mtime: e.mtime, chown, time_only: false }
+        Meta { mode, uid, gid, mtime: e.mtime, chown, time_only: false, extra: self.extra(e) }
+    }
+
+    /// What `--xattrs` and `--acls` give the entry, where they give it anything. GNU tar's
+    /// choices: by default only `user.*` attributes; with `--acls`, a member without an ACL
+    /// gets the one its mode says, a folder without a default ACL loses one; symlinks and
+    /// hard links get no ACL (a hard link nothing at all: its inode has them already).
+    fn extra(&mut self, e: &Entry) -> Option<Arc<Extra>> {
+        if e.kind == Kind::HardLink || !(self.opts.xattrs || self.opts.acls) {
+            return None;
+        }
+        let mut x = Extra::default();
+        if self.opts.xattrs {
+            let (include, exclude) = (&self.opts.xattrs_include, &self.opts.xattrs_exclude);
+            let wanted = |name: &str| {
+                let included = if include.is_empty() { name.starts_with("user.") } else { include.iter().any(|p| p.matches(name)) };
+                included && !exclude.iter().any(|p| p.matches(name))
+            };
+            x.xattrs = e.xattrs.iter().filter(|(n, _)| wanted(&String::from_utf8_lossy(n))).cloned().collect();
+        }
+        if self.opts.acls && e.kind != Kind::Symlink {
+            let owners = &mut self.owners;
+            let text = |t: &[u8], owners: &mut Owners| crate::acl::from_text(t, |group, name| owners.id(group, name));
+            x.acl = Some(match &e.acl_access {
+                Some(t) => text(t, owners),
+                None => Ok(crate::acl::from_mode(e.mode)),
+            });
+            if e.kind == Kind::Dir {
+                x.default_acl = Some(match &e.acl_default {
+                    Some(t) => text(t, owners).map(Some),
+                    None => Ok(None),
+                });
+            }
+        }
+        (!x.xattrs.is_empty() || x.acl.is_some()).then(|| Arc::new(x))
     }
 
     /// Sanitises and strips a member name; `None` if the entry is to be skipped (already warned).
@@ -236,6 +280,9 @@ impl Ctx<'_> {
 
     /// The member name `raw` as a path beneath the destination, before `--one-top-level`.
     fn rel_stored(&mut self, raw: &[u8], what: &str) -> Result<Option<RelPath>, Fail> {
+        if self.opts.absolute_names {
+            return Ok(self.absolute(raw));
+        }
         match sanitize(raw) {
             Sanitized::DotDot => Err(Fail::Entry(Error::io(
                 if what == "member" { "refusing member" } else { "refusing hard link target" },
@@ -262,12 +309,55 @@ impl Ctx<'_> {
         }
     }
 
+    /// GNU tar `-P`: the name as it is, from '/' where it begins with one, else from the
+    /// destination; `.` dropped and `..` taking a component off as the text says (GNU leaves
+    /// that to the kernel, which differs only where a symlink is on the way), the folder it
+    /// leaves made first where missing, as the kernel's walk needs it for GNU. `None` where
+    /// `--strip-components` leaves nothing.
+    fn absolute(&mut self, raw: &[u8]) -> Option<RelPath> {
+        let comps: Vec<&[u8]> = raw.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
+        let n = self.opts.strip_components;
+        if n > 0 && comps.len() <= n {
+            return None;
+        }
+        let mut out = if raw.starts_with(b"/") && n == 0 { Vec::new() } else { self.bases[self.active].clone() };
+        for c in &comps[n..] {
+            match *c {
+                b"." => {}
+                b".." => {
+                    // A folder that cannot be made leaves the member to fail where it goes.
+                    let _ = self.root.dir(&out);
+                    out.pop();
+                }
+                c => out.push(c.to_vec()),
+            }
+        }
+        Some(RelPath(out))
+    }
+
     /// Does one entry. Where a directory is in its way, the files written into that directory
     /// are given their names first (a syncfs), so that it is removed only when it is empty
     /// (else an earlier member in it, not yet named, would be lost with it), and the entry is
     /// tried again: nothing of its data was read yet.
-    pub(super) fn entry(&mut self, parser: &mut Parser<source::TarStream>, e: Entry) -> Result<(), Fail> {
-        match self.entry_once(parser, &e) {
+    pub(super) fn entry(&mut self, parser: &mut Parser<source::TarStream>, mut e: Entry) -> Result<(), Fail> {
+        // GNU tar --transform: the member's name and link target as the expressions make them;
+        // the name as stored still selects the member and is what -v shows.
+        let stored = match &self.opts.transform {
+            Some(t) => {
+                let link_scope = match e.kind {
+                    Kind::Symlink => Some(crate::transform::SYMLINKS),
+                    Kind::HardLink => Some(crate::transform::HARD_LINKS),
+                    _ => None,
+                };
+                if let Some(new) = link_scope.and_then(|w| t.apply(e.link.as_deref().unwrap_or_default(), w)) {
+                    e.link = Some(new);
+                }
+                t.apply(&e.path, crate::transform::NAMES).map(|new| std::mem::replace(&mut e.path, new))
+            }
+            None => None,
+        };
+        let stored = stored.as_deref().unwrap_or(&e.path);
+        match self.entry_once(parser, &e, stored) {
             Err(Fail::Entry(err)) => {
                 if let Some(dir) = self.root.take_dir_in_way() {
                     self.settle_under(&dir, &e)?;
@@ -280,21 +370,46 @@ impl Ctx<'_> {
                 } else {
                     return Err(Fail::Entry(err));
                 }
-                self.entry_once(parser, &e)
+                self.entry_once(parser, &e, stored)
             }
             r => r,
         }
     }
 
-    /// Names `e` as GNU tar `-v` does, once: on standard output (standard error while contents
-    /// go to standard output), in GNU's escape quoting.
-    fn list(&mut self, e: &Entry) {
+    /// Names the member `e` (stored as `stored`) as GNU tar `-v` does, once: on standard output
+    /// (standard error while contents go to standard output), in GNU's escape quoting; as
+    /// stored, or with `--show-transformed-names` as it is extracted (`rel`, where known).
+    fn list(&mut self, e: &Entry, stored: &[u8], rel: Option<&RelPath>) {
         use std::io::Write;
         if !self.opts.list || self.listed == Some(e.offset) {
             return;
         }
         self.listed = Some(e.offset);
-        let mut line = cacheless::quote::escape(&e.path);
+        let shown = match rel {
+            Some(rel) if self.opts.show_transformed_names => {
+                let mut name = self.gnu_name(e, rel).into_os_string().into_vec();
+                if stored.ends_with(b"/") {
+                    name.push(b'/');
+                }
+                name
+            }
+            _ => stored.to_vec(),
+        };
+        let mut line = if self.opts.list_long { self.long_listing(e) } else { Vec::new() };
+        line.extend_from_slice(&cacheless::quote::escape(&shown));
+        if self.opts.list_long {
+            match (e.kind, &e.link) {
+                (Kind::Symlink, Some(l)) => {
+                    line.extend_from_slice(b" -> ");
+                    line.extend_from_slice(&cacheless::quote::escape(l));
+                }
+                (Kind::HardLink, Some(l)) => {
+                    line.extend_from_slice(b" link to ");
+                    line.extend_from_slice(&cacheless::quote::escape(l));
+                }
+                _ => {}
+            }
+        }
         line.push(b'\n');
         // A closed or full output is not the extraction's failure (GNU tar goes on too).
         let _ = if self.opts.to_stdout { std::io::stderr().lock().write_all(&line) } else { std::io::stdout().lock().write_all(&line) };
@@ -349,20 +464,30 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn entry_once(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry) -> Result<(), Fail> {
-        if !self.members.take(&e.path) || crate::select::excluded(&self.opts.exclude, &e.path) {
+    fn entry_once(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, stored: &[u8]) -> Result<(), Fail> {
+        let Some(named) = self.members.take_index(stored).filter(|_| !crate::select::excluded(&self.opts.exclude, stored)) else {
             self.report.skipped += 1;
             return Ok(());
+        };
+        // GNU tar: the -C in force where the name that took it was given.
+        let dest = self.opts.chdirs.iter().rposition(|(from, _)| *from <= named).map_or(0, |j| j + 1);
+        if dest != self.active {
+            // Every destination but the active one is in `roots`.
+            if let Some(next) = self.roots[dest].take() {
+                let prev = std::mem::replace(&mut self.root, next);
+                self.roots[self.active] = Some(prev);
+                self.active = dest;
+            }
         }
         if self.opts.to_stdout {
-            self.list(e);
+            self.list(e, stored, None);
             return self.write_out(parser, e);
         }
         let Some(rel) = self.rel(&e.path, "member")? else {
             self.report.skipped += 1;
             return Ok(());
         };
-        self.list(e);
+        self.list(e, stored, Some(&rel));
         if self.opts.skip_old_files && self.root.exists(&rel) {
             // GNU tar --skip-old-files: what is there stays, silently.
             self.report.skipped += 1;
@@ -381,6 +506,140 @@ impl Ctx<'_> {
         if e.kind != Kind::Dir {
             self.root.placing();
         }
+        let backup = match &self.opts.backup {
+            Some((kind, suffix)) => self.backup(e, &rel, *kind, &suffix.clone())?,
+            None => None,
+        };
+        let path = backup.is_some().then(|| self.gnu_name(e, &rel));
+        if self.opts.list_long {
+            self.root.implicit_log.get_or_insert_with(Vec::new);
+        }
+        let made = self.place(parser, e, rel, meta);
+        // GNU tar -vv: the folders made on the member's way, after its line.
+        for dir in self.root.implicit_log.as_mut().map(std::mem::take).unwrap_or_default() {
+            let mode = 0o40000 | (0o777 & !self.umask);
+            let modes = String::from_utf8_lossy(&self.long_listing_modes(mode, Kind::Dir)).into_owned();
+            let name = String::from_utf8_lossy(&cacheless::quote::escape(dir.to_path().as_os_str().as_bytes())).into_owned();
+            self.say(format!("{modes} {:>w$} {name}\n", "Creating directory:", w = self.list_width + 1 + 16));
+        }
+        if let (Err(_), Some((pfd, name, to)), Some(path)) = (&made, backup, path) {
+            // GNU tar: the backup takes its name back where the member failed.
+            if rustix::fs::renameat(&pfd, &to, &pfd, &name).is_ok() && self.opts.list {
+                self.say(format!("Renaming {} back to {}\n", cacheless::quote::quote(backup_path(&path, &name, &to)), cacheless::quote::quote(&path)));
+            }
+        }
+        made
+    }
+
+    /// GNU tar `--backup`: an entry (not a folder, as `stat` sees it) where `rel` goes is
+    /// renamed to its backup name first. Returns its folder, name and backup name.
+    fn backup(
+        &mut self,
+        e: &Entry,
+        rel: &RelPath,
+        kind: cacheless::tree::BackupKind,
+        suffix: &str,
+    ) -> Result<Option<(Arc<OwnedFd>, OsString, OsString)>, Fail> {
+        let Some((parent, name)) = rel.split() else { return Ok(None) };
+        let Ok(pfd) = self.root.existing_dir(parent) else { return Ok(None) };
+        let name = OsStr::from_bytes(name).to_os_string();
+        let io = |what: &'static str, er: std::io::Error| Fail::Entry(Error::io(what, rel.to_path(), er));
+        match rustix::fs::statat(&pfd, &name, AtFlags::empty()) {
+            Err(Errno::NOENT) => return Ok(None),
+            Err(er) => return Err(io("cannot stat (for --backup)", er.into())),
+            Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => return Ok(None),
+            Ok(_) => {}
+        }
+        let to = cacheless::tree::backup_name_in(&pfd, &name, kind, suffix).map_err(|er| io("cannot name a backup", er))?;
+        rustix::fs::renameat(&pfd, &name, &pfd, &to).map_err(|er| {
+            let why = std::io::Error::new(std::io::Error::from(er).kind(), format!("cannot rename to {}: {}", to.to_string_lossy(), std::io::Error::from(er)));
+            io("backup", why)
+        })?;
+        if self.opts.list {
+            let path = self.gnu_name(e, rel);
+            self.say(format!("Renaming {} to {}\n", cacheless::quote::quote(&path), cacheless::quote::quote(backup_path(&path, &name, &to))));
+        }
+        Ok(Some((pfd, name, to)))
+    }
+
+    /// What GNU tar `-vv` prints before a member's name: type and mode (`-rwsr-x--T`), owner
+    /// and group (numbers with `--numeric-owner` or where the archive has no names), size (or
+    /// `major,minor`) right-aligned in a width that grows with the widest seen, as GNU's, and
+    /// the modification time in local time (the seconds where it has no date).
+    fn long_listing(&mut self, e: &Entry) -> Vec<u8> {
+        let modes = self.long_listing_modes(e.mode, e.kind);
+        let who = |name: &[u8], id: u64| if name.is_empty() || self.opts.numeric_owner { id.to_string() } else { String::from_utf8_lossy(name).into_owned() };
+        let (user, group) = (who(&e.uname, e.uid), who(&e.gname, e.gid));
+        let size = match e.kind {
+            Kind::CharDev | Kind::BlockDev => format!("{},{}", e.dev.0, e.dev.1),
+            _ => e.size.to_string(),
+        };
+        let pad = user.len() + 1 + group.len() + 1 + size.len();
+        self.list_width = self.list_width.max(pad);
+        let time = chrono::DateTime::from_timestamp(e.mtime.0, 0)
+            .map(|t| t.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M").to_string())
+            .unwrap_or_else(|| e.mtime.0.to_string());
+        let mut line = modes.to_vec();
+        line.extend_from_slice(format!(" {user}/{group} {size:>w$} {time:<16} ", w = self.list_width - pad + size.len()).as_bytes());
+        line
+    }
+
+    /// `-vv`'s type and mode letters (`drwxr-sr-t`).
+    fn long_listing_modes(&self, m: u32, kind: Kind) -> [u8; 10] {
+        let bit = |mask: u32, c: u8| if m & mask != 0 { c } else { b'-' };
+        let exec = |x: u32, special: u32, set: u8, unset: u8| match (m & special != 0, m & x != 0) {
+            (true, true) => set,
+            (true, false) => unset,
+            (false, true) => b'x',
+            (false, false) => b'-',
+        };
+        let kind = match kind {
+            Kind::File => b'-',
+            Kind::HardLink => b'h',
+            Kind::Symlink => b'l',
+            Kind::CharDev => b'c',
+            Kind::BlockDev => b'b',
+            Kind::Dir => b'd',
+            Kind::Fifo => b'p',
+        };
+        [
+            kind,
+            bit(0o400, b'r'),
+            bit(0o200, b'w'),
+            exec(0o100, 0o4000, b's', b'S'),
+            bit(0o040, b'r'),
+            bit(0o020, b'w'),
+            exec(0o010, 0o2000, b's', b'S'),
+            bit(0o004, b'r'),
+            bit(0o002, b'w'),
+            exec(0o001, 0o1000, b't', b'T'),
+        ]
+    }
+
+    /// The member's name as GNU tar's messages give it: as stored, less a leading '/' and a
+    /// trailing one, where no option changed it; else the path it is extracted to.
+    fn gnu_name(&self, e: &Entry, rel: &RelPath) -> PathBuf {
+        if self.opts.strip_components > 0 || self.top.is_some() {
+            return rel.to_path();
+        }
+        let mut name = &e.path[..];
+        while let [b'/', rest @ ..] = name {
+            name = rest;
+        }
+        while let [rest @ .., b'/'] = name {
+            name = rest;
+        }
+        PathBuf::from(OsStr::from_bytes(name))
+    }
+
+    /// A line on the listing's stream (standard output; standard error under `-O`).
+    fn say(&self, line: String) {
+        use std::io::Write;
+        let _ = if self.opts.to_stdout { std::io::stderr().lock().write_all(line.as_bytes()) } else { std::io::stdout().lock().write_all(line.as_bytes()) };
+    }
+
+    /// Makes the member at `rel`, by its kind.
+    fn place(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> Result<(), Fail> {
         match e.kind {
             Kind::Dir => {
                 // GNU tar --keep-directory-symlink: a symlink to a folder that was there stays,
@@ -390,15 +649,20 @@ impl Ctx<'_> {
                     return Ok(());
                 }
                 match self.root.mkdir(&rel, self.opts.keep_old_files)? {
-                    Dir::Made => self.dirs.push((rel, meta)),
+                    Dir::Made => self.dirs.push((self.active, rel, meta)),
                     // GNU tar --no-overwrite-dir: an existing folder keeps its mode, not its time.
-                    Dir::Existing if self.opts.no_overwrite_dir => self.dirs.push((rel, Meta { time_only: true, ..meta })),
-                    Dir::Existing => self.dirs.push((rel, meta)),
+                    Dir::Existing if self.opts.no_overwrite_dir => self.dirs.push((self.active, rel, Meta { time_only: true, extra: None, ..meta })),
+                    Dir::Existing => self.dirs.push((self.active, rel, meta)),
                     Dir::Kept => {}
                 }
                 self.report.dirs += 1;
             }
             Kind::File => {
+                if self.opts.overwrite && self.overwrite(parser, e, &rel, &meta)? {
+                    self.report.files += 1;
+                    self.report.bytes += e.size;
+                    return Ok(());
+                }
                 match e.sparse.as_deref() {
                     Some(map) => self.sparse_file(parser, e, map, rel, meta)?,
                     None => self.file(parser, e, rel, meta)?,
@@ -414,6 +678,10 @@ impl Ctx<'_> {
                 let name = last_name(&rel);
                 if let Some((uid, gid)) = meta.chown.then(|| super::jobs::ids(&meta)).flatten() {
                     let _ = rustix::fs::chownat(&pfd, name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW);
+                }
+                if let Some(x) = &meta.extra {
+                    // Extended attributes of a symlink's own (trusted.*, security.*); no ACL.
+                    super::jobs::apply_extra(At::Name(pfd.as_fd(), name), x, &rel).into_iter().for_each(|w| self.sh.warn(w));
                 }
                 let _ = rustix::fs::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
                 self.report.symlinks += 1;
@@ -484,6 +752,9 @@ impl Ctx<'_> {
                 }
                 if let Err(er) = rustix::fs::chmodat(&pfd, name, rustix::fs::Mode::from_raw_mode(mode), AtFlags::empty()) {
                     self.sh.fail(format!("{}: chmod: {}", rel.to_path().display(), std::io::Error::from(er)));
+                }
+                if let Some(x) = &meta.extra {
+                    super::jobs::apply_extra(At::Name(pfd.as_fd(), name), x, &rel).into_iter().for_each(|w| self.sh.warn(w));
                 }
                 let _ = rustix::fs::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
             }
@@ -688,7 +959,46 @@ impl Ctx<'_> {
         let display = rel.to_path();
         let creator = self.sh.creator.clone();
         // Dropping `file` on error removes it.
-        let mut file = self.create_entry(&rel, |d, n| creator.create(d.clone(), n, &display, data_len, attrs(&meta)))?;
+        let file = self.create_entry(&rel, |d, n| creator.create(d.clone(), n, &display, data_len, attrs(&meta)))?;
+        self.write_here(parser, e, map, &rel, &meta, file)
+    }
+
+    /// GNU tar `--overwrite`: a regular file already at `rel` (through a symlink only with
+    /// `dereference`) is written in place, its inode kept, as GNU's `O_TRUNC` open writes it:
+    /// its other names see the new data. False where there is none; the member is then made as
+    /// without the option (a symlink, FIFO or other entry there is replaced).
+    fn overwrite(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: &RelPath, meta: &Meta) -> Result<bool, Fail> {
+        let Some((parent, name)) = rel.split() else { return Ok(false) };
+        let Ok(pfd) = self.root.existing_dir(parent) else { return Ok(false) };
+        let mut flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::NONBLOCK;
+        if !self.opts.dereference {
+            flags |= rustix::fs::OFlags::NOFOLLOW;
+        }
+        // Not there, a symlink not to be followed, or anything that cannot be opened so: made
+        // anew.
+        let Ok(fd) = rustix::fs::openat(&pfd, OsStr::from_bytes(name), flags, rustix::fs::Mode::empty()) else { return Ok(false) };
+        let file = std::fs::File::from(fd);
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Ok(false);
+        }
+        self.flush_batch();
+        let file = self.sh.creator.adopt_existing(file, pfd, OsStr::from_bytes(name), &rel.to_path(), e.size, attrs(meta), true);
+        let whole = [(0, e.size)];
+        self.write_here(parser, e, e.sparse.as_deref().unwrap_or(&whole), rel, meta, file)?;
+        Ok(true)
+    }
+
+    /// Writes a file member's data (the segments of `map`, in order) into `file` on this
+    /// thread, gives it its size, owner, mode and the rest, and finishes it.
+    fn write_here(
+        &mut self,
+        parser: &mut Parser<source::TarStream>,
+        e: &Entry,
+        map: &[(u64, u64)],
+        rel: &RelPath,
+        meta: &Meta,
+        mut file: NewFile,
+    ) -> Result<(), Fail> {
         let mut buf = AlignedBuf::new(1 << 20, 4096);
         for &(off, len) in map {
             let mut done = 0u64;
@@ -701,17 +1011,28 @@ impl Ctx<'_> {
             }
         }
         file.set_len(e.size).map_err(|er| Fail::Entry(Error::Engine(er)))?;
-        let (mode, owner) = own(file.file(), &meta, &rel);
+        let (mode, owner) = own(file.file(), meta, rel);
         if let Some(why) = owner {
             file.set_permissions(Some(mode));
             self.sh.fail(why);
         }
+        if self.sh.extra(file.file().as_fd(), meta, mode, rel) {
+            file.set_permissions(None);
+        }
         // Named after a syncfs, like the workers' files: its ticket settles then.
-        let ticket = self.sh.in_flight.begin(&rel);
-        let rep = file.finish_then(self.sh.on_published(&rel, ticket)).map_err(|er| Fail::Entry(Error::Engine(er)))?;
+        let ticket = self.sh.in_flight.begin(rel);
+        let rep = file.finish_then(self.sh.on_published(rel, ticket)).map_err(|er| Fail::Entry(Error::Engine(er)))?;
         self.sh.file_done(rep.decision.mode);
         Ok(())
     }
+}
+
+/// The path of `path`'s backup, for messages: `path` and what the backup's name `to` adds to
+/// the entry's name `name`.
+fn backup_path(path: &std::path::Path, name: &OsStr, to: &OsStr) -> PathBuf {
+    let mut p = path.as_os_str().to_os_string().into_vec();
+    p.extend_from_slice(&to.as_bytes()[name.len()..]);
+    PathBuf::from(OsString::from_vec(p))
 }
 
 /// The last component of a non-root entry (the root itself never reaches here: entries that

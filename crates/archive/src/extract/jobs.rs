@@ -3,14 +3,16 @@
 //! and what the workers share with the parser's thread.
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsFd, OwnedFd};
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use cacheless::pool::Work;
 use cacheless::{AlignedBuf, FileAttrs, FileCreator, Mode, NewFile, Progress};
-use rustix::fs::{Timespec, Timestamps};
+use rustix::fs::{Timespec, Timestamps, XattrFlags};
 
 use crate::fsops::RelPath;
 use crate::modes::ModeCounter;
@@ -19,7 +21,7 @@ use crate::modes::ModeCounter;
 pub(super) const CHUNK: usize = 4 << 20;
 
 /// An entry's metadata, as it is to be applied.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Meta {
     pub mode: u32,
     pub uid: u64,
@@ -28,6 +30,96 @@ pub(super) struct Meta {
     pub chown: bool,
     /// Only the time is applied (an existing folder under --no-overwrite-dir).
     pub time_only: bool,
+    /// Extended attributes and ACLs (`--xattrs`, `--acls`), where there are any to apply.
+    pub extra: Option<Arc<Extra>>,
+}
+
+/// What `--xattrs` and `--acls` give an entry besides its owner, mode and times.
+#[derive(Debug, Default)]
+pub(super) struct Extra {
+    /// Extended attributes to set, name and value (those the include and exclude patterns
+    /// take).
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The access ACL to set last (the archive's, or the one its mode says), as the xattr's
+    /// value; or why the archive's could not be read.
+    pub acl: Option<Result<Vec<u8>, String>>,
+    /// A folder's default ACL: `Some(Some(..))` set, `Some(None)` removed (GNU's, for a folder
+    /// the archive gives none: one inherited from the folder above goes).
+    pub default_acl: Option<Result<Option<Vec<u8>>, String>>,
+}
+
+/// Where an entry's extended attributes go: an open file, or a name in an open folder (a
+/// symlink, a FIFO or a device node, which are not opened).
+pub(super) enum At<'a> {
+    Fd(BorrowedFd<'a>),
+    Name(BorrowedFd<'a>, &'a OsStr),
+}
+
+impl At<'_> {
+    fn set(&self, name: &[u8], value: &[u8]) -> rustix::io::Result<()> {
+        let name = OsStr::from_bytes(name);
+        match self {
+            At::Fd(fd) => rustix::fs::fsetxattr(fd, name, value, XattrFlags::empty()),
+            // The folder by its descriptor, the last name not followed.
+            At::Name(dir, n) => rustix::fs::lsetxattr(Self::path(*dir, n), name, value, XattrFlags::empty()),
+        }
+    }
+
+    fn remove(&self, name: &[u8]) -> rustix::io::Result<()> {
+        let name = OsStr::from_bytes(name);
+        let r = match self {
+            At::Fd(fd) => rustix::fs::fremovexattr(fd, name),
+            At::Name(dir, n) => rustix::fs::lremovexattr(Self::path(*dir, n), name),
+        };
+        r.or_else(|e| if e == rustix::io::Errno::NODATA { Ok(()) } else { Err(e) })
+    }
+
+    fn path(dir: BorrowedFd<'_>, name: &OsStr) -> std::path::PathBuf {
+        let mut p = std::path::PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        p.push(name);
+        p
+    }
+}
+
+/// Sets an entry's extended attributes, then (after its owner and mode, which the caller
+/// applied) its ACLs. What cannot be set is returned as warnings: the entry stays, as GNU tar
+/// keeps it.
+pub(super) fn apply_extra(at: At<'_>, x: &Extra, rel: &RelPath) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let mut said = |what: &str, e: &dyn std::fmt::Display| warnings.push(format!("{}: cannot set {what}: {e}", rel.to_path().display()));
+    for (name, value) in &x.xattrs {
+        if let Err(e) = at.set(name, value) {
+            said(&format!("extended attribute {:?}", String::from_utf8_lossy(name)), &std::io::Error::from(e));
+        }
+    }
+    match &x.acl {
+        Some(Ok(v)) => {
+            if let Err(e) = at.set(crate::acl::ACCESS.as_bytes(), v) {
+                said("its ACL", &std::io::Error::from(e));
+            }
+        }
+        Some(Err(why)) => said("its ACL", why),
+        None => {}
+    }
+    let default = crate::acl::DEFAULT.as_bytes();
+    match &x.default_acl {
+        Some(Ok(Some(v))) => {
+            if let Err(e) = at.set(default, v) {
+                said("its default ACL", &std::io::Error::from(e));
+            }
+        }
+        Some(Ok(None)) => {
+            if let Err(e) = at.remove(default) {
+                // A filesystem without ACLs has no default ACL to remove.
+                if e != rustix::io::Errno::OPNOTSUPP {
+                    said("its default ACL", &std::io::Error::from(e));
+                }
+            }
+        }
+        Some(Err(why)) => said("its default ACL", why),
+        None => {}
+    }
+    warnings
 }
 
 pub(super) fn times(mtime: (i64, u32)) -> Timestamps {
@@ -97,17 +189,20 @@ pub(super) fn owned(chowned: rustix::io::Result<()>, m: &Meta, rel: &RelPath) ->
     }
 }
 
-/// Owner, mode and mtime of a directory (or any open entry), in that order. A failure to set the
-/// owner is returned after the mode and time are set (see [`own`]).
-pub(super) fn apply_meta(fd: &OwnedFd, m: &Meta, rel: &RelPath) -> Result<(), String> {
+/// Owner, mode, extended attributes, ACLs and mtime of a directory (or any open entry), in that
+/// order. A failure to set the owner is returned after the rest is set (see [`own`]); what
+/// `--xattrs` and `--acls` could not set goes to `warn`.
+pub(super) fn apply_meta(fd: &OwnedFd, m: &Meta, rel: &RelPath, warn: impl FnMut(String)) -> Result<(), String> {
     if m.time_only {
         return rustix::fs::futimens(fd, &times(m.mtime)).map_err(|e| format!("{}: futimens: {e}", rel.to_path().display()));
     }
     let (mode, owner) = own(fd, m, rel);
     // After fchown, which clears setuid/setgid.
-    let r = rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(mode))
-        .and_then(|()| rustix::fs::futimens(fd, &times(m.mtime)))
-        .map_err(|e| format!("{}: fchmod/futimens: {e}", rel.to_path().display()));
+    let r = rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(mode)).map_err(|e| format!("{}: fchmod: {e}", rel.to_path().display()));
+    if let Some(x) = &m.extra {
+        apply_extra(At::Fd(fd.as_fd()), x, rel).into_iter().for_each(warn);
+    }
+    let r = r.and_then(|()| rustix::fs::futimens(fd, &times(m.mtime)).map_err(|e| format!("{}: futimens: {e}", rel.to_path().display())));
     r.and(owner.map_or(Ok(()), Err))
 }
 
@@ -334,6 +429,8 @@ pub(super) struct Shared {
     pub creator: FileCreator,
     pub progress: Arc<Progress>,
     failures: Arc<Failures>,
+    /// Warnings from the workers (the first 1000).
+    warnings: Mutex<Vec<String>>,
     /// Files written per mode.
     pub modes: ModeCounter,
     /// Chunk buffers given back by the workers, for the next streamed entry.
@@ -350,6 +447,7 @@ impl Shared {
             creator,
             progress,
             failures: Arc::default(),
+            warnings: Mutex::default(),
             modes: Default::default(),
             bufs: Mutex::new(Vec::new()),
             slabs: Arc::default(),
@@ -360,6 +458,34 @@ impl Shared {
     /// Counts and records a failed entry (the first 1000 messages are kept).
     pub(super) fn fail(&self, msg: String) {
         self.failures.add(&self.progress, msg);
+    }
+
+    /// Records a warning: something the entry did not get, the entry itself extracted.
+    pub(super) fn warn(&self, msg: String) {
+        let mut w = self.warnings.lock().unwrap_or_else(|e| e.into_inner());
+        if w.len() < 1000 {
+            w.push(msg);
+        }
+    }
+
+    /// The warnings so far.
+    pub(super) fn take_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// A regular file's extended attributes and ACLs, before it is finished with `mode`. With an
+    /// ACL to set, the mode is applied here first (the ACL after it, as GNU tar sets them) and
+    /// true returned: the engine is not to apply it again.
+    pub(super) fn extra(&self, fd: BorrowedFd<'_>, meta: &Meta, mode: u32, rel: &RelPath) -> bool {
+        let Some(x) = &meta.extra else { return false };
+        let chmod = x.acl.is_some();
+        if chmod {
+            if let Err(e) = rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(mode)) {
+                self.fail(format!("{}: fchmod: {e}", rel.to_path().display()));
+            }
+        }
+        apply_extra(At::Fd(fd), x, rel).into_iter().for_each(|w| self.warn(w));
+        chmod
     }
 
     /// The failures so far, and how many there were.
@@ -431,6 +557,9 @@ impl Shared {
                 file.set_permissions(Some(mode));
                 self.fail(why);
             }
+            if self.extra(file.file().as_fd(), meta, mode, rel) {
+                file.set_permissions(None);
+            }
         }
         // The ticket goes with the file once it is finished: its callback settles it.
         let res = match res {
@@ -452,6 +581,9 @@ impl Shared {
             if let Some(why) = owner {
                 w.set_permissions(Some(mode));
                 self.fail(why);
+            }
+            if self.extra(w.file().as_fd(), meta, mode, rel) {
+                w.set_permissions(None);
             }
             // Permissions and mtime are applied by finish (after the fchown above).
             w.finish_pending().map_err(Some)

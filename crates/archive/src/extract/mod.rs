@@ -38,6 +38,8 @@ mod jobs;
 mod options;
 mod shares;
 
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -89,7 +91,30 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     };
     let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
     let plan = fd_plan(nofile, open_fds(), opts.threads);
-    let mut root = Root::open(&opts.dest, 0o777 & !umask, plan.dirs)?;
+    // GNU tar -P: every destination's namespace is the whole tree, and each member's name is
+    // made a path from '/' (see `Ctx::absolute`), relative ones from the destination's real path.
+    let mut bases = Vec::new();
+    let mut open_root = |dir: &Path| -> Result<Root> {
+        if !opts.absolute_names {
+            return Root::open(dir, 0o777 & !umask, plan.dirs);
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("mkdir", dir, e))?;
+        let real = dir.canonicalize().map_err(|e| Error::io("resolve", dir, e))?;
+        bases.push(real.as_os_str().as_bytes().split(|&b| b == b'/').filter(|c| !c.is_empty()).map(<[u8]>::to_vec).collect());
+        Root::open(Path::new("/"), 0o777 & !umask, plan.dirs)
+    };
+    let mut root = open_root(&opts.dest)?;
+    // GNU tar's -C between member names: a destination each.
+    let mut roots: Vec<Option<Root>> = vec![None];
+    for (_, dir) in &opts.chdirs {
+        let mut r = open_root(dir)?;
+        if opts.force_walk {
+            r.force_walk();
+        }
+        let fs = cacheless::caps::for_dir(&r.path).map_err(|e| cacheless::Error::io("probe", &r.path, e))?;
+        cacheless::plan::check_forced(opts.io.mode, &fs, "extract", &r.path)?;
+        roots.push(Some(r));
+    }
     // Small files created ahead of their data: the batch being filled and those waiting.
     let batch_files = (plan.pipeline / (entry::WAITING_MAX + 1)).clamp(1, entry::BATCH_FILES.min(plan.batch));
     let waiting_max = (plan.pipeline / batch_files).clamp(1, entry::WAITING_MAX + 1) - 1;
@@ -143,6 +168,9 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let mut ctx = Ctx {
         opts,
         root,
+        roots,
+        bases,
+        active: 0,
         sh: sh.clone(),
         pool,
         shares,
@@ -153,6 +181,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         warned_abs: false,
         top: opts.one_top_level.as_deref().map(crate::select::top_components),
         listed: None,
+        list_width: 19,
         batch: Vec::new(),
         batch_bytes: 0,
         slab: None,
@@ -200,7 +229,8 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         // A directory the entry replaced gets no metadata at the end (GNU tar's neither).
         let removed = ctx.root.take_removed_dirs();
         if !removed.is_empty() {
-            ctx.dirs.retain(|(rel, _)| !removed.iter().any(|r| rel.0.starts_with(r)));
+            let active = ctx.active;
+            ctx.dirs.retain(|(i, rel, _)| *i != active || !removed.iter().any(|r| rel.0.starts_with(r)));
         }
         match done {
             Ok(()) => {}
@@ -226,7 +256,10 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     drop(parser);
     // Small files read whole before the run stopped are complete: written like the rest.
     ctx.flush_batch();
-    let Ctx { pool, mut root, mut dirs, mut report, creates, .. } = ctx;
+    let Ctx { pool, root, mut roots, active, mut dirs, mut report, creates, .. } = ctx;
+    roots[active] = Some(root);
+    // Every one is back: `dirs`' indices are theirs.
+    let mut roots: Vec<Root> = roots.into_iter().flatten().collect();
     report.creation = creates.as_ref().map(CreateQueue::how).unwrap_or_default();
     drop(creates);
     pool.finish();
@@ -239,11 +272,11 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         e => e.to_string(),
     });
     // Directories last, deepest first, so their contents do not disturb their mtime.
-    dirs.sort_by_key(|(r, _)| std::cmp::Reverse(r.0.len()));
-    for (rel, meta) in &dirs {
-        match root.open_dir_for_meta(rel) {
+    dirs.sort_by_key(|(_, r, _)| std::cmp::Reverse(r.0.len()));
+    for (i, rel, meta) in &dirs {
+        match roots[*i].open_dir_for_meta(rel) {
             Ok(fd) => {
-                if let Err(why) = apply_meta(&fd, meta, rel) {
+                if let Err(why) = apply_meta(&fd, meta, rel, |w| sh.warn(w)) {
                     sh.fail(why);
                 }
             }
@@ -255,20 +288,26 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     if opts.sync && !report.interrupted {
         // The engine's: it also fails where the filesystem went read-only on a write error,
         // which a plain syncfs answers with success.
-        match cacheless::sync_filesystem(root.fd(), &root.path) {
-            Ok(()) => report.synced = true,
-            Err(e) => sh.fail(e.to_string()),
+        // Each destination's filesystem (one syncfs each where -C named several).
+        let mut synced = true;
+        for root in &roots {
+            if let Err(e) = cacheless::sync_filesystem(root.fd(), &root.path) {
+                synced = false;
+                sh.fail(e.to_string());
+            }
         }
+        report.synced = synced;
     }
     report.sync_s = t_sync.elapsed().as_secs_f64();
     // Written back now (or soon, without sync): the second drop of write-behind files' pages.
     sh.creator.drop_deferred();
     report.modes = sh.modes.counts();
     report.naming = sh.creator.naming().unwrap_or_default();
-    if let Ok(fs) = cacheless::caps::for_dir(&root.path) {
+    if let Ok(fs) = cacheless::caps::for_dir(&roots[0].path) {
         report.direct_ok = Some(fs.direct.is_ok());
         report.dontcache_ok = Some(fs.dontcache.is_ok());
     }
+    report.warnings.extend(sh.take_warnings());
     let (failures, count) = sh.take_failures();
     report.failures = failures;
     report.failure_count = count;

@@ -22,6 +22,20 @@ pub struct ExtractOptions {
     /// Keep existing files and folders as they are, silently: members whose name is taken are
     /// skipped (GNU tar `--skip-old-files`).
     pub skip_old_files: bool,
+    /// Before a member takes the name of an existing entry that is not a folder (as `stat`
+    /// sees it, a symlink followed), that entry is renamed to its backup name (GNU tar
+    /// `--backup`, with GNU's naming: `cacheless::tree::backup_name_in`), said under `list`.
+    /// Where the member then fails before its file is written, the backup takes its name back.
+    pub backup: Option<(cacheless::tree::BackupKind, String)>,
+    /// A regular file already where a file member goes is written in place (its inode, and so
+    /// its other hard links, get the new data), as GNU tar `--overwrite` writes it; a symlink
+    /// there is replaced unless `dereference`. Default: the member replaces it (a new inode,
+    /// named once complete).
+    pub overwrite: bool,
+    /// With `overwrite`, a symlink where a file member goes is followed to the regular file it
+    /// names, wherever that is, and that file is written (GNU tar `-h`/`--dereference`). A
+    /// symlink to nothing is replaced (GNU creates the file it names).
+    pub dereference: bool,
     /// An existing folder keeps its mode and time (GNU tar `--no-overwrite-dir`).
     pub no_overwrite_dir: bool,
     /// A symlink to a folder that was there before, where a folder member has its name, stays
@@ -32,6 +46,23 @@ pub struct ExtractOptions {
     /// (after `strip_components`) does not begin with it is put under it (see
     /// [`crate::select::under_top`]); hard link targets too.
     pub one_top_level: Option<Vec<u8>>,
+    /// GNU tar `--transform`: sed-like expressions applied to each member's name and link
+    /// target before anything else (`strip_components`, `one_top_level`); members are still
+    /// selected (`members`, `exclude`) and listed by their stored names.
+    pub transform: Option<Arc<crate::transform::Transform>>,
+    /// With `list`, name members as they are extracted, after `transform`, `strip_components`
+    /// and `one_top_level` (GNU tar `--show-transformed-names`).
+    pub show_transformed_names: bool,
+    /// Names as they are (GNU tar `-P`/`--absolute-names`): one beginning with '/' from the
+    /// root of the filesystem, others from the destination, a `..` going up a component (taken
+    /// from the name's text, after `strip_components`), wherever that leads. Default: a leading
+    /// '/' is removed and a name holding `..` refused, so nothing lands outside the destination.
+    pub absolute_names: bool,
+    /// GNU tar's `-C` between member names: `(i, dir)` sends the members that the names from
+    /// `members[i]` on select into `dir` (until the next such entry) rather than `dest`. Each
+    /// `dir` is the path to use, already joined to the one before it as GNU's successive `-C`
+    /// are.
+    pub chdirs: Vec<(usize, PathBuf)>,
     /// Only these members (as stored in the archive; a folder takes everything below it), each
     /// reported when no member matched it. Empty: every member.
     pub members: Vec<Vec<u8>>,
@@ -45,6 +76,10 @@ pub struct ExtractOptions {
     /// `-v`; on standard error with `to_stdout`, as GNU). Members not taken (not named,
     /// excluded, nothing left after `strip_components`) are not named.
     pub list: bool,
+    /// With `list`, GNU tar's long listing (`-vv`): type and mode, owner/group (numbers with
+    /// `numeric_owner` or where the archive has no names), size or device numbers, the
+    /// modification time in local time, the name, and a link's target.
+    pub list_long: bool,
     /// Give each member the archive's owner and group (GNU tar `--same-owner`, its default as
     /// root): by their names where the archive has them and this system knows them, else by
     /// their numbers. A member whose owner cannot be set is kept and reported, without set-ID
@@ -57,6 +92,22 @@ pub struct ExtractOptions {
     /// as GNU tar gives other users. As root without owners restored, set-ID bits are dropped
     /// (GNU keeps them on a file then owned by root). Default: whether this process runs as root.
     pub same_permissions: bool,
+    /// Restore the extended attributes the archive holds (pax `SCHILY.xattr.*`, GNU tar
+    /// `--xattrs`): those `xattrs_include` takes and `xattrs_exclude` does not. One that cannot be
+    /// set (a filesystem without them, a namespace this process may not write) is a warning,
+    /// as GNU's (which it prints only under `--warning=xattr-write`); the member stays.
+    pub xattrs: bool,
+    /// Names of the extended attributes restored (shell patterns, as GNU tar
+    /// `--xattrs-include`; wildcards match '.' and '/'). Empty: the `user.*` namespace only,
+    /// GNU's default.
+    pub xattrs_include: Vec<glob::Pattern>,
+    /// Names of extended attributes not restored (GNU tar `--xattrs-exclude`).
+    pub xattrs_exclude: Vec<glob::Pattern>,
+    /// Restore POSIX ACLs (pax `SCHILY.acl.access` and `SCHILY.acl.default`, GNU tar `--acls`):
+    /// a member without one gets the ACL its mode says (any other removed, its permission bits
+    /// exactly the archive's), a folder without a default ACL loses one it inherited. Applied
+    /// last, after owner and mode, as GNU applies them; not to symlinks.
+    pub acls: bool,
     /// Create FIFOs and device nodes (default, as GNU tar; a device node needs privilege, and
     /// fails without it); false skips them with a warning.
     pub special_files: bool,
@@ -108,14 +159,26 @@ impl ExtractOptions {
             one_top_level: None,
             skip_old_files: false,
             no_overwrite_dir: false,
+            backup: None,
+            overwrite: false,
+            dereference: false,
+            transform: None,
+            show_transformed_names: false,
+            chdirs: Vec::new(),
+            absolute_names: false,
             members: Vec::new(),
             exclude: Vec::new(),
             to_stdout: false,
             list: false,
+            list_long: false,
             same_owner: root,
             numeric_owner: false,
             same_permissions: root,
             special_files: true,
+            xattrs: false,
+            xattrs_include: Vec::new(),
+            xattrs_exclude: Vec::new(),
+            acls: false,
             threads: (cpus * 2).clamp(4, 16),
             decompress_threads: cpus.clamp(1, 8),
             io: cacheless::IoOptions::default(),

@@ -46,7 +46,7 @@ pub(crate) struct Fields {
     /// Symlink or hard link target.
     pub link: Vec<u8>,
     pub dev: (u32, u32),
-    /// Extended attributes (`SCHILY.xattr.NAME` records).
+    /// Extended attributes (`SCHILY.xattr.NAME` records, the name escaped as GNU tar escapes it).
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
@@ -76,7 +76,8 @@ impl SparseMap {
 }
 
 /// Appends one pax record (`"LEN KEY=VALUE\n"`, LEN counting the whole record) to `out`.
-fn record(out: &mut Vec<u8>, key: &str, value: &[u8]) {
+fn record(out: &mut Vec<u8>, key: impl AsRef<[u8]>, value: &[u8]) {
+    let key = key.as_ref();
     let base = key.len() + value.len() + 3;
     let mut len = base + 1;
     while len != base + len.to_string().len() {
@@ -84,7 +85,7 @@ fn record(out: &mut Vec<u8>, key: &str, value: &[u8]) {
     }
     out.extend_from_slice(len.to_string().as_bytes());
     out.push(b' ');
-    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(key);
     out.push(b'=');
     out.extend_from_slice(value);
     out.push(b'\n');
@@ -234,7 +235,10 @@ pub(crate) fn append(out: &mut Vec<u8>, name: &[u8], f: &Fields, sparse: Option<
         let _ = h.set_device_minor(f.dev.1);
     }
     for (k, v) in &f.xattrs {
-        let key = format!("SCHILY.xattr.{}", String::from_utf8_lossy(k));
+        // GNU tar's escapes for '=' and '%' in the name (raw bytes otherwise: a name need not
+        // be UTF-8).
+        let mut key = b"SCHILY.xattr.".to_vec();
+        key.extend_from_slice(&crate::tarparse::xattr_key_encode(k));
         record(&mut pax, &key, v);
     }
     h.set_cksum();

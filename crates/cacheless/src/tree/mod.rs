@@ -513,6 +513,15 @@ fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
     }
 }
 
+/// The name a backup of `name` (an entry of the folder `dir`) gets, GNU's
+/// `find_backup_file_name`: `name` and `suffix` (`simple`), `name.~N~` one above the highest
+/// such name there (`numbered`), or numbered where one is there already (`existing`). Shared
+/// by `cp --backup` and `extract --backup`.
+pub fn backup_name_in(dir: &Arc<OwnedFd>, name: &std::ffi::OsStr, kind: BackupKind, suffix: &str) -> std::io::Result<OsString> {
+    let at = At { dir: Some(dir), name, path: Path::new(name), plain: false };
+    Ok(walk::backup_name(at, kind, suffix)?.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::target;

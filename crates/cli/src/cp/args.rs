@@ -326,7 +326,7 @@ fn preserve_list(a: &mut CpArgs, list: &OsStr, on: bool) -> Result<(), Stop> {
 
 /// GNU's backup type from `--backup=CONTROL` or `$VERSION_CONTROL` (default existing);
 /// `None`: no backups (`none`, `off`).
-fn backup_kind(control: Option<OsString>) -> Result<Option<BackupKind>, Stop> {
+pub(crate) fn backup_kind(control: Option<OsString>) -> Result<Option<BackupKind>, Stop> {
     let words = [
         ("none", None),
         ("off", None),

@@ -9,7 +9,7 @@
 //! Exit status, as GNU cp's: 0 when everything was copied, 1 when something failed or the
 //! command line is wrong; 130 or 143 when stopped by SIGINT or SIGTERM.
 
-mod args;
+pub(crate) mod args;
 
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
@@ -103,7 +103,7 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
         }
     };
     if let Some(c) = common {
-        a.verbose |= c.verbose;
+        a.verbose |= c.verbose > 0;
         a.json |= c.json;
     }
     // GNU's do_copy: the operands.
