@@ -302,7 +302,6 @@ fn translate(p: &[u8], extended: bool) -> Result<(String, usize), String> {
     // Where '*' is literal and '^' an anchor in a basic expression: at the start of it, of a
     // group or of an alternative.
     let mut at_start = true;
-    let lit = |out: &mut String, c: u8| push_class_char(out, c);
     while i < p.len() {
         let c = p[i];
         let start = at_start;
@@ -338,11 +337,11 @@ fn translate(p: &[u8], extended: bool) -> Result<(String, usize), String> {
                     b'S' => out.push_str("[^[:space:]]"),
                     b'`' => out.push_str("\\A"),
                     b'\'' => out.push_str("\\z"),
-                    n => lit(&mut out, n),
+                    n => push_literal(&mut out, n),
                 }
                 continue;
             }
-            b'*' if start && !extended => lit(&mut out, c),
+            b'*' if start && !extended => push_literal(&mut out, c),
             b'^' if start || extended => {
                 out.push('^');
                 at_start = true;
@@ -359,7 +358,7 @@ fn translate(p: &[u8], extended: bool) -> Result<(String, usize), String> {
                 out.push('|');
                 at_start = true;
             }
-            c => lit(&mut out, c),
+            c => push_literal(&mut out, c),
         }
         i += 1;
     }
@@ -390,7 +389,7 @@ fn bracket(p: &[u8], mut i: usize, out: &mut String) -> Result<usize, String> {
             match kind {
                 b':' => out.push_str(&format!("[:{}:]", String::from_utf8_lossy(inner))),
                 // A collating element or equivalence class: the character itself.
-                _ => inner.iter().for_each(|&b| push_class_char(out, b)),
+                _ => inner.iter().for_each(|&b| push_literal(out, b)),
             }
             i += 2 + end + 2;
             continue;
@@ -398,7 +397,7 @@ fn bracket(p: &[u8], mut i: usize, out: &mut String) -> Result<usize, String> {
         if c == b'-' && p.get(i + 1) != Some(&b']') && !out.ends_with('[') && !out.ends_with('^') {
             out.push('-');
         } else {
-            push_class_char(out, c);
+            push_literal(out, c);
         }
         i += 1;
     }
@@ -407,7 +406,7 @@ fn bracket(p: &[u8], mut i: usize, out: &mut String) -> Result<usize, String> {
 /// A literal byte, in a class or out of one: a letter or digit as itself, any other byte by
 /// its code (a backslash before some punctuation means something to the `regex` crate: `\<`
 /// is a word boundary there).
-fn push_class_char(out: &mut String, c: u8) {
+fn push_literal(out: &mut String, c: u8) {
     if c.is_ascii_alphanumeric() || c == b'_' {
         out.push(c as char);
     } else {

@@ -380,7 +380,6 @@ impl Ctx<'_> {
     /// (standard error while contents go to standard output), in GNU's escape quoting; as
     /// stored, or with `--show-transformed-names` as it is extracted (`rel`, where known).
     fn list(&mut self, e: &Entry, stored: &[u8], rel: Option<&RelPath>) {
-        use std::io::Write;
         if !self.opts.list || self.listed == Some(e.offset) {
             return;
         }
@@ -411,8 +410,7 @@ impl Ctx<'_> {
             }
         }
         line.push(b'\n');
-        // A closed or full output is not the extraction's failure (GNU tar goes on too).
-        let _ = if self.opts.to_stdout { std::io::stderr().lock().write_all(&line) } else { std::io::stdout().lock().write_all(&line) };
+        self.say(&line);
     }
 
     /// A regular member's contents to standard output (holes of a sparse one as zeros); other
@@ -506,8 +504,9 @@ impl Ctx<'_> {
         if e.kind != Kind::Dir {
             self.root.placing();
         }
-        let backup = match &self.opts.backup {
-            Some((kind, suffix)) => self.backup(e, &rel, *kind, &suffix.clone())?,
+        let opts = self.opts;
+        let backup = match &opts.backup {
+            Some((kind, suffix)) => self.backup(e, &rel, *kind, suffix)?,
             None => None,
         };
         let path = backup.is_some().then(|| self.gnu_name(e, &rel));
@@ -517,15 +516,16 @@ impl Ctx<'_> {
         let made = self.place(parser, e, rel, meta);
         // GNU tar -vv: the folders made on the member's way, after its line.
         for dir in self.root.implicit_log.as_mut().map(std::mem::take).unwrap_or_default() {
-            let mode = 0o40000 | (0o777 & !self.umask);
-            let modes = String::from_utf8_lossy(&self.long_listing_modes(mode, Kind::Dir)).into_owned();
+            let modes = String::from_utf8_lossy(&self.long_listing_modes(0o777 & !self.umask, Kind::Dir)).into_owned();
             let name = String::from_utf8_lossy(&cacheless::quote::escape(dir.to_path().as_os_str().as_bytes())).into_owned();
-            self.say(format!("{modes} {:>w$} {name}\n", "Creating directory:", w = self.list_width + 1 + 16));
+            self.say(format!("{modes} {:>w$} {name}\n", "Creating directory:", w = self.list_width + 1 + 16).as_bytes());
         }
         if let (Err(_), Some((pfd, name, to)), Some(path)) = (&made, backup, path) {
             // GNU tar: the backup takes its name back where the member failed.
             if rustix::fs::renameat(&pfd, &to, &pfd, &name).is_ok() && self.opts.list {
-                self.say(format!("Renaming {} back to {}\n", cacheless::quote::quote(backup_path(&path, &name, &to)), cacheless::quote::quote(&path)));
+                self.say(
+                    format!("Renaming {} back to {}\n", cacheless::quote::quote(backup_path(&path, &name, &to)), cacheless::quote::quote(&path)).as_bytes(),
+                );
             }
         }
         made
@@ -557,7 +557,7 @@ impl Ctx<'_> {
         })?;
         if self.opts.list {
             let path = self.gnu_name(e, rel);
-            self.say(format!("Renaming {} to {}\n", cacheless::quote::quote(&path), cacheless::quote::quote(backup_path(&path, &name, &to))));
+            self.say(format!("Renaming {} to {}\n", cacheless::quote::quote(&path), cacheless::quote::quote(backup_path(&path, &name, &to))).as_bytes());
         }
         Ok(Some((pfd, name, to)))
     }
@@ -632,10 +632,11 @@ impl Ctx<'_> {
         PathBuf::from(OsStr::from_bytes(name))
     }
 
-    /// A line on the listing's stream (standard output; standard error under `-O`).
-    fn say(&self, line: String) {
+    /// A line on the listing's stream (standard output; standard error under `-O`). A closed or
+    /// full output is not the extraction's failure (GNU tar goes on too).
+    fn say(&self, line: &[u8]) {
         use std::io::Write;
-        let _ = if self.opts.to_stdout { std::io::stderr().lock().write_all(line.as_bytes()) } else { std::io::stdout().lock().write_all(line.as_bytes()) };
+        let _ = if self.opts.to_stdout { std::io::stderr().lock().write_all(line) } else { std::io::stdout().lock().write_all(line) };
     }
 
     /// Makes the member at `rel`, by its kind.
@@ -681,7 +682,9 @@ impl Ctx<'_> {
                 }
                 if let Some(x) = &meta.extra {
                     // Extended attributes of a symlink's own (trusted.*, security.*); no ACL.
-                    super::jobs::apply_extra(At::Name(pfd.as_fd(), name), x, &rel).into_iter().for_each(|w| self.sh.warn(w));
+                    for w in super::jobs::apply_extra(At::Name(pfd.as_fd(), name), x, &rel) {
+                        self.warn(w);
+                    }
                 }
                 let _ = rustix::fs::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
                 self.report.symlinks += 1;
@@ -754,7 +757,9 @@ impl Ctx<'_> {
                     self.sh.fail(format!("{}: chmod: {}", rel.to_path().display(), std::io::Error::from(er)));
                 }
                 if let Some(x) = &meta.extra {
-                    super::jobs::apply_extra(At::Name(pfd.as_fd(), name), x, &rel).into_iter().for_each(|w| self.sh.warn(w));
+                    for w in super::jobs::apply_extra(At::Name(pfd.as_fd(), name), x, &rel) {
+                        self.warn(w);
+                    }
                 }
                 let _ = rustix::fs::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
             }

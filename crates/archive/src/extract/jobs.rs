@@ -92,32 +92,25 @@ pub(super) fn apply_extra(at: At<'_>, x: &Extra, rel: &RelPath) -> Vec<String> {
             said(&format!("extended attribute {:?}", String::from_utf8_lossy(name)), &std::io::Error::from(e));
         }
     }
-    match &x.acl {
-        Some(Ok(v)) => {
-            if let Err(e) = at.set(crate::acl::ACCESS.as_bytes(), v) {
-                said("its ACL", &std::io::Error::from(e));
+    // The ACLs: set, or (a folder's default ACL the archive does not give) removed; a filesystem
+    // without ACLs has no default ACL to remove.
+    let acls = [
+        ("its ACL", crate::acl::ACCESS, x.acl.as_ref().map(|r| r.as_ref().map(Some))),
+        ("its default ACL", crate::acl::DEFAULT, x.default_acl.as_ref().map(|r| r.as_ref().map(Option::as_ref))),
+    ];
+    for (what, attr, value) in acls {
+        let done = match value {
+            None => continue,
+            Some(Err(why)) => {
+                said(what, why);
+                continue;
             }
+            Some(Ok(Some(v))) => at.set(attr.as_bytes(), v),
+            Some(Ok(None)) => at.remove(attr.as_bytes()).or_else(|e| if e == rustix::io::Errno::OPNOTSUPP { Ok(()) } else { Err(e) }),
+        };
+        if let Err(e) = done {
+            said(what, &std::io::Error::from(e));
         }
-        Some(Err(why)) => said("its ACL", why),
-        None => {}
-    }
-    let default = crate::acl::DEFAULT.as_bytes();
-    match &x.default_acl {
-        Some(Ok(Some(v))) => {
-            if let Err(e) = at.set(default, v) {
-                said("its default ACL", &std::io::Error::from(e));
-            }
-        }
-        Some(Ok(None)) => {
-            if let Err(e) = at.remove(default) {
-                // A filesystem without ACLs has no default ACL to remove.
-                if e != rustix::io::Errno::OPNOTSUPP {
-                    said("its default ACL", &std::io::Error::from(e));
-                }
-            }
-        }
-        Some(Err(why)) => said("its default ACL", why),
-        None => {}
     }
     warnings
 }

@@ -94,37 +94,33 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     // GNU tar -P: every destination's namespace is the whole tree, and each member's name is
     // made a path from '/' (see `Ctx::absolute`), relative ones from the destination's real path.
     let mut bases = Vec::new();
+    // Each destination: a forced mode its filesystem cannot honour is refused before anything
+    // is written, never silently downgraded.
     let mut open_root = |dir: &Path| -> Result<Root> {
-        if !opts.absolute_names {
-            return Root::open(dir, 0o777 & !umask, plan.dirs);
+        let mut root = if opts.absolute_names {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io("mkdir", dir, e))?;
+            let real = dir.canonicalize().map_err(|e| Error::io("resolve", dir, e))?;
+            bases.push(real.as_os_str().as_bytes().split(|&b| b == b'/').filter(|c| !c.is_empty()).map(<[u8]>::to_vec).collect());
+            Root::open(Path::new("/"), 0o777 & !umask, plan.dirs)?
+        } else {
+            Root::open(dir, 0o777 & !umask, plan.dirs)?
+        };
+        if opts.force_walk {
+            root.force_walk();
         }
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("mkdir", dir, e))?;
-        let real = dir.canonicalize().map_err(|e| Error::io("resolve", dir, e))?;
-        bases.push(real.as_os_str().as_bytes().split(|&b| b == b'/').filter(|c| !c.is_empty()).map(<[u8]>::to_vec).collect());
-        Root::open(Path::new("/"), 0o777 & !umask, plan.dirs)
+        let fs = cacheless::caps::for_dir(&root.path).map_err(|e| cacheless::Error::io("probe", &root.path, e))?;
+        cacheless::plan::check_forced(opts.io.mode, &fs, "extract", &root.path)?;
+        Ok(root)
     };
-    let mut root = open_root(&opts.dest)?;
+    let root = open_root(&opts.dest)?;
     // GNU tar's -C between member names: a destination each.
     let mut roots: Vec<Option<Root>> = vec![None];
     for (_, dir) in &opts.chdirs {
-        let mut r = open_root(dir)?;
-        if opts.force_walk {
-            r.force_walk();
-        }
-        let fs = cacheless::caps::for_dir(&r.path).map_err(|e| cacheless::Error::io("probe", &r.path, e))?;
-        cacheless::plan::check_forced(opts.io.mode, &fs, "extract", &r.path)?;
-        roots.push(Some(r));
+        roots.push(Some(open_root(dir)?));
     }
     // Small files created ahead of their data: the batch being filled and those waiting.
     let batch_files = (plan.pipeline / (entry::WAITING_MAX + 1)).clamp(1, entry::BATCH_FILES.min(plan.batch));
     let waiting_max = (plan.pipeline / batch_files).clamp(1, entry::WAITING_MAX + 1) - 1;
-    if opts.force_walk {
-        root.force_walk();
-    }
-    // A forced mode the destination's filesystem cannot honour is refused before anything is
-    // written, never silently downgraded.
-    let fs = cacheless::caps::for_dir(&root.path).map_err(|e| cacheless::Error::io("probe", &root.path, e))?;
-    cacheless::plan::check_forced(opts.io.mode, &fs, "extract", &root.path)?;
     let decompress = source::Decompress { threads: opts.decompress_threads, bytes: shares.decode_bytes() };
     let stream = source::open(input, progress.clone(), &shares.archive_read(&opts.io), &decompress)?;
     let info = stream.info.clone();
