@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cacheless::{copy_file_with, copy_tree, CopyOptions, CreateOptions, FileAttrs, FileCreator, Mode, Progress, Reflink, Sparse, TreeOptions};
+use cacheless::{copy_tree, CopyOptions, CreateOptions, FileAttrs, FileCreator, Mode, Progress, Reflink, Sparse, TreeOptions};
 use cacheless_safetensors::arena::read_whole;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::arena::PyArena;
 use crate::errors;
 use crate::job::{self, Measure};
-use crate::opts::{size_bytes, to_py, Options, ARENA, READ};
+use crate::opts::{to_py, Options, ARENA, READ};
 use crate::pybuf::Pinned;
 
 fn mode(m: &str) -> PyResult<Mode> {
@@ -33,6 +33,7 @@ pub fn info<'py>(py: Python<'py>, path: PathBuf, mode: &str) -> PyResult<Bound<'
 
 #[derive(Serialize)]
 struct Res {
+    #[serde(serialize_with = "cacheless::quote::serialize_path")]
     path: PathBuf,
     size: u64,
     #[serde(flatten)]
@@ -83,7 +84,12 @@ pub fn write_file<'py>(py: Python<'py>, path: PathBuf, data: &Bound<'py, PyAny>,
     let o = Options::parse("write_file", options, &["mode", "sync"])?;
     let pin = Pinned::readable(data)?;
     let creator = FileCreator::new(CreateOptions { mode: o.io.mode, sync: o.sync, ..CreateOptions::default() });
-    let rep = py.detach(|| creator.replace(&path, pin.bytes(), &FileAttrs::default())).map_err(|e| errors::engine(&e))?;
+    // Written on a worker that stops at a Ctrl-C; named only if none came (see `job::commit`).
+    let p = Progress::new();
+    let (rep, file) = job::run(py, &p, None, || creator.stage_replace(&path, pin.bytes(), &FileAttrs::default(), &p))?.map_err(|e| errors::engine(&e))?;
+    if let Some(f) = file {
+        job::commit(py, f, |f| f.publish(o.sync))?;
+    }
     to_py(py, &rep)
 }
 
@@ -115,10 +121,7 @@ pub fn copy<'py>(
     let sparse: Sparse = sparse.parse().map_err(|e: String| PyValueError::new_err(format!("sparse=: {e}")))?;
     let verify = verify.map(|a| a.parse::<cacheless::digest::Algo>()).transpose().map_err(|e: String| PyValueError::new_err(format!("verify=: {e}")))?;
     let bwlimit = match bwlimit {
-        Some(b) => match size_bytes("bwlimit", b)? {
-            0 => return Err(PyValueError::new_err("bwlimit= must be positive")),
-            rate => Some(rate as u64),
-        },
+        Some(b) => crate::opts::rate("bwlimit", b)?,
         None => None,
     };
     if recursive || archive || no_clobber || update || src.is_dir() {
@@ -163,7 +166,14 @@ pub fn copy<'py>(
     if let Ok(m) = std::fs::metadata(&src) {
         p.add_total_bytes(m.len());
     }
-    let rep = job::run(py, &p, o.callback(), || copy_file_with(&src, &dst, &ro, &wo, &co, &p))?.map_err(|e| errors::engine(&e))?;
+    let stage = || -> cacheless::Result<cacheless::Staged> {
+        let (dir, name) = cacheless::open_parent(&dst)?;
+        cacheless::stage_copy(&src, &dir, &name, &dst, &ro, &wo, &co, None, &p)
+    };
+    let staged = job::run(py, &p, o.callback(), stage)?.map_err(|e| errors::engine(&e))?;
+    // Named only if no Ctrl-C came meanwhile (see `job::commit`).
+    let mut rep = None;
+    job::commit(py, staged, |s| s.commit().map(|r| rep = Some(r)))?;
     to_py(py, &rep)
 }
 
@@ -292,7 +302,7 @@ pub fn pack<'py>(
     };
     po.level = level;
     if let Some(f) = frame_size {
-        po.frame_size = size_bytes("frame_size", &f)?;
+        po.frame_size = crate::opts::bounded("frame_size", &f, true, cacheless::limits::frame_size)?;
     }
     let m = &mut po.members;
     m.directory = directory;
@@ -315,7 +325,7 @@ pub fn pack<'py>(
         po.threads = t;
     }
     if let Some(t) = read_threads {
-        po.read_threads = t.max(1);
+        po.read_threads = cacheless::limits::threads("read_threads=", t as u64).map_err(PyValueError::new_err)?;
     }
     po.sync = o.sync;
     po.io = o.io.clone();

@@ -104,3 +104,13 @@ where
     }
     Ok(out)
 }
+
+/// Names what a job staged (`commit(staged)`: a rename or link), unless a signal came since the
+/// job's last look (a Ctrl-C while its last bytes went out): then `staged` is dropped, which
+/// removes it, and the signal's exception is raised. The progress callback's last call came
+/// before, in [`run`]: one that raises leaves nothing named either. The commit runs without
+/// the GIL; a signal during it is raised after it, when the new file is whole in place.
+pub fn commit<S: Send>(py: Python<'_>, staged: S, commit: impl FnOnce(S) -> cacheless::Result<()> + Send) -> PyResult<()> {
+    py.check_signals()?;
+    py.detach(|| commit(staged)).map_err(|e| errors::engine(&e))
+}

@@ -19,6 +19,8 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // A misspelt switch would leave on what the user meant to turn off.
+    cacheless::check_disabled().map_err(pyo3::exceptions::PyValueError::new_err)?;
     m.add("UnsupportedError", m.py().get_type::<errors::UnsupportedError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<arena::PyArena>()?;

@@ -2,7 +2,7 @@
 //! `queue_depth=`, `threads=`, `progress=`, `sync=`, `size_hint=`, `parallel=`), parsed in one
 //! place into engine options.
 
-use cacheless::{Budget, IoOptions, ReadOptions, WriteOptions};
+use cacheless::{limits, Budget, IoOptions, ReadOptions, WriteOptions};
 use cacheless_safetensors::ArenaOptions;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -22,14 +22,32 @@ pub struct Options<'py> {
     pub parallel: usize,
 }
 
-/// A size keyword (`memory=`, `frame_size=`) as bytes: an int, or a size such as "512M" or "1GiB".
-pub fn size_bytes(name: &str, m: &Bound<'_, PyAny>) -> PyResult<usize> {
-    if let Ok(n) = m.extract::<usize>() {
-        return Ok(n);
+/// A count or size keyword held to the bounds the command line holds its flag to (see
+/// `cacheless::limits`): an int (a size may also be a string such as "512M"), else a
+/// `TypeError`; out of bounds, a `ValueError`.
+pub fn bounded(name: &str, v: &Bound<'_, PyAny>, size: bool, check: fn(&str, u64) -> Result<usize, String>) -> PyResult<usize> {
+    let n: u64 = match v.extract::<u64>() {
+        Ok(n) => n,
+        Err(_) if size => {
+            let s: String = v.extract().map_err(|_| PyTypeError::new_err(format!("{name}= must be a number of bytes or a size such as '512M'")))?;
+            cacheless::parse_size(&s).map_err(|e| PyValueError::new_err(format!("{name}=: {e}")))?
+        }
+        // A negative int is out of range; anything else is not a count.
+        Err(_) if v.extract::<i64>().is_ok() => return Err(PyValueError::new_err(format!("{name}= must not be negative"))),
+        Err(_) => return Err(PyTypeError::new_err(format!("{name}= must be an int"))),
+    };
+    check(&format!("{name}="), n).map_err(PyValueError::new_err)
+}
+
+/// A bandwidth limit keyword (`bwlimit=`): bytes per second as an int or float, or a size such
+/// as "200M"; 0 is no limit, as on the command line.
+pub fn rate(name: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    let flag = format!("{name}=");
+    if let Ok(s) = v.extract::<String>() {
+        return limits::parse_rate(&flag, &s).map_err(PyValueError::new_err);
     }
-    let s: String = m.extract().map_err(|_| PyValueError::new_err(format!("{name}= must be a number of bytes or a size such as '512M'")))?;
-    let n = cacheless::parse_size(&s).map_err(|e| PyValueError::new_err(format!("{name}=: {e}")))?;
-    usize::try_from(n).map_err(|_| PyValueError::new_err(format!("{name}=: {s} is too large")))
+    let f: f64 = v.extract().map_err(|_| PyTypeError::new_err(format!("{name}= must be bytes per second or a size such as '200M'")))?;
+    limits::rate(&flag, f).map_err(PyValueError::new_err)
 }
 
 fn positive(name: &str, v: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -74,11 +92,11 @@ impl<'py> Options<'py> {
                     })?;
                 }
                 "backend" => o.io.backend = v.extract::<String>()?.parse().map_err(|e: String| PyValueError::new_err(format!("backend=: {e}")))?,
-                "memory" => o.io.budget = Budget::new(size_bytes("memory", &v)?),
-                "block_size" => o.io.block_size = positive("block_size", &v)?,
-                "queue_depth" => o.io.queue_depth = positive("queue_depth", &v)?,
-                "threads" => o.threads = Some(positive("threads", &v)?),
-                "decompress_threads" => o.decompress_threads = Some(positive("decompress_threads", &v)?),
+                "memory" => o.io.budget = Budget::new(bounded("memory", &v, true, limits::memory)?),
+                "block_size" => o.io.block_size = bounded("block_size", &v, true, limits::block_size)?,
+                "queue_depth" => o.io.queue_depth = bounded("queue_depth", &v, false, limits::queue_depth)?,
+                "threads" => o.threads = Some(bounded("threads", &v, false, limits::threads)?),
+                "decompress_threads" => o.decompress_threads = Some(bounded("decompress_threads", &v, false, limits::threads)?),
                 "parallel" => o.parallel = positive("parallel", &v)?,
                 "progress" if v.is_callable() => o.progress = Some(v),
                 "progress" => return Err(PyTypeError::new_err("progress= must be a callable taking (done_bytes, total_bytes)")),

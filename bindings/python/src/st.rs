@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use cacheless::Progress;
-use cacheless_safetensors::{load, load_model, save, serialize, Dtype, Header, Loaded, SafeFile, TensorData};
+use cacheless_safetensors::{load, load_model, save_staged, serialize, Dtype, Header, Loaded, SafeFile, TensorData};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -210,7 +210,10 @@ pub fn st_save<'py>(
     let g = given(tensors)?;
     let v = views(&g);
     let p = Progress::new();
-    let rep = job::run(py, &p, o.callback(), || save(&path, &v, metadata.as_ref(), &wo, &p))?.map_err(errors::safetensors)?;
+    let (rep, file) = job::run(py, &p, o.callback(), || save_staged(&path, &v, metadata.as_ref(), &wo, &p))?.map_err(errors::safetensors)?;
+    // A Ctrl-C that came while it was written, or a callback that raised on its last call,
+    // leaves `path` as it was: the complete file is dropped (removed) unnamed.
+    job::commit(py, file, |f| f.publish(true))?;
     to_py(py, &rep)
 }
 

@@ -413,3 +413,93 @@ except cacheless.UnsupportedError as e:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("unsupported "), done.stdout
     assert 'use backend="auto" or backend="threads"' in done.stdout and "--backend" not in done.stdout, done.stdout
+
+
+class _LastCall(Exception):
+    pass
+
+
+def _commit_call(name, disk, dst, progress=None):
+    """The call `name` writing about 128 MiB to `dst` (its source made in `disk` first)."""
+    data = np.random.default_rng(11).integers(0, 256, 128 << 20, dtype=np.uint8)
+    if name == "write_file":
+        return lambda: cacheless.write_file(dst, data)
+    if name == "save_file":
+        import cacheless.safetensors as cst
+
+        return lambda: cst.save_file({"t": data}, dst, progress=progress)
+    src = disk / "src.bin"
+    src.write_bytes(data.tobytes())
+    return lambda: cacheless.copy(src, dst, progress=progress)
+
+
+@pytest.mark.parametrize("name", ["write_file", "save_file", "copy"])
+def test_a_ctrl_c_while_it_writes_leaves_the_destination_as_it_was(disk, sigint, name):
+    """Ctrl-C at any point before the call returns raises KeyboardInterrupt and names nothing:
+    the old file stays, no temporary is left. Here it comes as soon as the temporary exists
+    (while the data is written, or before the rename when the write is quicker)."""
+    out = disk / "out"
+    out.mkdir()
+    dst = out / "dst.bin"
+    dst.write_bytes(b"the old file")
+    call = _commit_call(name, disk, dst)
+
+    def watch():
+        while len(os.listdir(out)) < 2:
+            time.sleep(0.0002)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        call()
+        time.sleep(1)  # a signal that came after the call would be raised here: the test then fails below
+    t.join()
+    assert dst.read_bytes() == b"the old file", f"{name} named its file after a Ctrl-C"
+    assert os.listdir(out) == ["dst.bin"], "a temporary was left behind"
+
+
+@pytest.mark.parametrize("name", ["save_file", "copy"])
+def test_a_progress_callback_that_raises_on_its_last_call_commits_nothing(disk, sigint, name):
+    """The callback's last call (done == total) comes before the file is named: an exception
+    from it propagates and the destination is as it was."""
+    out = disk / "out"
+    out.mkdir()
+    dst = out / "dst.bin"
+    dst.write_bytes(b"the old file")
+    calls = []
+
+    def progress(done, total):
+        calls.append((done, total))
+        if total and done == total:
+            raise _LastCall()
+
+    with pytest.raises(_LastCall):
+        _commit_call(name, disk, dst, progress)()
+    assert calls and calls[-1][0] == calls[-1][1]
+    assert dst.read_bytes() == b"the old file"
+    assert os.listdir(out) == ["dst.bin"]
+
+
+def test_limits_are_the_command_lines(disk):
+    """What the command line refuses as a usage error, Python refuses with ValueError, before
+    anything is allocated; a budget past the machine's memory is clamped, as there; a
+    bandwidth limit of 0 is no limit in both (rsync's meaning)."""
+    src = disk / "src.bin"
+    data = random_file(src, 1 << 20, 12)
+    for kw, word in [
+        (dict(queue_depth=1_000_000), "queue_depth="),
+        (dict(block_size="100G"), "block_size="),
+        (dict(memory=0), "memory="),
+        (dict(threads=40000, recursive=True), "threads="),
+        (dict(bwlimit="0.5"), "bwlimit="),
+        (dict(bwlimit=0.5), "bwlimit="),
+    ]:
+        with pytest.raises(ValueError, match=word):
+            cacheless.copy(src, disk / "never", **kw)
+        assert not (disk / "never").exists()
+    cacheless.copy(src, disk / "a", queue_depth=4096, memory="100T")
+    cacheless.copy(src, disk / "b", bwlimit=0)
+    assert (disk / "a").read_bytes() == data and (disk / "b").read_bytes() == data
+    with pytest.raises(ValueError, match="queue_depth="):
+        cacheless.read_file(src, queue_depth=5000)

@@ -163,7 +163,12 @@ def test_exclude_and_bad_options(disk):
         (dict(level=99), "out of range"),
         (dict(compression="lz4", level=3), "no compression levels"),
         (dict(sort="size"), "sort="),
-        (dict(frame_size="1k"), "frame size"),
+        (dict(frame_size="1k"), "frame_size="),
+        # Refused before anything is allocated, as the command line refuses them (never an
+        # abort of the interpreter).
+        (dict(frame_size="100G"), "frame_size="),
+        (dict(read_threads=40000), "read_threads="),
+        (dict(threads=0), "threads="),
         (dict(mtime="yesterday"), "mtime="),
         (dict(exclude="[unclosed"), "invalid pattern"),
     ]:

@@ -429,15 +429,36 @@ fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<
 /// Concatenated LZ4 frames (as `lz4` and `cacheless pack` write them): lz4_flex's decoder
 /// returns end of stream at the end of each frame, so go on while input remains. Skippable
 /// frames, which lz4_flex refuses, are stepped over before each frame.
+///
+/// lz4_flex also returns end of stream where the input ends inside a frame at a block boundary
+/// or after the frame's header (no end mark): the input then ran dry under the decoder, which a
+/// frame that ended with its end mark never does. That is a truncated archive, as `lz4` says
+/// ("Unfinished stream"), never a clean end.
 struct Lz4Frames {
-    dec: lz4_flex::frame::FrameDecoder<ChanReader>,
+    dec: lz4_flex::frame::FrameDecoder<DrySeen>,
     /// At the start of the stream or just after a frame's end.
     between: bool,
 }
 
+/// The archive's bytes, noting whether a read found none left (see [`Lz4Frames`]).
+struct DrySeen {
+    raw: ChanReader,
+    dry: bool,
+}
+
+impl Read for DrySeen {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.raw.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.dry = true;
+        }
+        Ok(n)
+    }
+}
+
 impl Lz4Frames {
     fn new(raw: ChanReader) -> Self {
-        Lz4Frames { dec: lz4_flex::frame::FrameDecoder::new(raw), between: true }
+        Lz4Frames { dec: lz4_flex::frame::FrameDecoder::new(DrySeen { raw, dry: false }), between: true }
     }
 }
 
@@ -448,8 +469,9 @@ impl Read for Lz4Frames {
         }
         loop {
             if self.between {
-                self.dec.get_mut().skip_skippable_frames()?;
-                if self.dec.get_mut().peek()?.is_empty() {
+                let raw = &mut self.dec.get_mut().raw;
+                raw.skip_skippable_frames()?;
+                if raw.peek()?.is_empty() {
                     return Ok(0);
                 }
                 self.between = false;
@@ -457,6 +479,9 @@ impl Read for Lz4Frames {
             let n = self.dec.read(buf)?;
             if n > 0 {
                 return Ok(n);
+            }
+            if self.dec.get_ref().dry {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "stream truncated: a frame ends without its end mark"));
             }
             self.between = true;
         }

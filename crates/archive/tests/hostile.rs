@@ -302,3 +302,62 @@ fn truncated_compressed_stream_after_complete_tar() {
     let r = c.run(z);
     assert!(matches!(r.fatal_error, Some(Error::Decompress { .. })), "{:?}", r.fatal);
 }
+
+/// The offsets in an LZ4 frame (as `lz4` writes it: a 7-byte header, no block checksums) at
+/// which a block starts, and where its end mark is.
+fn lz4_block_starts(z: &[u8]) -> (Vec<usize>, usize) {
+    let flags = z[4];
+    let mut at = 4 + 2 + if flags & 0x08 != 0 { 8 } else { 0 } + 1;
+    let mut starts = Vec::new();
+    loop {
+        let word = u32::from_le_bytes(z[at..at + 4].try_into().unwrap());
+        if word == 0 {
+            return (starts, at);
+        }
+        starts.push(at);
+        at += 4 + (word & 0x7fff_ffff) as usize + if flags & 0x10 != 0 { 4 } else { 0 };
+    }
+}
+
+/// An LZ4 archive cut where the decoder finds no fault of its own (at a block boundary, just
+/// before the end mark, or after the frame's header) is a truncated archive, as `lz4 -d` says
+/// ("Unfinished stream"): an error, never a clean end with members missing, and the member
+/// being written when it ran out is removed.
+#[test]
+fn truncated_lz4_at_a_block_boundary_is_an_error() {
+    let d = scratch();
+    let src = d.path().join("t.tar");
+    let tar = TarBuf::default().file("a", &rnd(1, 300_000)).file("b", &rnd(2, 500_000)).file("c", b"c").end();
+    fs::write(&src, &tar).unwrap();
+    let out = std::process::Command::new("lz4").args(["-q", "-f", "-B4"]).arg(&src).arg(d.path().join("t.tar.lz4")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let z = fs::read(d.path().join("t.tar.lz4")).unwrap();
+    let (starts, end_mark) = lz4_block_starts(&z);
+    assert!(starts.len() > 3, "{} blocks", starts.len());
+    // The whole archive extracts; then each cut.
+    let c = case();
+    let r = c.run(z.clone());
+    assert!(r.is_ok(), "{:?}", r.fatal);
+    assert_eq!(c.dest_listing(), vec!["a", "b", "c"]);
+    for cut in [end_mark, starts[starts.len() / 2], starts[0]] {
+        let c = case();
+        let r = c.run(z[..cut].to_vec());
+        let fatal = r.fatal.clone().unwrap_or_default();
+        assert!(matches!(r.fatal_error, Some(Error::Decompress { .. } | Error::Truncated { .. })), "cut at {cut}: {:?}", r.fatal);
+        assert!(fatal.contains("truncated") || fatal.contains("end mark"), "{fatal}");
+        // `lz4 -d` refuses the same bytes.
+        let cut_file = d.path().join("cut.lz4");
+        fs::write(&cut_file, &z[..cut]).unwrap();
+        let peer = std::process::Command::new("lz4").args(["-d", "-c"]).arg(&cut_file).output().unwrap();
+        assert!(!peer.status.success(), "lz4 -d accepts a cut at {cut}");
+        // Only whole members, each complete.
+        for name in c.dest_listing() {
+            let want: &[u8] = match name.as_str() {
+                "a" => &rnd(1, 300_000),
+                "b" => &rnd(2, 500_000),
+                _ => b"c",
+            };
+            assert!(fs::read(c.dest.join(&name)).unwrap() == want, "cut at {cut}: {name} is partial");
+        }
+    }
+}

@@ -329,6 +329,26 @@ pub fn unprobed(dir: &Path, why: &io::Error) -> io::Result<FsCaps> {
     Ok(FsCaps { dev, fs_type: fs_name(magic(st.f_type)), direct: Err(not.clone()), dontcache: Err(not), direct_write_cached: None })
 }
 
+/// What is known of a file that is not a regular one (a FIFO, a character device, a socket),
+/// on device `dev`: no O_DIRECT nor RWF_DONTCACHE, nothing cached to manage; named after its
+/// kind.
+pub fn not_regular(dev: u64, kind: &std::fs::FileType) -> FsCaps {
+    use std::os::unix::fs::FileTypeExt;
+    let name = if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    };
+    let not = Unavailable { reason: format!("{name}: read with plain reads"), errno: None };
+    FsCaps { dev, fs_type: name.to_string(), direct: Err(not.clone()), dontcache: Err(not), direct_write_cached: None }
+}
+
 /// Replaces the cached verdicts for the filesystem of `file` (tests of verdicts only a write
 /// can reveal).
 #[cfg(test)]

@@ -207,6 +207,7 @@ pub struct VerifyReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct CopyReport {
     /// Source path.
+    #[serde(serialize_with = "crate::quote::serialize_path")]
     pub src: PathBuf,
     /// How the bytes got there.
     pub method: Method,
@@ -250,8 +251,8 @@ pub struct Staged {
     /// [`CreateOptions::publish_after_sync`]): named once the caller's syncfs made it durable.
     after_syncfs: bool,
     /// A verification left to the caller's syncfs (see [`Staged::prefetch`]): the algorithm,
-    /// the source's digest, and the options (hook, rate) it runs with.
-    deferred: Option<(Algo, String, CopyOptions)>,
+    /// the source's digest, the options (hook, rate) it runs with, and the job's cancel flag.
+    deferred: Option<(Algo, String, CopyOptions, Arc<std::sync::atomic::AtomicBool>)>,
     dir: Arc<OwnedFd>,
     path: PathBuf,
     sync: bool,
@@ -266,7 +267,7 @@ impl Staged {
     /// every file of a batch before their commits, so that the device serves the read-backs
     /// together rather than one at a time. Nothing to do for other copies.
     pub fn prefetch(&self) -> Result<()> {
-        let (Some((_, _, co)), Some(f)) = (&self.deferred, self.entry.as_ref().map(PendingFile::file)) else { return Ok(()) };
+        let (Some((_, _, co, _)), Some(f)) = (&self.deferred, self.entry.as_ref().map(PendingFile::file)) else { return Ok(()) };
         // Clean after the syncfs: dropped as they are, unless the hook wrote (then written back first).
         match &co.before_verify {
             Some(hook) => {
@@ -284,7 +285,7 @@ impl Staged {
     /// Reads a copy that a syncfs made durable back (after [`Staged::prefetch`] dropped its pages and
     /// started the reads), hashes it and compares with the source's digest. Its pages are dropped
     /// again when it is named (`PendingFile::publish_synced`), or go with it.
-    fn verify_synced(&self, f: &File, algo: Algo, want: &str, co: &CopyOptions) -> Result<VerifyReport> {
+    fn verify_synced(&self, f: &File, algo: Algo, want: &str, co: &CopyOptions, cancel: &std::sync::atomic::AtomicBool) -> Result<VerifyReport> {
         let t = Instant::now();
         let mut h = Hasher::new(algo);
         let mut buf = vec![0u8; crate::conv::usize_of(self.report.write.bytes.clamp(1, 1 << 20))];
@@ -295,7 +296,7 @@ impl Staged {
                 break;
             }
             if let Some(r) = &co.rate {
-                r.take(n as u64);
+                r.take(n as u64, || cancel.load(std::sync::atomic::Ordering::Relaxed));
             }
             h.update(&buf[..n]);
             off += n as u64;
@@ -330,9 +331,9 @@ impl Staged {
             return Ok(self.report.clone());
         };
         if self.after_syncfs {
-            if let Some((algo, want, co)) = self.deferred.take() {
+            if let Some((algo, want, co, cancel)) = self.deferred.take() {
                 // A copy that fails goes with `entry`, never named.
-                self.report.verify = Some(self.verify_synced(entry.file(), algo, &want, &co)?);
+                self.report.verify = Some(self.verify_synced(entry.file(), algo, &want, &co, &cancel)?);
             }
             entry.publish_synced()?;
         } else {
@@ -641,7 +642,7 @@ impl<'a> Job<'a> {
     /// Counts `n` bytes moved: the rate limit, the hash, the progress.
     fn moved(&mut self, data: &[u8]) {
         if let Some(r) = &self.co.rate {
-            r.take(data.len() as u64);
+            r.take(data.len() as u64, || self.progress.is_cancelled());
         }
         if let Some(h) = &mut self.hasher {
             h.update(data);
@@ -744,7 +745,7 @@ impl<'a> Job<'a> {
                             // The hash of the source, read as any copy reads it.
                             while let Some(c) = reader.next_chunk()? {
                                 if let Some(r) = &self.co.rate {
-                                    r.take(c.len() as u64);
+                                    r.take(c.len() as u64, || self.progress.is_cancelled());
                                 }
                                 h.update(&c);
                             }
@@ -973,6 +974,8 @@ impl<'a> Job<'a> {
             pos = off.max(end);
         }
         self.hole(len.saturating_sub(pos));
+        // Read by extents, not as a stream: the size and mtime are checked here.
+        reader.check_unchanged()?;
         f.set_len(len)?;
         self.extra(reader.file(), f.file(), reader.metadata(), creator)?;
         let mut w = self.finish(f)?;
@@ -1006,7 +1009,7 @@ impl<'a> Job<'a> {
             if staged.after_syncfs && staged.entry.is_some() {
                 // Read back after the caller's syncfs, which makes it durable, with the rest of
                 // its batch (`Staged::prefetch`, then `Staged::commit`).
-                staged.deferred = Some((algo, want, self.co.clone()));
+                staged.deferred = Some((algo, want, self.co.clone(), self.progress.cancel_flag()));
             } else {
                 staged.report.verify = Some(self.verify(staged.entry.as_ref(), algo, want, block)?);
             }
@@ -1041,7 +1044,7 @@ impl<'a> Job<'a> {
         while let Some(c) = back.next_chunk()? {
             self.interrupted()?;
             if let Some(r) = &self.co.rate {
-                r.take(c.len() as u64);
+                r.take(c.len() as u64, || self.progress.is_cancelled());
             }
             h.update(&c);
         }

@@ -18,6 +18,7 @@ use crate::fault::{self, Step};
 use crate::pending::{initial_mode, Naming, PendingFile};
 use crate::plan::{self, Plan};
 use crate::policy::{self, Decision, Mode};
+use crate::progress::Progress;
 use crate::residency;
 use crate::sys;
 use crate::write::WriteReport;
@@ -275,6 +276,10 @@ impl Shared {
     }
 }
 
+/// The pieces [`FileCreator::stage_replace`] writes a buffer in, looking for a cancel between
+/// them (a multiple of every O_DIRECT alignment).
+pub const STAGE_PIECE: usize = 64 << 20;
+
 /// Makes everything written to the filesystem of `dir` durable (syncfs, Linux 2.6.39), as a
 /// caller of a [`FileCreator`] without `sync` ends (extract), and fails (EROFS) when the
 /// filesystem went read-only on an error meanwhile: a syncfs then succeeds though what was
@@ -344,14 +349,30 @@ impl FileCreator {
     /// once complete (and durable, with the directory entry, if the options sync). On error
     /// the temporary is removed and `path` is untouched.
     pub fn replace(&self, path: &Path, data: &[u8], attrs: &FileAttrs) -> Result<WriteReport> {
-        let (dir, name) = sys::open_parent(path)?;
-        let mut f = self.create_as(Arc::new(dir), name, path, data.len() as u64, attrs.clone(), Naming::Temporary)?;
-        f.write_at(data, 0)?;
-        let (report, entry) = f.finish_unbatched()?;
+        let (report, entry) = self.stage_replace(path, data, attrs, &Progress::new())?;
         // After a failed directory fsync the rename has happened: the file is whole, only its
         // durability is in doubt, and the error says so. Otherwise the temporary goes.
         entry.map_or(Ok(()), |e| e.publish(self.shared.opts.sync))?;
         Ok(report)
+    }
+
+    /// [`FileCreator::replace`] up to its rename: the complete file (durable if the options
+    /// sync) under its temporary name, for the caller to name with [`PendingFile::publish`]
+    /// once nothing stands in the way (dropped instead, it is removed and `path` is as it
+    /// was). Written in pieces of [`STAGE_PIECE`], counted in `progress`; once `progress` is
+    /// cancelled it stops with an `Interrupted` error.
+    pub fn stage_replace(&self, path: &Path, data: &[u8], attrs: &FileAttrs, progress: &Progress) -> Result<(WriteReport, Option<PendingFile>)> {
+        let (dir, name) = sys::open_parent(path)?;
+        let mut f = self.create_as(Arc::new(dir), name, path, data.len() as u64, attrs.clone(), Naming::Temporary)?;
+        progress.add_total_bytes(data.len() as u64);
+        for (i, piece) in data.chunks(STAGE_PIECE).enumerate() {
+            if progress.is_cancelled() {
+                return Err(Error::new(ErrorKind::Interrupted, "write", path, "interrupted"));
+            }
+            f.write_at(piece, (i * STAGE_PIECE) as u64)?;
+            progress.add_bytes(piece.len() as u64);
+        }
+        f.finish_unbatched()
     }
 
     /// Creates `name` in `dir` now and returns it open, to be written and finished later,

@@ -5,3 +5,27 @@
 pub fn disabled(feature: &str) -> bool {
     std::env::var("CACHELESS_DISABLE").map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(feature))).unwrap_or(false)
 }
+
+/// The features `CACHELESS_DISABLE` can name.
+pub const FEATURES: [&str; 7] = ["direct", "dontcache", "uring", "cachestat", "hugepages", "tmpfile", "flink"];
+
+/// The names in `CACHELESS_DISABLE` that are no feature (a typo would otherwise leave on what
+/// the user meant to turn off, silently).
+pub fn unknown_disabled() -> Vec<String> {
+    let v = std::env::var("CACHELESS_DISABLE").unwrap_or_default();
+    v.split(',').map(str::trim).filter(|f| !f.is_empty() && !FEATURES.iter().any(|k| k.eq_ignore_ascii_case(f))).map(str::to_string).collect()
+}
+
+/// The error for names in `CACHELESS_DISABLE` that are no feature, if there are any: every
+/// front end refuses to run with one (the command line as a usage error, Python at import).
+pub fn check_disabled() -> Result<(), String> {
+    let unknown = unknown_disabled();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "CACHELESS_DISABLE: unknown feature {} (known: {})",
+        unknown.iter().map(|u| format!("'{u}'")).collect::<Vec<_>>().join(", "),
+        FEATURES.join(", ")
+    ))
+}

@@ -27,6 +27,8 @@ pub enum ErrorKind {
     SameFile,
     /// The operation was cancelled.
     Interrupted,
+    /// A file read changed (its size or modification time) while it was read.
+    Changed,
     /// Any other OS error.
     Io,
 }
@@ -119,7 +121,7 @@ impl Error {
             ErrorKind::Unsupported => io::ErrorKind::Unsupported,
             ErrorKind::InvalidInput | ErrorKind::SameFile => io::ErrorKind::InvalidInput,
             ErrorKind::Interrupted => io::ErrorKind::Interrupted,
-            ErrorKind::Io => io::ErrorKind::Other,
+            ErrorKind::Changed | ErrorKind::Io => io::ErrorKind::Other,
         };
         Error { kind, path: path.as_ref().to_path_buf(), op: op.into(), source: io::Error::new(io_kind, msg.into()), note: None, hint: None }
     }

@@ -44,6 +44,7 @@ impl From<std::result::Result<Decision, Refusal>> for Plan {
 #[derive(Debug, Clone, Serialize)]
 pub struct PathInfo {
     /// The path as given.
+    #[serde(serialize_with = "crate::quote::serialize_path")]
     pub path: PathBuf,
     /// `file` or `directory`.
     pub kind: &'static str,

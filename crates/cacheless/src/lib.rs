@@ -42,6 +42,7 @@ pub mod fault;
 #[cfg(not(feature = "fault-injection"))]
 mod fault;
 pub mod info;
+pub mod limits;
 pub mod mode;
 pub mod options;
 mod pending;
@@ -65,6 +66,7 @@ pub use copy::{
 };
 pub use create::{sync_filesystem, CreateOptions, FileAttrs, FileCreator, NewFile, Published};
 pub use create_queue::{CreateQueue, CreateTicket};
+pub use env::check_disabled;
 pub use error::{Error, ErrorKind, Hint, Result};
 pub use options::{IoOptions, DEFAULT_BUDGET};
 pub use pending::{initial_mode, PendingFile};

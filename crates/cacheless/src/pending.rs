@@ -162,7 +162,7 @@ impl PendingFile {
     /// to do. On error it is removed, unless the rename happened and only the directory's
     /// fsync failed: it is then complete and in place (removing it would lose the file it
     /// replaced), and the error says what is in doubt.
-    pub(crate) fn publish(mut self, durable: bool) -> Result<()> {
+    pub fn publish(mut self, durable: bool) -> Result<()> {
         let r = match &self.at {
             At::Final | At::InPlace => Ok(()),
             At::Temporary(tmp) => sys::publish(self.dir.as_fd(), tmp, &self.name, &self.path, durable).map_err(|u| {

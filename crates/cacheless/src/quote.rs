@@ -30,6 +30,29 @@ pub fn escape(name: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Writes a path into a report (JSON, Python): as itself where it is UTF-8, else with each byte
+/// that is not part of a UTF-8 character as a `\ooo` octal escape and each backslash doubled
+/// (the form [`escape`] gives in a UTF-8 locale), whatever the locale. Never an error: a report
+/// of a file with any name can be written.
+pub fn serialize_path<S: serde::Serializer>(path: &std::path::Path, s: S) -> Result<S::Ok, S::Error> {
+    match path.to_str() {
+        Some(p) => s.serialize_str(p),
+        None => {
+            let mut out = Vec::new();
+            for p in pieces(path.as_os_str().as_encoded_bytes(), true) {
+                match p {
+                    Piece::Plain(b"\\") => out.extend_from_slice(b"\\\\"),
+                    Piece::Plain(b) => out.extend_from_slice(b),
+                    Piece::Escape(c) if c >= 0x80 => out.extend_from_slice(format!("\\{c:03o}").as_bytes()),
+                    // Control characters: JSON escapes them itself.
+                    Piece::Escape(c) => out.push(c),
+                }
+            }
+            s.serialize_str(&String::from_utf8_lossy(&out))
+        }
+    }
+}
+
 /// The backslash escape of a byte that does not print: `\n` and its kind, else octal.
 fn escaped(c: u8) -> String {
     match c {

@@ -8,6 +8,9 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// The longest one sleep of [`RateLimit::take`] lasts before it looks at the cancel flag.
+pub const SLICE: Duration = Duration::from_millis(50);
+
 /// A byte-rate limit. [`RateLimit::take`] blocks the calling thread until the bytes may move.
 #[derive(Debug)]
 pub struct RateLimit {
@@ -39,8 +42,11 @@ impl RateLimit {
     }
 
     /// Accounts for `n` bytes, sleeping as long as they take at the rate beyond what the
-    /// bucket holds. Threads share the bucket: together they move at most the rate.
-    pub fn take(&self, n: u64) {
+    /// bucket holds. Threads share the bucket: together they move at most the rate. The sleep
+    /// is cut into slices of at most [`SLICE`] and ends early once `cancelled` says so (a
+    /// job's cancel flag), so that a slow limit (`1k` of a 4 MiB chunk is over an hour) never
+    /// holds up Ctrl-C.
+    pub fn take(&self, n: u64, cancelled: impl Fn() -> bool) {
         let wait = {
             let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
@@ -52,7 +58,14 @@ impl RateLimit {
             }
             -s.tokens / self.rate as f64
         };
-        std::thread::sleep(Duration::from_secs_f64(wait));
+        let until = Instant::now() + Duration::from_secs_f64(wait.min(1e9));
+        loop {
+            let now = Instant::now();
+            if now >= until || cancelled() {
+                return;
+            }
+            std::thread::sleep((until - now).min(SLICE));
+        }
     }
 }
 
@@ -63,14 +76,28 @@ mod tests {
     #[test]
     fn bytes_beyond_the_burst_are_owed() {
         let r = RateLimit::new(1000);
-        r.take(0);
+        r.take(0, || false);
         let s = r.state.lock().unwrap();
         assert!(s.tokens <= r.burst());
         drop(s);
         // 10 bytes fit in a burst of 100 once refilled; the bucket never exceeds the burst.
         std::thread::sleep(Duration::from_millis(200));
-        r.take(10);
+        r.take(10, || false);
         let s = r.state.lock().unwrap();
         assert!(s.tokens <= r.burst() - 10.0 + 1e-9, "{}", s.tokens);
+    }
+
+    /// A sleep of hours at a slow limit ends within a slice of the cancel.
+    #[test]
+    fn a_cancel_ends_the_sleep() {
+        let r = std::sync::Arc::new(RateLimit::new(1000));
+        let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (r2, c2) = (r.clone(), cancel.clone());
+        let t0 = Instant::now();
+        let sleeper = std::thread::spawn(move || r2.take(1 << 30, || c2.load(std::sync::atomic::Ordering::Relaxed)));
+        std::thread::sleep(Duration::from_millis(100));
+        cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+        sleeper.join().unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     }
 }

@@ -5,13 +5,13 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::ops::Deref;
 use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::backend::{BackendChoice, BackendKind, Completion, Driver, Lane, Op, OpKind};
 use crate::buf::{round_up, AlignedBuf, Budget, Lease, LeaseRequest};
-use crate::caps::{CapsMemo, FsCaps};
+use crate::caps::{self, CapsMemo, FsCaps};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::Site;
 use crate::options::IoOptions;
@@ -19,6 +19,9 @@ use crate::plan::{self, check_block_size, Plan};
 use crate::policy::{self, Decision, Mode};
 use crate::residency;
 use crate::sys;
+
+/// The largest read(2) of a file read with plain reads (see [`Reader::streams`]).
+const PLAIN_BLOCK_MAX: usize = 1 << 20;
 
 /// How to open a [`Reader`].
 #[derive(Debug, Clone)]
@@ -122,6 +125,27 @@ pub struct Reader {
     cold_at_open: bool,
     /// Drop-behind dropped the whole file, pages past its end included, after one request.
     dropped_all: bool,
+    /// Read with plain read(2) calls from where the descriptor stands to the end of the file,
+    /// whatever its size says (see [`Reader::streams`]).
+    plain: bool,
+    /// A plain read reached the end of the file.
+    at_end: bool,
+    /// The size and modification time at open, checked again at the end of a stream: a file
+    /// that changed while it was read is an error, never a silent mix or a short result.
+    stamp: Option<Stamp>,
+}
+
+/// A regular file's size and modification time, as fstat gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Stamp {
+        Stamp { len: m.len(), mtime: (m.mtime(), m.mtime_nsec()) }
+    }
 }
 
 impl Reader {
@@ -140,21 +164,33 @@ impl Reader {
     }
 
     /// [`Reader::from_file`] of a file whose status the caller took already (its fstat).
+    ///
+    /// A FIFO, a character device, a socket, or a file on a filesystem that makes its sizes up
+    /// (proc, sysfs and their kin) is read with plain reads to its end (see
+    /// [`Reader::streams`]); a mode forced on it other than buffered or write-behind is refused.
     pub fn from_file_stat(file: File, meta: std::fs::Metadata, path: &Path, opts: &ReadOptions) -> Result<Reader> {
         if meta.is_dir() {
             return Err(Error::new(ErrorKind::InvalidInput, "open", path, "is a directory"));
         }
-        if !meta.is_file() {
-            return Err(Error::new(ErrorKind::InvalidInput, "open", path, "not a regular file"));
-        }
         check_block_size("open", path, opts.io.block_size)?;
+        if meta.file_type().is_block_device() {
+            return Err(Error::new(ErrorKind::InvalidInput, "open", path, "a block device, not a regular file"));
+        }
+        if !meta.is_file() {
+            let caps = Arc::new(caps::not_regular(meta.dev(), &meta.file_type()));
+            return Reader::plain(file, meta, path, opts, caps);
+        }
         let len = meta.len();
-        let cached = if opts.io.mode == Mode::Auto && len > 0 { residency::residency(&file, 0, len).ok().map(|r| r.cached_bytes().min(len)) } else { None };
         let known = match &opts.caps_memo {
-            Some(m) => Some(m.for_file(&file, meta.dev()).map_err(|e| Error::io("probe", path, e))?),
-            None => None,
-        };
-        let plan = plan::choose(&file, path, "open", known, |caps| policy::decide_read(opts.io.mode, caps, len, cached))?;
+            Some(m) => m.for_file(&file, meta.dev()),
+            None => caps::for_file(&file),
+        }
+        .map_err(|e| Error::io("probe", path, e))?;
+        if known.sizes_lie() {
+            return Reader::plain(file, meta, path, opts, known);
+        }
+        let cached = if opts.io.mode == Mode::Auto && len > 0 { residency::residency(&file, 0, len).ok().map(|r| r.cached_bytes().min(len)) } else { None };
+        let plan = plan::choose(&file, path, "open", Some(known), |caps| policy::decide_read(opts.io.mode, caps, len, cached))?;
         let (align, mem_align) = (plan.align, plan.mem_align);
         let cold_direct = plan.decision.mode == Mode::Direct && len > 0 && residency::cachestat(file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache == 0);
         let page = rustix::param::page_size();
@@ -170,15 +206,29 @@ impl Reader {
             // one request needs no such call: read-ahead stops at the end of the file.
             let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
         }
-        let extra = opts.extra_buffers;
+        let stamp = Stamp::of(&meta);
         let blocks = crate::conv::usize_of(len.div_ceil(block as u64)).max(1);
+        // Chunks held beyond the read-ahead are chunks of this file: never more than it has.
+        let extra = opts.extra_buffers.min(blocks + 1);
         let want = opts.io.queue_depth.max(1).min(blocks) + extra;
         let lease = opts.io.budget.lease(LeaseRequest::buffers(block, want).aligned(page.max(mem_align)));
         let depth = lease.count().saturating_sub(extra).max(1);
-        Ok(Reader {
+        let mut r = Reader::assemble(file, path, meta, plan, block, depth, lease, opts);
+        r.len = len;
+        r.cold_direct = cold_direct;
+        r.cold_at_open = cached == Some(0);
+        r.stamp = Some(stamp);
+        Ok(r)
+    }
+
+    /// A reader in its state at open: nothing read, nothing in flight, read to the size stat
+    /// gave (the caller sets it and what it measured).
+    #[allow(clippy::too_many_arguments)] // The parts each open decides; the rest starts empty.
+    fn assemble(file: File, path: &Path, meta: std::fs::Metadata, plan: Plan, block: usize, depth: usize, lease: Lease, opts: &ReadOptions) -> Reader {
+        Reader {
             file: Arc::new(file),
             path: path.to_path_buf(),
-            len,
+            len: 0,
             meta,
             plan,
             block,
@@ -195,10 +245,44 @@ impl Reader {
             cur_pos: 0,
             skip: 0,
             before: HashMap::new(),
-            cold_direct,
-            cold_at_open: cached == Some(0),
+            cold_direct: false,
+            cold_at_open: false,
             dropped_all: false,
-        })
+            plain: false,
+            at_end: false,
+            stamp: None,
+        }
+    }
+
+    /// A reader of `file` with plain read(2) calls to its end, for a file whose size does not
+    /// say what it holds (`caps` says why: not a regular file, or its filesystem).
+    fn plain(file: File, meta: std::fs::Metadata, path: &Path, opts: &ReadOptions, caps: Arc<FsCaps>) -> Result<Reader> {
+        let what = if meta.is_file() { format!("a {} file, whose size is made up", caps.fs_type) } else { caps.fs_type.clone() };
+        let decision = match opts.io.mode {
+            Mode::Auto | Mode::Buffered | Mode::DropBehind => {
+                Decision { mode: Mode::Buffered, reason: format!("{what}: read to its end with plain reads, nothing to keep out of the cache") }
+            }
+            m => {
+                return Err(Error::new(ErrorKind::Unsupported, "open", path, format!("{m} unavailable: {what} is read only with plain reads"))
+                    .with_hint(crate::error::Hint::Modes(vec![Mode::Auto, Mode::Buffered])));
+            }
+        };
+        let page = rustix::param::page_size();
+        let block = round_up(opts.io.block_size.clamp(page, PLAIN_BLOCK_MAX), page);
+        let lease = opts.io.budget.lease(LeaseRequest::buffers(block, 1 + opts.extra_buffers).aligned(page));
+        let mut r = Reader::assemble(file, path, meta, Plan::new(caps, decision), block, 1, lease, opts);
+        r.plain = true;
+        Ok(r)
+    }
+
+    /// Whether the file is read with plain reads to its end, whatever its size says: a FIFO, a
+    /// character device, a socket, or a file whose filesystem makes its size up (proc, sysfs,
+    /// debugfs and their kin: 0 or 4096 bytes by stat, whatever they hold). Such a file's
+    /// [`Reader::len`] is the bytes read so far, final once the end is reached; it is read as
+    /// a stream ([`Reader::next_chunk`], `Read`, [`Reader::read_all`]) from where its
+    /// descriptor stands.
+    pub fn streams(&self) -> bool {
+        self.plain
     }
 
     /// The file's metadata (fstat) when it was opened.
@@ -345,8 +429,7 @@ impl Reader {
         }
         let got = n.min(want);
         if got < want {
-            // The file shrank under us: the stream ends here.
-            self.len = base + got as u64;
+            return Err(self.changed(format!("it ended at {} B", base + got as u64)));
         }
         self.apply_before(base, got);
         let Some(buf) = op.into_buf() else {
@@ -359,6 +442,9 @@ impl Reader {
     /// The next chunk of the file in order, or `None` at the end. Keeps up to the queue depth
     /// of requests in flight ahead of the caller.
     pub fn next_chunk(&mut self) -> Result<Option<Chunk>> {
+        if self.plain {
+            return self.next_plain();
+        }
         loop {
             if let Some(c) = self.ready.remove(&self.stream_pos) {
                 self.stream_pos += c.len as u64;
@@ -378,6 +464,7 @@ impl Reader {
                 return Ok(Some(c));
             }
             if self.stream_pos >= self.len {
+                self.check_unchanged()?;
                 return Ok(None);
             }
             self.fill()?;
@@ -388,6 +475,47 @@ impl Reader {
             let c = self.lane.wait().map_err(|e| self.err("read", e))?;
             self.complete_stream(c)?;
         }
+    }
+
+    /// The next chunk of a file read with plain reads: one read(2) (retried when interrupted),
+    /// `None` once it returns end of file.
+    fn next_plain(&mut self) -> Result<Option<Chunk>> {
+        if self.at_end {
+            return Ok(None);
+        }
+        let Some(mut buf) = self.lease.get() else {
+            return Err(Error::new(ErrorKind::Io, "read", &self.path, "no buffer available for the next read"));
+        };
+        let n = sys::call(Site::Read, || rustix::io::read(&*self.file, &mut buf[..self.block])).map_err(|e| self.err("read", e))?;
+        if n == 0 {
+            self.at_end = true;
+            return Ok(None);
+        }
+        let c = Chunk { buf, offset: self.stream_pos, len: n };
+        self.stream_pos += n as u64;
+        self.len = self.stream_pos;
+        Ok(Some(c))
+    }
+
+    /// The error for a file that changed while it was read: its size or modification time is
+    /// not what it was at open (`what` says what was seen).
+    fn changed(&self, what: String) -> Error {
+        let was = self.stamp.map_or(self.len, |s| s.len);
+        Error::new(ErrorKind::Changed, "read", &self.path, format!("file changed as it was read ({was} B at open; {what})"))
+    }
+
+    /// Fails where the file's size or modification time is no longer what it was at open: a
+    /// file written, truncated or extended while it was read, whose copy, archive member or
+    /// checksum would mix two versions or stop short. Called at the end of every stream; for
+    /// callers that read with [`Reader::read_at`], theirs to call when they are done.
+    pub fn check_unchanged(&self) -> Result<()> {
+        let Some(at_open) = self.stamp else { return Ok(()) };
+        let now = Stamp::of(&self.file.metadata().map_err(|e| self.err("fstat", e))?);
+        if now != at_open {
+            let what = if now.len == at_open.len { "modified since".to_string() } else { format!("{} B now", now.len) };
+            return Err(self.changed(what));
+        }
+        Ok(())
     }
 
     /// Restarts the stream at `pos` (at most the length). Read-ahead in flight is waited for
@@ -429,6 +557,20 @@ impl Reader {
     /// read, short only at end of file. Aligned memory is read into directly; unaligned edges
     /// (direct mode) go through the reader's aligned buffers.
     pub fn read_at(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        if self.plain {
+            // Its size says nothing: positioned reads to the end of what it holds (ESPIPE for a
+            // FIFO or a socket).
+            let mut done = 0;
+            while done < buf.len() {
+                let at = offset + done as u64;
+                let n = sys::call(Site::Read, || rustix::io::pread(&*self.file, &mut buf[done..], at)).map_err(|e| self.err("read", e))?;
+                if n == 0 {
+                    break;
+                }
+                done += n;
+            }
+            return Ok(done);
+        }
         if offset >= self.len || buf.is_empty() {
             return Ok(0);
         }
@@ -490,6 +632,16 @@ impl Reader {
 
     /// Reads the whole file into one aligned buffer (direct into it, no copy).
     pub fn read_all(&mut self) -> Result<Chunk> {
+        if self.plain {
+            let mut all = Vec::new();
+            while let Some(c) = self.next_plain()? {
+                all.extend_from_slice(&c);
+            }
+            let mut buf = AlignedBuf::try_new(all.len().max(1), rustix::param::page_size())
+                .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "read", &self.path, format!("{} B do not fit in memory", all.len())))?;
+            buf[..all.len()].copy_from_slice(&all);
+            return Ok(Chunk { buf, offset: 0, len: all.len() });
+        }
         let cap = usize::try_from(self.len).ok().and_then(|l| l.max(1).checked_add(self.plan.align - 1)).map(|l| l / self.plan.align * self.plan.align);
         let Some((cap, mut buf)) = cap.and_then(|c| AlignedBuf::try_new(c, self.plan.mem_align.max(rustix::param::page_size())).map(|b| (c, b))) else {
             return Err(Error::new(ErrorKind::InvalidInput, "read", &self.path, format!("a {} B file does not fit in memory", self.len)));

@@ -283,6 +283,7 @@ pub fn drop_brought_in(file: &File, off: u64, len: u64, before: &[bool]) -> io::
 #[derive(Debug, Clone, Serialize)]
 pub struct Evicted {
     /// The file, as given.
+    #[serde(serialize_with = "crate::quote::serialize_path")]
     pub path: PathBuf,
     /// Residency before.
     pub before: Residency,

@@ -73,6 +73,7 @@ impl From<IoOptions> for WriteOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct WriteReport {
     /// The final path.
+    #[serde(serialize_with = "crate::quote::serialize_path")]
     pub path: PathBuf,
     /// Bytes written.
     pub bytes: u64,
@@ -155,6 +156,9 @@ impl Writer {
             if h < block {
                 block = round_up(h.max(1), align.max(page));
                 lease_count = 1;
+            } else {
+                // Never more buffers in flight than the file has blocks.
+                lease_count = lease_count.min(h.div_ceil(block) + 1);
             }
         }
         let mut preallocated = None;

@@ -430,3 +430,85 @@ fn residency_comes_from_cachestat_and_agrees_with_mincore() {
     assert_eq!(r.cached_pages, mincore);
     assert!(r.cached_pages > 0 && r.cached_pages < r.total_pages, "a quarter of the file is cached: {r:?}");
 }
+
+/// A file truncated or extended while it is streamed is an error that names it, in every mode
+/// and on every backend, never a short or mixed result: the reader checks its size and
+/// modification time at the end against those at open.
+#[test]
+fn a_file_that_changes_while_it_is_read_is_an_error() {
+    let d = scratch();
+    for (mode, backend) in matrix(d.path()) {
+        for shrink in [true, false] {
+            let (p, _) = random_file(d.path(), "changing", 6 << 20, 7);
+            let mut r = Reader::open(&p, &ro(mode, backend, 1 << 20)).unwrap();
+            assert!(!r.streams());
+            let first = r.next_chunk().unwrap().expect("a first chunk");
+            drop(first);
+            let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+            if shrink {
+                f.set_len(3 << 20).unwrap();
+            } else {
+                f.set_len(8 << 20).unwrap();
+            }
+            let mut got = Ok(());
+            loop {
+                match r.next_chunk() {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(e) => {
+                        got = Err(e);
+                        break;
+                    }
+                }
+            }
+            let e = got.expect_err(&format!("{mode} {backend} shrink={shrink}: the change went unnoticed"));
+            let msg = e.to_string();
+            assert!(msg.contains("changed as it was read") && msg.contains(&*p.to_string_lossy()), "{msg}");
+        }
+        // Unchanged, the same reads end cleanly.
+        let (p, data) = random_file(d.path(), "still", 3 << 20, 8);
+        let mut r = Reader::open(&p, &ro(mode, backend, 1 << 20)).unwrap();
+        let mut back = Vec::new();
+        r.read_to_end(&mut back).unwrap();
+        assert!(back == data);
+    }
+}
+
+/// Files whose size says nothing of what they hold (a proc file of size 0, a sysfs file of
+/// 4096 bytes, a FIFO) are read with plain reads to their end, as `std::fs::read` reads them;
+/// a forced direct read of one is refused, not attempted.
+#[test]
+fn files_whose_size_lies_are_read_to_their_end() {
+    for p in ["/proc/self/mounts", "/sys/kernel/mm/transparent_hugepage/enabled", "/proc/sys/kernel/hostname"] {
+        if !std::path::Path::new(p).exists() {
+            eprintln!("skipped {p}: not on this machine");
+            continue;
+        }
+        let want = std::fs::read(p).unwrap();
+        assert!(!want.is_empty());
+        let mut r = Reader::open(p, &ro(Mode::Auto, BackendKind::Auto, 1 << 20)).unwrap();
+        assert!(r.streams(), "{p}");
+        assert_eq!(r.decision().mode, Mode::Buffered);
+        let mut back = Vec::new();
+        r.read_to_end(&mut back).unwrap();
+        // /proc/self/mounts is this process's, stable across the two reads.
+        assert_eq!(back, want, "{p}");
+        assert_eq!(r.len(), want.len() as u64);
+        let all = Reader::open(p, &ro(Mode::Auto, BackendKind::Auto, 4096)).unwrap().read_all().unwrap();
+        assert_eq!(&all[..], &want[..], "{p}");
+        let e = Reader::open(p, &ro(Mode::Direct, BackendKind::Auto, 1 << 20)).unwrap_err();
+        assert!(e.to_string().contains("plain reads"), "{e}");
+    }
+    let d = scratch();
+    let fifo = d.path().join("fifo");
+    rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0).unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7).to_le_bytes()[0]).collect();
+    let (w, sent) = (fifo.clone(), data.clone());
+    let writer = std::thread::spawn(move || std::fs::write(w, sent).unwrap());
+    let mut r = Reader::open(&fifo, &ro(Mode::Auto, BackendKind::Auto, 1 << 20)).unwrap();
+    assert!(r.streams());
+    let mut back = Vec::new();
+    r.read_to_end(&mut back).unwrap();
+    writer.join().unwrap();
+    assert!(back == data, "{} of {} bytes through the FIFO", back.len(), data.len());
+}

@@ -39,11 +39,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "S", value_parser = parse_size)]
     pub size: Option<u64>,
     /// Worker threads, each working on its own file (default 2).
-    #[arg(long, value_name = "T")]
+    #[arg(long, value_name = "T", value_parser = crate::common::parse_threads)]
     pub threads: Option<usize>,
     /// I/O request size (default: the engine's, 4M; same as the global --block-size).
-    #[arg(long, value_name = "B", value_parser = parse_size)]
-    pub bs: Option<u64>,
+    #[arg(long, value_name = "B", value_parser = crate::common::parse_block_size)]
+    pub bs: Option<usize>,
     /// Modes to compare, comma-separated (default: all). The first round runs them in this order; later
     /// rounds rotate it (a balanced Latin square, fio's trials included) so that each mode runs in each
     /// position equally often.
@@ -112,14 +112,14 @@ pub fn config(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<BenchConf
         c.file_size = s;
     }
     if let Some(b) = args.bs.or(common.block_size) {
-        c.block_size = usize::try_from(b).context("--bs too large")?;
+        c.block_size = b;
     }
     if let Some(q) = common.queue_depth {
-        c.queue_depth = q as usize;
+        c.queue_depth = q;
     }
     c.backend = common.backend;
     if let Some(m) = common.memory {
-        c.budget_bytes = usize::try_from(m).context("--memory too large")?;
+        c.budget_bytes = m;
     }
     if let Some(m) = &args.modes {
         c.modes = m.clone();

@@ -76,7 +76,7 @@ pub fn run(args: &CatArgs, common: &CommonOpts) -> Result<ExitCode> {
             }
         };
         if common.verbose > 0 {
-            eprintln!("cacheless: {}: {} ({})", f.display(), r.decision().mode, r.decision().reason);
+            eprintln!("cacheless: {}: {} ({})", ui::shown(f), r.decision().mode, r.decision().reason);
         }
         loop {
             match r.next_chunk() {

@@ -29,7 +29,7 @@ pub fn run(args: &EvictArgs, common: &CommonOpts) -> Result<ExitCode> {
                 if !common.json {
                     println!(
                         "{}: {} ({:.1}%) resident before, {} ({:.1}%) after",
-                        f.display(),
+                        ui::shown(f),
                         ui::size(e.before.cached_bytes()),
                         e.before.fraction() * 100.0,
                         ui::size(e.after.cached_bytes()),

@@ -147,11 +147,11 @@ pub struct ExtractArgs {
     #[arg(long, action = clap::ArgAction::Help)]
     pub help: Option<bool>,
     /// Worker threads writing file data (default: 2 per CPU, 4 to 16).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::common::parse_threads)]
     pub threads: Option<usize>,
     /// Threads decoding a multi-frame zstd archive, a frame each (default: one per CPU, at most
     /// 8; 1: one thread). A single-frame archive, and the other formats, use one.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::common::parse_decompress_threads)]
     pub decompress_threads: Option<usize>,
     /// Small files (under 1 MiB) are written back together once this much of them waits: one
     /// syncfs writes them in a few large requests, then their pages are dropped (default 32M;
@@ -322,7 +322,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
         return Ok(code);
     }
     if let Some(f) = &report.fatal {
-        eprintln!("cacheless: {f}");
+        eprintln!("cacheless: {}", ui::printable(f));
         if let Some(h) = report.fatal_error.as_ref().and_then(|e| e.hint()).map(ui::hint_text) {
             eprintln!("cacheless: hint: {h}");
         }

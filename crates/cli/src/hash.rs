@@ -25,20 +25,38 @@ pub struct HashArgs {
     pub files: Vec<PathBuf>,
 }
 
-/// The line sha256sum prints: names with a backslash or newline are escaped and the line
-/// starts with a backslash.
-pub fn sum_line(digest: &str, path: &Path) -> String {
-    let name = path.to_string_lossy();
-    if name.contains('\\') || name.contains('\n') || name.contains('\r') {
-        let esc = name.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r");
-        format!("\\{digest}  {esc}")
+/// The line sha256sum (GNU coreutils 9.1) prints, as bytes: a name with a backslash, a newline
+/// or a carriage return has them escaped (`\\`, `\n`, `\r`) and the line starts with a
+/// backslash; any other byte of the name is written as it is, so that `sha256sum -c` finds the
+/// file by its exact name.
+pub fn sum_line(digest: &str, path: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = path.as_os_str().as_bytes();
+    let mut line = Vec::with_capacity(digest.len() + name.len() + 4);
+    if name.iter().any(|b| matches!(b, b'\\' | b'\n' | b'\r')) {
+        line.push(b'\\');
+        line.extend_from_slice(digest.as_bytes());
+        line.extend_from_slice(b"  ");
+        for &b in name {
+            match b {
+                b'\\' => line.extend_from_slice(b"\\\\"),
+                b'\n' => line.extend_from_slice(b"\\n"),
+                b'\r' => line.extend_from_slice(b"\\r"),
+                b => line.push(b),
+            }
+        }
     } else {
-        format!("{digest}  {name}")
+        line.extend_from_slice(digest.as_bytes());
+        line.extend_from_slice(b"  ");
+        line.extend_from_slice(name);
     }
+    line.push(b'\n');
+    line
 }
 
 #[derive(Serialize)]
 struct Row {
+    #[serde(serialize_with = "cacheless::quote::serialize_path")]
     path: PathBuf,
     algo: Algo,
     digest: String,
@@ -57,7 +75,7 @@ fn hash_file(f: &Path, algo: Algo, common: &CommonOpts, ro: &cacheless::ReadOpti
     }
     let mut r = Reader::open(f, ro)?;
     if common.verbose > 0 {
-        eprintln!("cacheless: {}: {} ({})", f.display(), r.decision().mode, r.decision().reason);
+        eprintln!("cacheless: {}: {} ({})", ui::shown(f), r.decision().mode, r.decision().reason);
     }
     let digest = digest::hash_reader(&mut r, algo, &Progress::new())?;
     Ok((digest, Some(r.decision().mode)))
@@ -74,7 +92,7 @@ pub fn run(args: &HashArgs, common: &CommonOpts) -> Result<ExitCode> {
                 if common.json {
                     rows.push(Row { path: f.clone(), algo: args.algo, digest, mode });
                 } else {
-                    writeln!(out, "{}", sum_line(&digest, f))?;
+                    out.write_all(&sum_line(&digest, f))?;
                 }
             }
             Err(e) => ui::item_error(&progress, &e),

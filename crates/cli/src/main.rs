@@ -77,12 +77,20 @@ fn main() -> ExitCode {
     let mut argv = std::env::args_os();
     if let Some(argv0) = argv.next() {
         if std::path::Path::new(&argv0).file_name() == Some(std::ffi::OsStr::new("cp")) {
+            if let Err(msg) = cacheless::check_disabled() {
+                eprintln!("cp: {msg}");
+                return ExitCode::from(1);
+            }
             raise_nofile();
             let rest: Vec<std::ffi::OsString> = argv.collect();
             return cp::run_as_cp(&argv0, &rest);
         }
     }
     let cli = Cli::parse();
+    if let Err(msg) = cacheless::check_disabled() {
+        eprintln!("error: {msg}");
+        return ExitCode::from(2);
+    }
     raise_nofile();
     let r = match &cli.cmd {
         Cmd::Info(a) => info::run(a, &cli.common),

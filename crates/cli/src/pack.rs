@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use cacheless::Progress;
-use cacheless_archive::pack::{check_level, compression_for_name, parse_compression, parse_time, Owner, SortOrder, DEFAULT_FRAME_SIZE, MIN_FRAME_SIZE};
+use cacheless_archive::pack::{check_level, compression_for_name, parse_compression, parse_time, Owner, SortOrder, DEFAULT_FRAME_SIZE};
 use cacheless_archive::{pack, Compression, Output, PackOptions};
 use clap::{Args, ValueEnum};
 
@@ -23,6 +23,11 @@ pub enum SortArg {
     None,
     /// By name (with --mtime: reproducible archives).
     Name,
+}
+
+/// `--frame-size`: a size from 64k to 1G.
+fn parse_frame_size(s: &str) -> std::result::Result<usize, String> {
+    cacheless::limits::frame_size("--frame-size", parse_size(s)?)
 }
 
 /// Arguments of `cacheless pack`.
@@ -44,11 +49,11 @@ pub struct PackArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub level: Option<i32>,
     /// Compression threads (default: one per CPU).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::common::parse_threads)]
     pub threads: Option<usize>,
-    /// Bytes of tar per independent compressed frame (default 32M).
-    #[arg(long, value_parser = parse_size)]
-    pub frame_size: Option<u64>,
+    /// Bytes of tar per independent compressed frame (default 32M; 64k to 1G).
+    #[arg(long, value_parser = parse_frame_size)]
+    pub frame_size: Option<usize>,
     /// Order of directory entries.
     #[arg(long, value_enum, default_value = "none")]
     pub sort: SortArg,
@@ -77,7 +82,7 @@ pub struct PackArgs {
     #[arg(long)]
     pub no_sync: bool,
     /// Threads reading input files ahead of the archive writer.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::common::parse_read_threads)]
     pub read_threads: usize,
 }
 
@@ -107,12 +112,9 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
     }
     o.level = args.level;
     if let Some(t) = args.threads {
-        o.threads = t.max(1);
+        o.threads = t;
     }
-    o.frame_size = args.frame_size.map_or(DEFAULT_FRAME_SIZE, cacheless::conv::usize_of);
-    if o.frame_size < MIN_FRAME_SIZE {
-        return Err(usage(format!("--frame-size {} is below the minimum of 64k", o.frame_size)));
-    }
+    o.frame_size = args.frame_size.unwrap_or(DEFAULT_FRAME_SIZE);
     o.members.sort = match args.sort {
         SortArg::None => SortOrder::None,
         SortArg::Name => SortOrder::Name,
@@ -126,7 +128,7 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
     o.members.one_file_system = args.one_file_system;
     o.members.xattrs = args.xattrs;
     o.sync = !args.no_sync;
-    o.read_threads = args.read_threads.max(1);
+    o.read_threads = args.read_threads;
     o.io = common.io();
     let progress = Arc::new(Progress::new());
     o.progress = Some(progress.clone());

@@ -61,11 +61,37 @@ fn hint_in<'a>(mut chain: impl Iterator<Item = &'a (dyn StdError + 'static)>) ->
     })
 }
 
+/// A message made safe for a terminal: a control character in it (a name's escape sequence
+/// could clear the screen, move the cursor or forge a line) is written as GNU tar and ls write
+/// it in a name (`\033`, `\n`); the rest is left as it is.
+pub fn printable(msg: &str) -> std::borrow::Cow<'_, str> {
+    if !msg.chars().any(char::is_control) {
+        return msg.into();
+    }
+    let mut out = String::with_capacity(msg.len() + 8);
+    for c in msg.chars() {
+        if c.is_control() {
+            let mut b = [0u8; 4];
+            out.push_str(&String::from_utf8_lossy(&cacheless::quote::escape(c.encode_utf8(&mut b).as_bytes())));
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
+/// A path as a terminal is shown it: GNU's `escape` quoting (a backslash doubled, a byte that
+/// does not print as `\033`, `\n`, ...), as GNU tar lists names.
+pub fn shown(p: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    String::from_utf8_lossy(&cacheless::quote::escape(p.as_os_str().as_bytes())).into_owned()
+}
+
 /// Prints an error chain the way every command does: one line, each cause once (the library
 /// errors never repeat their source), then the hint in flag terms, if there is one.
 fn print_chain<'a>(chain: impl Iterator<Item = &'a (dyn StdError + 'static)> + Clone) {
     let line: Vec<String> = chain.clone().map(|c| c.to_string()).collect();
-    eprintln!("cacheless: {}", line.join(": "));
+    eprintln!("cacheless: {}", printable(&line.join(": ")));
     if let Some(h) = hint_in(chain).map(hint_text) {
         eprintln!("cacheless: hint: {h}");
     }
@@ -91,10 +117,10 @@ pub fn print_item_error(e: &(dyn StdError + 'static)) {
 /// more there were).
 pub fn print_members(warnings: &[String], failures: &[String], failure_count: u64) {
     for w in warnings {
-        eprintln!("cacheless: warning: {w}");
+        eprintln!("cacheless: warning: {}", printable(w));
     }
     for f in failures {
-        eprintln!("cacheless: {f}");
+        eprintln!("cacheless: {}", printable(f));
     }
     let more = failure_count.saturating_sub(failures.len() as u64);
     if more > 0 {

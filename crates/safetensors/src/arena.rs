@@ -284,7 +284,11 @@ impl SpanReader {
         });
         match first {
             Some(e) => Err(e),
-            None => Ok(hi.max(lo)),
+            // A file extended or rewritten meanwhile would mix two versions in the arena.
+            None => {
+                self.primary.check_unchanged()?;
+                Ok(hi.max(lo))
+            }
         }
     }
 }
@@ -325,6 +329,16 @@ fn drain(r: &mut Reader, queue: &Jobs<'_>, progress: &Progress, stop: &AtomicBoo
 /// Reads a whole file into one arena (arena byte `i` is file byte `i`).
 pub fn read_whole(path: &Path, opts: &ArenaOptions, progress: &Progress) -> Result<(Arena, SpanReader)> {
     let mut sr = SpanReader::open(path, opts)?;
+    if sr.primary.streams() {
+        // Its size says nothing (a proc or sysfs file, a FIFO): read to its end, then laid out.
+        let all = sr.primary.read_all()?;
+        progress.add_total_bytes(all.len() as u64);
+        let mut arena = sr.layout(&[(0, all.len() as u64)])?;
+        arena.buf[..all.len()].copy_from_slice(&all);
+        arena.len = all.len();
+        progress.add_bytes(all.len() as u64);
+        return Ok((arena, sr));
+    }
     let len = sr.len();
     progress.add_total_bytes(len);
     let mut arena = sr.layout(&[(0, len)])?;

@@ -38,4 +38,4 @@ pub use error::{Error, Result};
 pub use header::{Dtype, Header, TensorEntry};
 pub use load::{load, LoadOptions, LoadReport, Loaded, SafeFile};
 pub use model::{load_model, ModelIndex};
-pub use save::{save, serialize, TensorData};
+pub use save::{save, save_staged, serialize, TensorData};

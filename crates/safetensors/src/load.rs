@@ -26,6 +26,7 @@ pub const WINDOW: u64 = 4 << 20;
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadReport {
     /// The file.
+    #[serde(serialize_with = "cacheless::quote::serialize_path")]
     pub path: PathBuf,
     /// Its length.
     pub file_len: u64,

@@ -107,6 +107,21 @@ pub fn save(
     opts: &WriteOptions,
     progress: &Progress,
 ) -> Result<WriteReport> {
+    let (report, file) = save_staged(path, tensors, metadata, opts, progress)?;
+    file.publish(true)?;
+    Ok(report)
+}
+
+/// [`save`] up to its rename: the complete, durable file under its temporary name, for the
+/// caller to name with `PendingFile::publish(true)` once nothing stands in the way (a caller
+/// that must not replace `path` after an interrupt came); dropped instead, it is removed.
+pub fn save_staged(
+    path: &Path,
+    tensors: &[TensorData<'_>],
+    metadata: Option<&HashMap<String, String>>,
+    opts: &WriteOptions,
+    progress: &Progress,
+) -> Result<(WriteReport, cacheless::PendingFile)> {
     let (head, order) = header(path, tensors, metadata)?;
     let total = head.len() as u64 + order.iter().map(|t| t.data.len() as u64).sum::<u64>();
     progress.add_total_bytes(total);
@@ -126,5 +141,5 @@ pub fn save(
             progress.add_bytes(piece.len() as u64);
         }
     }
-    Ok(w.finish()?)
+    Ok(w.finish_pending()?)
 }

@@ -210,9 +210,12 @@ fn level_and_frame(opts: &PackOptions) -> Result<(i32, usize)> {
     }
     // Uncompressed: the stream goes out in write-request pieces.
     let frame = if c == Compression::None { opts.io.block_size.max(MIN_FRAME_SIZE) } else { opts.frame_size };
-    if frame < MIN_FRAME_SIZE {
-        return Err(invalid(&out_path(&opts.output), format!("frame size {frame} is below the minimum of {MIN_FRAME_SIZE} bytes")));
-    }
+    // The bounds every front end holds these to: checked here too, before anything is
+    // allocated, for callers of the library.
+    let bad = |m: String| invalid(&out_path(&opts.output), m);
+    let frame = cacheless::limits::frame_size("frame size", frame as u64).map_err(bad)?;
+    cacheless::limits::threads("compression threads", opts.threads as u64).map_err(bad)?;
+    cacheless::limits::threads("read threads", opts.read_threads as u64).map_err(bad)?;
     Ok((level, frame))
 }
 

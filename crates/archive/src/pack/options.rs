@@ -14,7 +14,7 @@ use crate::source::Compression;
 /// Default frame size: 32 MiB of tar stream per independent frame, as Agave's snapshots use.
 pub const DEFAULT_FRAME_SIZE: usize = 32 << 20;
 /// Smallest frame size accepted.
-pub const MIN_FRAME_SIZE: usize = 64 << 10;
+pub const MIN_FRAME_SIZE: usize = cacheless::limits::MIN_FRAME_SIZE;
 
 /// Where the archive goes.
 pub enum Output {
@@ -230,6 +230,7 @@ impl PackOptions {
 #[derive(Debug, Serialize)]
 pub struct PackReport {
     /// The archive's path, or `-` for a stream.
+    #[serde(serialize_with = "cacheless::quote::serialize_path")]
     pub output: PathBuf,
     /// Compression and level.
     pub compression: Compression,

@@ -195,7 +195,13 @@ fn read_stream(reader: &mut Reader, size: u64, tx: &SyncSender<Msg>, cancel: &At
         if cancel.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let Some(c) = reader.next_chunk()? else { break };
+        // A file that changed is reported by how it changed (below), as GNU tar reports it.
+        let c = match reader.next_chunk() {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) if e.kind() == cacheless::ErrorKind::Changed => break,
+            Err(e) => return Err(e),
+        };
         let n = cacheless::conv::fit(size - got, c.len());
         got += n as u64;
         if tx.send(Msg::Data(Piece::Chunk(c, n))).is_err() {

@@ -124,9 +124,9 @@ pub struct CpArgs {
     pub debug: bool,
     pub mode: Option<Mode>,
     pub backend: Option<BackendKind>,
-    pub block_size: Option<u64>,
-    pub queue_depth: Option<u32>,
-    pub memory: Option<u64>,
+    pub block_size: Option<usize>,
+    pub queue_depth: Option<usize>,
+    pub memory: Option<usize>,
     pub json: bool,
     /// The operands (sources, then the destination unless `-t`).
     pub files: Vec<PathBuf>,
@@ -232,14 +232,14 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
             id::INPLACE => a.tree.inplace = true,
             id::VERIFY => verify = true,
             id::VERIFY_ALGO => verify_algo = own_value("--verify-algo", arg_ref)?,
-            id::BWLIMIT => a.tree.bwlimit = Some(size("--bwlimit", arg_ref)?),
-            id::THREADS => a.tree.threads = Some(own_value("--threads", arg_ref)?),
+            id::BWLIMIT => a.tree.bwlimit = bounded("--bwlimit", arg_ref, cacheless::limits::parse_rate)?,
+            id::THREADS => a.tree.threads = Some(bounded("--threads", arg_ref, |f, s| cacheless::limits::threads(f, count(s)?))?),
             id::NO_SYNC => a.tree.sync = false,
             id::MODE => a.mode = Some(own_value("--mode", arg_ref)?),
             id::BACKEND => a.backend = Some(own_value("--backend", arg_ref)?),
-            id::BLOCK_SIZE => a.block_size = Some(size("--block-size", arg_ref)?),
-            id::QUEUE_DEPTH => a.queue_depth = Some(own_value("--queue-depth", arg_ref)?),
-            id::MEMORY => a.memory = Some(size("--memory", arg_ref)?),
+            id::BLOCK_SIZE => a.block_size = Some(bounded("--block-size", arg_ref, |f, s| cacheless::limits::block_size(f, cacheless::parse_size(s)?))?),
+            id::QUEUE_DEPTH => a.queue_depth = Some(bounded("--queue-depth", arg_ref, |f, s| cacheless::limits::queue_depth(f, count(s)?))?),
+            id::MEMORY => a.memory = Some(bounded("--memory", arg_ref, |f, s| cacheless::limits::memory(f, cacheless::parse_size(s)?))?),
             id::JSON => a.json = true,
             _ => return Err(Stop::Usage(None, true)),
         }
@@ -391,10 +391,16 @@ where
     s.parse::<T>().map_err(|e| Stop::Usage(Some(format!("invalid value '{s}' for '{what}': {e}")), true))
 }
 
-/// A size of one of cacheless's own options (`200M`).
-fn size(what: &str, arg: Option<&OsStr>) -> Result<u64, Stop> {
+/// A whole number.
+fn count(s: &str) -> Result<u64, String> {
+    s.trim().parse().map_err(|e: std::num::ParseIntError| e.to_string())
+}
+
+/// A value of one of cacheless's own options (`200M`, `8`), read and held to its bounds by
+/// `check` (see `cacheless::limits`).
+fn bounded<T>(what: &str, arg: Option<&OsStr>, check: impl Fn(&str, &str) -> Result<T, String>) -> Result<T, Stop> {
     let s = arg.unwrap_or_default().to_string_lossy();
-    cacheless::parse_size(&s).map_err(|e| Stop::Usage(Some(format!("invalid value '{s}' for '{what}': {e}")), true))
+    check(what, &s).map_err(|e| Stop::Usage(Some(format!("invalid value '{s}' for '{what}': {e}")), true))
 }
 
 /// What `-t`/`-T` and the operands make of the destination.

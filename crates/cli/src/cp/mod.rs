@@ -208,13 +208,13 @@ fn options(a: &mut CpArgs, common: Option<&CommonOpts>) -> TreeOptions {
         io.backend = b;
     }
     if let Some(b) = a.block_size {
-        io.block_size = cacheless::conv::usize_of(b);
+        io.block_size = b;
     }
     if let Some(q) = a.queue_depth {
-        io.queue_depth = q as usize;
+        io.queue_depth = q;
     }
     if let Some(m) = a.memory {
-        io.budget = Budget::new(cacheless::conv::usize_of(m));
+        io.budget = Budget::new(m);
     }
     let mut o = std::mem::take(&mut a.tree);
     o.io = io;

@@ -1,0 +1,209 @@
+//! What a hostile or careless user does to the command line: files whose size lies, sources
+//! that change while they are read, arguments past every bound, names no terminal should see,
+//! signals during slow work. Each asserts the outcome a careful tool gives (GNU's where there is
+//! a GNU peer), not just that nothing crashed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use cacheless_testkit::{interrupt, scratch};
+
+fn bin() -> Command {
+    cacheless_testkit::cacheless()
+}
+
+/// Runs `cmd` and fails the test if it has not finished within `limit` (a spin or a hang).
+/// Its output is read as it comes, so a full pipe never holds it up.
+fn within(cmd: &mut Command, limit: Duration) -> Output {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = rustix::process::Pid::from_child(&child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output().unwrap()));
+    match rx.recv_timeout(limit) {
+        Ok(out) => out,
+        Err(_) => {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            panic!("{cmd:?} still running after {limit:?}");
+        }
+    }
+}
+
+fn sha256sum(p: &Path) -> String {
+    let out = Command::new("sha256sum").arg(p).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Names left in `dir` besides `keep` (temporaries a run should have removed).
+fn others(dir: &Path, keep: &[&str]) -> Vec<String> {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| !keep.contains(&n.as_str())).collect()
+}
+
+/// proc and sysfs files say 0 or 4096 bytes whatever they hold, and a FIFO says 0: `cat`,
+/// `hash` and `cp` read each to its end (what GNU cat and sha256sum give), never spin on a
+/// read that returns nothing, never stop at the size stat gave.
+#[test]
+fn files_whose_size_lies_are_read_to_their_end_by_every_command() {
+    let d = scratch();
+    let files: Vec<PathBuf> =
+        ["/proc/sys/kernel/hostname", "/proc/version", "/sys/kernel/mm/transparent_hugepage/enabled", "/sys/kernel/mm/transparent_hugepage/defrag"]
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.exists())
+            .collect();
+    assert!(!files.is_empty(), "no proc file to read");
+    for p in &files {
+        let want = std::fs::read(p).unwrap();
+        let out = within(bin().arg("cat").arg(p), Duration::from_secs(20));
+        assert!(out.status.success(), "cat {}: {}", p.display(), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.stdout, want, "cat {}", p.display());
+        let out = within(bin().arg("hash").arg(p), Duration::from_secs(20));
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), sha256sum(p), "hash {}", p.display());
+        let dst = d.path().join("copy");
+        let out = within(bin().arg("cp").arg(p).arg(&dst), Duration::from_secs(20));
+        assert!(out.status.success(), "cp {}: {}", p.display(), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(std::fs::read(&dst).unwrap(), want, "cp {}", p.display());
+        std::fs::remove_file(&dst).unwrap();
+    }
+    // A FIFO: what the writer sent, hashed as sha256sum hashes it from a pipe.
+    let fifo = d.path().join("fifo");
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251).to_le_bytes()[0]).collect();
+    std::fs::write(d.path().join("plain"), &data).unwrap();
+    for cmd in ["hash", "cat"] {
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0).unwrap();
+        let (w, sent) = (fifo.clone(), data.clone());
+        let writer = std::thread::spawn(move || std::fs::write(w, sent).unwrap());
+        let out = within(bin().arg(cmd).arg(&fifo), Duration::from_secs(20));
+        writer.join().unwrap();
+        assert!(out.status.success(), "{cmd} of a FIFO: {}", String::from_utf8_lossy(&out.stderr));
+        if cmd == "hash" {
+            let want = sha256sum(&d.path().join("plain"));
+            assert_eq!(String::from_utf8(out.stdout).unwrap().split_whitespace().next(), want.split_whitespace().next());
+        } else {
+            assert!(out.stdout == data);
+        }
+        std::fs::remove_file(&fifo).unwrap();
+    }
+}
+
+/// A source truncated or extended while `cp` copies it (slowed by `--bwlimit` so the change
+/// lands mid-copy) fails with exit 1 and an error naming it; nothing is left under the
+/// destination's name, nor any temporary.
+#[test]
+fn a_source_that_changes_during_cp_is_an_error_naming_it() {
+    for shrink in [true, false] {
+        let d = scratch();
+        let src = d.path().join("src");
+        std::fs::write(&src, vec![7u8; 16 << 20]).unwrap();
+        let child = bin().args(["cp", "--bwlimit", "8M"]).arg(&src).arg(d.path().join("dst")).stderr(Stdio::piped()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        let f = std::fs::OpenOptions::new().write(true).open(&src).unwrap();
+        f.set_len(if shrink { 3 << 20 } else { 20 << 20 }).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "shrink={shrink}: {err}");
+        assert!(err.contains("changed as it was read") && err.contains("src"), "{err}");
+        assert_eq!(others(d.path(), &["src"]), Vec::<String>::new(), "shrink={shrink}");
+    }
+}
+
+/// Sizes, depths and thread counts past what any job can use are usage errors (exit 2; `cp`'s
+/// own parser, GNU's, exits 1) that name the flag, before anything is allocated: never an
+/// abort, a panic or the OOM killer. A budget past the machine's memory is clamped to it.
+#[test]
+fn arguments_past_their_bounds_are_usage_errors() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::write(&src, vec![1u8; 1 << 20]).unwrap();
+    let s = src.to_str().unwrap();
+    let dst = d.path().join("dst");
+    let t = dst.to_str().unwrap();
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["pack", "--frame-size", "100G", "-o", t, s], 2, "--frame-size"),
+        (&["pack", "--read-threads", "40000", "-o", t, s], 2, "--read-threads"),
+        (&["pack", "--threads", "0", "-o", t, s], 2, "--threads"),
+        (&["--queue-depth", "1000000", "cat", s], 2, "--queue-depth"),
+        (&["--block-size", "100G", "cat", s], 2, "--block-size"),
+        (&["--memory", "0", "hash", s], 2, "--memory"),
+        (&["extract", "--decompress-threads", "99999", t], 2, "--decompress-threads"),
+        (&["cp", "--bwlimit", "0.5", s, t], 1, "--bwlimit"),
+        (&["cp", "--threads", "40000", s, t], 1, "--threads"),
+        // A flag every command takes: refused before cp's own parser sees it.
+        (&["cp", "--queue-depth", "1000000", s, t], 2, "--queue-depth"),
+    ];
+    for (args, code, flag) in cases {
+        let out = within(bin().args(*args), Duration::from_secs(30));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
+        assert!(err.contains(flag) && !err.contains("panicked"), "{args:?}: {err}");
+        assert!(!dst.exists(), "{args:?} wrote something");
+    }
+    // Clamped, not refused: the copy is done with what the machine has.
+    let out = within(bin().args(["--queue-depth", "4096", "--memory", "100T", "cp", s, t]), Duration::from_secs(60));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(&dst).unwrap(), std::fs::read(&src).unwrap());
+    // --bwlimit 0 is no limit, as rsync's.
+    std::fs::remove_file(&dst).unwrap();
+    let out = within(bin().args(["cp", "--bwlimit", "0", s, t]), Duration::from_secs(60));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `--json` reports a name that is not UTF-8 (escaped, `\377`) instead of panicking after the
+/// work or printing nothing: cp, hash, info and evict alike.
+#[test]
+fn json_reports_names_that_are_not_utf8() {
+    let d = scratch();
+    let name = std::ffi::OsStr::from_bytes(b"bad\xff");
+    let src = d.path().join(name);
+    std::fs::write(&src, b"data").unwrap();
+    for args in [vec!["cp"], vec!["hash"], vec!["info"], vec!["evict"]] {
+        let mut cmd = bin();
+        cmd.arg("--json").args(&args).arg(&src);
+        if args[0] == "cp" {
+            cmd.arg(d.path().join("copy"));
+        }
+        let out = within(&mut cmd, Duration::from_secs(30));
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let text = v.to_string();
+        assert!(text.contains(r"bad\\377"), "{args:?}: {text}");
+    }
+    assert_eq!(std::fs::read(d.path().join("copy")).unwrap(), b"data");
+}
+
+/// A slow `--bwlimit` (1 KiB/s: hours for a 10 MiB file) stops within a second of SIGINT or
+/// SIGTERM, with 130 or 143, and leaves nothing behind.
+#[test]
+fn a_rate_limited_copy_stops_at_once_on_a_signal() {
+    for (sig, code) in [(rustix::process::Signal::INT, 130), (rustix::process::Signal::TERM, 143)] {
+        let d = scratch();
+        let src = d.path().join("src");
+        std::fs::write(&src, vec![3u8; 10 << 20]).unwrap();
+        let child = bin().args(["cp", "--bwlimit", "1k"]).arg(&src).arg(d.path().join("dst")).stderr(Stdio::piped()).spawn().unwrap();
+        let t0 = Instant::now();
+        let out = interrupt(child, Duration::from_millis(500), sig);
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert_eq!(out.status.code(), Some(code), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(others(d.path(), &["src"]), Vec::<String>::new());
+    }
+}
+
+/// A misspelt `CACHELESS_DISABLE` would leave on what the user meant to turn off: every command
+/// refuses to run (a usage error naming the word and the known ones), `cp` as GNU cp's usage.
+#[test]
+fn an_unknown_feature_in_cacheless_disable_is_refused() {
+    let d = scratch();
+    let f = d.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let out = bin().env("CACHELESS_DISABLE", "direct,dierct").arg("hash").arg(&f).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("'dierct'") && err.contains("dontcache"), "{err}");
+    assert!(out.stdout.is_empty());
+    let out = bin().env("CACHELESS_DISABLE", " Direct , uring ").arg("hash").arg(&f).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
