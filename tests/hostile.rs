@@ -207,3 +207,59 @@ fn an_unknown_feature_in_cacheless_disable_is_refused() {
     let out = bin().env("CACHELESS_DISABLE", " Direct , uring ").arg("hash").arg(&f).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// The temporaries in `dir` (the engine's names, `.NAME.cacheless-BOOT-PID-N.tmp`).
+fn temporaries(dir: &Path) -> Vec<String> {
+    others(dir, &[]).into_iter().filter(|n| n.starts_with('.') && n.contains(".cacheless-") && n.ends_with(".tmp")).collect()
+}
+
+/// A SIGKILLed copy leaves its temporary (nothing can remove it then); its name says whose it
+/// is. `cacheless clean -n` lists it, the next run that writes a temporary in that folder
+/// removes it and says so (`-v`, `--json`), and `cacheless clean` removes it on request. A live
+/// job's temporary is never touched.
+#[test]
+fn leftovers_of_a_killed_job_are_found_by_their_owner_and_removed() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::write(&src, vec![5u8; 32 << 20]).unwrap();
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let kill_copy = |name: &str| {
+        let mut child = bin().args(["cp", "--bwlimit", "4M"]).arg(&src).arg(out.join(name)).spawn().unwrap();
+        let t0 = Instant::now();
+        while !temporaries(&out).iter().any(|t| t.starts_with(&format!(".{name}."))) {
+            assert!(t0.elapsed() < Duration::from_secs(20), "no temporary appeared");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    };
+    kill_copy("a");
+    let left = temporaries(&out);
+    assert_eq!(left.len(), 1, "{left:?}");
+    let pid_part = format!("-{}-", cacheless::temps::boot());
+    assert!(left[0].starts_with(".a.cacheless-") && left[0].contains(&pid_part), "{left:?}");
+    // Listed, not removed.
+    let o = within(bin().args(["clean", "-n"]).arg(d.path()), Duration::from_secs(20));
+    assert!(o.status.success());
+    let listed = String::from_utf8_lossy(&o.stdout);
+    assert!(listed.contains("would remove") && listed.contains(&left[0]), "{listed}");
+    assert_eq!(temporaries(&out), left);
+    // The next job writing a temporary there removes it and says so.
+    let o = within(bin().args(["--json", "cp"]).arg(&src).arg(out.join("b")), Duration::from_secs(60));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let removed = v["leftovers_removed"].as_array().unwrap();
+    assert!(removed.len() == 1 && removed[0].as_str().unwrap().ends_with(&left[0]), "{v}");
+    assert!(temporaries(&out).is_empty());
+    assert_eq!(std::fs::read(out.join("b")).unwrap(), std::fs::read(&src).unwrap());
+    // `cacheless clean` removes on request; a live owner's temporary stays.
+    kill_copy("cc");
+    let live = out.join(format!(".x.cacheless-{}-{}-0.tmp", cacheless::temps::boot(), std::process::id()));
+    std::fs::write(&live, b"mine").unwrap();
+    let o = within(bin().arg("clean").arg(d.path()), Duration::from_secs(20));
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("removed"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(temporaries(&out), vec![live.file_name().unwrap().to_string_lossy().into_owned()]);
+}

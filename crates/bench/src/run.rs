@@ -68,13 +68,23 @@ fn fs_type_of(mountinfo: &str, dir: &Path) -> Option<String> {
 
 /// The directory for the files: `cfg.dir` (created if needed), else a new temporary one under the current
 /// directory, returned too so that it lives (and is removed) with the run.
-fn work_dir(cfg: &BenchConfig) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+fn work_dir(cfg: &BenchConfig, log: Log<'_>) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
     if let Some(d) = &cfg.dir {
         std::fs::create_dir_all(d).map_err(|e| Error::io(d, "create directory", e))?;
         return Ok((d.clone(), None));
     }
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", "current directory", e))?;
-    let tmp = tempfile::Builder::new().prefix(".cacheless-bench-").tempdir_in(&cwd).map_err(|e| Error::io(&cwd, "create temporary directory", e))?;
+    // A run killed before it could remove its folder left it here: gone with its owner.
+    for (p, pid) in cacheless::temps::clean_dir(&cwd) {
+        log(&format!("removed {}, left by process {pid}, which is gone", p.display()));
+    }
+    // Named for its owner (`cacheless::temps`), so that the next run, or `cacheless clean`,
+    // removes it if this one is killed.
+    let tmp = tempfile::Builder::new()
+        .prefix(&cacheless::temps::bench_dir_name())
+        .rand_bytes(0)
+        .tempdir_in(&cwd)
+        .map_err(|e| Error::io(&cwd, "create temporary directory", e))?;
     Ok((tmp.path().to_path_buf(), Some(tmp)))
 }
 
@@ -202,7 +212,7 @@ pub fn run(cfg: &BenchConfig, log: Log<'_>) -> Result<BenchReport> {
 pub fn run_cancellable(cfg: &BenchConfig, log: Log<'_>, cancel: &AtomicBool) -> Result<BenchReport> {
     validate(cfg)?;
     check_pressure(cfg, log)?;
-    let (dir, _tmp) = work_dir(cfg)?;
+    let (dir, _tmp) = work_dir(cfg, log)?;
     let (hierarchy, cgroup_version) = cgroup_for(cfg)?;
     let prepared = prepare(cfg, &dir, cancel, log);
     let hot = (cfg.scenario == Scenario::Neighbour).then(|| hot_path(&dir));

@@ -56,7 +56,7 @@ pub struct CreateOptions {
     /// leaves under a final name nothing, the file it replaced, or the complete new file,
     /// never a file whose data did not reach the disk (which ext4 shows as zeros of the new
     /// length); what it may leave besides is nothing (an unnamed file is freed at the next
-    /// mount) or, under temporary names, the temporaries `.NAME.cacheless-PID-N.tmp`. For callers that make the
+    /// mount) or, under temporary names, the temporaries `.NAME.cacheless-BOOT-PID-N.tmp`. For callers that make the
     /// whole tree durable at the end (extract): a last [`FileCreator::publish_now`] names what
     /// is still waiting, and their final syncfs makes the names durable. The batch is written
     /// back every `batch_writeback` bytes (32 MiB when 0) or `deferred_drops` files.

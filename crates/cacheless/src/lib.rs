@@ -55,6 +55,7 @@ pub mod rate;
 pub mod read;
 pub mod residency;
 mod sys;
+pub mod temps;
 pub mod tree;
 pub mod units;
 pub mod write;

@@ -47,7 +47,7 @@ pub fn initial_mode(permissions: Option<u32>, create: Option<u32>) -> u32 {
 pub(crate) enum Naming {
     /// Under its final name from the start (it must not exist).
     Final,
-    /// Under a temporary name beside it, `.NAME.cacheless-PID-N.tmp` (see [`sys::temp_name`]).
+    /// Under a temporary name beside it, `.NAME.cacheless-BOOT-PID-N.tmp` (see [`crate::temps::temp_name`]).
     Temporary,
     /// Without a name (O_TMPFILE) with permission bits `mode`, or where the filesystem has
     /// none (or it is switched off), as [`Naming::Temporary`].
@@ -220,7 +220,7 @@ impl Drop for PendingFile {
     }
 }
 
-/// Creates a new file under a temporary name beside `name` in `dir` (see [`sys::temp_name`])
+/// Creates a new file under a temporary name beside `name` in `dir` (see [`crate::temps::temp_name`])
 /// with permission bits `mode`; `path` names it in errors.
 fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, mode: u32) -> Result<(OwnedFd, At)> {
     let (fd, tmp) = sys::beside(dir, name, |dir, t| sys::call(Site::Open, || rustix::fs::openat(dir, t, EXCLUSIVE, FMode::from_raw_mode(mode))))

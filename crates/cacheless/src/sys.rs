@@ -8,9 +8,8 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use rustix::fs::{Mode as FMode, OFlags};
@@ -20,29 +19,20 @@ use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::{self, Injected, Site, Step};
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Longest name a directory entry may have on Linux (NAME_MAX).
-const NAME_MAX: usize = 255;
-
-/// A temporary name beside `name`, `.NAME.cacheless-PID-N.tmp`, that no other writer of this
-/// process uses. It fits wherever `name` does: NAME is cut to leave room for the rest (any
-/// byte but '/' and NUL may end a name, so a cut is a name too).
+/// A temporary name beside `name` (see [`crate::temps::temp_name`]).
 pub(crate) fn temp_name(name: &OsStr) -> OsString {
-    let tail = format!(".cacheless-{}-{}.tmp", std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed));
-    let bytes = name.as_bytes();
-    let keep = bytes.len().min(NAME_MAX - 1 - tail.len());
-    let mut t = OsString::from(".");
-    t.push(OsStr::from_bytes(&bytes[..keep]));
-    t.push(tail);
-    t
+    crate::temps::temp_name(name)
 }
 
 /// Makes an entry under a temporary name beside `name` in `dir` (see [`temp_name`]) with
 /// `make(dir, temporary)` (through [`call`]), which must fail with EEXIST where the name is
 /// taken (an exclusive create, mknodat, symlinkat, linkat): another name is tried then.
 /// Returns what `make` gave and the name.
+///
+/// The first temporary this process makes in a folder removes the leftovers of dead owners
+/// there first ([`crate::temps`]).
 pub(crate) fn beside<T>(dir: BorrowedFd<'_>, name: &OsStr, mut make: impl FnMut(BorrowedFd<'_>, &OsStr) -> io::Result<T>) -> io::Result<(T, OsString)> {
+    crate::temps::clean_once(dir);
     let mut tries = 0;
     loop {
         let t = temp_name(name);
@@ -133,9 +123,9 @@ fn switched_off() -> (bool, bool) {
 pub(crate) fn naming() -> String {
     let (no_tmpfile, no_flink) = switched_off();
     let created = if no_tmpfile {
-        "under temporary names (.NAME.cacheless-PID-N.tmp; O_TMPFILE disabled), renamed".to_string()
+        "under temporary names (.NAME.cacheless-BOOT-PID-N.tmp; O_TMPFILE disabled), renamed".to_string()
     } else if NO_TMPFILE.load(Ordering::Relaxed) {
-        "under temporary names (.NAME.cacheless-PID-N.tmp; O_TMPFILE unsupported), renamed".to_string()
+        "under temporary names (.NAME.cacheless-BOOT-PID-N.tmp; O_TMPFILE unsupported), renamed".to_string()
     } else if no_flink || NO_EMPTY_PATH_LINK.load(Ordering::Relaxed) {
         format!("without a name (O_TMPFILE), linked through /proc/self/fd (linkat AT_EMPTY_PATH {})", if no_flink { "disabled" } else { "refused" })
     } else {
@@ -408,14 +398,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_temporary_name_fits_beside_the_longest_name() {
-        for len in [1usize, 100, 230, 254, 255] {
-            let name = OsString::from("n".repeat(len));
-            let t = temp_name(&name);
-            assert!(t.len() <= NAME_MAX, "{len}: {} bytes", t.len());
-            assert!(t.as_bytes().starts_with(b".n") && t.as_bytes().ends_with(b".tmp"), "{t:?}");
-            assert_ne!(temp_name(&name), t, "two temporaries of one name differ");
-        }
+    fn a_temporary_is_made_beside_the_longest_name() {
         // And the file can be made.
         let d = tempfile::tempdir().unwrap();
         let dir = File::open(d.path()).unwrap();

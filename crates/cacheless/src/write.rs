@@ -114,6 +114,8 @@ pub struct Writer {
     wb_dropped: u64,
     /// Write-behind: start of the range whose writeback has not been started.
     wb_started: u64,
+    /// The size to preallocate at the first write, when it is still to be done.
+    prealloc: Option<u64>,
     preallocated: Option<u64>,
     direct_bytes: u64,
 }
@@ -161,16 +163,10 @@ impl Writer {
                 lease_count = lease_count.min(h.div_ceil(block) + 1);
             }
         }
-        let mut preallocated = None;
-        if let Some(h) = opts.size_hint {
-            if h >= policy::SMALL_WRITE && plan.decision.mode != Mode::Buffered {
-                // Preallocation keeps the file contiguous and lets direct writes land in
-                // allocated space; unsupported filesystems just skip it.
-                if rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, h).is_ok() {
-                    preallocated = Some(h);
-                }
-            }
-        }
+        // Preallocation keeps the file contiguous and lets direct writes land in allocated
+        // space. Done at the first write, not here: a writer killed before it wrote anything
+        // leaves no full-size temporary behind.
+        let prealloc = opts.size_hint.filter(|&h| h >= policy::SMALL_WRITE && plan.decision.mode != Mode::Buffered);
         Writer {
             file,
             path: path.to_path_buf(),
@@ -189,7 +185,8 @@ impl Writer {
             outstanding: BTreeSet::new(),
             wb_dropped: 0,
             wb_started: 0,
-            preallocated,
+            prealloc,
+            preallocated: None,
             direct_bytes: 0,
         }
     }
@@ -248,6 +245,12 @@ impl Writer {
     }
 
     fn submit(&mut self, buf: AlignedBuf, len: usize) -> Result<()> {
+        if let Some(h) = self.prealloc.take() {
+            // Unsupported filesystems just skip it.
+            if rustix::fs::fallocate(&*self.file, rustix::fs::FallocateFlags::empty(), 0, h).is_ok() {
+                self.preallocated = Some(h);
+            }
+        }
         let off = self.pos;
         let op = Op::owned(OpKind::Write, self.file.clone(), off, buf, 0, len, self.plan.flags, off).map_err(|e| self.err("write", e))?;
         let one_request = !self.lane.has_queue() && self.opts.size_hint.is_some_and(|h| h <= self.block as u64);

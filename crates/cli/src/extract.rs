@@ -327,8 +327,9 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
             eprintln!("cacheless: hint: {h}");
         }
     }
+    let leftovers = ui::leftovers("cacheless", common.verbose > 0 && !common.json);
     if common.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", ui::json_with_leftovers(&report, leftovers)?);
     } else if args.debug {
         let m = &report.modes;
         eprintln!(

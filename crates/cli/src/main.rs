@@ -3,6 +3,7 @@
 
 mod bench;
 mod cat;
+mod clean;
 mod common;
 mod cp;
 mod evict;
@@ -51,6 +52,8 @@ enum Cmd {
     Pack(pack::PackArgs),
     /// Measure throughput, CPU, reclaim and page-cache growth of each mode, fio-style.
     Bench(bench::BenchArgs),
+    /// List and remove the temporaries that killed or crashed jobs left under folders (never a running job's).
+    Clean(clean::CleanArgs),
     /// The quick built-in comparison of every mode (what `cacheless bench` does with no arguments).
     Demo,
     /// A helper process of `cacheless bench --scenario pressure|neighbour`, started by the benchmark itself.
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Cmd::Extract(a) => extract::run(a, &cli.common),
         Cmd::Pack(a) => pack::run(a, &cli.common),
         Cmd::Bench(a) => bench::run(a, &cli.common),
+        Cmd::Clean(a) => clean::run(a, &cli.common),
         Cmd::Demo => bench::run_default(&cli.common),
         Cmd::BenchHelper { args } => return bench::helper(args),
     };

@@ -247,6 +247,27 @@ impl Drop for Bar {
     }
 }
 
+/// The leftovers of dead jobs this run removed where it wrote (see `cacheless::temps`), said on
+/// stderr under `-v` (`prog` starts the line), and returned as paths for a JSON report.
+pub fn leftovers(prog: &str, verbose: bool) -> Vec<String> {
+    let removed = cacheless::temps::take_removed();
+    if verbose {
+        for (p, pid) in &removed {
+            eprintln!("{prog}: removed {}, a temporary left by process {pid}, which is gone", shown(p));
+        }
+    }
+    removed.iter().map(|(p, _)| p.to_string_lossy().into_owned()).collect()
+}
+
+/// `report` as JSON with the leftovers this run removed added (`leftovers_removed`).
+pub fn json_with_leftovers<T: serde::Serialize>(report: &T, leftovers: Vec<String>) -> serde_json::Result<String> {
+    let mut v = serde_json::to_value(report)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("leftovers_removed".into(), serde_json::Value::from(leftovers));
+    }
+    serde_json::to_string_pretty(&v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,19 +19,10 @@ pub struct Verdict {
     pub temporaries: Vec<String>,
 }
 
-/// Whether `name` is one of the engine's temporary names, `.NAME.cacheless-PID-N.tmp`
-/// (`cacheless::sys::temp_name`),
-/// and the tree copy's symlinks and hard links, `.NAME.cacheless-PID.tmp` and
-/// `.NAME.cacheless-PID.link.tmp`.
+/// Whether `name` is one of the engine's temporary names (`cacheless::temps`:
+/// `.NAME.cacheless-BOOT-PID-N.tmp`, and those of the earlier scheme).
 pub fn is_temporary(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix('.').and_then(|r| r.strip_suffix(".tmp")) else { return false };
-    let Some((_, tail)) = rest.rsplit_once(".cacheless-") else { return false };
-    let tail = tail.strip_suffix(".link").unwrap_or(tail);
-    let num = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
-    match tail.split_once('-') {
-        Some((pid, n)) => num(pid) && num(n),
-        None => num(tail),
-    }
+    cacheless::temps::owner(name.as_bytes()).is_some()
 }
 
 /// What differs between `m` and the permission bits and time `want`, if anything.
@@ -174,6 +165,7 @@ mod tests {
     #[test]
     fn temporaries_are_recognised_by_the_engines_pattern() {
         assert!(is_temporary(".data.bin.cacheless-1234-0.tmp"));
+        assert!(is_temporary(&format!(".data.bin.cacheless-{}-1234-0.tmp", cacheless::temps::boot())));
         assert!(is_temporary(".a.b.cacheless-1-22.tmp"));
         assert!(!is_temporary("data.bin"));
         assert!(!is_temporary(".data.bin.cacheless-12x-0.tmp"));

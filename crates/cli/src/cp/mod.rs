@@ -155,8 +155,10 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
         return code;
     }
     let r = &report;
+    let leftovers = ui::leftovers(prog(), a.verbose && !a.json);
     if a.json {
         let v = serde_json::json!({
+            "leftovers_removed": leftovers,
             "files": r.files,
             "copied": r.copied,
             "reflinked": r.reflinked,
