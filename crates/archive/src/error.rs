@@ -41,7 +41,7 @@ pub enum Error {
         offset: u64,
     },
     /// The decompressor reported an error (corrupt or truncated compressed stream).
-    #[error("compressed stream corrupt or truncated in entry {entry:?} near tar offset {offset}: {error}")]
+    #[error("compressed stream corrupt or truncated near tar offset {offset} (reading entry {entry:?}): {error}; the members whose data it held were removed")]
     Decompress {
         /// The entry being read, as far as known.
         entry: String,

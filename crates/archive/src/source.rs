@@ -9,9 +9,10 @@
 //! when the archive is already cached, as its auto policy decides and reports); a stream (stdin,
 //! a pipe) is read with plain reads. Either way the reading runs on its own thread.
 
-use std::io::{self, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -231,17 +232,28 @@ pub struct TarStream {
     reader: Decoded,
     threads: Vec<JoinHandle<()>>,
     stats: Option<Arc<Stats>>,
+    /// How far into the decompressed stream every checksum covering the bytes has passed (see
+    /// [`TarStream::verified`]).
+    verified: Arc<AtomicU64>,
     /// How the archive is read and what compression it has.
     pub info: SourceInfo,
 }
 
 impl TarStream {
+    /// How many bytes of the decompressed (tar) stream every checksum covering them has
+    /// verified so far: up to the end of the last gzip member, xz or bzip2 stream, zstd or LZ4
+    /// frame whose checks passed (`u64::MAX` for a plain tar, which has none). Rises as the
+    /// stream is read; a byte past it may still turn out corrupt.
+    pub fn verified(&self) -> Arc<AtomicU64> {
+        self.verified.clone()
+    }
+
     /// The counts of frames and decompression threads so far (final once the stream has been
     /// read to its end).
     pub fn source_info(&self) -> SourceInfo {
         let mut info = self.info.clone();
         if let Some(s) = &self.stats {
-            info.frames = Some(s.frames.load(std::sync::atomic::Ordering::Relaxed));
+            info.frames = Some(s.frames.load(Ordering::Relaxed));
             info.decompress_threads = s.threads_used();
         }
         info
@@ -349,24 +361,27 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
     let compression = Compression::detect(raw.peek().unwrap_or_default());
     let mut info = SourceInfo { compression, read_mode, reason, archive_len, decompress_threads: 0, frames: None };
     if compression == Compression::None {
-        return Ok(TarStream { reader: Decoded::Chan(raw), threads, stats: None, info });
+        return Ok(TarStream { reader: Decoded::Chan(raw), threads, stats: None, verified: Arc::new(AtomicU64::new(u64::MAX)), info });
     }
+    let verified = Arc::new(AtomicU64::new(0));
     info.decompress_threads = 1;
     if compression == Compression::Zstd && decompress.threads > 1 {
         // The frames' buffers are sized to the caller's share: not leased, so that they never
         // wait on the file writers' leases (which wait on the parser, which waits on the frames).
         let plan = zframes::Plan::new(decompress.threads, decompress.bytes.max(1));
         let ChanReader { rx, cur, pos, .. } = raw;
-        let (frames, more, stats) = zframes::start(zframes::RawIn::new(rx, cur, pos), plan).map_err(|e| Error::io("spawn", "decompressor", e))?;
+        let (frames, more, stats) =
+            zframes::start(zframes::RawIn::new(rx, cur, pos), plan, verified.clone()).map_err(|e| Error::io("spawn", "decompressor", e))?;
         threads.extend(more);
-        return Ok(TarStream { reader: Decoded::Frames(frames), threads, stats: Some(stats), info });
+        return Ok(TarStream { reader: Decoded::Frames(frames), threads, stats: Some(stats), verified, info });
     }
     let (dtx, drx) = sync_channel::<io::Result<Vec<u8>>>(8);
+    let marks = verified.clone();
     let spawned = std::thread::Builder::new().name("cacheless-decompress".into()).spawn(move || {
         // A decoder fed a hostile stream must not take the run down: its panic is an
         // error of the stream, reported where it broke.
         let failed = dtx.clone();
-        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decompress_thread(compression, raw, dtx))) {
+        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decompress_thread(compression, raw, dtx, marks))) {
             let msg = format!("{} decoder failed: {}", compression.name(), crate::error::panic_message(&*p));
             let _ = failed.send(Err(io::Error::new(io::ErrorKind::InvalidData, msg)));
         }
@@ -379,7 +394,7 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
             return Err(Error::io("spawn", "decompressor", e));
         }
     }
-    Ok(TarStream { reader: Decoded::Chan(ChanReader::new(drx)), threads, stats: None, info })
+    Ok(TarStream { reader: Decoded::Chan(ChanReader::new(drx)), threads, stats: None, verified, info })
 }
 
 /// Waits for the threads that fed a receiver now closed (their sends fail, so they exit).
@@ -389,20 +404,11 @@ fn join(threads: Vec<JoinHandle<()>>) {
     }
 }
 
-fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<Vec<u8>>>) {
+fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<Vec<u8>>>, verified: Arc<AtomicU64>) {
     let mut dec: Box<dyn Read> = match c {
-        Compression::Zstd => match zstd::stream::read::Decoder::new(raw) {
-            Ok(d) => Box::new(d),
-            Err(e) => {
-                let _ = tx.send(Err(e));
-                return;
-            }
-        },
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
-        Compression::Xz => Box::new(xz2::read::XzDecoder::new_multi_decoder(raw)),
-        Compression::Lz4 => Box::new(Lz4Frames::new(raw)),
-        Compression::Bzip2 => Box::new(bzip2::read::MultiBzDecoder::new(raw)),
+        Compression::Lz4 => Box::new(Lz4Frames::new(raw, verified)),
         Compression::None => Box::new(raw),
+        c => Box::new(Members::new(c, raw, verified)),
     };
     loop {
         let mut buf = vec![0u8; OUT_CHUNK];
@@ -426,6 +432,144 @@ fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<
     }
 }
 
+/// One member of a stream of concatenated members, being decoded: a gzip member, an xz or
+/// bzip2 stream, a zstd frame. Each decoder checks its member's checksum (gzip's CRC-32 and
+/// size, xz's block and stream checks, bzip2's block and stream CRCs, zstd's content checksum)
+/// before it reports the member's end.
+enum Member {
+    Gzip(flate2::bufread::GzDecoder<BufReader<ChanReader>>),
+    Xz(XzMember),
+    Bzip2(bzip2::bufread::BzDecoder<BufReader<ChanReader>>),
+    Zstd(zstd::stream::read::Decoder<'static, BufReader<ChanReader>>),
+}
+
+/// One xz stream, decoded until its end is reported: xz2's single-stream reader calls the
+/// bytes of a next stream corrupt instead of stopping before them, so the stream is driven
+/// here (its block and stream checks are the decoder's, as there).
+struct XzMember {
+    stream: xz2::stream::Stream,
+    input: BufReader<ChanReader>,
+    ended: bool,
+}
+
+impl XzMember {
+    fn new(input: BufReader<ChanReader>) -> io::Result<XzMember> {
+        Ok(XzMember { stream: xz2::stream::Stream::new_stream_decoder(u64::MAX, 0)?, input, ended: false })
+    }
+}
+
+impl Read for XzMember {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.ended || buf.is_empty() {
+                return Ok(0);
+            }
+            let inp = self.input.fill_buf()?;
+            let eof = inp.is_empty();
+            let (in0, out0) = (self.stream.total_in(), self.stream.total_out());
+            let action = if eof { xz2::stream::Action::Finish } else { xz2::stream::Action::Run };
+            let status = self.stream.process(inp, buf, action);
+            let consumed = cacheless::conv::usize_of(self.stream.total_in() - in0);
+            let produced = cacheless::conv::usize_of(self.stream.total_out() - out0);
+            self.input.consume(consumed);
+            if status? == xz2::stream::Status::StreamEnd {
+                self.ended = true;
+            }
+            if produced > 0 || self.ended {
+                return Ok(produced);
+            }
+            if eof {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "stream truncated"));
+            }
+            if consumed == 0 {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "corrupt xz stream"));
+            }
+        }
+    }
+}
+
+/// Concatenated members (gzip members, xz and bzip2 streams, zstd frames), decoded one at a
+/// time so that the end of each is known: every byte produced up to a member's end has passed
+/// the checksums that cover it, and `verified` says so (the count of decoded bytes up to there).
+/// The files made of those bytes may then take their names (see `cacheless::FileCreator`'s
+/// gate); the bytes of a member whose check fails never do.
+struct Members {
+    codec: Compression,
+    /// The compressed input between members.
+    input: Option<BufReader<ChanReader>>,
+    cur: Option<Member>,
+    produced: u64,
+    verified: Arc<AtomicU64>,
+}
+
+impl Members {
+    fn new(codec: Compression, raw: ChanReader, verified: Arc<AtomicU64>) -> Members {
+        Members { codec, input: Some(BufReader::with_capacity(1 << 20, raw)), cur: None, produced: 0, verified }
+    }
+
+    /// Starts the next member, or says there is none.
+    fn next_member(&mut self) -> io::Result<bool> {
+        let Some(mut input) = self.input.take() else { return Ok(false) };
+        if self.codec == Compression::Xz {
+            // xz stream padding: null bytes between and after streams.
+            loop {
+                let buf = input.fill_buf()?;
+                let zeros = buf.iter().take_while(|&&b| b == 0).count();
+                if zeros == 0 {
+                    break;
+                }
+                input.consume(zeros);
+            }
+        }
+        if input.fill_buf()?.is_empty() {
+            self.input = Some(input);
+            return Ok(false);
+        }
+        self.cur = Some(match self.codec {
+            Compression::Gzip => Member::Gzip(flate2::bufread::GzDecoder::new(input)),
+            Compression::Xz => Member::Xz(XzMember::new(input)?),
+            Compression::Bzip2 => Member::Bzip2(bzip2::bufread::BzDecoder::new(input)),
+            _ => Member::Zstd(zstd::stream::read::Decoder::with_buffer(input)?.single_frame()),
+        });
+        Ok(true)
+    }
+}
+
+impl Read for Members {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let n = match &mut self.cur {
+                None => {
+                    if !self.next_member()? {
+                        return Ok(0);
+                    }
+                    continue;
+                }
+                Some(Member::Gzip(d)) => d.read(buf)?,
+                Some(Member::Xz(d)) => d.read(buf)?,
+                Some(Member::Bzip2(d)) => d.read(buf)?,
+                Some(Member::Zstd(d)) => d.read(buf)?,
+            };
+            if n > 0 {
+                self.produced += n as u64;
+                return Ok(n);
+            }
+            // The member ended, its checks passed: what it held is verified.
+            self.verified.store(self.produced, Ordering::Release);
+            self.input = match self.cur.take() {
+                Some(Member::Gzip(d)) => Some(d.into_inner()),
+                Some(Member::Xz(d)) => Some(d.input),
+                Some(Member::Bzip2(d)) => Some(d.into_inner()),
+                Some(Member::Zstd(d)) => Some(d.finish()),
+                None => None,
+            };
+        }
+    }
+}
+
 /// Concatenated LZ4 frames (as `lz4` and `cacheless pack` write them): lz4_flex's decoder
 /// returns end of stream at the end of each frame, so go on while input remains. Skippable
 /// frames, which lz4_flex refuses, are stepped over before each frame.
@@ -438,6 +582,9 @@ struct Lz4Frames {
     dec: lz4_flex::frame::FrameDecoder<DrySeen>,
     /// At the start of the stream or just after a frame's end.
     between: bool,
+    /// Bytes decoded so far, and up to where the frames' checks passed (see [`Members`]).
+    produced: u64,
+    verified: Arc<AtomicU64>,
 }
 
 /// The archive's bytes, noting whether a read found none left (see [`Lz4Frames`]).
@@ -457,8 +604,8 @@ impl Read for DrySeen {
 }
 
 impl Lz4Frames {
-    fn new(raw: ChanReader) -> Self {
-        Lz4Frames { dec: lz4_flex::frame::FrameDecoder::new(DrySeen { raw, dry: false }), between: true }
+    fn new(raw: ChanReader, verified: Arc<AtomicU64>) -> Self {
+        Lz4Frames { dec: lz4_flex::frame::FrameDecoder::new(DrySeen { raw, dry: false }), between: true, produced: 0, verified }
     }
 }
 
@@ -478,11 +625,14 @@ impl Read for Lz4Frames {
             }
             let n = self.dec.read(buf)?;
             if n > 0 {
+                self.produced += n as u64;
                 return Ok(n);
             }
             if self.dec.get_ref().dry {
                 return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "stream truncated: a frame ends without its end mark"));
             }
+            // The frame's end mark (and its checksums, where it has them) passed.
+            self.verified.store(self.produced, Ordering::Release);
             self.between = true;
         }
     }

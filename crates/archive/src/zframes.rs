@@ -121,6 +121,11 @@ pub(crate) struct FrameReader {
     cur: Option<Receiver<io::Result<Vec<u8>>>>,
     buf: Vec<u8>,
     pos: usize,
+    /// Bytes handed out so far, and up to where whole frames were (see `TarStream::verified`):
+    /// a frame's worker closes its channel only after the decoder reported the frame's end,
+    /// its content checksum checked.
+    delivered: u64,
+    verified: Arc<AtomicU64>,
 }
 
 impl io::Read for FrameReader {
@@ -130,6 +135,7 @@ impl io::Read for FrameReader {
                 let n = out.len().min(self.buf.len() - self.pos);
                 out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
                 self.pos += n;
+                self.delivered += n as u64;
                 return Ok(n);
             }
             match &self.cur {
@@ -139,8 +145,11 @@ impl io::Read for FrameReader {
                         self.pos = 0;
                     }
                     Ok(Err(e)) => return Err(e),
-                    // The frame's worker finished it.
-                    Err(_) => self.cur = None,
+                    // The frame's worker finished it (an error would have come first).
+                    Err(_) => {
+                        self.cur = None;
+                        self.verified.store(self.delivered, Ordering::Release);
+                    }
                 },
                 None => match self.frames.recv() {
                     Ok(rx) => self.cur = Some(rx),
@@ -210,7 +219,8 @@ impl RawIn {
 
 /// Starts the splitter and the workers; returns the in-order decoded stream, the threads to
 /// join, and the counters.
-pub(crate) fn start(raw: RawIn, plan: Plan) -> io::Result<(FrameReader, Vec<JoinHandle<()>>, Arc<Stats>)> {
+/// `verified` rises to the end of each frame the reader has handed out whole.
+pub(crate) fn start(raw: RawIn, plan: Plan, verified: Arc<AtomicU64>) -> io::Result<(FrameReader, Vec<JoinHandle<()>>, Arc<Stats>)> {
     let stats = Arc::new(Stats::default());
     let (frames_tx, frames_rx) = sync_channel(plan.window.saturating_sub(1).max(1));
     let mut threads = Vec::new();
@@ -247,7 +257,7 @@ pub(crate) fn start(raw: RawIn, plan: Plan) -> io::Result<(FrameReader, Vec<Join
         let _ = failed.send(rx);
     })?;
     threads.push(splitter);
-    Ok((FrameReader { frames: frames_rx, cur: None, buf: Vec::new(), pos: 0 }, threads, stats))
+    Ok((FrameReader { frames: frames_rx, cur: None, buf: Vec::new(), pos: 0, delivered: 0, verified }, threads, stats))
 }
 
 fn bad(offset: u64, what: impl std::fmt::Display) -> io::Error {
@@ -566,7 +576,7 @@ mod tests {
                 }
             }
         });
-        let (mut r, threads, stats) = start(RawIn::new(rx, Vec::new(), 0), Plan::new(threads, 8 << 20)).unwrap();
+        let (mut r, threads, stats) = start(RawIn::new(rx, Vec::new(), 0), Plan::new(threads, 8 << 20), Arc::new(AtomicU64::new(0))).unwrap();
         let mut v = Vec::new();
         let res = r.read_to_end(&mut v).map(|_| v);
         drop(r);

@@ -361,3 +361,119 @@ fn truncated_lz4_at_a_block_boundary_is_an_error() {
         }
     }
 }
+
+/// `data` compressed by the peer tool `cmd` (`gzip -c`, `zstd -c`, ...).
+fn compress_with(cmd: &[&str], data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child =
+        std::process::Command::new(cmd[0]).args(&cmd[1..]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = data.to_vec();
+    let feeder = std::thread::spawn(move || stdin.write_all(&input).unwrap());
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    assert!(out.status.success(), "{cmd:?}");
+    out.stdout
+}
+
+/// Whether a failure message names member `n` (as `'n'`, `'DEST/n'` or `n: ...`).
+fn names(failures: &[String], n: &str) -> bool {
+    failures.iter().any(|f| f.starts_with(&format!("{n}:")) || f.contains(&format!("'{n}'")) || f.contains(&format!("/{n}'")))
+}
+
+/// One bit flipped inside member `a`'s compressed bytes, or the stream cut inside `b`'s: no
+/// member whose bytes a failed (or never reached) checksum covers keeps a name, whatever the
+/// codec. `a` is not left corrupted under its name (what `tar -x` leaves), and each removed
+/// member is listed under its own name, not the one the parser happened to be reading.
+#[test]
+fn a_member_is_named_only_after_the_checksums_covering_it_pass() {
+    let a = rnd(11, 200_000);
+    let b = rnd(12, 3 << 20);
+    let tar = TarBuf::default().file("a", &a).file("b", &b).file("c", b"c").end();
+    let codecs: [(&str, &[&str]); 5] = [
+        ("gzip", &["gzip", "-c", "-1"]),
+        ("zstd", &["zstd", "-c", "-q", "-1"]),
+        ("lz4", &["lz4", "-c", "-q"]),
+        ("xz", &["xz", "-c", "-0"]),
+        ("bzip2", &["bzip2", "-c", "-1"]),
+    ];
+    for (name, cmd) in codecs {
+        let z = compress_with(cmd, &tar);
+        // Intact, everything comes out.
+        let c = case();
+        let r = c.run(z.clone());
+        assert!(r.is_ok(), "{name}: {:?} {:?}", r.fatal, r.failures);
+        assert_eq!(c.dest_listing(), vec!["a", "b", "c"], "{name}");
+        for threads in [1, 4] {
+            // A bit of `a`'s data (random data compresses to itself, at about the same place).
+            let mut bad = z.clone();
+            let at = (512 + 100_000).min(bad.len() / 20);
+            bad[at] ^= 0x10;
+            let c = case();
+            let r = c.run_with(bad, |o| o.decompress_threads = threads);
+            let what = format!("{name} flipped, {threads} threads");
+            assert!(r.fatal.is_some(), "{what}: the damage went unnoticed");
+            assert!(!c.dest.join("a").exists(), "{what}: the damaged member kept its name");
+            // Listed as removed; or, where the damage showed before `a` was whole, the member
+            // being written when it did, removed with it; or no member was reached (a bzip2
+            // block gives nothing before its check).
+            let fatal = r.fatal.clone().unwrap_or_default();
+            assert!(names(&r.failures, "a") || fatal.contains("entry \"a\"") || r.entries == 0, "{what}: a is not named among {:?} nor in {fatal}", r.failures);
+            // What stays is whole.
+            for (n, want) in [("b", &b[..]), ("c", &b"c"[..])] {
+                if c.dest.join(n).exists() {
+                    assert!(fs::read(c.dest.join(n)).unwrap() == want, "{what}: {n} is not whole");
+                }
+            }
+            // Cut inside `b`: `a`, before the cut but under the same checksum, goes too.
+            let c = case();
+            let r = c.run_with(z[..z.len() * 2 / 3].to_vec(), |o| o.decompress_threads = threads);
+            let what = format!("{name} cut, {threads} threads");
+            assert!(r.fatal.is_some(), "{what}");
+            assert!(c.dest_listing().is_empty(), "{what}: {:?} named though its checksum never came", c.dest_listing());
+        }
+    }
+    // Independent frames (as `cacheless pack` and pzstd write them): a frame whose checksum
+    // fails takes its members with it, the frames before it stay.
+    let split = 512 + a.len().div_ceil(512) * 512;
+    let first = compress_with(&["zstd", "-c", "-q", "-1"], &tar[..split]);
+    let second = compress_with(&["zstd", "-c", "-q", "-1"], &tar[split..]);
+    for threads in [1, 4] {
+        let mut z = first.clone();
+        let mut s2 = second.clone();
+        let at = s2.len() / 2;
+        s2[at] ^= 0x10;
+        z.extend_from_slice(&s2);
+        let c = case();
+        let r = c.run_with(z, |o| o.decompress_threads = threads);
+        assert!(r.fatal.is_some(), "{threads} threads");
+        assert_eq!(c.dest_listing(), vec!["a"], "{threads} threads: {:?}", r.failures);
+        assert!(fs::read(c.dest.join("a")).unwrap() == a);
+        let fatal = r.fatal.clone().unwrap_or_default();
+        assert!(names(&r.failures, "b") || fatal.contains("entry \"b\""), "{:?} {fatal}", r.failures);
+    }
+}
+
+/// A hard link to a member, or a later member of the same name, needs the earlier file's name
+/// before the archive's checksums reach it: it is named then (no wait on a check that only
+/// reading further can bring), and, should the check then fail, removed with the rest.
+#[test]
+fn members_that_need_an_unverified_name_get_it_and_lose_it_if_the_check_fails() {
+    let a = rnd(21, 50_000);
+    let tar = TarBuf::default().file("a", &a).hardlink("l", "a").file("a", b"second").file("tail", &rnd(22, 2 << 20)).end();
+    let z = compress_with(&["gzip", "-c", "-1"], &tar);
+    let c = case();
+    let r = c.run(z.clone());
+    assert!(r.is_ok(), "{:?} {:?}", r.fatal, r.failures);
+    assert_eq!(c.dest_listing(), vec!["a", "l", "tail"]);
+    assert_eq!(fs::read(c.dest.join("a")).unwrap(), b"second");
+    assert!(fs::read(c.dest.join("l")).unwrap() == a);
+    // The same archive with its last bytes (the gzip trailer: CRC and size) damaged.
+    let mut bad = z;
+    let n = bad.len();
+    bad[n - 6] ^= 0xff;
+    let c = case();
+    let r = c.run(bad);
+    assert!(r.fatal.is_some());
+    assert!(c.dest_listing().is_empty(), "{:?} stayed: {:?}", c.dest_listing(), r.failures);
+}

@@ -8,6 +8,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
@@ -15,7 +16,7 @@ use crate::buf::AlignedBuf;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::{self, Step};
-use crate::pending::{initial_mode, Naming, PendingFile};
+use crate::pending::{initial_mode, Named, Naming, Parked, PendingFile};
 use crate::plan::{self, Plan};
 use crate::policy::{self, Decision, Mode};
 use crate::progress::Progress;
@@ -84,6 +85,60 @@ struct Batched {
     file: Arc<File>,
     drop_pages: bool,
     publish: Option<(PendingFile, Published)>,
+    /// The position in the gate's input the file's data ends at (see [`FileCreator::with_gate`]).
+    until: u64,
+}
+
+/// A durable file waiting for the gate to pass it (see [`FileCreator::with_gate`]): open, or
+/// parked under a temporary name with its descriptor closed, so that however many wait, they
+/// hold few descriptors.
+enum Held {
+    Open(PendingFile),
+    Parked(Parked),
+}
+
+impl Held {
+    fn path(&self) -> &Path {
+        match self {
+            Held::Open(p) => p.path(),
+            Held::Parked(p) => &p.identity().path,
+        }
+    }
+
+    /// What removes it by name should the gate never pass `until` once it is named.
+    fn early(&self, until: u64) -> Option<Early> {
+        let at = match self {
+            Held::Open(p) => p.identity()?,
+            Held::Parked(p) => p.identity().clone(),
+        };
+        Some(Early { until, at })
+    }
+
+    fn publish(self) -> Result<()> {
+        match self {
+            Held::Open(p) => p.publish(false),
+            Held::Parked(p) => p.publish(),
+        }
+    }
+}
+
+/// Held files kept open at most; the ones after them are parked.
+const HELD_OPEN: usize = 256;
+
+/// What the gate holds back: files in the order they joined, and the names given before the
+/// gate passed them (a caller needed the name: see [`FileCreator::release_held`]).
+#[derive(Default)]
+struct Gated {
+    files: VecDeque<(u64, Held, Published)>,
+    open: usize,
+    early: Vec<Early>,
+}
+
+/// A file named before the gate passed it: where, and which inode, to remove it if the gate
+/// never does.
+struct Early {
+    until: u64,
+    at: Named,
 }
 
 /// The files waiting for the batch's syncfs, and their bytes.
@@ -91,6 +146,12 @@ struct Batched {
 struct Batch {
     files: Vec<Batched>,
     bytes: u64,
+}
+
+impl std::fmt::Debug for Gated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gated").field("files", &self.files.len()).field("early", &self.early.len()).finish()
+    }
 }
 
 impl std::fmt::Debug for Batch {
@@ -166,6 +227,11 @@ struct Shared {
     exact_dir: LastDir<bool>,
     /// The last directory asked about in [`FileCreator::owner_in`] and the owner its new files get.
     owner_dir: LastDir<(u32, u32)>,
+    /// How far the input files are made from has passed its checksums (see
+    /// [`FileCreator::with_gate`]); `None`: no gate.
+    gate: Option<Arc<AtomicU64>>,
+    /// The files the gate holds back.
+    gated: Mutex<Gated>,
 }
 
 impl Shared {
@@ -252,7 +318,11 @@ impl Shared {
     /// it to every descriptor of the filesystem opened before it).
     fn write_back_batch(&self) {
         let batch = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|e| e.into_inner()));
-        let Some(first) = batch.files.first() else { return };
+        let Some(first) = batch.files.first() else {
+            // Nothing to sync; what was held may be passed by now.
+            self.release(self.passed());
+            return;
+        };
         let synced = if batch.files.iter().any(|b| b.publish.is_some()) {
             sys::syncfs(first.file.as_fd())
         } else {
@@ -261,17 +331,67 @@ impl Shared {
             }
             Ok(())
         };
+        let passed = self.passed();
         for b in batch.files {
             if let Some((pending, then)) = b.publish {
-                then(match &synced {
-                    Ok(()) => pending.publish(false),
+                match &synced {
+                    // Durable, but its input not yet verified: held back (see `with_gate`).
+                    Ok(()) if b.until > passed => self.hold(b.until, pending, then),
+                    Ok(()) => then(pending.publish(false)),
                     // Dropping `pending` removes its temporary.
-                    Err(e) => Err(Error::io("syncfs", pending.path(), io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO)))),
-                });
+                    Err(e) => then(Err(Error::io("syncfs", pending.path(), io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))))),
+                }
             }
             if b.drop_pages {
                 let _ = residency::drop_range(&b.file, 0, 0);
             }
+        }
+        self.release(passed);
+    }
+
+    /// How far the gate has passed its input (everything where there is no gate).
+    fn passed(&self) -> u64 {
+        self.gate.as_ref().map_or(u64::MAX, |g| g.load(Ordering::Acquire))
+    }
+
+    /// Holds a durable file back until the gate passes `until`; parked (its descriptor closed)
+    /// once [`HELD_OPEN`] are held open. A file that cannot be parked stays open.
+    fn hold(&self, until: u64, pending: PendingFile, then: Published) {
+        let mut g = self.gated.lock().unwrap_or_else(|e| e.into_inner());
+        let held = if g.open < HELD_OPEN {
+            g.open += 1;
+            Held::Open(pending)
+        } else {
+            match pending.park() {
+                Ok(p) => Held::Parked(p),
+                Err(pending) => {
+                    g.open += 1;
+                    Held::Open(pending)
+                }
+            }
+        };
+        g.files.push_back((until, held, then));
+    }
+
+    /// Names the held files the gate has passed (`passed`), in the order they joined, and
+    /// forgets the early names it now vouches for.
+    fn release(&self, passed: u64) {
+        let ready: Vec<(u64, Held, Published)> = {
+            let mut g = self.gated.lock().unwrap_or_else(|e| e.into_inner());
+            g.early.retain(|e| e.until > passed);
+            let mut ready = Vec::new();
+            while g.files.front().is_some_and(|f| f.0 <= passed) {
+                if let Some(f) = g.files.pop_front() {
+                    if matches!(f.1, Held::Open(_)) {
+                        g.open -= 1;
+                    }
+                    ready.push(f);
+                }
+            }
+            ready
+        };
+        for (_, held, then) in ready {
+            then(held.publish());
         }
     }
 }
@@ -316,6 +436,21 @@ fn for_last_dir<T: Copy>(slot: &LastDir<T>, dir: &Arc<OwnedFd>, make: impl FnOnc
 impl FileCreator {
     /// A creator writing with `opts`.
     pub fn new(opts: CreateOptions) -> FileCreator {
+        FileCreator::gated(opts, None)
+    }
+
+    /// A creator whose files, made from an input that checksums verify as it is read (a
+    /// compressed archive: gzip members, zstd frames), take their names only once `verified`
+    /// (the input position up to which every checksum covering it has passed) reaches the
+    /// position their data ended at, given with [`NewFile::hold_until`] or
+    /// [`FileCreator::publish_after_sync_until`]. Until then a finished file is durable (its
+    /// batch's syncfs) but unnamed; [`FileCreator::discard_held`] removes those the input never
+    /// vouched for. For [`CreateOptions::publish_after_sync`] creators.
+    pub fn with_gate(opts: CreateOptions, verified: Arc<AtomicU64>) -> FileCreator {
+        FileCreator::gated(opts, Some(verified))
+    }
+
+    fn gated(opts: CreateOptions, gate: Option<Arc<AtomicU64>>) -> FileCreator {
         FileCreator {
             shared: Arc::new(Shared {
                 opts,
@@ -325,8 +460,74 @@ impl FileCreator {
                 umask: OnceLock::new(),
                 exact_dir: Mutex::new(None),
                 owner_dir: Mutex::new(None),
+                gate,
+                gated: Mutex::default(),
             }),
         }
+    }
+
+    /// Names every held file now, whether the gate passed it or not: for a caller about to use
+    /// one of their names (a hard link to it, a member replacing it) that cannot wait for the
+    /// input to be verified. Those the gate had not passed are remembered: if it never does,
+    /// [`FileCreator::discard_held`] removes them by name. Syncs first, as
+    /// [`FileCreator::publish_now`] does.
+    pub fn release_held(&self) {
+        self.shared.write_back_batch();
+        let passed = self.shared.passed();
+        let files: Vec<(u64, Held, Published)> = {
+            let mut g = self.shared.gated.lock().unwrap_or_else(|e| e.into_inner());
+            g.open = 0;
+            g.files.drain(..).collect()
+        };
+        for (until, held, then) in files {
+            let early = (until > passed).then(|| held.early(until)).flatten();
+            let r = held.publish();
+            if r.is_ok() {
+                if let Some(e) = early {
+                    self.shared.gated.lock().unwrap_or_else(|e| e.into_inner()).early.push(e);
+                }
+            }
+            then(r);
+        }
+    }
+
+    /// For a caller that linked `name` in `dir` to a file (a hard link): if that file was named
+    /// before the gate passed it (see [`FileCreator::release_held`]), the link goes with it
+    /// should the gate never pass it.
+    pub fn note_link(&self, dir: &Arc<OwnedFd>, name: &OsStr, path: &Path) {
+        let Ok(st) = rustix::fs::statat(&**dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) else { return };
+        let id = (st.st_dev, st.st_ino);
+        let mut g = self.shared.gated.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(until) = g.early.iter().find(|e| e.at.id == id).map(|e| e.until) {
+            g.early.push(Early { until, at: Named { dir: dir.clone(), name: name.to_os_string(), path: path.to_path_buf(), id } });
+        }
+    }
+
+    /// Gives up the files the gate did not pass, the input having failed its checks (or ended)
+    /// before their end: each held one is removed, its callback getting `why(path)`; each named
+    /// early (see [`FileCreator::release_held`]) is removed where it is still the same file, and
+    /// its path returned (its callback said `Ok` when it was named).
+    pub fn discard_held(&self, why: impl Fn(&Path) -> Error) -> Vec<PathBuf> {
+        self.shared.write_back_batch();
+        let (files, early) = {
+            let mut g = self.shared.gated.lock().unwrap_or_else(|e| e.into_inner());
+            g.open = 0;
+            (g.files.drain(..).collect::<Vec<_>>(), std::mem::take(&mut g.early))
+        };
+        for (_, held, then) in files {
+            let e = why(held.path());
+            // Dropped: removed.
+            drop(held);
+            then(Err(e));
+        }
+        let mut removed = Vec::new();
+        for Early { at, .. } in early {
+            let same = rustix::fs::statat(&*at.dir, at.name.as_os_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| (st.st_dev, st.st_ino) == at.id);
+            if same && rustix::fs::unlinkat(&*at.dir, at.name.as_os_str(), rustix::fs::AtFlags::empty()).is_ok() {
+                removed.push(at.path);
+            }
+        }
+        removed
     }
 
     /// The options it writes with.
@@ -461,9 +662,15 @@ impl FileCreator {
     /// `bytes` counts towards the batch's size. `then` says when (at once with its error where
     /// the creator does not publish after sync: the file is named now).
     pub fn publish_after_sync(&self, file: PendingFile, bytes: u64, then: Published) {
+        self.publish_after_sync_until(file, bytes, 0, then);
+    }
+
+    /// [`FileCreator::publish_after_sync`] for a file made from a gated input (see
+    /// [`FileCreator::with_gate`]) whose data ends at `until` there.
+    pub fn publish_after_sync_until(&self, file: PendingFile, bytes: u64, until: u64, then: Published) {
         if self.shared.publishes() {
             let open = file.file().clone();
-            self.shared.add_to_batch(Batched { file: open, drop_pages: false, publish: Some((file, then)) }, bytes);
+            self.shared.add_to_batch(Batched { file: open, drop_pages: false, publish: Some((file, then)), until }, bytes);
         } else {
             then(file.publish(false));
         }
@@ -576,6 +783,7 @@ impl FileCreator {
             cached: false,
             batched: false,
             stream: false,
+            until: 0,
         }
     }
 }
@@ -611,6 +819,12 @@ impl NewFile {
         self.draft.file.set_len(len).map_err(|e| Error::io("truncate", &self.draft.path, e))?;
         self.draft.end = len;
         Ok(())
+    }
+
+    /// Where this file's data ends in the input of a gated creator (see
+    /// [`FileCreator::with_gate`]): it takes its name only once the input is verified that far.
+    pub fn hold_until(&mut self, until: u64) {
+        self.draft.until = until;
     }
 
     /// Sets the permission bits the file gets when finished (in place of those given at
@@ -745,6 +959,8 @@ struct Draft {
     /// Not a regular file (a FIFO or device written in place): plain writes in order, no
     /// O_DIRECT and no page drops.
     stream: bool,
+    /// Where its data ends in a gated input (see [`FileCreator::with_gate`]).
+    until: u64,
 }
 
 impl Draft {
@@ -929,7 +1145,7 @@ impl Draft {
         if self.shared.opts.sync {
             let _ = residency::drop_range(&self.file, 0, 0);
         } else if self.batched {
-            self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages: true, publish: None }, self.end);
+            self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages: true, publish: None, until: 0 }, self.end);
         } else {
             self.shared.defer(self.file.clone());
         }
@@ -943,7 +1159,7 @@ impl Draft {
         if self.cached && !self.batched {
             self.shared.defer(self.file.clone());
         }
-        self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages, publish: Some((pending, then)) }, self.end);
+        self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages, publish: Some((pending, then)), until: self.until }, self.end);
     }
 }
 

@@ -196,6 +196,78 @@ impl PendingFile {
     pub fn discard(self) {}
 }
 
+impl PendingFile {
+    /// Puts a complete, durable file that is to wait for its name under a temporary name (if
+    /// it has none) and closes it: a [`Parked`] file holds no descriptor of its own. Back as it
+    /// was where it cannot be (no link could be made).
+    pub(crate) fn park(mut self) -> std::result::Result<Parked, PendingFile> {
+        let Some(at) = self.identity() else { return Err(self) };
+        let tmp = match &self.at {
+            At::Temporary(t) => t.clone(),
+            At::Unnamed => match sys::beside(self.dir.as_fd(), &self.name, |d, t| sys::link_fd(&self.file, d, t)) {
+                Ok(((), t)) => t,
+                Err(_) => return Err(self),
+            },
+            At::Final | At::InPlace => return Err(self),
+        };
+        self.settled = true;
+        Ok(Parked { at, tmp, settled: false })
+    }
+
+    /// Where it is to be named, and which inode it is, for a caller that names it before its
+    /// input is verified (see `FileCreator::release_held`).
+    pub(crate) fn identity(&self) -> Option<Named> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file.metadata().ok()?;
+        Some(Named { dir: self.dir.clone(), name: self.name.clone(), path: self.path.clone(), id: (m.dev(), m.ino()) })
+    }
+}
+
+/// Where a file is to be named, and which inode it is.
+#[derive(Clone)]
+pub(crate) struct Named {
+    pub dir: Arc<OwnedFd>,
+    pub name: OsString,
+    pub path: PathBuf,
+    /// Device and inode.
+    pub id: (u64, u64),
+}
+
+/// A complete, durable file waiting for its name under a temporary one, its descriptor closed
+/// (see [`PendingFile::park`]): renamed when published, removed when dropped.
+pub(crate) struct Parked {
+    at: Named,
+    tmp: OsString,
+    settled: bool,
+}
+
+impl Parked {
+    /// Renames it to its final name (see [`PendingFile::publish`]).
+    pub(crate) fn publish(mut self) -> Result<()> {
+        let r = sys::publish(self.at.dir.as_fd(), &self.tmp, &self.at.name, &self.at.path, false).map_err(|u| {
+            self.settled = u.renamed;
+            *u.error
+        });
+        if r.is_ok() {
+            self.settled = true;
+        }
+        r
+    }
+
+    /// Where it is to be named.
+    pub(crate) fn identity(&self) -> &Named {
+        &self.at
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        if !self.settled {
+            let _ = rustix::fs::unlinkat(&*self.at.dir, self.tmp.as_os_str(), AtFlags::empty());
+        }
+    }
+}
+
 impl std::fmt::Debug for PendingFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PendingFile").field("path", &self.path).field("at", &self.at).finish()

@@ -135,7 +135,7 @@ pub(crate) fn naming() -> String {
 }
 
 /// linkat of an open file to `name` in `dir`.
-fn link_fd(file: &File, dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+pub(crate) fn link_fd(file: &File, dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
     use rustix::fs::AtFlags;
     if !NO_EMPTY_PATH_LINK.load(Ordering::Relaxed) && !switched_off().1 {
         match call(Site::Open, || rustix::fs::linkat(file, "", dir, name, AtFlags::EMPTY_PATH)) {

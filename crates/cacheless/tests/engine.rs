@@ -293,10 +293,18 @@ fn drop_behind_reads_drop_only_what_they_brought_in() {
         assert!(res.cached_bytes() < len as u64 / 50, "{backend}: {} B left cached of a cold file", res.cached_bytes());
     }
     // Warm the first quarter (another program's pages): it must stay. Read-ahead is off for
-    // the warming read, so exactly that quarter is cached.
+    // the warming read, so exactly that quarter is cached. A control file's quarter is warmed
+    // with it and left alone: the kernel's own reclaim (the test suite fills the cache around
+    // it) takes from both alike, while a reader that dropped warm pages would take from `p`
+    // only.
+    let (q, _) = random_file(d.path(), "control", len / 4, 42);
+    cacheless::residency::evict_path(&q).unwrap();
+    let control = std::fs::File::open(&q).unwrap();
+    rustix::fs::fadvise(&control, 0, None, rustix::fs::Advice::Random).unwrap();
+    let mut quarter = vec![0u8; len / 4];
+    std::os::unix::fs::FileExt::read_exact_at(&control, &mut quarter, 0).unwrap();
     let f = std::fs::File::open(&p).unwrap();
     rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Random).unwrap();
-    let mut quarter = vec![0u8; len / 4];
     std::os::unix::fs::FileExt::read_exact_at(&f, &mut quarter, 0).unwrap();
     let before = cacheless::residency::residency(&f, 0, len as u64).unwrap();
     assert!(before.cached_bytes() >= (len / 4) as u64 && before.cached_bytes() < (len / 3) as u64, "warming cached {} B", before.cached_bytes());
@@ -305,7 +313,9 @@ fn drop_behind_reads_drop_only_what_they_brought_in() {
     r.read_to_end(&mut got).unwrap();
     drop(r);
     let warm = cacheless::residency::residency(&f, 0, (len / 4) as u64).unwrap();
-    assert_eq!(warm.cached_pages, warm.total_pages, "pages cached before the read were evicted");
+    let reclaimed = cacheless::residency::residency(&control, 0, (len / 4) as u64).unwrap();
+    let (lost, lost_by_reclaim) = (warm.total_pages - warm.cached_pages, reclaimed.total_pages - reclaimed.cached_pages);
+    assert!(lost == 0 || lost <= lost_by_reclaim + 8, "{lost} pages cached before the read were evicted ({lost_by_reclaim} of the control's reclaimed)");
     let rest = cacheless::residency::residency(&f, (len / 4) as u64, (len - len / 4) as u64).unwrap();
     assert!(rest.cached_bytes() < len as u64 / 50, "{} B of the cold part left cached", rest.cached_bytes());
 }

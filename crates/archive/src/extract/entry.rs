@@ -89,6 +89,8 @@ pub(super) struct Ctx<'a> {
     /// descriptor plan's `pipeline` (each file holds itself and its directory).
     pub batch_files: usize,
     pub waiting_max: usize,
+    /// Where the current member's data ends in the tar stream (see `jobs::InFlight::begin`).
+    pub until: u64,
 }
 
 /// The ids of user and group names, looked up once each (getpwnam_r/getgrnam_r).
@@ -340,6 +342,9 @@ impl Ctx<'_> {
     /// (else an earlier member in it, not yet named, would be lost with it), and the entry is
     /// tried again: nothing of its data was read yet.
     pub(super) fn entry(&mut self, parser: &mut Parser<source::TarStream>, mut e: Entry) -> Result<(), Fail> {
+        // Where this member's data ends in the tar stream: its file is named once the
+        // archive's checksums have verified that far.
+        self.until = parser.position().saturating_add(e.data_len);
         // GNU tar --transform: the member's name and link target as the expressions make them;
         // the name as stored still selects the member and is what -v shows.
         let stored = match &self.opts.transform {
@@ -720,9 +725,12 @@ impl Ctx<'_> {
                 }
                 let tfd = self.root.existing_dir(tparent)?;
                 let tname = tname.to_vec();
-                self.root.create_with(&rel, self.opts.keep_old_files, "linkat", |d, n| {
+                let (pfd, ()) = self.root.create_with(&rel, self.opts.keep_old_files, "linkat", |d, n| {
                     rustix::fs::linkat(&tfd, OsStr::from_bytes(&tname), d, n, AtFlags::empty())
                 })?;
+                // A link to a file named before the archive's checksums reached it goes with
+                // it, should they fail.
+                self.sh.creator.note_link(&pfd, last_name(&rel), &rel.to_path());
                 self.report.hardlinks += 1;
             }
             Kind::Fifo | Kind::CharDev | Kind::BlockDev => {
@@ -776,7 +784,17 @@ impl Ctx<'_> {
             self.flush_batch();
         }
         let creator = &self.sh.creator;
-        match self.sh.in_flight.settle(rel, &self.sh.progress, || creator.publish_now()) {
+        // Named after the batch's syncfs; a file that is held until the archive's checksums
+        // reach it is named now (this member needs its name: a hard link to it, or it replaces
+        // it), and removed again if they never do.
+        let in_flight = self.sh.in_flight.clone();
+        let publish = || {
+            creator.publish_now();
+            if in_flight.pending(rel) {
+                creator.release_held();
+            }
+        };
+        match self.sh.in_flight.settle(rel, &self.sh.progress, publish) {
             Settled::Cancelled => Err(Fail::Fatal(Error::Interrupted { entry: e.display() })),
             s => Ok(s),
         }
@@ -846,11 +864,11 @@ impl Ctx<'_> {
             // Dropping `file` on error removes it.
             parser.read_data_exact(&mut buf[..size]).map_err(fatal)?;
             self.sh.progress.add_bytes(e.size);
-            let ticket = self.sh.in_flight.begin(&rel);
+            let ticket = self.sh.in_flight.begin(&rel, self.until);
             self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Whole(buf, size, lease), ticket });
         } else {
             let (tx, rx) = sync_channel::<Msg>(4);
-            let ticket = self.sh.in_flight.begin(&rel);
+            let ticket = self.sh.in_flight.begin(&rel, self.until);
             self.pool.send(Job::File { rel, file: Box::new(file), meta, data: Data::Stream(rx), ticket });
             self.send_chunks(parser, e, tx, true)?;
         }
@@ -889,7 +907,7 @@ impl Ctx<'_> {
             Piece::Own(buf, size)
         };
         self.sh.progress.add_bytes(e.size);
-        let ticket = self.sh.in_flight.begin(&rel);
+        let ticket = self.sh.in_flight.begin(&rel, self.until);
         self.batch.push(Queued { rel, create, meta, data, ticket });
         Ok(())
     }
@@ -950,7 +968,7 @@ impl Ctx<'_> {
         let display = self.root.path.join(rel.to_path());
         let w = self.create_entry(&rel, |d, n| cacheless::Writer::create_in_shared(d.clone(), n, &display, &wo))?;
         let (tx, rx) = sync_channel::<Msg>(4);
-        let ticket = self.sh.in_flight.begin(&rel);
+        let ticket = self.sh.in_flight.begin(&rel, self.until);
         self.pool.send(Job::Stream { rel, writer: Box::new(w), rx, meta, ticket });
         // Returning early drops `tx`: the worker drops the Writer, which removes the file.
         self.send_chunks(parser, e, tx, false)
@@ -1025,7 +1043,7 @@ impl Ctx<'_> {
             file.set_permissions(None);
         }
         // Named after a syncfs, like the workers' files: its ticket settles then.
-        let ticket = self.sh.in_flight.begin(rel);
+        let ticket = self.sh.in_flight.begin(rel, self.until);
         let rep = file.finish_then(self.sh.on_published(rel, ticket)).map_err(|er| Fail::Entry(Error::Engine(er)))?;
         self.sh.file_done(rep.decision.mode);
         Ok(())

@@ -307,13 +307,15 @@ pub(super) enum Settled {
 
 impl InFlight {
     /// Records that the file `rel` is being written; its ticket settles it.
-    pub(super) fn begin(self: &Arc<Self>, rel: &RelPath) -> Ticket {
+    /// `until`: where the file's data ends in the tar stream (it is named once the archive's
+    /// checksums have verified that far, see `cacheless::FileCreator::with_gate`).
+    pub(super) fn begin(self: &Arc<Self>, rel: &RelPath, until: u64) -> Ticket {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.issued += 1;
         let seq = st.issued;
         st.pending.insert(rel.0.clone(), seq);
         st.failed.remove(&rel.0);
-        Ticket { names: self.clone(), key: rel.0.clone(), seq, ok: false }
+        Ticket { names: self.clone(), key: rel.0.clone(), seq, ok: false, until }
     }
 
     /// The files being written at or below `dir`.
@@ -374,6 +376,8 @@ pub(super) struct Ticket {
     key: Vec<Vec<u8>>,
     seq: u64,
     ok: bool,
+    /// Where the file's data ends in the tar stream.
+    pub until: u64,
 }
 
 impl Ticket {
@@ -556,7 +560,10 @@ impl Shared {
         }
         // The ticket goes with the file once it is finished: its callback settles it.
         let res = match res {
-            Ok(()) => file.finish_then(self.on_published(rel, ticket)).map_err(Some),
+            Ok(()) => {
+                file.hold_until(ticket.until);
+                file.finish_then(self.on_published(rel, ticket)).map_err(Some)
+            }
             Err(e) => {
                 // Removed before its ticket settles as failed (at the end of this call).
                 drop(file);
@@ -582,7 +589,8 @@ impl Shared {
             w.finish_pending().map_err(Some)
         });
         let res = res.map(|(rep, pending)| {
-            self.creator.publish_after_sync(pending, rep.bytes, self.on_published(rel, ticket));
+            let until = ticket.until;
+            self.creator.publish_after_sync_until(pending, rep.bytes, until, self.on_published(rel, ticket));
             rep
         });
         self.done(rel, res);

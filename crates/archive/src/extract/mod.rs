@@ -125,13 +125,13 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let stream = source::open(input, progress.clone(), &shares.archive_read(&opts.io), &decompress)?;
     let info = stream.info.clone();
     let is_root = rustix::process::geteuid().is_root();
-    let creator = FileCreator::new(CreateOptions {
-        mode: opts.io.mode,
-        sync: false,
-        deferred_drops: plan.deferred,
-        batch_writeback: opts.batch_writeback,
-        publish_after_sync: true,
-    });
+    // A file takes its name only once every checksum covering its bytes has passed (the gzip
+    // member's, the zstd or LZ4 frame's, the xz or bzip2 stream's): a corrupt or truncated
+    // archive leaves none of the files its bad part made.
+    let creator = FileCreator::with_gate(
+        CreateOptions { mode: opts.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: opts.batch_writeback, publish_after_sync: true },
+        stream.verified(),
+    );
     let sh = Arc::new(Shared::new(creator, progress.clone()));
     let pool = Pool::new(plan.threads, plan.queue, &sh)?;
     let report = ExtractReport {
@@ -191,6 +191,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         }),
         batch_files,
         waiting_max,
+        until: 0,
         owners: Default::default(),
         members: crate::select::Members::new(&opts.members),
     };
@@ -260,8 +261,17 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     drop(creates);
     pool.finish();
     // Every file written is complete: a syncfs makes the last batch durable and names it (an
-    // interrupted run too: what it completed stays).
+    // interrupted run too: what it completed stays), each file once the archive's checksums
+    // covered it. What they never covered (the stream was corrupt or cut, or the run stopped
+    // before the checks were reached) is removed, each file reported under its own name.
     sh.creator.publish_now();
+    let why = match &report.fatal_error {
+        Some(Error::Interrupted { .. }) => "interrupted before the archive's checksums covering its data were read",
+        _ => "the archive's checksums covering its data did not pass (corrupt or truncated compressed stream)",
+    };
+    for early in sh.creator.discard_held(|p| cacheless::Error::new(cacheless::ErrorKind::Io, "verify", p, why)) {
+        sh.fail(format!("{}: named before its data was verified (another member needed it), then {why}: removed", early.display()));
+    }
     report.interrupted = matches!(report.fatal_error, Some(Error::Interrupted { .. }));
     report.fatal = report.fatal_error.as_ref().map(|e| match e {
         Error::Interrupted { entry } if entry.is_empty() => "interrupted".to_string(),
