@@ -263,3 +263,74 @@ fn leftovers_of_a_killed_job_are_found_by_their_owner_and_removed() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("removed"), "{}", String::from_utf8_lossy(&o.stdout));
     assert_eq!(temporaries(&out), vec![live.file_name().unwrap().to_string_lossy().into_owned()]);
 }
+
+/// An archive made with `zstd --long=31` (a 2 GiB window, beyond zstd's default limit) is
+/// refused as `zstd -d` refuses it, with what to pass, and extracts with `--long=31`, as
+/// `zstd -d --long=31` decodes it; on one thread and on several.
+#[test]
+fn a_long_window_zstd_archive_extracts_with_long() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), vec![9u8; 300_000]).unwrap();
+    let tar = Command::new("tar").arg("-cf").arg("-").arg("-C").arg(&src).arg(".").output().unwrap().stdout;
+    // From a pipe the size is unknown, so the frame keeps its 2^31 window.
+    let mut z = Command::new("zstd").args(["--long=31", "-q", "-c"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    {
+        use std::io::Write;
+        z.stdin.take().unwrap().write_all(&tar).unwrap();
+    }
+    let arch = d.path().join("a.tar.zst");
+    std::fs::write(&arch, z.wait_with_output().unwrap().stdout).unwrap();
+    let peer = Command::new("zstd").args(["-d", "-q", "-c"]).arg(&arch).output().unwrap();
+    assert!(!peer.status.success(), "zstd -d decodes a --long=31 frame without --long");
+    for threads in ["1", "4"] {
+        let out = d.path().join(format!("out{threads}"));
+        let o = within(bin().args(["extract", "--decompress-threads", threads]).arg(&arch).arg("-C").arg(&out), Duration::from_secs(60));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("--long=31"), "{err}");
+        let o = within(bin().args(["extract", "--long=31", "--decompress-threads", threads]).arg(&arch).arg("-C").arg(&out), Duration::from_secs(60));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(std::fs::read(out.join("f")).unwrap(), vec![9u8; 300_000]);
+    }
+}
+
+/// A member name holding terminal escape sequences (clear the screen, a forged line) reaches
+/// the terminal escaped, in `-v` lines and in failure messages alike; `hash` prints a name
+/// that is not UTF-8, or that holds a backslash, a newline or a carriage return, byte for
+/// byte as sha256sum does, so that `sha256sum -c` reads the list back.
+#[test]
+fn names_reach_the_terminal_escaped_and_hash_lines_are_sha256sums() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let evil = std::ffi::OsStr::from_bytes(b"e\x1b[2Jx\ncacheless: forged");
+    std::fs::write(src.join(evil), b"x").unwrap();
+    let arch = d.path().join("a.tar");
+    assert!(Command::new("tar").arg("-cf").arg(&arch).arg("-C").arg(&src).arg(".").status().unwrap().success());
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join(evil), b"old").unwrap();
+    // -k: the member fails ("exists"), its name in the message.
+    let o = within(bin().args(["-v", "extract", "-k"]).arg(&arch).arg("-C").arg(&out), Duration::from_secs(30));
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    for (what, text) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+        assert!(!text.contains(&0x1b), "{what} holds a raw escape: {:?}", String::from_utf8_lossy(text));
+        assert!(!String::from_utf8_lossy(text).lines().any(|l| l.starts_with("cacheless: forged")), "{what} has a forged line");
+    }
+    assert!(String::from_utf8_lossy(&o.stderr).contains("\\033[2Jx\\ncacheless: forged"), "{}", String::from_utf8_lossy(&o.stderr));
+    // hash: byte for byte sha256sum's lines, read back by sha256sum -c.
+    let names: [&[u8]; 4] = [b"bad\xff", b"back\\slash", b"new\nline", b"cr\rx"];
+    let files: Vec<PathBuf> = names.iter().map(|n| d.path().join(std::ffi::OsStr::from_bytes(n))).collect();
+    for f in &files {
+        std::fs::write(f, b"data").unwrap();
+    }
+    let ours = within(bin().arg("hash").args(&files), Duration::from_secs(30));
+    assert!(ours.status.success());
+    let theirs = Command::new("sha256sum").args(&files).output().unwrap();
+    assert_eq!(ours.stdout, theirs.stdout, "{:?}", String::from_utf8_lossy(&ours.stdout));
+    let list = d.path().join("sums");
+    std::fs::write(&list, &ours.stdout).unwrap();
+    assert!(Command::new("sha256sum").arg("-c").arg("--quiet").arg(&list).status().unwrap().success());
+}

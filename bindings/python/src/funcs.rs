@@ -162,6 +162,14 @@ pub fn copy<'py>(
     co.verify = verify;
     co.rate = bwlimit.map(|r| Arc::new(cacheless::RateLimit::new(r)));
     let dst = cacheless::tree::target(&src, &dst, dst.is_dir());
+    // A symlink given as the destination is written through, as `cacheless cp`, GNU cp and
+    // shutil.copy write through it: its target gets the copy, the link stays. A dangling one
+    // is refused, as GNU cp refuses it.
+    let dst = match std::fs::symlink_metadata(&dst) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(&dst)
+            .map_err(|_| errors::engine(&cacheless::Error::new(cacheless::ErrorKind::NotFound, "copy", &dst, "not writing through dangling symlink")))?,
+        _ => dst,
+    };
     let p = Progress::new();
     if let Ok(m) = std::fs::metadata(&src) {
         p.add_total_bytes(m.len());
@@ -333,7 +341,12 @@ pub fn pack<'py>(
     // walk goes) are what the callback is given.
     let progress = Arc::new(Progress::new());
     po.progress = Some(progress.clone());
-    let rep = job::run(py, &progress, o.callback(), || cacheless_archive::pack(po))?.map_err(|e| errors::archive(e, &archive))?;
+    let sync = o.sync;
+    let (rep, staged) = job::run(py, &progress, o.callback(), || cacheless_archive::pack_staged(po))?.map_err(|e| errors::archive(e, &archive))?;
+    // Named only if no Ctrl-C came meanwhile (see `job::commit`).
+    if let Some(a) = staged {
+        job::commit(py, a, |a| a.publish(sync))?;
+    }
     let report = to_py(py, &rep)?;
     if rep.failure_count > 0 {
         let what = format!("{} members could not be stored (the archive was written without them)", rep.failure_count);

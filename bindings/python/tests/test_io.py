@@ -430,10 +430,12 @@ def _commit_call(name, disk, dst, progress=None):
         return lambda: cst.save_file({"t": data}, dst, progress=progress)
     src = disk / "src.bin"
     src.write_bytes(data.tobytes())
+    if name == "pack":
+        return lambda: cacheless.pack(dst, [src], compression="none", progress=progress)
     return lambda: cacheless.copy(src, dst, progress=progress)
 
 
-@pytest.mark.parametrize("name", ["write_file", "save_file", "copy"])
+@pytest.mark.parametrize("name", ["write_file", "save_file", "copy", "pack"])
 def test_a_ctrl_c_while_it_writes_leaves_the_destination_as_it_was(disk, sigint, name):
     """Ctrl-C at any point before the call returns raises KeyboardInterrupt and names nothing:
     the old file stays, no temporary is left. Here it comes as soon as the temporary exists
@@ -459,7 +461,7 @@ def test_a_ctrl_c_while_it_writes_leaves_the_destination_as_it_was(disk, sigint,
     assert os.listdir(out) == ["dst.bin"], "a temporary was left behind"
 
 
-@pytest.mark.parametrize("name", ["save_file", "copy"])
+@pytest.mark.parametrize("name", ["save_file", "copy", "pack"])
 def test_a_progress_callback_that_raises_on_its_last_call_commits_nothing(disk, sigint, name):
     """The callback's last call (done == total) comes before the file is named: an exception
     from it propagates and the destination is as it was."""
@@ -503,3 +505,21 @@ def test_limits_are_the_command_lines(disk):
     assert (disk / "a").read_bytes() == data and (disk / "b").read_bytes() == data
     with pytest.raises(ValueError, match="queue_depth="):
         cacheless.read_file(src, queue_depth=5000)
+
+
+def test_copy_onto_a_symlink_writes_through_it_as_shutil_copy_does(disk):
+    src = disk / "src.bin"
+    data = random_file(src, 100_000, 13)
+    for name, call in [("ours", cacheless.copy), ("shutil", shutil.copy)]:
+        target = disk / f"target-{name}"
+        target.write_bytes(b"old")
+        link = disk / f"link-{name}"
+        link.symlink_to(target.name)
+        call(src, link)
+        assert link.is_symlink(), f"{name} replaced the link"
+        assert target.read_bytes() == data, name
+    dangling = disk / "dangling"
+    dangling.symlink_to("nowhere")
+    with pytest.raises(FileNotFoundError, match="dangling"):
+        cacheless.copy(src, dangling)
+    assert dangling.is_symlink() and not (disk / "nowhere").exists()

@@ -34,5 +34,5 @@ mod zframes;
 pub use error::{Error, Result};
 pub use extract::{extract, ExtractOptions, ExtractReport};
 pub use modes::ModeCounts;
-pub use pack::{pack, Output, PackOptions, PackReport};
+pub use pack::{pack, pack_staged, Output, PackOptions, PackReport};
 pub use source::{Compression, Decompress, Input, SourceInfo};

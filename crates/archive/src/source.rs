@@ -283,6 +283,8 @@ impl Drop for TarStream {
 pub struct Decompress {
     /// Threads decoding zstd frames (1: one streaming decoder, as for the other formats).
     pub threads: usize,
+    /// The largest zstd window accepted (log2), where the default is not enough.
+    pub window_log_max: Option<u32>,
     /// Bytes the frames in flight may hold (the caller's share of its budget for them).
     pub bytes: usize,
 }
@@ -368,7 +370,8 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
     if compression == Compression::Zstd && decompress.threads > 1 {
         // The frames' buffers are sized to the caller's share: not leased, so that they never
         // wait on the file writers' leases (which wait on the parser, which waits on the frames).
-        let plan = zframes::Plan::new(decompress.threads, decompress.bytes.max(1));
+        let mut plan = zframes::Plan::new(decompress.threads, decompress.bytes.max(1));
+        plan.window_log_max = decompress.window_log_max;
         let ChanReader { rx, cur, pos, .. } = raw;
         let (frames, more, stats) =
             zframes::start(zframes::RawIn::new(rx, cur, pos), plan, verified.clone()).map_err(|e| Error::io("spawn", "decompressor", e))?;
@@ -377,11 +380,12 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
     }
     let (dtx, drx) = sync_channel::<io::Result<Vec<u8>>>(8);
     let marks = verified.clone();
+    let window_log_max = decompress.window_log_max;
     let spawned = std::thread::Builder::new().name("cacheless-decompress".into()).spawn(move || {
         // A decoder fed a hostile stream must not take the run down: its panic is an
         // error of the stream, reported where it broke.
         let failed = dtx.clone();
-        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decompress_thread(compression, raw, dtx, marks))) {
+        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decompress_thread(compression, raw, dtx, marks, window_log_max))) {
             let msg = format!("{} decoder failed: {}", compression.name(), crate::error::panic_message(&*p));
             let _ = failed.send(Err(io::Error::new(io::ErrorKind::InvalidData, msg)));
         }
@@ -404,11 +408,11 @@ fn join(threads: Vec<JoinHandle<()>>) {
     }
 }
 
-fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<Vec<u8>>>, verified: Arc<AtomicU64>) {
+fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<Vec<u8>>>, verified: Arc<AtomicU64>, window_log_max: Option<u32>) {
     let mut dec: Box<dyn Read> = match c {
         Compression::Lz4 => Box::new(Lz4Frames::new(raw, verified)),
         Compression::None => Box::new(raw),
-        c => Box::new(Members::new(c, raw, verified)),
+        c => Box::new(Members { window_log_max, ..Members::new(c, raw, verified) }),
     };
     loop {
         let mut buf = vec![0u8; OUT_CHUNK];
@@ -419,7 +423,7 @@ fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<
                 buf.truncate(filled);
                 let _ = tx.send(Ok(buf));
             }
-            let _ = tx.send(Err(io::Error::new(e.kind(), format!("{} decoder: {e}", c.name()))));
+            let _ = tx.send(Err(io::Error::new(e.kind(), format!("{} decoder: {}", c.name(), zframes::explain(&e)))));
             return;
         }
         if filled == 0 {
@@ -500,11 +504,13 @@ struct Members {
     cur: Option<Member>,
     produced: u64,
     verified: Arc<AtomicU64>,
+    /// The largest zstd window accepted (log2), where the default is not enough.
+    window_log_max: Option<u32>,
 }
 
 impl Members {
     fn new(codec: Compression, raw: ChanReader, verified: Arc<AtomicU64>) -> Members {
-        Members { codec, input: Some(BufReader::with_capacity(1 << 20, raw)), cur: None, produced: 0, verified }
+        Members { codec, input: Some(BufReader::with_capacity(1 << 20, raw)), cur: None, produced: 0, verified, window_log_max: None }
     }
 
     /// Starts the next member, or says there is none.
@@ -529,7 +535,13 @@ impl Members {
             Compression::Gzip => Member::Gzip(flate2::bufread::GzDecoder::new(input)),
             Compression::Xz => Member::Xz(XzMember::new(input)?),
             Compression::Bzip2 => Member::Bzip2(bzip2::bufread::BzDecoder::new(input)),
-            _ => Member::Zstd(zstd::stream::read::Decoder::with_buffer(input)?.single_frame()),
+            _ => {
+                let mut d = zstd::stream::read::Decoder::with_buffer(input)?.single_frame();
+                if let Some(w) = self.window_log_max {
+                    d.window_log_max(w)?;
+                }
+                Member::Zstd(d)
+            }
         });
         Ok(true)
     }

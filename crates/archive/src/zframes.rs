@@ -81,6 +81,8 @@ pub(crate) struct Plan {
     pub out_chunk: usize,
     /// Compressed bytes handed to workers and not yet consumed.
     pub in_share: usize,
+    /// The largest window accepted (log2), where zstd's default (27) is not enough.
+    pub window_log_max: Option<u32>,
 }
 
 impl Plan {
@@ -92,7 +94,7 @@ impl Plan {
         let window = threads + 1;
         let out = share / 4 * 3 / window;
         let out_chunk = (out / 2).clamp(MIN_OUT_CHUNK, OUT_CHUNK);
-        Plan { threads, window, per_frame: (out / out_chunk).max(2), out_chunk, in_share: (share / 4).max(MIN_OUT_CHUNK) }
+        Plan { threads, window, per_frame: (out / out_chunk).max(2), out_chunk, in_share: (share / 4).max(MIN_OUT_CHUNK), window_log_max: None }
     }
 }
 
@@ -110,6 +112,7 @@ struct Piece {
 struct Job {
     seq: u64,
     offset: u64,
+    window_log_max: Option<u32>,
     input: Receiver<io::Result<Piece>>,
     out: SyncSender<io::Result<Vec<u8>>>,
     out_chunk: usize,
@@ -389,7 +392,7 @@ fn split(
         }
         let Some(job_tx) = jobs.get(next_worker) else { return Ok(()) };
         next_worker = (next_worker + 1) % jobs.len();
-        if job_tx.send(Job { seq, offset: at, input: in_rx, out: out_tx, out_chunk: plan.out_chunk }).is_err() {
+        if job_tx.send(Job { seq, offset: at, input: in_rx, out: out_tx, out_chunk: plan.out_chunk, window_log_max: plan.window_log_max }).is_err() {
             return Ok(());
         }
         stats.frames.fetch_add(1, Ordering::Relaxed);
@@ -478,7 +481,7 @@ fn worker(index: usize, jobs: &Receiver<Job>, stats: &Stats) {
             Ok(Ok(())) => None,
             Ok(Err(Stop::Gone)) => None,
             Ok(Err(Stop::Archive(e))) => Some(e),
-            Ok(Err(Stop::Frame(e))) => Some(io::Error::new(e.kind(), format!("zstd frame {seq} at archive offset {offset}: {e}"))),
+            Ok(Err(Stop::Frame(e))) => Some(io::Error::new(e.kind(), format!("zstd frame {seq} at archive offset {offset}: {}", explain(&e)))),
             Err(p) => {
                 dec = None;
                 Some(io::Error::other(format!("zstd frame {seq} at archive offset {offset}: decoder failed: {}", panic_message(&*p))))
@@ -490,6 +493,17 @@ fn worker(index: usize, jobs: &Receiver<Job>, stats: &Stats) {
         if index < 64 {
             stats.workers_used.fetch_or(1 << index, Ordering::Relaxed);
         }
+    }
+}
+
+/// A decoder's error, with what to do where the frame needs a larger window than allowed (an
+/// archive made with `zstd --long`).
+pub(crate) fn explain(e: &io::Error) -> String {
+    let msg = e.to_string();
+    if msg.contains("too much memory") || msg.contains("indow") {
+        format!("{msg} (a frame made with zstd --long needs a larger window: allow it with --long=31)")
+    } else {
+        msg
     }
 }
 
@@ -509,7 +523,13 @@ fn decode(dec: &mut Option<Decoder<'static>>, job: Job) -> Result<(), Stop> {
             d.reinit().map_err(Stop::Frame)?;
             d
         }
-        None => dec.insert(Decoder::new().map_err(Stop::Frame)?),
+        None => {
+            let mut d = Decoder::new().map_err(Stop::Frame)?;
+            if let Some(w) = job.window_log_max {
+                d.set_parameter(zstd_safe::DParameter::WindowLogMax(w)).map_err(Stop::Frame)?;
+            }
+            dec.insert(d)
+        }
     };
     let chunk = job.out_chunk;
     let mut out: Vec<u8> = Vec::with_capacity(chunk);

@@ -119,14 +119,27 @@ fn extraction_survives_or_reports_every_fault() {
     let (tar, files) = members();
     let archive = work.path().join("a.tar");
     fs::write(&archive, &tar).unwrap();
+    // The same members in one gzip member: every file is held until its CRC passes, then
+    // named (or, on a fault, removed with the rest it held).
+    let gz_archive = work.path().join("a.tar.gz");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &tar).unwrap();
+    fs::write(&gz_archive, gz.finish().unwrap()).unwrap();
     let dest = work.path().join("out");
     let mut backends = vec![BackendKind::Threads];
     if require("uring", cacheless::caps::system().uring.as_ref().map(|_| ()).map_err(|u| u.reason.clone())) {
         backends.push(BackendKind::Uring);
     }
-    for backend in backends {
-        for mode in [Mode::Auto, Mode::Buffered] {
-            let what = format!("extract ({mode}, {backend})");
+    let cases = backends
+        .iter()
+        .flat_map(|&b| [(b, Mode::Auto, &archive), (b, Mode::Buffered, &archive)])
+        .chain([(BackendKind::Threads, Mode::Auto, &gz_archive)])
+        .collect::<Vec<_>>();
+    for (backend, mode, archive) in cases {
+        let tar = fs::read(archive).unwrap();
+        let archive = archive.clone();
+        {
+            let what = format!("extract ({mode}, {backend}, {})", archive.display());
             let s = fault::sweep(&[Site::Open, Site::Read, Site::Write, Site::Sync], |plan| {
                 let _ = fs::remove_dir_all(&dest);
                 let budget = Budget::new(8 << 20);

@@ -469,11 +469,41 @@ fn members_that_need_an_unverified_name_get_it_and_lose_it_if_the_check_fails() 
     assert_eq!(fs::read(c.dest.join("a")).unwrap(), b"second");
     assert!(fs::read(c.dest.join("l")).unwrap() == a);
     // The same archive with its last bytes (the gzip trailer: CRC and size) damaged.
-    let mut bad = z;
-    let n = bad.len();
-    bad[n - 6] ^= 0xff;
-    let c = case();
-    let r = c.run(bad);
-    assert!(r.fatal.is_some());
+    let (c, r) = with_bad_crc(z);
     assert!(c.dest_listing().is_empty(), "{:?} stayed: {:?}", c.dest_listing(), r.failures);
+}
+
+/// Extracts the gzip archive `z` with its trailer's CRC damaged: a fatal error, for sure.
+fn with_bad_crc(mut z: Vec<u8>) -> (Case, ExtractReport) {
+    let n = z.len();
+    z[n - 6] ^= 0xff;
+    let c = case();
+    let r = c.run(z);
+    assert!(r.fatal.is_some());
+    (c, r)
+}
+
+/// Many files held at once (one gzip member of 600 small files): past the few held open, they
+/// wait parked under temporary names, their descriptors closed; all are named once the CRC
+/// passes, or all removed when it fails, and no temporary is left either way.
+#[test]
+fn many_held_files_are_parked_and_all_named_or_all_removed() {
+    let mut t = TarBuf::default();
+    t.dir("d");
+    for i in 0..600usize {
+        t.file(&format!("d/f{i:03}"), &rnd(i as u64, 100 + i));
+    }
+    let tar = t.end();
+    let z = compress_with(&["gzip", "-c", "-1"], &tar);
+    let c = case();
+    let r = c.run(z.clone());
+    assert!(r.is_ok(), "{:?} {:?}", r.fatal, r.failures.first());
+    let names: Vec<String> = fs::read_dir(c.dest.join("d")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names.len(), 600, "{:?}", names.iter().filter(|n| n.starts_with('.')).collect::<Vec<_>>());
+    for i in 0..600usize {
+        assert!(fs::read(c.dest.join(format!("d/f{i:03}"))).unwrap() == rnd(i as u64, 100 + i));
+    }
+    let (c, r) = with_bad_crc(z);
+    assert_eq!(fs::read_dir(c.dest.join("d")).unwrap().count(), 0, "files or temporaries left");
+    assert_eq!(r.failure_count, 600, "{:?}", r.failures.first());
 }

@@ -153,6 +153,11 @@ pub struct ExtractArgs {
     /// 8; 1: one thread). A single-frame archive, and the other formats, use one.
     #[arg(long, value_name = "N", value_parser = crate::common::parse_decompress_threads)]
     pub decompress_threads: Option<usize>,
+    /// Accept zstd frames with windows up to 2^WINDOWLOG bytes, as `zstd -d --long=WINDOWLOG`
+    /// (10 to 31; alone: 31), for archives made with `zstd --long`; the default limit is zstd's,
+    /// 2^27.
+    #[arg(long, value_name = "WINDOWLOG", num_args = 0..=1, require_equals = true, default_missing_value = "31", value_parser = clap::value_parser!(u32).range(10..=31))]
+    pub long: Option<u32>,
     /// Small files (under 1 MiB) are written back together once this much of them waits: one
     /// syncfs writes them in a few large requests, then their pages are dropped (default 32M;
     /// 0: each file on its own, with RWF_DONTCACHE).
@@ -292,8 +297,9 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
         opts.threads = t.max(1);
     }
     if let Some(t) = args.decompress_threads {
-        opts.decompress_threads = t.max(1);
+        opts.decompress_threads = t;
     }
+    opts.zstd_window_log_max = args.long;
     if let Some(b) = args.writeback_batch {
         opts.batch_writeback = b;
     }

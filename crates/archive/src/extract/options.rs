@@ -117,6 +117,9 @@ pub struct ExtractOptions {
     /// 1 decodes on one thread). An archive of one frame is decoded on one thread whatever this
     /// says; the other formats always are.
     pub decompress_threads: usize,
+    /// The largest zstd window to accept, as a power of two (`zstd -d --long=N`: 10 to 31).
+    /// `None`: zstd's default limit (2^27, 128 MiB), which a `zstd --long=31` archive exceeds.
+    pub zstd_window_log_max: Option<u32>,
     /// How the archive is read and file data written (mode, backend, request size, depth),
     /// and the memory budget every in-flight buffer (archive read-ahead, decompressed chunks
     /// handed to workers, small files' data) is leased from. The mode applies to the files
@@ -181,6 +184,7 @@ impl ExtractOptions {
             acls: false,
             threads: (cpus * 2).clamp(4, 16),
             decompress_threads: cpus.clamp(1, 8),
+            zstd_window_log_max: None,
             io: cacheless::IoOptions::default(),
             direct_min: 1 << 20,
             batch_writeback: 32 << 20,

@@ -162,7 +162,21 @@ fn interrupted(what: &Path) -> Error {
 /// Creates the archive. Returns `Err` when the archive could not be created or completed
 /// (nothing is left under its name); unreadable or changing input files are reported in the
 /// report (`is_ok()` false) and the archive is still complete and valid.
-pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
+pub fn pack(opts: PackOptions) -> Result<PackReport> {
+    let sync = opts.sync;
+    let (report, archive) = pack_staged(opts)?;
+    if let Some(a) = archive {
+        // Made durable by its writer when `sync`; the name too then.
+        a.publish(sync)?;
+    }
+    Ok(report)
+}
+
+/// [`pack`] up to the archive's rename: a complete archive file is returned under its
+/// temporary name, for the caller to name with `PendingFile::publish` (durable when
+/// `opts.sync`) once nothing stands in the way (a Ctrl-C that came meanwhile); dropped instead,
+/// it is removed. `None` for a stream.
+pub fn pack_staged(mut opts: PackOptions) -> Result<(PackReport, Option<cacheless::PendingFile>)> {
     let t0 = Instant::now();
     let progress = opts.progress.clone().unwrap_or_default();
     let c = opts.compression;
@@ -189,9 +203,9 @@ pub fn pack(mut opts: PackOptions) -> Result<PackReport> {
     let tar = TarOut::new(frame, frame_tx, sh.comp().clone(), pool);
     let (res, walked) = write_archive(slots, walk, tar, &mut counts, &progress);
     let outcome = compress.join(&out_name)?;
-    let mut report = finish(counts, res, outcome, walked, &progress, &out_name)?;
+    let (mut report, archive) = finish(counts, res, outcome, walked, &progress, &out_name)?;
     report.elapsed_s = t0.elapsed().as_secs_f64();
-    Ok(report)
+    Ok((report, archive))
 }
 
 /// The compression level and the frame size to use, checked, and the paths checked to name
@@ -408,7 +422,14 @@ fn write_archive(slots: Receiver<Slot>, walk: Walk, mut tar: TarOut, counts: &mu
 /// Keeps the archive only when the whole of it was written (`res`: the writer's frames, or why
 /// it stopped; `outcome`: what the output thread wrote), finishing its file or flushing its
 /// stream; else the archive is removed and the error says why.
-fn finish(counts: Counts, res: std::result::Result<u64, Stop>, outcome: Outcome, walked: bool, progress: &Progress, out_name: &Path) -> Result<PackReport> {
+fn finish(
+    counts: Counts,
+    res: std::result::Result<u64, Stop>,
+    outcome: Outcome,
+    walked: bool,
+    progress: &Progress,
+    out_name: &Path,
+) -> Result<(PackReport, Option<cacheless::PendingFile>)> {
     if let Some(e) = outcome.error {
         return Err(Error::io("write", out_name, e));
     }
@@ -422,10 +443,17 @@ fn finish(counts: Counts, res: std::result::Result<u64, Stop>, outcome: Outcome,
         Ok(frames) if frames != outcome.frames => return lost("a compression worker failed"),
         Ok(frames) => report.frames = frames,
     }
-    match outcome.sink {
-        Sink::File(w) => report.write = Some(w.finish()?),
-        Sink::Stream(mut s) => s.flush().map_err(|e| Error::io("write", out_name, e))?,
-    }
+    let archive = match outcome.sink {
+        Sink::File(w) => {
+            let (write, archive) = w.finish_pending()?;
+            report.write = Some(write);
+            Some(archive)
+        }
+        Sink::Stream(mut s) => {
+            s.flush().map_err(|e| Error::io("write", out_name, e))?;
+            None
+        }
+    };
     report.output_bytes = outcome.bytes;
-    Ok(report)
+    Ok((report, archive))
 }

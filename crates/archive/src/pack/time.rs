@@ -20,8 +20,17 @@ pub fn parse_time(s: &str) -> Result<(i64, u32), String> {
         return Err(bad());
     }
     let (y, m, day): (i64, u32, u32) = (d[0].parse().map_err(|_| bad())?, d[1].parse().map_err(|_| bad())?, d[2].parse().map_err(|_| bad())?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
-        return Err(bad());
+    // A day the month does not have (2023-02-29, 2024-04-31) is refused, never carried into
+    // the next month.
+    let leap = y.rem_euclid(4) == 0 && (y.rem_euclid(100) != 0 || y.rem_euclid(400) == 0);
+    let month_days = match m {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(1..=12).contains(&m) || !(1..=month_days).contains(&day) {
+        return Err(format!("invalid time '{s}': no day {day} in month {m} of {y}"));
     }
     let (mut secs, mut nanos) = (0i64, 0u32);
     if let Some(tm) = time {
@@ -63,6 +72,7 @@ mod tests {
         assert_eq!(parse_time("1970-01-01"), Ok((0, 0)));
         assert_eq!(parse_time("2000-03-01T00:00:00Z"), Ok((951_868_800, 0)));
         assert_eq!(parse_time("2024-02-29 12:34:56.5"), Ok((1_709_210_096, 500_000_000)));
+        assert_eq!(parse_time("2000-02-29"), Ok((951_782_400, 0)), "2000 is a leap year");
         assert_eq!(parse_time("1969-12-31T23:59:59"), Ok((-1, 0)));
         // Found by the parse_args fuzz target: a year this large wrapped around i64.
         assert!(parse_time("020281021000024-1-04").is_err());
@@ -71,7 +81,7 @@ mod tests {
         assert!(parse_time("20407199-01-01T-8044444444444444443:00").is_err());
         assert!(parse_time("2024-01-01T-1:00").is_err());
         assert_eq!(parse_time("292277026596-12-04T15:30:07"), Ok((i64::MAX, 0)), "the last second an i64 holds");
-        for bad in ["yesterday", "2024-13-01", "2024-01-01T25:00", "2024-01", ""] {
+        for bad in ["yesterday", "2024-13-01", "2024-01-01T25:00", "2024-01", "", "2023-02-29", "2024-02-30", "2024-04-31", "1900-02-29", "2024-00-10"] {
             assert!(parse_time(bad).is_err(), "{bad}");
         }
     }
