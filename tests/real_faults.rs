@@ -160,7 +160,11 @@ fn direct_writes_under_buffered_readers_and_a_mapping_read_back_exactly() {
     opts.size_hint = Some(len as u64);
     opts.io.block_size = 1 << 20;
     let mut w = Writer::create(&f, &opts).unwrap();
-    // The file has its full size (preallocated) before the readers start.
+    // Preallocated at its first write, not before (a writer killed before writing leaves no
+    // full-size file); from then on it has its full size, before the readers start.
+    assert_eq!(std::fs::metadata(&f).unwrap().len(), 0);
+    let mut pieces = data.chunks(1 << 20);
+    w.write_bytes(pieces.next().unwrap()).unwrap();
     assert_eq!(std::fs::metadata(&f).unwrap().len(), len as u64);
     let reader = Command::new("sh").arg("-c").arg(r#"while [ ! -e "$2" ]; do cat "$1" >/dev/null; done"#).args(["sh", s(&f), s(&done)]).spawn().unwrap();
     let mapper = Command::new("python3")
@@ -182,7 +186,7 @@ with open(f, "rb") as fh:
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    for (i, piece) in data.chunks(1 << 20).enumerate() {
+    for (i, piece) in pieces.enumerate() {
         w.write_bytes(piece).unwrap();
         if i % 4 == 0 {
             // Let the readers pull the pages in between writes.
