@@ -147,7 +147,7 @@ pub fn copy<'py>(
         t.count_totals = true;
         let p = Arc::new(Progress::new());
         let rep = job::run(py, &p, o.callback(), || copy_tree(std::slice::from_ref(&src), &dst, &t, &p))?.map_err(|e| errors::engine(&e))?;
-        let report = to_py(py, &rep)?;
+        let report = crate::opts::with_leftovers(to_py(py, &rep)?)?;
         if let Some(e) = &rep.first_error {
             let err = errors::engine(e);
             err.value(py).setattr("report", report)?;
@@ -182,7 +182,7 @@ pub fn copy<'py>(
     // Named only if no Ctrl-C came meanwhile (see `job::commit`).
     let mut rep = None;
     job::commit(py, staged, |s| s.commit().map(|r| rep = Some(r)))?;
-    to_py(py, &rep)
+    crate::opts::with_leftovers(to_py(py, &rep)?)
 }
 
 /// Checksum of a file, read without leaving it cached: (hex digest, mode).
@@ -237,7 +237,7 @@ pub fn extract<'py>(
     if let Some(e) = rep.fatal_error.take() {
         return Err(errors::archive(e, &archive));
     }
-    let report = to_py(py, &rep)?;
+    let report = crate::opts::with_leftovers(to_py(py, &rep)?)?;
     if rep.failure_count > 0 {
         let what = format!("{} of {} members could not be extracted", rep.failure_count, rep.entries);
         return Err(errors::members_failed(&archive, &what, &rep.failures, report));
@@ -347,7 +347,7 @@ pub fn pack<'py>(
     if let Some(a) = staged {
         job::commit(py, a, |a| a.publish(sync))?;
     }
-    let report = to_py(py, &rep)?;
+    let report = crate::opts::with_leftovers(to_py(py, &rep)?)?;
     if rep.failure_count > 0 {
         let what = format!("{} members could not be stored (the archive was written without them)", rep.failure_count);
         return Err(errors::members_failed(&archive, &what, &rep.failures, report));

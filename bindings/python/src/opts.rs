@@ -141,6 +141,14 @@ pub const READ: &[&str] = &["mode", "backend", "memory", "block_size", "queue_de
 pub const ARENA: &[&str] = &["mode", "backend", "memory", "block_size", "queue_depth", "threads", "progress"];
 
 /// A serde value (a report) as Python objects, through `json.loads`.
+/// A job's report (a dict) with the leftovers of dead jobs the run removed where it wrote
+/// (`leftovers_removed`, paths), as the command line's `--json` gives it (see `cacheless::temps`).
+pub fn with_leftovers<'py>(report: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let removed: Vec<String> = cacheless::temps::take_removed().into_iter().map(|(p, _)| p.to_string_lossy().into_owned()).collect();
+    report.set_item("leftovers_removed", removed)?;
+    Ok(report)
+}
+
 pub fn to_py<'py>(py: Python<'py>, v: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
     let s = serde_json::to_string(v).map_err(|e| PyValueError::new_err(format!("internal error: report does not serialize: {e}")))?;
     py.import("json")?.call_method1("loads", (s,))
