@@ -373,6 +373,15 @@ impl Shared {
         g.files.push_back((until, held, then));
     }
 
+    /// Syncs what waits in the batch (naming what the gate passed), then takes every file the
+    /// gate still holds, in the order they joined.
+    fn take_held(&self) -> Vec<(u64, Held, Published)> {
+        self.write_back_batch();
+        let mut g = self.gated.lock().unwrap_or_else(|e| e.into_inner());
+        g.open = 0;
+        g.files.drain(..).collect()
+    }
+
     /// Names the held files the gate has passed (`passed`), in the order they joined, and
     /// forgets the early names it now vouches for.
     fn release(&self, passed: u64) {
@@ -472,23 +481,18 @@ impl FileCreator {
     /// [`FileCreator::discard_held`] removes them by name. Syncs first, as
     /// [`FileCreator::publish_now`] does.
     pub fn release_held(&self) {
-        self.shared.write_back_batch();
+        let files = self.shared.take_held();
         let passed = self.shared.passed();
-        let files: Vec<(u64, Held, Published)> = {
-            let mut g = self.shared.gated.lock().unwrap_or_else(|e| e.into_inner());
-            g.open = 0;
-            g.files.drain(..).collect()
-        };
+        let mut early = Vec::new();
         for (until, held, then) in files {
-            let early = (until > passed).then(|| held.early(until)).flatten();
+            let e = (until > passed).then(|| held.early(until)).flatten();
             let r = held.publish();
             if r.is_ok() {
-                if let Some(e) = early {
-                    self.shared.gated.lock().unwrap_or_else(|e| e.into_inner()).early.push(e);
-                }
+                early.extend(e);
             }
             then(r);
         }
+        self.shared.gated.lock().unwrap_or_else(|e| e.into_inner()).early.extend(early);
     }
 
     /// For a caller that linked `name` in `dir` to a file (a hard link): if that file was named
@@ -508,12 +512,8 @@ impl FileCreator {
     /// early (see [`FileCreator::release_held`]) is removed where it is still the same file, and
     /// its path returned (its callback said `Ok` when it was named).
     pub fn discard_held(&self, why: impl Fn(&Path) -> Error) -> Vec<PathBuf> {
-        self.shared.write_back_batch();
-        let (files, early) = {
-            let mut g = self.shared.gated.lock().unwrap_or_else(|e| e.into_inner());
-            g.open = 0;
-            (g.files.drain(..).collect::<Vec<_>>(), std::mem::take(&mut g.early))
-        };
+        let files = self.shared.take_held();
+        let early = std::mem::take(&mut self.shared.gated.lock().unwrap_or_else(|e| e.into_inner()).early);
         for (_, held, then) in files {
             let e = why(held.path());
             // Dropped: removed.

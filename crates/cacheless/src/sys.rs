@@ -19,12 +19,7 @@ use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::{self, Injected, Site, Step};
 
-/// A temporary name beside `name` (see [`crate::temps::temp_name`]).
-pub(crate) fn temp_name(name: &OsStr) -> OsString {
-    crate::temps::temp_name(name)
-}
-
-/// Makes an entry under a temporary name beside `name` in `dir` (see [`temp_name`]) with
+/// Makes an entry under a temporary name beside `name` in `dir` (see [`crate::temps::temp_name`]) with
 /// `make(dir, temporary)` (through [`call`]), which must fail with EEXIST where the name is
 /// taken (an exclusive create, mknodat, symlinkat, linkat): another name is tried then.
 /// Returns what `make` gave and the name.
@@ -35,7 +30,7 @@ pub(crate) fn beside<T>(dir: BorrowedFd<'_>, name: &OsStr, mut make: impl FnMut(
     crate::temps::clean_once(dir);
     let mut tries = 0;
     loop {
-        let t = temp_name(name);
+        let t = crate::temps::temp_name(name);
         match make(dir, &t) {
             Ok(v) => return Ok((v, t)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,

@@ -116,7 +116,7 @@ pub(crate) fn clean_once(dir: BorrowedFd<'_>) {
     if !seen().lock().unwrap_or_else(|e| e.into_inner()).dirs.insert((st.st_dev, st.st_ino)) {
         return;
     }
-    let removed = clean_fd(dir, None, false);
+    let (removed, _) = clean_fd(dir, None, false);
     if !removed.is_empty() {
         let at = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).unwrap_or_default();
         let mut s = seen().lock().unwrap_or_else(|e| e.into_inner());
@@ -130,23 +130,29 @@ pub fn take_removed() -> Vec<(PathBuf, u32)> {
 }
 
 /// The leftovers of dead owners in the open folder `dir` (names, owners' PIDs), removed unless
-/// `dry_run`. A folder of the benchmark's is removed whole; `path` names `dir` for that.
-fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool) -> Vec<(OsString, u32)> {
-    let mut out = Vec::new();
+/// `dry_run`, and the other folders in it, for a walk to enter (one read of the folder for
+/// both). A folder of the benchmark's is removed whole; `path` names `dir` for that.
+fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool) -> (Vec<(OsString, u32)>, Vec<OsString>) {
+    let (mut out, mut subdirs) = (Vec::new(), Vec::new());
     let Ok(fd) =
         rustix::fs::openat(dir, ".", rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
     else {
-        return out;
+        return (out, subdirs);
     };
-    let Ok(mut entries) = rustix::fs::Dir::read_from(&fd) else { return out };
+    let Ok(mut entries) = rustix::fs::Dir::read_from(&fd) else { return (out, subdirs) };
     while let Some(Ok(e)) = entries.next() {
         let name = e.file_name().to_bytes();
-        let Some(owner) = owner(name) else { continue };
+        let is_dir = e.file_type() == rustix::fs::FileType::Directory;
+        let Some(owner) = owner(name) else {
+            if is_dir && name != b"." && name != b".." {
+                subdirs.push(OsStr::from_bytes(name).to_os_string());
+            }
+            continue;
+        };
         if !owner.is_dead() {
             continue;
         }
         let n = OsStr::from_bytes(name).to_os_string();
-        let is_dir = e.file_type() == rustix::fs::FileType::Directory;
         let gone = dry_run
             || if is_dir {
                 // Only the benchmark makes temporary folders: whole, by path.
@@ -158,7 +164,7 @@ fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool) -> Vec<(OsS
             out.push((n, owner.pid));
         }
     }
-    out
+    (out, subdirs)
 }
 
 /// The leftover temporaries of dead owners under `root` (files, links and nodes the engine
@@ -166,6 +172,7 @@ fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool) -> Vec<(OsS
 /// walk follows no symlink and does not enter the leftovers. Folders it cannot read are
 /// reported as errors and skipped.
 pub fn clean_tree(root: &Path, dry_run: bool) -> (Vec<(PathBuf, u32)>, Vec<String>) {
+    use std::os::fd::AsFd;
     let (mut found, mut errors) = (Vec::new(), Vec::new());
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -176,20 +183,9 @@ pub fn clean_tree(root: &Path, dry_run: bool) -> (Vec<(PathBuf, u32)>, Vec<Strin
                 continue;
             }
         };
-        use std::os::fd::AsFd;
-        for (n, pid) in clean_fd(d.as_fd(), Some(&dir), dry_run) {
-            found.push((dir.join(n), pid));
-        }
-        match std::fs::read_dir(&dir) {
-            Ok(rd) => {
-                for e in rd.flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) && owner(e.file_name().as_bytes()).is_none() {
-                        stack.push(e.path());
-                    }
-                }
-            }
-            Err(e) => errors.push(format!("{}: {e}", dir.display())),
-        }
+        let (removed, subdirs) = clean_fd(d.as_fd(), Some(&dir), dry_run);
+        found.extend(removed.into_iter().map(|(n, pid)| (dir.join(n), pid)));
+        stack.extend(subdirs.into_iter().map(|n| dir.join(n)));
     }
     found.sort();
     (found, errors)
@@ -200,7 +196,7 @@ pub fn clean_tree(root: &Path, dry_run: bool) -> (Vec<(PathBuf, u32)>, Vec<Strin
 pub fn clean_dir(dir: &Path) -> Vec<(PathBuf, u32)> {
     use std::os::fd::AsFd;
     match std::fs::File::open(dir) {
-        Ok(d) => clean_fd(d.as_fd(), Some(dir), false).into_iter().map(|(n, pid)| (dir.join(n), pid)).collect(),
+        Ok(d) => clean_fd(d.as_fd(), Some(dir), false).0.into_iter().map(|(n, pid)| (dir.join(n), pid)).collect(),
         Err(_) => Vec::new(),
     }
 }

@@ -8,6 +8,7 @@ use cacheless::digest::Algo;
 use cacheless::tree::{BackupKind, Deref, Link, Preserve, Target, TreeOptions};
 use cacheless::{BackendKind, Mode, Reflink, Sparse};
 
+use crate::common;
 use crate::getopt::{self, argmatch, Found, HasArg, LongOpt};
 
 /// Ids of the long options without a short one (above any letter).
@@ -232,14 +233,14 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
             id::INPLACE => a.tree.inplace = true,
             id::VERIFY => verify = true,
             id::VERIFY_ALGO => verify_algo = own_value("--verify-algo", arg_ref)?,
-            id::BWLIMIT => a.tree.bwlimit = bounded("--bwlimit", arg_ref, cacheless::limits::parse_rate)?,
-            id::THREADS => a.tree.threads = Some(bounded("--threads", arg_ref, |f, s| cacheless::limits::threads(f, count(s)?))?),
+            id::BWLIMIT => a.tree.bwlimit = bounded("--bwlimit", arg_ref, |s| cacheless::limits::parse_rate("--bwlimit", s))?,
+            id::THREADS => a.tree.threads = Some(bounded("--threads", arg_ref, common::parse_threads)?),
             id::NO_SYNC => a.tree.sync = false,
             id::MODE => a.mode = Some(own_value("--mode", arg_ref)?),
             id::BACKEND => a.backend = Some(own_value("--backend", arg_ref)?),
-            id::BLOCK_SIZE => a.block_size = Some(bounded("--block-size", arg_ref, |f, s| cacheless::limits::block_size(f, cacheless::parse_size(s)?))?),
-            id::QUEUE_DEPTH => a.queue_depth = Some(bounded("--queue-depth", arg_ref, |f, s| cacheless::limits::queue_depth(f, count(s)?))?),
-            id::MEMORY => a.memory = Some(bounded("--memory", arg_ref, |f, s| cacheless::limits::memory(f, cacheless::parse_size(s)?))?),
+            id::BLOCK_SIZE => a.block_size = Some(bounded("--block-size", arg_ref, common::parse_block_size)?),
+            id::QUEUE_DEPTH => a.queue_depth = Some(bounded("--queue-depth", arg_ref, common::parse_queue_depth)?),
+            id::MEMORY => a.memory = Some(bounded("--memory", arg_ref, common::parse_memory)?),
             id::JSON => a.json = true,
             _ => return Err(Stop::Usage(None, true)),
         }
@@ -391,16 +392,11 @@ where
     s.parse::<T>().map_err(|e| Stop::Usage(Some(format!("invalid value '{s}' for '{what}': {e}")), true))
 }
 
-/// A whole number.
-fn count(s: &str) -> Result<u64, String> {
-    s.trim().parse().map_err(|e: std::num::ParseIntError| e.to_string())
-}
-
 /// A value of one of cacheless's own options (`200M`, `8`), read and held to its bounds by
-/// `check` (see `cacheless::limits`).
-fn bounded<T>(what: &str, arg: Option<&OsStr>, check: impl Fn(&str, &str) -> Result<T, String>) -> Result<T, Stop> {
+/// `parse` (the parsers of the flags every command takes: `crate::common`).
+fn bounded<T>(what: &str, arg: Option<&OsStr>, parse: impl Fn(&str) -> Result<T, String>) -> Result<T, Stop> {
     let s = arg.unwrap_or_default().to_string_lossy();
-    check(what, &s).map_err(|e| Stop::Usage(Some(format!("invalid value '{s}' for '{what}': {e}")), true))
+    parse(&s).map_err(|e| Stop::Usage(Some(format!("invalid value '{s}' for '{what}': {e}")), true))
 }
 
 /// What `-t`/`-T` and the operands make of the destination.
