@@ -427,6 +427,25 @@ fn archive_update_onto_a_partial_copy_keeps_hard_links() {
         write(&d.join("t/a"), "linked", 0o644);
     };
     same_as_gnu(&c, "-au", tree, Run { args: &["-au", "s/.", "t"], ..RUN });
+    // Sixteen names of one file, each already in the destination as a separate file newer than
+    // the source: the one met first is kept and the others become links to it. GNU meets the
+    // names of one inode in the order the directory lists them, which is not name order (ext4
+    // lists by hash, tmpfs newest first), so a copy that met them by name kept another one.
+    let names: Vec<String> = (0..16).map(|i| format!("x{i:02}")).collect();
+    let links = |d: &Path| {
+        // The sources lie deeper than the destinations, so that `age` makes them older.
+        mkdir(&d.join("s/d/e"), 0o755);
+        mkdir(&d.join("t/d"), 0o755);
+        write(&d.join("s/d/e").join(&names[0]), "linked", 0o644);
+        for n in &names[1..] {
+            std::fs::hard_link(d.join("s/d/e").join(&names[0]), d.join("s/d/e").join(n)).unwrap();
+        }
+        for n in &names {
+            write(&d.join("t/d").join(n), "linked", 0o644);
+        }
+    };
+    same_as_gnu(&c, "-au links", links, Run { args: &["-au", "s/d/e/.", "t/d"], ..RUN });
+    same_as_gnu(&c, "-auv links", links, Run { args: &["-auv", "s/d/e/.", "t/d"], lines_in_any_order: true, ..RUN });
 }
 
 /// GNU's option parsing: the last of repeated options wins, prefixes of long options, `--`,

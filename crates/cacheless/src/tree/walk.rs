@@ -732,11 +732,13 @@ impl Walker<'_> {
         }
     }
 
-    /// Makes an entry at `at` with `make(dir, name)`: under a temporary name renamed over
-    /// `at` when `replace` (so that a failure leaves what was there), else at `at` itself.
-    fn make(&self, at: At<'_>, replace: bool, make: impl Fn(BorrowedFd<'_>, &OsStr) -> rustix::io::Result<()>) -> io::Result<()> {
-        if !replace {
-            return call(Site::Open, || make(at.fd(), at.name));
+    /// Makes an entry at `at` with `make(dir, name)`. Where `replace` and a name is there
+    /// already, the entry is made under a temporary name and renamed over it (so that a failure
+    /// leaves what was there); returns whether a name was replaced.
+    fn make(&self, at: At<'_>, replace: bool, make: impl Fn(BorrowedFd<'_>, &OsStr) -> rustix::io::Result<()>) -> io::Result<bool> {
+        match call(Site::Open, || make(at.fd(), at.name)) {
+            Err(e) if replace && e.kind() == io::ErrorKind::AlreadyExists => {}
+            r => return r.map(|()| false),
         }
         let (dir, name) = at.parent()?;
         let ((), tmp) = crate::sys::beside(dir.as_fd(), &name, |d, t| call(Site::Open, || make(d, t)))?;
@@ -744,7 +746,7 @@ impl Walker<'_> {
         // After a failure, and after a rename onto another name of the same file (which renames
         // nothing and succeeds), the temporary name is still there.
         let _ = rustix::fs::unlinkat(dir.as_fd(), tmp.as_os_str(), AtFlags::empty());
-        r
+        r.map(|()| true)
     }
 
     /// `-s`: a symbolic link to the source, named as given.
@@ -767,7 +769,7 @@ impl Walker<'_> {
             }
         }
         match self.make(at, replace, |d, n| rustix::fs::symlinkat(src, d, n)) {
-            Ok(()) => self.made(),
+            Ok(_) => self.made(),
             Err(e) => self.fail(Error::io(format!("cannot create symbolic link {{}} to {}", quote(src)), dst, e)),
         }
     }
@@ -776,7 +778,7 @@ impl Walker<'_> {
     fn hard(&mut self, src: &Path, at: At<'_>, cmdline: bool, replace: bool) -> Outcome {
         let follow = if self.follows(cmdline) { AtFlags::SYMLINK_FOLLOW } else { AtFlags::empty() };
         match self.make(at, replace, |d, n| rustix::fs::linkat(rustix::fs::CWD, src, d, n, follow)) {
-            Ok(()) => {
+            Ok(_) => {
                 self.hardlinks += 1;
                 self.made()
             }
@@ -797,7 +799,7 @@ impl Walker<'_> {
         let (ft, perm) = (rustix::fs::FileType::from_raw_mode(mode), FMode::from_raw_mode(mode & 0o7777));
         let made = self.make(at, replace, |d, n| rustix::fs::mknodat(d, n, ft, perm, meta.rdev()));
         match made {
-            Ok(()) => {
+            Ok(_) => {
                 self.made();
                 self.post(src, at, meta, omitted, new_dst, false)
             }
@@ -1067,12 +1069,17 @@ impl Walker<'_> {
         Ok(())
     }
 
-    /// A hard link to the copy of a file met earlier in the tree, made under a temporary name
-    /// and renamed over the destination.
+    /// A hard link to the copy of a file met earlier in the tree, renamed over the destination
+    /// where one is there (which `-v` reports as removed, as GNU's does).
     pub fn hardlink(&self, l: &PendingLink) -> Result<(), Error> {
         let at = At::path(&l.dst);
-        self.make(at, true, |d, n| rustix::fs::linkat(rustix::fs::CWD, &l.first, d, n, AtFlags::empty()))
-            .map_err(|e| Error::io(format!("cannot create hard link {{}} to {}", quote(&l.first)), &l.dst, e))
+        let replaced = self
+            .make(at, true, |d, n| rustix::fs::linkat(rustix::fs::CWD, &l.first, d, n, AtFlags::empty()))
+            .map_err(|e| Error::io(format!("cannot create hard link {{}} to {}", quote(&l.first)), &l.dst, e))?;
+        if replaced {
+            self.o.note(&Note::Removed(&l.dst));
+        }
+        Ok(())
     }
 }
 
@@ -1116,11 +1123,13 @@ fn timestamps(m: &std::fs::Metadata) -> rustix::fs::Timestamps {
 }
 
 /// The names in directory `p`, in the order GNU cp copies them: by inode number (which reads a
-/// large directory's inodes in disk order), names breaking ties.
+/// large directory's inodes in disk order). Names of one inode (hard links) keep the order the
+/// directory lists them in, as GNU's stable sort keeps them: which of them is met first decides
+/// what `-u` keeps, so name order would differ from GNU's wherever the listing is not by name.
 fn read_dir_inode_order(p: &Path) -> io::Result<Vec<OsString>> {
     use std::os::unix::fs::DirEntryExt;
     let mut v: Vec<(u64, OsString)> = std::fs::read_dir(p)?.map(|e| e.map(|e| (e.ino(), e.file_name()))).collect::<io::Result<_>>()?;
-    v.sort();
+    v.sort_by_key(|e| e.0);
     Ok(v.into_iter().map(|(_, n)| n).collect())
 }
 
