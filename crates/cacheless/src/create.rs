@@ -105,6 +105,14 @@ impl Held {
         }
     }
 
+    /// The folder it is to be named in.
+    fn dir(&self) -> &Arc<OwnedFd> {
+        match self {
+            Held::Open(p) => p.dir(),
+            Held::Parked(p) => &p.identity().dir,
+        }
+    }
+
     /// What removes it by name should the gate never pass `until` once it is named.
     fn early(&self, until: u64) -> Option<Early> {
         let at = match self {
@@ -122,15 +130,14 @@ impl Held {
     }
 }
 
-/// Held files kept open at most; the ones after them are parked.
-const HELD_OPEN: usize = 256;
-
 /// What the gate holds back: files in the order they joined, and the names given before the
 /// gate passed them (a caller needed the name: see [`FileCreator::release_held`]).
 #[derive(Default)]
 struct Gated {
     files: VecDeque<(u64, Held, Published)>,
     open: usize,
+    /// Held files kept open at most; the ones after them are parked.
+    open_max: usize,
     early: Vec<Early>,
 }
 
@@ -349,16 +356,24 @@ impl Shared {
         self.release(passed);
     }
 
+    /// Whether the gate holds as many files open as it may: the next ones are parked.
+    fn holds_all_it_may(&self) -> bool {
+        self.gate.is_some() && {
+            let g = self.gated.lock().unwrap_or_else(|e| e.into_inner());
+            g.open >= g.open_max
+        }
+    }
+
     /// How far the gate has passed its input (everything where there is no gate).
     fn passed(&self) -> u64 {
         self.gate.as_ref().map_or(u64::MAX, |g| g.load(Ordering::Acquire))
     }
 
     /// Holds a durable file back until the gate passes `until`; parked (its descriptor closed)
-    /// once [`HELD_OPEN`] are held open. A file that cannot be parked stays open.
+    /// once as many as the gate allows are held open. A file that cannot be parked stays open.
     fn hold(&self, until: u64, pending: PendingFile, then: Published) {
         let mut g = self.gated.lock().unwrap_or_else(|e| e.into_inner());
-        let held = if g.open < HELD_OPEN {
+        let held = if g.open < g.open_max {
             g.open += 1;
             Held::Open(pending)
         } else {
@@ -399,10 +414,47 @@ impl Shared {
             }
             ready
         };
-        for (_, held, then) in ready {
+        publish_all(ready);
+    }
+}
+
+/// Names held files the gate passed. Many at once (the end of a single-frame archive names
+/// every file it made) are named on several threads, each taking runs of them in the order they
+/// joined, a run a folder's files that came together (or [`RUN`] of them): names in one folder
+/// wait for each other (its lock), names in different folders do not. This thread takes runs
+/// too, and the rest where no thread can start.
+fn publish_all(ready: Vec<(u64, Held, Published)>) {
+    const RUN: usize = 1024;
+    let name = |run: Vec<(u64, Held, Published)>| {
+        for (_, held, then) in run {
             then(held.publish());
         }
+    };
+    let helpers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8) - 1;
+    if ready.len() <= RUN || helpers == 0 {
+        return name(ready);
     }
+    let mut runs: VecDeque<Vec<(u64, Held, Published)>> = VecDeque::new();
+    for f in ready {
+        match runs.back_mut() {
+            Some(run) if run.len() < RUN && run.last().is_some_and(|l| Arc::ptr_eq(l.1.dir(), f.1.dir())) => run.push(f),
+            _ => runs.push_back(vec![f]),
+        }
+    }
+    let helpers = helpers.min(runs.len() - 1);
+    let runs = Mutex::new(runs);
+    let work = || loop {
+        let Some(run) = runs.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else { return };
+        name(run);
+    };
+    std::thread::scope(|s| {
+        for _ in 0..helpers {
+            if std::thread::Builder::new().name("cacheless-name".into()).spawn_scoped(s, work).is_err() {
+                break;
+            }
+        }
+        work();
+    });
 }
 
 /// The pieces [`FileCreator::stage_replace`] writes a buffer in, looking for a cancel between
@@ -445,7 +497,7 @@ fn for_last_dir<T: Copy>(slot: &LastDir<T>, dir: &Arc<OwnedFd>, make: impl FnOnc
 impl FileCreator {
     /// A creator writing with `opts`.
     pub fn new(opts: CreateOptions) -> FileCreator {
-        FileCreator::gated(opts, None)
+        FileCreator::gated(opts, None, 0)
     }
 
     /// A creator whose files, made from an input that checksums verify as it is read (a
@@ -454,12 +506,14 @@ impl FileCreator {
     /// position their data ended at, given with [`NewFile::hold_until`] or
     /// [`FileCreator::publish_after_sync_until`]. Until then a finished file is durable (its
     /// batch's syncfs) but unnamed; [`FileCreator::discard_held`] removes those the input never
-    /// vouched for. For [`CreateOptions::publish_after_sync`] creators.
-    pub fn with_gate(opts: CreateOptions, verified: Arc<AtomicU64>) -> FileCreator {
-        FileCreator::gated(opts, Some(verified))
+    /// vouched for. Up to `open_max` such files stay open (see `pool::FdPlan::held`); those
+    /// past them wait under temporary names, their descriptors closed. For
+    /// [`CreateOptions::publish_after_sync`] creators.
+    pub fn with_gate(opts: CreateOptions, verified: Arc<AtomicU64>, open_max: usize) -> FileCreator {
+        FileCreator::gated(opts, Some(verified), open_max)
     }
 
-    fn gated(opts: CreateOptions, gate: Option<Arc<AtomicU64>>) -> FileCreator {
+    fn gated(opts: CreateOptions, gate: Option<Arc<AtomicU64>>, open_max: usize) -> FileCreator {
         FileCreator {
             shared: Arc::new(Shared {
                 opts,
@@ -470,7 +524,7 @@ impl FileCreator {
                 exact_dir: Mutex::new(None),
                 owner_dir: Mutex::new(None),
                 gate,
-                gated: Mutex::default(),
+                gated: Mutex::new(Gated { open_max, ..Gated::default() }),
             }),
         }
     }
@@ -590,7 +644,15 @@ impl FileCreator {
     /// no setuid, setgid or sticky bit): nobody can open it before it is named, so it need not
     /// be created 0600 and changed after.
     pub fn create(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<NewFile> {
-        let naming = if self.shared.publishes() { Naming::Unnamed { mode: 0 } } else { Naming::Final };
+        let naming = if !self.shared.publishes() {
+            Naming::Final
+        } else if self.shared.holds_all_it_may() {
+            // It would be parked under a temporary name once finished: it gets one now, which
+            // costs a rename where parking costs a link and a rename.
+            Naming::Temporary
+        } else {
+            Naming::Unnamed { mode: 0 }
+        };
         self.create_as(dir, name, display_path, size_hint, attrs, naming)
     }
 
@@ -674,6 +736,12 @@ impl FileCreator {
         } else {
             then(file.publish(false));
         }
+    }
+
+    /// Whether a gate holds as many files open as it may (see [`FileCreator::with_gate`]):
+    /// the next ones are created under temporary names, as parked files wait.
+    pub(crate) fn holds_all_it_may(&self) -> bool {
+        self.shared.holds_all_it_may()
     }
 
     /// Whether files are created without their final name and named after their batch's

@@ -188,7 +188,9 @@ impl CreateQueue {
     /// returned now; an error of the request itself comes from [`CreateQueue::take`].
     pub fn push(&mut self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<CreateTicket> {
         self.reclaim();
-        if self.ring.is_none() || !sys::tmpfile_available() {
+        // A file the gate would park once finished gets its temporary name now, from the
+        // creator (see `FileCreator::create`).
+        if self.ring.is_none() || !sys::tmpfile_available() || self.creator.holds_all_it_may() {
             let file = self.creator.create(dir, name, display_path, size_hint, attrs)?;
             return Ok(self.ticket(Slot::Done(Box::new(file))));
         }

@@ -97,6 +97,10 @@ pub struct FdPlan {
     pub deferred: usize,
     /// Directories kept open by the resolver.
     pub dirs: usize,
+    /// Finished files kept open while they wait for their input's checksums (an extraction
+    /// from a compressed archive; see `FileCreator::with_gate`); those past it are parked
+    /// under temporary names, which costs a link and a rename each.
+    pub held: usize,
 }
 
 /// Descriptors a job may hold at most: a large file's writer holds its file, its directory (a
@@ -110,6 +114,9 @@ const PER_DEFERRED: usize = 3;
 const PIPELINE_MAX: usize = 160;
 /// Most small files in one job, each holding itself and its directory.
 const BATCH_MAX: usize = 32;
+/// Most finished files held open for their input's checksums (an open file pins its inode and
+/// its open file, about a KiB of kernel memory each).
+const HELD_MAX: usize = 65536;
 /// Descriptors left for everything else (the archive and its ring, the create queue's ring,
 /// probes, the resolver's root).
 const RESERVE: usize = 12;
@@ -133,8 +140,12 @@ pub fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
     let pipeline = (rest / 8).min(PIPELINE_MAX);
     let rest = rest - pipeline * 2;
     let deferred = (rest / 2 / PER_DEFERRED).min(512);
-    let dirs = (rest - deferred * PER_DEFERRED).clamp(1, 4096);
-    FdPlan { threads, queue, batch, pipeline, deferred, dirs }
+    let rest = rest - deferred * PER_DEFERRED;
+    let dirs = rest.clamp(1, 4096);
+    // What is left, less an eighth kept free: held files (a single-frame archive holds every
+    // file it makes until its end), up to a bound on the kernel memory they pin.
+    let held = (rest.saturating_sub(dirs) / 8 * 7).min(HELD_MAX);
+    FdPlan { threads, queue, batch, pipeline, deferred, dirs, held }
 }
 
 /// The message a panic carried (a worker's or a decoder's, caught and turned into an error).
@@ -194,7 +205,7 @@ mod tests {
         for (limit, threads) in [(1024u64, 16usize), (1024, 4), (256, 16), (64, 16), (40, 4), (1 << 20, 16)] {
             let p = fd_plan(limit, 10, threads);
             assert!(p.threads >= 1 && p.threads <= threads && p.queue >= 1 && p.dirs >= 1, "{limit}: {p:?}");
-            let used = (p.threads + p.queue + 1) * (2 * p.batch).max(PER_JOB) + p.pipeline * 2 + p.deferred * PER_DEFERRED + p.dirs + RESERVE + 10;
+            let used = (p.threads + p.queue + 1) * (2 * p.batch).max(PER_JOB) + p.pipeline * 2 + p.deferred * PER_DEFERRED + p.dirs + p.held + RESERVE + 10;
             if limit >= 64 {
                 assert!(used as u64 <= limit, "{limit}: {p:?} uses {used}");
             }
@@ -202,5 +213,11 @@ mod tests {
         // A generous limit keeps the full figures.
         let p = fd_plan(1 << 20, 10, 16);
         assert_eq!((p.threads, p.queue, p.batch, p.pipeline, p.deferred, p.dirs), (16, 128, 32, 160, 512, 4096));
+        // And holds files open for the checksums up to its bound; a tighter limit, most of what
+        // is left, no more.
+        assert_eq!(p.held, HELD_MAX);
+        let p = fd_plan(20_000, 10, 16);
+        let spare = 20_000 - 10 - RESERVE - (p.threads + p.queue + 1) * 64 - p.pipeline * 2 - p.deferred * PER_DEFERRED - p.dirs;
+        assert!(p.held > spare / 2 && p.held < spare, "{p:?}");
     }
 }
