@@ -782,6 +782,23 @@ impl FileCreator {
         self.new_file(PendingFile::adopt_unnamed(fd, dir, name, display_path), size_hint, attrs)
     }
 
+    /// A file created under the temporary name `tmp` in `dir` (by a
+    /// [`CreateQueue`](crate::create_queue::CreateQueue)), as [`FileCreator::create`] would
+    /// have made it there.
+    #[allow(clippy::too_many_arguments)] // What `create` takes, and the file and its name.
+    pub(crate) fn adopt_temporary(
+        &self,
+        fd: OwnedFd,
+        dir: Arc<OwnedFd>,
+        name: &OsStr,
+        display_path: &Path,
+        size_hint: u64,
+        attrs: FileAttrs,
+        tmp: std::ffi::OsString,
+    ) -> NewFile {
+        self.new_file(PendingFile::adopt_temporary(fd, dir, name, display_path, tmp), size_hint, attrs)
+    }
+
     /// How files waiting for their name are created and named (O_TMPFILE and a link, or a
     /// temporary name and a rename, and why), in words for a report; `None` where files are
     /// created under their final name.

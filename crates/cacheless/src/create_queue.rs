@@ -8,22 +8,28 @@
 //! once it contends in the kernel (the directory and the inode allocator), so one worker in
 //! the background is the best of both.
 //!
+//! A file an extraction's checksum gate would park once finished (it holds as many files open
+//! as it may: see [`FileCreator::with_gate`](crate::FileCreator::with_gate)) is created the same
+//! way under its temporary name instead (an openat with O_CREAT | O_EXCL), and renamed when
+//! named.
+//!
 //! Where io_uring is unavailable or switched off (`CACHELESS_DISABLE=uring`), where files are
 //! created under their final name, or where the filesystem has no O_TMPFILE, each file is
 //! created at once on the caller's thread by [`FileCreator::create`]: the same files, the same
 //! errors; [`CreateQueue::how`] says which path was taken and why.
 //!
-//! Ownership: a request's directory stays open in its slot until the request's completion is
-//! reaped (the kernel resolves the descriptor's number when the worker runs the request, so
+//! Ownership: a request's directory (and its temporary name) stays in its slot until the
+//! request's completion is reaped (the kernel resolves the descriptor's number when the worker runs the request, so
 //! closing it earlier could create the file in whatever directory reuses the number). A queue
 //! dropped while it can no longer wait for its requests leaks those directories rather than
 //! close them.
 // The ring's submissions and the descriptors its completions return.
 #![allow(unsafe_code)]
 
-use std::ffi::{CStr, OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -68,6 +74,8 @@ struct Req {
     attrs: FileAttrs,
     /// Created with its final permission bits (see [`FileCreator::unnamed_perm`]).
     exact: bool,
+    /// The temporary name it is created under; `None`: without a name (O_TMPFILE).
+    temp: Option<CString>,
     /// Its ticket was dropped: the file goes once the request is done.
     abandoned: bool,
     /// Its place among the requests made.
@@ -188,9 +196,7 @@ impl CreateQueue {
     /// returned now; an error of the request itself comes from [`CreateQueue::take`].
     pub fn push(&mut self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<CreateTicket> {
         self.reclaim();
-        // A file the gate would park once finished gets its temporary name now, from the
-        // creator (see `FileCreator::create`).
-        if self.ring.is_none() || !sys::tmpfile_available() || self.creator.holds_all_it_may() {
+        if self.ring.is_none() || !sys::tmpfile_available() {
             let file = self.creator.create(dir, name, display_path, size_hint, attrs)?;
             return Ok(self.ticket(Slot::Done(Box::new(file))));
         }
@@ -200,11 +206,29 @@ impl CreateQueue {
         if self.in_flight + self.unsubmitted >= DEPTH as usize {
             self.wait(1).map_err(|e| Error::io("create", display_path, e))?;
         }
-        let (perm, exact) = self.creator.unnamed_perm(&dir, &attrs);
-        let req = Req { dir, name: name.to_os_string(), path: display_path.to_path_buf(), size_hint, attrs, exact, abandoned: false, seq: self.requests };
-        let sqe = opcode::OpenAt::new(types::Fd(req.dir.as_raw_fd()), DOT.as_ptr())
-            // The flags of every file created without a name (the bits fit an int).
-            .flags(i32::from_ne_bytes(sys::UNNAMED.bits().to_ne_bytes()))
+        // A file the gate would park once finished (see `FileCreator::with_gate`) is created
+        // under its temporary name now: a rename names it later, where parking would cost a
+        // link and a rename.
+        let temp = if self.creator.holds_all_it_may() {
+            crate::temps::clean_once(dir.as_fd());
+            let t = crate::temps::temp_name(name);
+            // Temporary names hold no NUL (the final name was checked).
+            Some(CString::new(t.as_bytes()).map_err(|e| Error::io("create", display_path, io::Error::other(e)))?)
+        } else {
+            None
+        };
+        let (perm, exact, flags) = match &temp {
+            Some(_) => (attrs.create_perm(), false, crate::pending::EXCLUSIVE),
+            None => {
+                let (perm, exact) = self.creator.unnamed_perm(&dir, &attrs);
+                (perm, exact, sys::UNNAMED)
+            }
+        };
+        let req = Req { dir, name: name.to_os_string(), path: display_path.to_path_buf(), size_hint, attrs, exact, temp, abandoned: false, seq: self.requests };
+        let at = req.temp.as_deref().unwrap_or(DOT);
+        let sqe = opcode::OpenAt::new(types::Fd(req.dir.as_raw_fd()), at.as_ptr())
+            // The flags of every file created without a name, or under a name (the bits fit an int).
+            .flags(i32::from_ne_bytes(flags.bits().to_ne_bytes()))
             .mode(perm)
             .build()
             // Creating a file always blocks: straight to the worker.
@@ -212,8 +236,9 @@ impl CreateQueue {
         let ticket = self.ticket(Slot::InFlight(req));
         let sqe = sqe.user_data(ticket.slot as u64);
         let Some(ring) = self.ring.as_mut() else { return Err(Error::io("create", display_path, io::Error::other("no ring"))) };
-        // SAFETY: the request names the directory's descriptor, kept open in its slot until its
-        // completion is reaped, and a static path.
+        // SAFETY: the request names the directory's descriptor and its path (static, or the
+        // temporary name's heap buffer, which moving the request does not move), both kept in
+        // its slot until its completion is reaped.
         if unsafe { ring.submission().push(&sqe) }.is_err() {
             // The submission ring is full of requests not yet handed over: hand them over.
             self.submit().map_err(|e| Error::io("create", display_path, e))?;
@@ -247,12 +272,16 @@ impl CreateQueue {
             Slot::Done(f) => Ok(*f),
             Slot::Completed(req, res) if res >= 0 => {
                 let fd = opened(res);
-                Ok(self.creator.adopt_unnamed(fd, req.dir, &req.name, &req.path, req.size_hint, FileCreator::mode_given(req.attrs, req.exact)))
+                Ok(match req.temp {
+                    Some(t) => self.creator.adopt_temporary(fd, req.dir, &req.name, &req.path, req.size_hint, req.attrs, OsString::from_vec(t.into_bytes())),
+                    None => self.creator.adopt_unnamed(fd, req.dir, &req.name, &req.path, req.size_hint, FileCreator::mode_given(req.attrs, req.exact)),
+                })
             }
             Slot::Completed(req, res) => {
                 let e = io::Error::from_raw_os_error(-res);
-                if res == -libc::EINTR {
-                    // Interrupted before it was made: made again, here.
+                if res == -libc::EINTR || (res == -libc::EEXIST && req.temp.is_some()) {
+                    // Interrupted before it was made, or its temporary name taken (another
+                    // process's): made again, here, under another one where it needs one.
                     return self.creator.create(req.dir, &req.name, &req.path, req.size_hint, req.attrs);
                 }
                 if sys::tmpfile_refused(&e) {
@@ -292,9 +321,7 @@ impl CreateQueue {
                     self.slots[i] = Slot::InFlight(req);
                     continue;
                 }
-                Slot::Completed(_, res) if res >= 0 => {
-                    drop(opened(res));
-                }
+                Slot::Completed(req, res) => discard(&req, res),
                 _ => {}
             }
             self.free.push(i);
@@ -356,9 +383,7 @@ impl CreateQueue {
             self.in_flight -= 1;
             self.reaped += 1;
             if req.abandoned {
-                if res >= 0 {
-                    drop(opened(res));
-                }
+                discard(&req, res);
                 self.free.push(i);
             } else {
                 *slot = Slot::Completed(req, res);
@@ -381,12 +406,22 @@ impl Drop for CreateQueue {
                 // Never completed: its directory stays open for good (see the module's docs).
                 #[allow(clippy::mem_forget)] // The leak is the point: the kernel may still use the number.
                 Slot::InFlight(req) => std::mem::forget(req.dir),
-                Slot::Completed(_, res) if res >= 0 => {
-                    drop(opened(res));
-                }
+                Slot::Completed(req, res) => discard(&req, res),
                 _ => {}
             }
         }
+    }
+}
+
+/// The file a request made that nobody takes: closed, and its temporary name removed where it
+/// has one (one without a name goes with its descriptor).
+fn discard(req: &Req, res: i32) {
+    if res < 0 {
+        return;
+    }
+    drop(opened(res));
+    if let Some(t) = &req.temp {
+        let _ = rustix::fs::unlinkat(&*req.dir, t.as_c_str(), rustix::fs::AtFlags::empty());
     }
 }
 
@@ -483,6 +518,69 @@ mod tests {
 
     /// A request that fails in the kernel (its directory was removed) fails its take, naming the
     /// file, and the queue goes on with the next.
+    /// Past the files a checksum gate holds open, the queue creates files under temporary
+    /// names: they stay there (their descriptors closed) until the gate passes them, then take
+    /// their names; an abandoned one leaves nothing, and those the gate never passes go.
+    #[test]
+    fn past_the_files_a_gate_holds_open_files_are_made_under_temporary_names() {
+        use std::sync::atomic::AtomicU64;
+        for passes in [true, false] {
+            let d = tempfile::tempdir().unwrap();
+            let dir = open_dir(d.path());
+            let gate = Arc::new(AtomicU64::new(0));
+            let opts = CreateOptions { sync: false, batch_writeback: 1 << 20, publish_after_sync: true, ..CreateOptions::default() };
+            let creator = FileCreator::with_gate(opts, gate.clone(), 4);
+            let mut q = CreateQueue::new(&creator);
+            let named = Arc::new(AtomicUsize::new(0));
+            for i in 0..20u32 {
+                let name = format!("f{i:02}");
+                let t = q.push(dir.clone(), OsStr::new(&name), Path::new(&name), 100, FileAttrs { permissions: Some(0o644), ..FileAttrs::default() }).unwrap();
+                if i % 5 == 4 {
+                    drop(t);
+                    continue;
+                }
+                let mut f = q.take(t).unwrap();
+                f.write_at(&content(i + 1), 0).unwrap();
+                f.hold_until(u64::from(i) + 1);
+                let n = named.clone();
+                f.finish_then(Box::new(move |r| {
+                    if r.is_ok() {
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
+                }))
+                .unwrap();
+                // Synced: held by the gate from now on.
+                creator.publish_now();
+            }
+            drop(q);
+            let names = || {
+                let mut v: Vec<String> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+                v.sort();
+                v
+            };
+            let waiting = names();
+            assert_eq!(waiting.len(), 16 - 4, "all but the four held open wait under temporary names: {waiting:?}");
+            assert!(waiting.iter().all(|n| n.starts_with(".f") && n.ends_with(".tmp")), "{waiting:?}");
+            assert_eq!(named.load(Ordering::Relaxed), 0);
+            if passes {
+                gate.store(u64::MAX, Ordering::Release);
+                creator.publish_now();
+                let want: Vec<String> = (0..20u32).filter(|i| i % 5 != 4).map(|i| format!("f{i:02}")).collect();
+                assert_eq!(names(), want);
+                for i in (0..20u32).filter(|i| i % 5 != 4) {
+                    assert_eq!(std::fs::read(d.path().join(format!("f{i:02}"))).unwrap(), content(i + 1));
+                }
+                assert_eq!(named.load(Ordering::Relaxed), 16);
+            } else {
+                let removed = creator.discard_held(|p| Error::io("verify", p, io::Error::other("checksum")));
+                assert!(removed.is_empty());
+                assert_eq!(names(), Vec::<String>::new(), "nothing the gate did not pass is left");
+            }
+            drop(creator);
+            assert_eq!(open_in(d.path()), Vec::<PathBuf>::new());
+        }
+    }
+
     #[test]
     fn a_failed_request_fails_its_take_naming_the_file() {
         let d = tempfile::tempdir().unwrap();

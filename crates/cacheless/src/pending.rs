@@ -27,7 +27,7 @@ use crate::sys;
 
 /// The flags of every new regular file the engine creates under a name: read-write, and
 /// created here (`O_EXCL`), never an existing file or the target of a symlink in its place.
-const EXCLUSIVE: OFlags = OFlags::CREATE.union(OFlags::EXCL).union(OFlags::RDWR).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
+pub(crate) const EXCLUSIVE: OFlags = OFlags::CREATE.union(OFlags::EXCL).union(OFlags::RDWR).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
 
 /// The permission bits a new file is created with (before the umask), the one rule for every
 /// file the engine makes: never wider than the bits it ends with (`permissions`, where they
@@ -107,6 +107,12 @@ impl PendingFile {
     /// [`Naming::Unnamed`] makes one.
     pub(crate) fn adopt_unnamed(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path) -> PendingFile {
         PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at: At::Unnamed, settled: false }
+    }
+
+    /// A file created under the temporary name `tmp` elsewhere (an openat on an io_uring), as
+    /// [`Naming::Temporary`] makes one.
+    pub(crate) fn adopt_temporary(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path, tmp: OsString) -> PendingFile {
+        PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at: At::Temporary(tmp), settled: false }
     }
 
     /// `file`, an existing file `name` in `dir` to be written in place: its inode kept, never

@@ -116,7 +116,7 @@ pub(crate) fn clean_once(dir: BorrowedFd<'_>) {
     if !seen().lock().unwrap_or_else(|e| e.into_inner()).dirs.insert((st.st_dev, st.st_ino)) {
         return;
     }
-    let (removed, _) = clean_fd(dir, None, false);
+    let (removed, _) = clean_fd(dir, None, false, &Owner::is_dead);
     if !removed.is_empty() {
         let at = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).unwrap_or_default();
         let mut s = seen().lock().unwrap_or_else(|e| e.into_inner());
@@ -132,7 +132,7 @@ pub fn take_removed() -> Vec<(PathBuf, u32)> {
 /// The leftovers of dead owners in the open folder `dir` (names, owners' PIDs), removed unless
 /// `dry_run`, and the other folders in it, for a walk to enter (one read of the folder for
 /// both). A folder of the benchmark's is removed whole; `path` names `dir` for that.
-fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool) -> (Vec<(OsString, u32)>, Vec<OsString>) {
+fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool, dead: &dyn Fn(&Owner) -> bool) -> (Vec<(OsString, u32)>, Vec<OsString>) {
     let (mut out, mut subdirs) = (Vec::new(), Vec::new());
     let Ok(fd) =
         rustix::fs::openat(dir, ".", rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
@@ -149,7 +149,7 @@ fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool) -> (Vec<(Os
             }
             continue;
         };
-        if !owner.is_dead() {
+        if !dead(&owner) {
             continue;
         }
         let n = OsStr::from_bytes(name).to_os_string();
@@ -172,6 +172,13 @@ fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool) -> (Vec<(Os
 /// walk follows no symlink and does not enter the leftovers. Folders it cannot read are
 /// reported as errors and skipped.
 pub fn clean_tree(root: &Path, dry_run: bool) -> (Vec<(PathBuf, u32)>, Vec<String>) {
+    clean_tree_where(root, dry_run, &Owner::is_dead)
+}
+
+/// [`clean_tree`] with `dead` saying which owners are gone: for a tree whose owners' liveness
+/// this process cannot see (a filesystem image from a simulated power cut, where every owner
+/// is gone whatever /proc says).
+pub fn clean_tree_where(root: &Path, dry_run: bool, dead: &dyn Fn(&Owner) -> bool) -> (Vec<(PathBuf, u32)>, Vec<String>) {
     use std::os::fd::AsFd;
     let (mut found, mut errors) = (Vec::new(), Vec::new());
     let mut stack = vec![root.to_path_buf()];
@@ -183,7 +190,7 @@ pub fn clean_tree(root: &Path, dry_run: bool) -> (Vec<(PathBuf, u32)>, Vec<Strin
                 continue;
             }
         };
-        let (removed, subdirs) = clean_fd(d.as_fd(), Some(&dir), dry_run);
+        let (removed, subdirs) = clean_fd(d.as_fd(), Some(&dir), dry_run, dead);
         found.extend(removed.into_iter().map(|(n, pid)| (dir.join(n), pid)));
         stack.extend(subdirs.into_iter().map(|n| dir.join(n)));
     }
@@ -196,7 +203,7 @@ pub fn clean_tree(root: &Path, dry_run: bool) -> (Vec<(PathBuf, u32)>, Vec<Strin
 pub fn clean_dir(dir: &Path) -> Vec<(PathBuf, u32)> {
     use std::os::fd::AsFd;
     match std::fs::File::open(dir) {
-        Ok(d) => clean_fd(d.as_fd(), Some(dir), false).0.into_iter().map(|(n, pid)| (dir.join(n), pid)).collect(),
+        Ok(d) => clean_fd(d.as_fd(), Some(dir), false, &Owner::is_dead).0.into_iter().map(|(n, pid)| (dir.join(n), pid)).collect(),
         Err(_) => Vec::new(),
     }
 }

@@ -92,7 +92,10 @@ fn mount_opts(fstype: &str) -> &'static str {
 /// Checks the crash state in `image` (a filesystem of `fstype`) against `w`'s expectations,
 /// with `promised` the markers the cut owes; mounts it at `mnt`.
 pub fn state(fstype: &str, image: &Path, mnt: &Path, w: &Workload, promised: &BTreeSet<String>) -> Result<Verdict> {
-    let mut v = mounted(fstype, image, mnt, |root, v| expectations(root, w, promised, false, v))?;
+    let mut v = mounted(fstype, image, mnt, |root, v| {
+        expectations(root, w, promised, false, v);
+        cleaned(root, w, promised, v);
+    })?;
     if let Some(complaint) = cmd::fsck(fstype, image)? {
         v.violations.push((String::new(), format!("the filesystem checker complains: {}", first_lines(&complaint, 6))));
     }
@@ -105,6 +108,33 @@ pub fn state(fstype: &str, image: &Path, mnt: &Path, w: &Workload, promised: &BT
 /// (ext4 records the error in its superblock), which is not run.
 pub fn promises(fstype: &str, image: &Path, mnt: &Path, w: &Workload, promised: &BTreeSet<String>) -> Result<Verdict> {
     mounted(fstype, image, mnt, |root, v| expectations(root, w, promised, true, v))
+}
+
+/// What the next run (or `cacheless clean`) does after the power cut: it removes every
+/// temporary of the engine under `root` (their owner is gone with the boot) and nothing else.
+/// Temporaries it leaves are violations, and so is anything of `w`'s it removed or changed
+/// (the expectations are checked again). The temporaries it found are recorded in `v`: what
+/// the cut left.
+fn cleaned(root: &Path, w: &Workload, promised: &BTreeSet<String>, v: &mut Verdict) {
+    let mut before = Vec::new();
+    temporaries(root, root, &mut before);
+    if before.is_empty() {
+        return;
+    }
+    let (_, errors) = cacheless::temps::clean_tree_where(root, false, &|_| true);
+    for e in errors {
+        v.violations.push((String::new(), format!("the clean-up could not read a folder: {e}")));
+    }
+    let mut left = Vec::new();
+    temporaries(root, root, &mut left);
+    for t in left {
+        v.violations.push((t, "a temporary the clean-up left".into()));
+    }
+    let mut after = Verdict::default();
+    expectations(root, w, promised, false, &mut after);
+    v.violations.extend(after.violations.into_iter().map(|(f, what)| (f, format!("after the clean-up: {what}"))));
+    // Put back what it removed, for the count of what the cut left.
+    v.temporaries.extend(before);
 }
 
 /// Mounts `image` at `mnt`, runs `f` on it and unmounts it; a mount that fails is a violation.

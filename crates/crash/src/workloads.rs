@@ -69,6 +69,7 @@ pub fn all() -> Vec<Workload> {
         pack(),
         creator_batch(),
         extract(),
+        extract_gzip(),
         python_calls(),
     ]
 }
@@ -530,6 +531,44 @@ fn tar_of(members: &[Member]) -> std::io::Result<Vec<u8>> {
 /// extract of a tar archive into `out`: deep folders, many small files in small write-back
 /// batches, two large files, a member over an existing file, a hard link; then its syncfs.
 fn extract() -> Workload {
+    extract_from("extract", "a.tar", None, |tar| Ok(tar.to_vec()))
+}
+
+/// The extract workload's archive as two gzip members, cut in the middle of a member's data:
+/// each file takes its name only once the CRC of every gzip member holding its data has passed,
+/// so the files of the first member wait for its end, those of the second for the end of the
+/// archive, and the file across the cut for both. Beside the destination's files are a file of
+/// the user's and one whose name only looks like a temporary, which the clean-up after each
+/// cut (see `check::state`) must leave alone.
+fn extract_gzip() -> Workload {
+    let mut w = extract_from("extract-gzip", "a.tar.gz", Some(16), |tar| {
+        use std::io::Write;
+        let cut = tar.len() / 2 + 100;
+        let mut out = Vec::new();
+        for part in [&tar[..cut], &tar[cut..]] {
+            let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            z.write_all(part)?;
+            out.extend(z.finish()?);
+        }
+        Ok(out)
+    });
+    let mine = [("out/keep.txt", noise(994, 700)), ("out/d1/.notes.cacheless-draft.tmp", noise(995, 300))];
+    let setup = std::mem::replace(&mut w.setup, Box::new(|_, _| Ok(())));
+    let made = mine.clone();
+    w.setup = Box::new(move |root, scratch| {
+        setup(root, scratch)?;
+        for (p, d) in &made {
+            write_synced(&root.join(p), d)?;
+        }
+        Ok(())
+    });
+    w.files.extend(mine.into_iter().map(|(p, d)| expect(p, Some(d.clone()), d, "extract", true)));
+    w
+}
+
+/// The extract workload with its archive as `pack` makes it from the tar's bytes, in `file`,
+/// holding at most `held_open` files open for its checksums.
+fn extract_from(name: &str, file: &'static str, held_open: Option<usize>, pack: fn(&[u8]) -> std::io::Result<Vec<u8>>) -> Workload {
     let members = extract_members();
     let old = noise(993, 3000);
     let (setup_members, setup_old) = (members.clone(), old.clone());
@@ -556,19 +595,20 @@ fn extract() -> Workload {
         })
         .collect();
     Workload {
-        name: "extract".into(),
+        name: name.into(),
         setup: Box::new(move |root, scratch| {
             std::fs::create_dir_all(root.join("out/d1"))?;
             write_synced(&root.join("out").join(EXTRACT_REPLACED), &setup_old)?;
-            std::fs::write(scratch.join("a.tar"), tar_of(&setup_members)?)
+            std::fs::write(scratch.join(file), pack(&tar_of(&setup_members)?)?)
         }),
-        run: Box::new(|ctx: &Ctx| {
+        run: Box::new(move |ctx: &Ctx| {
             let mut o = ExtractOptions::new(ctx.path("out"));
             o.io = io(Mode::Auto);
             // Small batches, so that the small files are written back in many of them (about
             // twenty), each ended by a syncfs, between and around the two large files.
             o.batch_writeback = 64 << 10;
-            let r = cacheless_archive::extract(Input::Path(ctx.scratch.join("a.tar")), &o).map_err(|e| e.to_string())?;
+            o.held_open = held_open;
+            let r = cacheless_archive::extract(Input::Path(ctx.scratch.join(file)), &o).map_err(|e| e.to_string())?;
             if !r.is_ok() {
                 return Err(r.fatal.or_else(|| r.failures.first().cloned()).unwrap_or_else(|| "extract failed".into()));
             }

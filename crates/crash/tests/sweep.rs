@@ -44,7 +44,7 @@ fn run_with(fs: &[FsKind], names: &[&str], states: usize, skip: &[Step], eio_at:
 
 /// The workloads slowest to check (hundreds of files in each state; a child interpreter), given
 /// fewer states so that the bounded sweep stays about as long as before they were added.
-const SLOW: [&str; 2] = ["extract", "python"];
+const SLOW: [&str; 3] = ["extract", "extract-gzip", "python"];
 
 #[test]
 fn no_promise_is_broken_in_any_crash_state() {

@@ -131,7 +131,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let creator = FileCreator::with_gate(
         CreateOptions { mode: opts.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: opts.batch_writeback, publish_after_sync: true },
         stream.verified(),
-        plan.held,
+        opts.held_open.map_or(plan.held, |n| n.min(plan.held)),
     );
     let sh = Arc::new(Shared::new(creator, progress.clone()));
     let pool = Pool::new(plan.threads, plan.queue, &sh)?;

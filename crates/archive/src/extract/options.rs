@@ -135,6 +135,11 @@ pub struct ExtractOptions {
     /// about this much of them. 0 writes each back on its own (RWF_DONTCACHE). Default 32 MiB.
     /// See `cacheless::CreateOptions::batch_writeback`.
     pub batch_writeback: u64,
+    /// Most finished files kept open while they wait for the archive's checksums covering
+    /// their data (a compressed archive: see docs/extract.md); those past them wait under
+    /// temporary names. `None` (the default): most of the descriptors the soft RLIMIT_NOFILE
+    /// leaves spare, up to 65,536.
+    pub held_open: Option<usize>,
     /// Use the O_NOFOLLOW walk even where openat2 works (tests of the fallback).
     pub force_walk: bool,
     /// The umask applied to members' modes when not running as root, as GNU tar does. `None`:
@@ -185,6 +190,7 @@ impl ExtractOptions {
             threads: (cpus * 2).clamp(4, 16),
             decompress_threads: cpus.clamp(1, 8),
             zstd_window_log_max: None,
+            held_open: None,
             io: cacheless::IoOptions::default(),
             direct_min: 1 << 20,
             batch_writeback: 32 << 20,
