@@ -14,7 +14,9 @@ use cacheless::{AlignedBuf, CreateQueue, CreateTicket, NewFile};
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
-use super::jobs::{attrs, named, own, owned, system_time, times, At, Data, Extra, Job, Meta, Msg, Settled, Shared, Slab, Small, CHUNK, SLAB_ALIGN, SLAB_BYTES};
+use super::jobs::{
+    attrs, named, own, owned, system_time, times, At, Data, Extra, Job, Meta, Msg, Settled, Shared, Slab, Small, BATCH_BYTES, CHUNK, SLAB_ALIGN, SLAB_BYTES,
+};
 use super::options::{ExtractOptions, ExtractReport};
 use super::shares::Shares;
 use crate::error::Error;
@@ -144,10 +146,6 @@ pub(super) const WAITING_MAX: usize = 4;
 
 /// Files up to this size are handed to the workers in batches.
 const BATCHED_MAX: u64 = 64 << 10;
-/// A batch holds at most this many files...
-pub(super) const BATCH_FILES: usize = 32;
-/// ... and this many bytes of data.
-pub(super) const BATCH_BYTES: usize = 256 << 10;
 
 impl Ctx<'_> {
     /// Hands every batch of small files to the workers, the one being filled too, once their

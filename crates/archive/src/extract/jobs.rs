@@ -214,8 +214,12 @@ pub(super) enum Data {
     Stream(Receiver<Msg>),
 }
 
+/// A batch of small files (see `entry::Ctx`) holds at most this many files...
+pub(super) const BATCH_FILES: usize = 32;
+/// ... and this many bytes of data.
+pub(super) const BATCH_BYTES: usize = 256 << 10;
 /// Bytes a slab holds: a batch's data, each file's at a multiple of [`SLAB_ALIGN`].
-pub(super) const SLAB_BYTES: usize = super::entry::BATCH_BYTES + super::entry::BATCH_FILES * SLAB_ALIGN;
+pub(super) const SLAB_BYTES: usize = BATCH_BYTES + BATCH_FILES * SLAB_ALIGN;
 /// Where each file's data starts in a slab: as a buffer of its own would be aligned.
 pub(super) const SLAB_ALIGN: usize = 64;
 /// Slabs kept for the next batches.

@@ -119,7 +119,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         roots.push(Some(open_root(dir)?));
     }
     // Small files created ahead of their data: the batch being filled and those waiting.
-    let batch_files = (plan.pipeline / (entry::WAITING_MAX + 1)).clamp(1, entry::BATCH_FILES.min(plan.batch));
+    let batch_files = (plan.pipeline / (entry::WAITING_MAX + 1)).clamp(1, jobs::BATCH_FILES.min(plan.batch));
     let waiting_max = (plan.pipeline / batch_files).clamp(1, entry::WAITING_MAX + 1) - 1;
     let decompress = source::Decompress { threads: opts.decompress_threads, bytes: shares.decode_bytes(), window_log_max: opts.zstd_window_log_max };
     let stream = source::open(input, progress.clone(), &shares.archive_read(&opts.io), &decompress)?;

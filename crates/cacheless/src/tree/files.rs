@@ -19,7 +19,6 @@ use std::time::{Duration, SystemTime};
 use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 
 use super::options::{Note, OnNote, Preserve};
-use super::walk::kind;
 use super::Sink;
 use crate::copy::{copy_in_place, stage_copy_from, Carry, CopyOptions, CopyReport, Method, Source, Staged};
 use crate::create::FileCreator;
@@ -30,6 +29,11 @@ use crate::quote::quote;
 use crate::read::ReadOptions;
 use crate::sys;
 use crate::write::WriteOptions;
+
+/// `S_IFMT` of a mode.
+pub(super) fn kind(mode: u32) -> u32 {
+    mode & libc::S_IFMT
+}
 
 /// Access and modification times of `m`, as the writer takes them.
 pub(super) fn times(m: &std::fs::Metadata) -> (SystemTime, SystemTime) {

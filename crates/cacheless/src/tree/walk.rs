@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use rustix::fs::{AtFlags, Mode as FMode, OFlags, Stat};
 
-use super::files::{Copier, FileJob, Jobs, JOB_FILES};
+use super::files::{kind, Copier, FileJob, Jobs, JOB_FILES};
 use super::options::{BackupKind, Deref, Existing, Link, Note, Question};
 use super::TreeOptions;
 use crate::copy::copy_xattrs;
@@ -29,10 +29,6 @@ use crate::pool::Pool;
 use crate::quote::quote;
 use crate::sys::{call, default_acl};
 
-/// `S_IFMT` of a mode.
-pub(super) fn kind(mode: u32) -> u32 {
-    mode & libc::S_IFMT
-}
 fn is_dir(mode: u32) -> bool {
     kind(mode) == libc::S_IFDIR
 }

@@ -1,0 +1,242 @@
+//! docs/ARCHITECTURE.md held to the code: no module of any crate imports, directly or through
+//! others, a module that imports it (nor a submodule a sibling that imports it), and every
+//! module of the engine is in the floors table and imports only from floors below its own.
+//! Imports are read from the source: `crate::NAME` paths (a name the crate root re-exports
+//! counts as the module it comes from) and, between siblings, `super::NAME`; comments and
+//! test modules (what follows `#[cfg(test)]`) are left out.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The crates whose modules are checked, by their source folder.
+const CRATES: [&str; 8] = [
+    "crates/cacheless/src",
+    "crates/archive/src",
+    "crates/safetensors/src",
+    "crates/cli/src",
+    "crates/crash/src",
+    "crates/testkit/src",
+    "crates/bench/src",
+    "bindings/python/src",
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `.rs` files under `p` (itself where it is one).
+fn rs_files(p: &Path) -> Vec<PathBuf> {
+    if p.is_file() {
+        return vec![p.to_path_buf()];
+    }
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(p).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(rs_files(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The modules of the folder `dir` (files and folders, less `skip`), with their files.
+fn modules(dir: &Path, skip: &[&str]) -> BTreeMap<String, Vec<PathBuf>> {
+    let mut mods = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if skip.contains(&name.as_str()) {
+            continue;
+        }
+        let module = match name.strip_suffix(".rs") {
+            Some(m) => m.to_string(),
+            None if p.is_dir() => name,
+            None => continue,
+        };
+        mods.insert(module, rs_files(&p));
+    }
+    mods
+}
+
+/// The code of `file` that counts: no comment lines, nothing from its first `#[cfg(test)]` on.
+fn code(file: &Path) -> String {
+    let text = std::fs::read_to_string(file).unwrap();
+    let mut out = String::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with("#[cfg(test)]") {
+            break;
+        }
+        if !t.starts_with("//") {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The names `prefix` reaches in `code`: `prefix::a` and each first name of `prefix::{a, b::c}`.
+fn reached(code: &str, prefix: &str) -> BTreeSet<String> {
+    let one = regex::Regex::new(&format!(r"\b{prefix}::(\w+)")).unwrap();
+    let group = regex::Regex::new(&format!(r"\b{prefix}::\{{([^}}]*)\}}")).unwrap();
+    let first = regex::Regex::new(r"(?:^|,)\s*(\w+)").unwrap();
+    let mut out: BTreeSet<String> = one.captures_iter(code).map(|c| c[1].to_string()).collect();
+    for g in group.captures_iter(code) {
+        out.extend(first.captures_iter(&g[1]).map(|c| c[1].to_string()));
+    }
+    out
+}
+
+/// The items the crate root re-exports (`pub use module::{A, B}`), to the module each comes from.
+fn root_exports(src: &Path) -> BTreeMap<String, String> {
+    let re = regex::Regex::new(r"pub use (\w+)::(\{[^}]*\}|\w+)").unwrap();
+    let word = regex::Regex::new(r"\w+").unwrap();
+    let mut out = BTreeMap::new();
+    for f in ["lib.rs", "main.rs"] {
+        let Ok(text) = std::fs::read_to_string(src.join(f)) else { continue };
+        for c in re.captures_iter(&text) {
+            for w in word.find_iter(&c[2]) {
+                out.insert(w.as_str().to_string(), c[1].to_string());
+            }
+        }
+    }
+    out
+}
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// Module -> the modules of the same graph it imports, through `prefix` paths in its files.
+fn graph(mods: &BTreeMap<String, Vec<PathBuf>>, prefix: &str, exports: &BTreeMap<String, String>) -> Graph {
+    mods.iter()
+        .map(|(m, files)| {
+            let mut to = BTreeSet::new();
+            for f in files {
+                for name in reached(&code(f), prefix) {
+                    let name = exports.get(&name).cloned().unwrap_or(name);
+                    if &name != m && mods.contains_key(&name) {
+                        to.insert(name);
+                    }
+                }
+            }
+            (m.clone(), to)
+        })
+        .collect()
+}
+
+/// A cycle of `g` (its modules in import order, the first again at the end), if it has one.
+fn cycle(g: &Graph) -> Option<Vec<String>> {
+    fn visit(g: &Graph, m: &str, state: &mut BTreeMap<String, bool>, path: &mut Vec<String>) -> Option<Vec<String>> {
+        state.insert(m.to_string(), false);
+        path.push(m.to_string());
+        for n in &g[m] {
+            match state.get(n) {
+                Some(false) => {
+                    let at = path.iter().position(|p| p == n).unwrap_or(0);
+                    let mut c = path[at..].to_vec();
+                    c.push(n.clone());
+                    return Some(c);
+                }
+                Some(true) => {}
+                None => {
+                    if let Some(c) = visit(g, n, state, path) {
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        path.pop();
+        state.insert(m.to_string(), true);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for m in g.keys() {
+        if !state.contains_key(m) {
+            if let Some(c) = visit(g, m, &mut state, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// Every folder under `dir` that is a module with submodules (holds `mod.rs`).
+fn module_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            if p.join("mod.rs").exists() {
+                out.push(p.clone());
+            }
+            out.extend(module_dirs(&p));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_crate_has_an_import_cycle() {
+    let mut found = Vec::new();
+    for src in CRATES {
+        let src = root().join(src);
+        let mods = modules(&src, &["lib.rs", "main.rs", "bin"]);
+        if let Some(c) = cycle(&graph(&mods, "crate", &root_exports(&src))) {
+            found.push(format!("{}: {}", src.display(), c.join(" -> ")));
+        }
+        for dir in module_dirs(&src) {
+            let mods = modules(&dir, &["mod.rs"]);
+            if let Some(c) = cycle(&graph(&mods, "super", &BTreeMap::new())) {
+                found.push(format!("{}: {}", dir.display(), c.join(" -> ")));
+            }
+        }
+    }
+    assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
+}
+
+/// The check itself finds a cycle, and one through a name the root re-exports.
+#[test]
+fn the_cycle_check_sees_a_cycle() {
+    let d = cacheless_testkit::scratch();
+    std::fs::write(d.path().join("lib.rs"), "pub use b::Thing;\n").unwrap();
+    std::fs::write(d.path().join("a.rs"), "use crate::Thing;\n").unwrap();
+    std::fs::write(d.path().join("b.rs"), "use crate::{c::x, y};\n").unwrap();
+    std::fs::write(d.path().join("c.rs"), "// use crate::b;\nfn f() { crate::a::g() }\n#[cfg(test)]\nuse crate::b;\n").unwrap();
+    let mods = modules(d.path(), &["lib.rs"]);
+    let g = graph(&mods, "crate", &root_exports(d.path()));
+    assert_eq!(cycle(&g), Some(vec!["a".to_string(), "b".into(), "c".into(), "a".into()]));
+    std::fs::write(d.path().join("c.rs"), "// use crate::a;\n").unwrap();
+    assert_eq!(cycle(&graph(&modules(d.path(), &["lib.rs"]), "crate", &root_exports(d.path()))), None, "comments do not import");
+}
+
+#[test]
+fn the_engine_s_modules_stand_on_their_floors() {
+    let doc = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).unwrap();
+    let table = doc.split("## The engine's floors").nth(1).expect("the floors section").split("\n## ").next().unwrap();
+    let row = regex::Regex::new(r"(?m)^\| (\d+) \| ([^|]*) \|").unwrap();
+    let name = regex::Regex::new(r"`(\w+)`").unwrap();
+    let mut floor: BTreeMap<String, u32> = BTreeMap::new();
+    for r in row.captures_iter(table) {
+        for n in name.captures_iter(&r[2]) {
+            floor.insert(n[1].to_string(), r[1].parse().unwrap());
+        }
+    }
+    let src = root().join("crates/cacheless/src");
+    let mods = modules(&src, &["lib.rs"]);
+    let listed: BTreeSet<&String> = floor.keys().collect();
+    let present: BTreeSet<&String> = mods.keys().collect();
+    assert_eq!(listed, present, "the floors table lists exactly the engine's modules");
+    let g = graph(&mods, "crate", &root_exports(&src));
+    let mut up = Vec::new();
+    for (m, to) in &g {
+        for n in to {
+            if floor[n] >= floor[m] {
+                up.push(format!("{m} (floor {}) imports {n} (floor {})", floor[m], floor[n]));
+            }
+        }
+    }
+    assert!(up.is_empty(), "imports from the same floor or above:\n{}", up.join("\n"));
+}
