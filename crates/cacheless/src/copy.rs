@@ -95,7 +95,7 @@ named_enum!(Sparse, "sparse value", Auto = "auto", Always = "always", Never = "n
 pub type VerifyHook = Arc<dyn Fn(&File, &Path) -> io::Result<()> + Send + Sync>;
 
 /// What a copy does beyond moving the bytes.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct CopyOptions {
     /// Clone instead of copying (default auto).
     pub reflink: Reflink,
@@ -136,9 +136,30 @@ pub struct CopyOptions {
 }
 
 impl CopyOptions {
-    /// Defaults: reflink and sparse auto, no verification, no limit, no owner or xattrs.
+    /// Defaults: reflink and sparse auto, no verification, no limit, no owner or xattrs, files
+    /// up to [`policy::SMALL_WRITE`] written whole. The same as `CopyOptions::default()`.
     pub fn new() -> CopyOptions {
-        CopyOptions { small_file: policy::SMALL_WRITE, ..CopyOptions::default() }
+        CopyOptions {
+            reflink: Reflink::default(),
+            sparse: Sparse::default(),
+            verify: None,
+            rate: None,
+            owner: false,
+            xattrs: false,
+            acl: false,
+            strict_owner: false,
+            carry: None,
+            small_file: policy::SMALL_WRITE,
+            before_verify: None,
+            plain_dir: false,
+            same_checked: false,
+        }
+    }
+}
+
+impl Default for CopyOptions {
+    fn default() -> CopyOptions {
+        CopyOptions::new()
     }
 }
 

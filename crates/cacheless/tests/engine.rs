@@ -522,3 +522,14 @@ fn files_whose_size_lies_are_read_to_their_end() {
     writer.join().unwrap();
     assert!(back == data, "{} of {} bytes through the FIFO", back.len(), data.len());
 }
+
+/// `CopyOptions::default()` is `CopyOptions::new()`: a caller writing `..Default::default()`
+/// gets the same small-file threshold as one calling `new()` (it was 0, which streamed every
+/// small file through a Writer).
+#[test]
+fn copy_options_default_is_new() {
+    let (d, n) = (cacheless::CopyOptions::default(), cacheless::CopyOptions::new());
+    assert_eq!(d.small_file, n.small_file);
+    assert!(n.small_file > 0);
+    assert_eq!(format!("{d:?}"), format!("{n:?}"));
+}
