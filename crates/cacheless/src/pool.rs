@@ -84,6 +84,8 @@ fn worker<W: Work>(rx: &Mutex<Receiver<W::Job>>, work: &W) {
 /// few dozen descriptors works (more slowly: fewer files per syncfs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FdPlan {
+    /// The open-files limit it shares out.
+    pub limit: u64,
     /// Worker threads.
     pub threads: usize,
     /// Places in the job queue.
@@ -121,6 +123,12 @@ const HELD_MAX: usize = 65536;
 /// probes, the resolver's root).
 const RESERVE: usize = 12;
 
+/// [`fd_plan`] for this process now: its soft RLIMIT_NOFILE and the descriptors it has open.
+pub fn fd_plan_now(threads: usize) -> FdPlan {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+    fd_plan(limit, open_fds(), threads)
+}
+
 /// Shares out `limit - open_now` descriptors (the soft RLIMIT_NOFILE less those already open)
 /// for an extraction asking for `threads` workers.
 pub fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
@@ -145,7 +153,7 @@ pub fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
     // What is left, less an eighth kept free: held files (a single-frame archive holds every
     // file it makes until its end), up to a bound on the kernel memory they pin.
     let held = (rest.saturating_sub(dirs) / 8 * 7).min(HELD_MAX);
-    FdPlan { threads, queue, batch, pipeline, deferred, dirs, held }
+    FdPlan { limit, threads, queue, batch, pipeline, deferred, dirs, held }
 }
 
 /// The message a panic carried (a worker's or a decoder's, caught and turned into an error).

@@ -43,7 +43,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cacheless::pool::{fd_plan, open_fds, Pool};
+use cacheless::pool::{fd_plan_now, Pool};
 use cacheless::{CreateOptions, CreateQueue, FileCreator};
 
 use crate::error::{Error, Result};
@@ -89,8 +89,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
             0o022
         }
     };
-    let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
-    let plan = fd_plan(nofile, open_fds(), opts.threads);
+    let plan = fd_plan_now(opts.threads);
     // GNU tar -P: every destination's namespace is the whole tree, and each member's name is
     // made a path from '/' (see `Ctx::absolute`), relative ones from the destination's real path.
     let mut bases = Vec::new();
@@ -151,7 +150,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         naming: String::new(),
         creation: String::new(),
         resolve: format!("{:?}: {}", root.resolve, root.resolve_reason).to_lowercase(),
-        open_files_limit: nofile,
+        open_files_limit: plan.limit,
         synced: false,
         interrupted: false,
         warnings,
@@ -188,7 +187,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         creates: Some(if plan.pipeline >= PIPELINE_MIN {
             CreateQueue::new(&sh.creator)
         } else {
-            CreateQueue::on_caller_thread(&sh.creator, format!("{nofile} open files at most: too few to create files ahead"))
+            CreateQueue::on_caller_thread(&sh.creator, format!("{} open files at most: too few to create files ahead", plan.limit))
         }),
         batch_files,
         waiting_max,

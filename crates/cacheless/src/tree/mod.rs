@@ -46,7 +46,7 @@ use crate::copy::{CopyOptions, CopyReport};
 use crate::create::{CreateOptions, FileCreator};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::Site;
-use crate::pool::{fd_plan, open_fds};
+use crate::pool::fd_plan_now;
 use crate::progress::Progress;
 use crate::quote::quote;
 use crate::rate::RateLimit;
@@ -204,8 +204,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
     let mut wo = WriteOptions::from(o.io.clone());
     wo.sync = o.sync;
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-    let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
-    let plan = fd_plan(nofile, open_fds(), o.threads.unwrap_or((cpus * 2).clamp(4, 16)).max(1));
+    let plan = fd_plan_now(o.threads.unwrap_or((cpus * 2).clamp(4, 16)).max(1));
     let sink = Arc::new(Sink {
         progress: progress.clone(),
         errors: AtomicU64::new(0),
