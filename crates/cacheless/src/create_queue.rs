@@ -19,10 +19,10 @@
 //! errors; [`CreateQueue::how`] says which path was taken and why.
 //!
 //! Ownership: a request's directory (and its temporary name) stays in its slot until the
-//! request's completion is reaped (the kernel resolves the descriptor's number when the worker runs the request, so
-//! closing it earlier could create the file in whatever directory reuses the number). A queue
-//! dropped while it can no longer wait for its requests leaks those directories rather than
-//! close them.
+//! request's completion is reaped (the kernel resolves the descriptor's number when the worker
+//! runs the request, so closing it earlier could create the file in whatever directory reuses
+//! the number). A queue dropped while it can no longer wait for its requests leaks those
+//! requests (directories and names) rather than free them.
 // The ring's submissions and the descriptors its completions return.
 #![allow(unsafe_code)]
 
@@ -284,7 +284,8 @@ impl CreateQueue {
                     // process's): made again, here, under another one where it needs one.
                     return self.creator.create(req.dir, &req.name, &req.path, req.size_hint, req.attrs);
                 }
-                if sys::tmpfile_refused(&e) {
+                // (Only an O_TMPFILE open says whether the filesystem has O_TMPFILE.)
+                if req.temp.is_none() && sys::tmpfile_refused(&e) {
                     // No O_TMPFILE here: this file and the next are created at once, under a
                     // temporary name.
                     self.why_not = Some(format!("O_TMPFILE refused: {}", crate::caps::errno_name(&e)));
@@ -403,9 +404,10 @@ impl Drop for CreateQueue {
         }
         for s in self.slots.drain(..) {
             match s {
-                // Never completed: its directory stays open for good (see the module's docs).
-                #[allow(clippy::mem_forget)] // The leak is the point: the kernel may still use the number.
-                Slot::InFlight(req) => std::mem::forget(req.dir),
+                // Never completed: its directory stays open for good, and its temporary name
+                // stays allocated (see the module's docs).
+                #[allow(clippy::mem_forget)] // The leak is the point: the kernel may still use the number and the name.
+                Slot::InFlight(req) => std::mem::forget(req),
                 Slot::Completed(req, res) => discard(&req, res),
                 _ => {}
             }
