@@ -140,7 +140,6 @@ pub const READ: &[&str] = &["mode", "backend", "memory", "block_size", "queue_de
 /// Keys of calls that read into arenas.
 pub const ARENA: &[&str] = &["mode", "backend", "memory", "block_size", "queue_depth", "threads", "progress"];
 
-/// A serde value (a report) as Python objects, through `json.loads`.
 /// A job's report (a dict) with the leftovers of dead jobs the run removed where it wrote
 /// (`leftovers_removed`, paths), as the command line's `--json` gives it (see `cacheless::temps`).
 pub fn with_leftovers<'py>(report: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
@@ -149,6 +148,7 @@ pub fn with_leftovers<'py>(report: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyA
     Ok(report)
 }
 
+/// A serde value (a report) as Python objects, through `json.loads`.
 pub fn to_py<'py>(py: Python<'py>, v: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
     let s = serde_json::to_string(v).map_err(|e| PyValueError::new_err(format!("internal error: report does not serialize: {e}")))?;
     py.import("json")?.call_method1("loads", (s,))

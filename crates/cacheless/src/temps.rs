@@ -139,10 +139,17 @@ fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool, dead: &dyn 
     else {
         return (out, subdirs);
     };
-    let Ok(mut entries) = rustix::fs::Dir::read_from(&fd) else { return (out, subdirs) };
+    // The descriptor read (`dir` may be O_PATH, which getdents refuses); entries go through `dir`.
+    let Ok(mut entries) = rustix::fs::Dir::new(fd) else { return (out, subdirs) };
     while let Some(Ok(e)) = entries.next() {
         let name = e.file_name().to_bytes();
-        let is_dir = e.file_type() == rustix::fs::FileType::Directory;
+        let is_dir = match e.file_type() {
+            rustix::fs::FileType::Directory => true,
+            // A filesystem that does not say (d_type DT_UNKNOWN): asked.
+            rustix::fs::FileType::Unknown => rustix::fs::statat(dir, e.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory),
+            _ => false,
+        };
         let Some(owner) = owner(name) else {
             if is_dir && name != b"." && name != b".." {
                 subdirs.push(OsStr::from_bytes(name).to_os_string());
@@ -158,7 +165,7 @@ fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool, dead: &dyn 
                 // Only the benchmark makes temporary folders: whole, by path.
                 path.is_some_and(|p| std::fs::remove_dir_all(p.join(&n)).is_ok())
             } else {
-                rustix::fs::unlinkat(&fd, n.as_os_str(), AtFlags::empty()).is_ok()
+                rustix::fs::unlinkat(dir, n.as_os_str(), AtFlags::empty()).is_ok()
             };
         if gone {
             out.push((n, owner.pid));
