@@ -420,7 +420,7 @@ impl Shared {
 
 /// Names held files the gate passed. Many at once (the end of a single-frame archive names
 /// every file it made) are named on several threads, each taking runs of them in the order they
-/// joined, a run a folder's files that came together (or [`RUN`] of them): names in one folder
+/// joined, a run a folder's files that came together (`RUN` of them at most): names in one folder
 /// wait for each other (its lock), names in different folders do not. This thread takes runs
 /// too, and the rest where no thread can start.
 fn publish_all(ready: Vec<(u64, Held, Published)>) {
@@ -776,27 +776,10 @@ impl FileCreator {
         f
     }
 
-    /// A file created without a name (O_TMPFILE, by a [`CreateQueue`](crate::create_queue::CreateQueue))
-    /// in `dir`, as [`FileCreator::create`] would have made it.
-    pub(crate) fn adopt_unnamed(&self, fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> NewFile {
-        self.new_file(PendingFile::adopt_unnamed(fd, dir, name, display_path), size_hint, attrs)
-    }
-
-    /// A file created under the temporary name `tmp` in `dir` (by a
-    /// [`CreateQueue`](crate::create_queue::CreateQueue)), as [`FileCreator::create`] would
-    /// have made it there.
-    #[allow(clippy::too_many_arguments)] // What `create` takes, and the file and its name.
-    pub(crate) fn adopt_temporary(
-        &self,
-        fd: OwnedFd,
-        dir: Arc<OwnedFd>,
-        name: &OsStr,
-        display_path: &Path,
-        size_hint: u64,
-        attrs: FileAttrs,
-        tmp: std::ffi::OsString,
-    ) -> NewFile {
-        self.new_file(PendingFile::adopt_temporary(fd, dir, name, display_path, tmp), size_hint, attrs)
+    /// A file a [`CreateQueue`](crate::create_queue::CreateQueue) created (see
+    /// [`PendingFile::adopt`]), as [`FileCreator::create`] would have made it.
+    pub(crate) fn adopt(&self, entry: PendingFile, size_hint: u64, attrs: FileAttrs) -> NewFile {
+        self.new_file(entry, size_hint, attrs)
     }
 
     /// How files waiting for their name are created and named (O_TMPFILE and a link, or a

@@ -38,6 +38,7 @@ use io_uring::{opcode, squeue, types, IoUring};
 use crate::create::{FileAttrs, FileCreator, NewFile};
 use crate::error::{Error, Result};
 use crate::fault::Site;
+use crate::pending::PendingFile;
 use crate::sys;
 
 /// Requests handed to the kernel together (one `io_uring_enter` each so many files).
@@ -121,6 +122,9 @@ pub struct CreateQueue {
     reaped: u64,
     /// The completions of one reap (kept for the next).
     done: Vec<(usize, i32)>,
+    /// The folder whose leftovers were last looked at (see `temps::clean_once`): files come
+    /// folder by folder, and looking costs an fstat each time.
+    cleaned: Option<Arc<OwnedFd>>,
 }
 
 impl std::fmt::Debug for CreateQueue {
@@ -177,6 +181,7 @@ impl CreateQueue {
             enters: 0,
             reaped: 0,
             done: Vec::new(),
+            cleaned: None,
         }
     }
 
@@ -210,7 +215,10 @@ impl CreateQueue {
         // under its temporary name now: a rename names it later, where parking would cost a
         // link and a rename.
         let temp = if self.creator.holds_all_it_may() {
-            crate::temps::clean_once(dir.as_fd());
+            if !self.cleaned.as_ref().is_some_and(|c| Arc::ptr_eq(c, &dir)) {
+                crate::temps::clean_once(dir.as_fd());
+                self.cleaned = Some(dir.clone());
+            }
             let t = crate::temps::temp_name(name);
             // Temporary names hold no NUL (the final name was checked).
             Some(CString::new(t.as_bytes()).map_err(|e| Error::io("create", display_path, io::Error::other(e)))?)
@@ -272,10 +280,9 @@ impl CreateQueue {
             Slot::Done(f) => Ok(*f),
             Slot::Completed(req, res) if res >= 0 => {
                 let fd = opened(res);
-                Ok(match req.temp {
-                    Some(t) => self.creator.adopt_temporary(fd, req.dir, &req.name, &req.path, req.size_hint, req.attrs, OsString::from_vec(t.into_bytes())),
-                    None => self.creator.adopt_unnamed(fd, req.dir, &req.name, &req.path, req.size_hint, FileCreator::mode_given(req.attrs, req.exact)),
-                })
+                let tmp = req.temp.map(|t| OsString::from_vec(t.into_bytes()));
+                let entry = PendingFile::adopt(fd, req.dir, &req.name, &req.path, tmp);
+                Ok(self.creator.adopt(entry, req.size_hint, FileCreator::mode_given(req.attrs, req.exact)))
             }
             Slot::Completed(req, res) => {
                 let e = io::Error::from_raw_os_error(-res);

@@ -103,16 +103,11 @@ impl PendingFile {
         Ok(PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false })
     }
 
-    /// A file created without a name elsewhere (an O_TMPFILE openat on an io_uring), as
-    /// [`Naming::Unnamed`] makes one.
-    pub(crate) fn adopt_unnamed(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path) -> PendingFile {
-        PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at: At::Unnamed, settled: false }
-    }
-
-    /// A file created under the temporary name `tmp` elsewhere (an openat on an io_uring), as
-    /// [`Naming::Temporary`] makes one.
-    pub(crate) fn adopt_temporary(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path, tmp: OsString) -> PendingFile {
-        PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at: At::Temporary(tmp), settled: false }
+    /// A file created elsewhere (an openat on an io_uring), as [`Naming::Temporary`] makes one
+    /// under the temporary name `tmp`, or [`Naming::Unnamed`] one without a name (`None`).
+    pub(crate) fn adopt(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path, tmp: Option<OsString>) -> PendingFile {
+        let at = tmp.map_or(At::Unnamed, At::Temporary);
+        PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false }
     }
 
     /// `file`, an existing file `name` in `dir` to be written in place: its inode kept, never

@@ -100,8 +100,8 @@ pub struct FdPlan {
     /// Directories kept open by the resolver.
     pub dirs: usize,
     /// Finished files kept open while they wait for their input's checksums (an extraction
-    /// from a compressed archive; see `FileCreator::with_gate`); those past it are parked
-    /// under temporary names, which costs a link and a rename each.
+    /// from a compressed archive; see `FileCreator::with_gate`); those past it wait under
+    /// temporary names, which costs a rename each.
     pub held: usize,
 }
 
