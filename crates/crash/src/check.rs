@@ -113,12 +113,9 @@ pub fn promises(fstype: &str, image: &Path, mnt: &Path, w: &Workload, promised: 
 /// What the next run (or `cacheless clean`) does after the power cut: it removes every
 /// temporary of the engine under `root` (their owner is gone with the boot) and nothing else.
 /// Temporaries it leaves are violations, and so is anything of `w`'s it removed or changed
-/// (the expectations are checked again). The temporaries it found are recorded in `v`: what
-/// the cut left.
+/// (the expectations are checked again). `v.temporaries` holds what the cut left.
 fn cleaned(root: &Path, w: &Workload, promised: &BTreeSet<String>, v: &mut Verdict) {
-    let mut before = Vec::new();
-    temporaries(root, root, &mut before);
-    if before.is_empty() {
+    if v.temporaries.is_empty() {
         return;
     }
     let (_, errors) = cacheless::temps::clean_tree_where(root, false, &|_| true);
@@ -133,19 +130,18 @@ fn cleaned(root: &Path, w: &Workload, promised: &BTreeSet<String>, v: &mut Verdi
     let mut after = Verdict::default();
     expectations(root, w, promised, false, &mut after);
     v.violations.extend(after.violations.into_iter().map(|(f, what)| (f, format!("after the clean-up: {what}"))));
-    // Put back what it removed, for the count of what the cut left.
-    v.temporaries.extend(before);
 }
 
-/// Mounts `image` at `mnt`, runs `f` on it and unmounts it; a mount that fails is a violation.
+/// Mounts `image` at `mnt`, counts the engine's temporaries there, runs `f` on it and
+/// unmounts it; a mount that fails is a violation.
 fn mounted(fstype: &str, image: &Path, mnt: &Path, f: impl FnOnce(&Path, &mut Verdict)) -> Result<Verdict> {
     let mut v = Verdict::default();
     let lo = Loop::attach(image, false)?;
     match Mount::new(lo.dev(), fstype, mnt, mount_opts(fstype)) {
         Err(e) => v.violations.push((String::new(), format!("does not mount: {e}"))),
         Ok(m) => {
-            f(mnt, &mut v);
             temporaries(mnt, mnt, &mut v.temporaries);
+            f(mnt, &mut v);
             m.unmount()?;
         }
     }
