@@ -9,6 +9,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use cacheless_testkit::tree::paths;
 use cacheless_testkit::{require, root, scratch, skip};
 use rand::{RngCore, SeedableRng};
 
@@ -128,7 +129,7 @@ fn make_tree(root: &Path, many: usize) -> bool {
     }
     // Times last, deepest first; the read-only directory after its contents.
     let mut n = 0;
-    let mut all: Vec<PathBuf> = walk(root).into_iter().map(|r| root.join(r)).collect();
+    let mut all: Vec<PathBuf> = paths(root).into_iter().map(|r| root.join(r)).collect();
     all.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for p in all {
         n += 1;
@@ -142,29 +143,11 @@ fn make_tree(root: &Path, many: usize) -> bool {
     has_xattrs
 }
 
-/// Every path under `root`, relative, sorted.
-fn walk(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        for e in std::fs::read_dir(root.join(&rel)).unwrap() {
-            let e = e.unwrap();
-            let r = rel.join(e.file_name());
-            if e.file_type().unwrap().is_dir() {
-                stack.push(r.clone());
-            }
-            out.push(r);
-        }
-    }
-    out.sort();
-    out
-}
-
 /// Asserts that `ours` equals `gnu` (GNU cp -a's copy): names, types, contents, modes, owners,
 /// nanosecond mtimes (symlinks' too), symlink targets, xattrs and ACLs, allocated blocks of
 /// each file (holes), and the hard-link groups.
 fn assert_same_as_gnu(gnu: &Path, ours: &Path) {
-    let (a, b) = (walk(gnu), walk(ours));
+    let (a, b) = (paths(gnu), paths(ours));
     assert_eq!(a, b, "entries differ");
     let mut groups_a: BTreeMap<u64, BTreeSet<PathBuf>> = BTreeMap::new();
     let mut groups_b: BTreeMap<u64, BTreeSet<PathBuf>> = BTreeMap::new();
@@ -195,7 +178,7 @@ fn assert_same_as_gnu(gnu: &Path, ours: &Path) {
 }
 
 fn no_temp_files(dir: &Path) {
-    for r in walk(dir) {
+    for r in paths(dir) {
         assert!(!r.to_string_lossy().contains(".cacheless-"), "temporary file left: {}", r.display());
     }
 }
@@ -298,7 +281,7 @@ type Entry = (PathBuf, String, Vec<u8>, u32, Option<(i64, i64)>);
 /// entry under `root`, and of `root` itself as "." (its mtime only with `root_time`).
 fn tree_state(root: &Path, times: bool, root_time: bool) -> Vec<Entry> {
     let mut v = Vec::new();
-    for rel in std::iter::once(PathBuf::from(".")).chain(walk(root)) {
+    for rel in std::iter::once(PathBuf::from(".")).chain(paths(root)) {
         let p = root.join(&rel);
         let m = std::fs::symlink_metadata(&p).unwrap();
         let ft = m.file_type();
@@ -331,7 +314,7 @@ fn trailing_dot_and_slash_on_a_source_copy_as_gnu_cp_does() {
     std::fs::set_permissions(src.join("a"), std::fs::Permissions::from_mode(0o640)).unwrap();
     std::fs::set_permissions(src.join("sub").join("b"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut n = 0;
-    let mut all: Vec<PathBuf> = walk(&src).into_iter().map(|r| src.join(r)).collect();
+    let mut all: Vec<PathBuf> = paths(&src).into_iter().map(|r| src.join(r)).collect();
     all.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for p in all.iter().chain(std::iter::once(&src)) {
         n += 1;
@@ -590,7 +573,7 @@ fn update_resumes_an_interrupted_tree_copy_without_rewriting_finished_files() {
     ok(&cacheless(&["cp", "-a", s(&src), s(&out)]));
     // What an interrupted copy leaves: some files missing, one cut short.
     let many = dst.join("d").join("many");
-    let names: Vec<PathBuf> = walk(&many).into_iter().collect();
+    let names: Vec<PathBuf> = paths(&many).into_iter().collect();
     for n in &names[..20] {
         std::fs::remove_file(many.join(n)).unwrap();
     }
@@ -636,7 +619,7 @@ fn an_interrupted_tree_copy_leaves_only_whole_files_and_update_finishes_it() {
     let o = cacheless_testkit::interrupt(child, std::time::Duration::from_millis(1500), rustix::process::Signal::INT);
     assert_eq!(o.status.code(), Some(130), "{}", String::from_utf8_lossy(&o.stderr));
     no_temp_files(&out);
-    let done: Vec<(PathBuf, u64)> = walk(&dst).into_iter().map(|r| (r.clone(), std::fs::metadata(dst.join(&r)).unwrap().ino())).collect();
+    let done: Vec<(PathBuf, u64)> = paths(&dst).into_iter().map(|r| (r.clone(), std::fs::metadata(dst.join(&r)).unwrap().ino())).collect();
     assert!(done.len() < 324, "the copy finished before the signal");
     for (r, _) in &done {
         assert!(std::fs::read(src.join(r)).unwrap() == std::fs::read(dst.join(r)).unwrap(), "{} is not whole", r.display());

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use cacheless_testkit::tree::paths;
 use cacheless_testkit::{interrupt, scratch};
 
 fn bin() -> Command {
@@ -373,28 +374,12 @@ fn under_a_tight_descriptor_limit_held_files_wait_under_temporary_names() {
     // The project's 1 for members that failed (GNU tar's 2: docs/extract.md).
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("the members whose data it held were removed"), "{err}");
-    let left: Vec<PathBuf> = walk(&out).into_iter().filter(|p| !p.is_dir()).collect();
+    let left: Vec<PathBuf> = paths(&out).into_iter().filter(|p| !out.join(p).is_dir()).collect();
     assert!(left.is_empty(), "{} files or temporaries left, e.g. {:?}: {err}", left.len(), left.first());
     // The peer names them all, damaged or not.
     let peer = d.path().join("peer");
     std::fs::create_dir(&peer).unwrap();
     let t = Command::new("tar").arg("-xzf").arg(&bad_arch).arg("-C").arg(&peer).output().unwrap();
     assert!(!t.status.success());
-    assert_eq!(walk(&peer).into_iter().filter(|p| p.is_file()).count(), 2000);
-}
-
-/// Every path under `dir`.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut all = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() && !p.is_symlink() {
-                stack.push(p.clone());
-            }
-            all.push(p);
-        }
-    }
-    all
+    assert_eq!(paths(&peer).into_iter().filter(|p| peer.join(p).is_file()).count(), 2000);
 }

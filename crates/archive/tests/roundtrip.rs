@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 use cacheless::Mode;
 use cacheless_archive::{extract, ExtractOptions, Input};
+use cacheless_testkit::tree::paths;
 use common::*;
 
 struct Trees {
@@ -42,9 +43,9 @@ fn check(archive: &Path, modes: &[Mode], walk: bool, what: &str) {
             assert!(allocated(&huge) < 16 << 20, "{what}: sparse file was filled: {} bytes allocated", allocated(&huge));
         }
         // Auto writes large files (1 MiB and up, not sparse) with O_DIRECT where it works.
-        let large = walkdir(&gnu).iter().any(|p| {
-            let md = std::fs::symlink_metadata(p).unwrap();
-            md.is_file() && md.len() >= 1 << 20 && allocated(p) >= md.len() / 2
+        let large = paths(&gnu).iter().map(|r| gnu.join(r)).any(|p| {
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            md.is_file() && md.len() >= 1 << 20 && allocated(&p) >= md.len() / 2
         });
         if m == Mode::Auto && r.direct_ok == Some(true) && large {
             assert!(r.modes.direct > 0, "{what}: no file written with O_DIRECT: {:?}", r.modes);
@@ -142,31 +143,7 @@ fn stream_input_and_strip_components() {
         let (x, y) = (o.join(sub), gnu.join(sub));
         assert_eq!(x.exists(), y.exists(), "{sub}");
     }
-    let mut ga = Vec::new();
-    let mut gb = Vec::new();
-    for e in walkdir(&o) {
-        ga.push(e.strip_prefix(&o).unwrap().to_path_buf());
-    }
-    for e in walkdir(&gnu) {
-        gb.push(e.strip_prefix(&gnu).unwrap().to_path_buf());
-    }
-    assert_eq!(ga, gb);
-}
-
-fn walkdir(p: &Path) -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    let mut st = vec![p.to_path_buf()];
-    while let Some(d) = st.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap().path();
-            if std::fs::symlink_metadata(&e).unwrap().is_dir() {
-                st.push(e.clone());
-            }
-            v.push(e);
-        }
-    }
-    v.sort();
-    v
+    assert_eq!(paths(&o), paths(&gnu));
 }
 
 #[test]

@@ -50,9 +50,10 @@ pub fn xattrs(p: &Path) -> BTreeMap<String, Vec<u8>> {
     m
 }
 
-/// Every entry under `root`, by relative path; times after `since` count as "now".
-pub fn snapshot(root: &Path, since: (i64, i64)) -> BTreeMap<PathBuf, Node> {
-    let mut paths = Vec::new();
+/// Every path under `root`, relative, sorted; symlinks are not followed, and a folder that
+/// cannot be read is listed without its contents.
+pub fn paths(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(root.join(&rel)) else { continue };
@@ -61,10 +62,16 @@ pub fn snapshot(root: &Path, since: (i64, i64)) -> BTreeMap<PathBuf, Node> {
             if std::fs::symlink_metadata(root.join(&r)).unwrap().is_dir() {
                 stack.push(r.clone());
             }
-            paths.push(r);
+            out.push(r);
         }
     }
-    paths.sort();
+    out.sort();
+    out
+}
+
+/// Every entry under `root`, by relative path; times after `since` count as "now".
+pub fn snapshot(root: &Path, since: (i64, i64)) -> BTreeMap<PathBuf, Node> {
+    let paths = paths(root);
     let mut first: BTreeMap<(u64, u64), PathBuf> = BTreeMap::new();
     let mut out = BTreeMap::new();
     for r in paths {
