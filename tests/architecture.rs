@@ -240,3 +240,68 @@ fn the_engine_s_modules_stand_on_their_floors() {
     }
     assert!(up.is_empty(), "imports from the same floor or above:\n{}", up.join("\n"));
 }
+
+/// The crates whose kernel calls go through the engine's `sys` facade: the shipped ones. (The
+/// crash simulator, the benchmark harness and the test kit drive the kernel as tools of their
+/// own: mounts, cgroups, block devices.)
+const SHIPPED: [&str; 5] = ["crates/cacheless/src", "crates/archive/src", "crates/safetensors/src", "crates/cli/src", "bindings/python/src"];
+
+/// The engine's files that may name rustix or libc calls: the facade, and what sits below it or
+/// beside it on purpose (the I/O requests, the probes, the residency calls, aligned memory).
+const KERNEL: [&str; 5] = [
+    "crates/cacheless/src/sys/",
+    "crates/cacheless/src/backend/",
+    "crates/cacheless/src/caps.rs",
+    "crates/cacheless/src/residency.rs",
+    "crates/cacheless/src/buf.rs",
+];
+
+/// rustix's functions that make no system call (device numbers).
+const PURE: [&str; 3] = ["makedev", "major", "minor"];
+
+/// The rustix and libc calls `code` makes: `rustix::a::f(`, `libc::f(`, and functions imported
+/// from them by name (`use rustix::fs::{openat, Mode}`: a lower-case name that is no module).
+fn kernel_calls(code: &str) -> Vec<String> {
+    // Lower-case paths only: `rustix::fs::Mode::empty()` builds a value.
+    let call = regex::Regex::new(r"\b((?:rustix(?:::[a-z][a-z0-9_]*)+|libc)::([a-z_][a-z0-9_]*))\s*\(").unwrap();
+    let import = regex::Regex::new(r"\buse (rustix|libc)((?:::\w+)*)::\{([^}]*)\}|\buse (rustix|libc)((?:::\w+)*)::([a-z_][a-z0-9_]*)\s*;").unwrap();
+    let modules = ["fs", "io", "process", "param", "mm", "path", "fd", "pipe", "thread", "time", "event", "system", "net", "termios", "rand", "stdio"];
+    let mut out: Vec<String> = call.captures_iter(code).filter(|c| !PURE.contains(&&c[2])).map(|c| c[1].to_string()).collect();
+    for c in import.captures_iter(code) {
+        let names: Vec<&str> = match (c.get(3), c.get(6)) {
+            (Some(list), _) => list.as_str().split(',').map(str::trim).collect(),
+            (None, Some(one)) => vec![one.as_str()],
+            _ => continue,
+        };
+        for n in names {
+            let n = n.split_whitespace().next().unwrap_or("");
+            if n.starts_with(|ch: char| ch.is_ascii_lowercase()) && !modules.contains(&n) && n != "self" && !PURE.contains(&n) {
+                out.push(format!("use {}{}::{n}", c.get(1).or(c.get(4)).unwrap().as_str(), c.get(2).or(c.get(5)).unwrap().as_str()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn kernel_calls_go_through_the_sys_facade() {
+    let mut found = Vec::new();
+    for dir in SHIPPED {
+        for f in rs_files(&root().join(dir)) {
+            let rel = f.strip_prefix(root()).unwrap().to_string_lossy().into_owned();
+            if KERNEL.iter().any(|k| rel.starts_with(k)) {
+                continue;
+            }
+            for c in kernel_calls(&code(&f)) {
+                found.push(format!("{rel}: {c}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "kernel calls outside sys/, backend/, caps, residency and buf (add them to cacheless::sys):\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_facade_check_sees_a_call_and_an_imported_function() {
+    let code = "use rustix::fs::{Mode, openat as o, OFlags};\nuse libc::getpid;\nfn f() { rustix::fs::fchmod(x, m); libc::close(3); let d = rustix::fs::makedev(1, 2); let m = rustix::fs::Mode::empty(); }\n";
+    assert_eq!(kernel_calls(code), ["rustix::fs::fchmod", "libc::close", "use rustix::fs::openat", "use libc::getpid"]);
+}

@@ -738,3 +738,36 @@ fn modes_and_acls_are_gnu_tars_whether_given_at_creation_or_after() {
         }
     }
 }
+
+/// `info` says per folder whether new files there are made without a name (O_TMPFILE) and how
+/// they are linked, asked of the folder itself (the file's folder for a file); switched off,
+/// it says so.
+#[test]
+fn info_reports_o_tmpfile_per_folder_and_the_switch() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let d = scratch();
+    let f = d.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    let json = |env: Option<&str>, p: &Path| {
+        let mut c = bin();
+        if let Some(v) = env {
+            c.env("CACHELESS_DISABLE", v);
+        }
+        let out = c.args(["--json", "info", s(p)]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["paths"][0].clone()
+    };
+    // What an O_TMPFILE open in the scratch folder says, asked here.
+    let here = std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_TMPFILE).open(d.path()).is_ok();
+    for p in [d.path(), f.as_path()] {
+        let info = json(None, p);
+        assert_eq!(info["tmpfile"].get("Ok").is_some(), here, "{info}");
+        assert!(info["flink"].get("Ok").is_some() || info["flink"]["Err"]["reason"].as_str().unwrap().contains("linkat"), "{info}");
+        let off = json(Some("tmpfile"), p);
+        assert_eq!(off["tmpfile"]["Err"]["reason"], "O_TMPFILE disabled by CACHELESS_DISABLE", "{off}");
+    }
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1, "the probes leave nothing in the folder");
+    let text = String::from_utf8(bin().env("CACHELESS_DISABLE", "flink").args(["info", s(d.path())]).output().unwrap().stdout).unwrap();
+    assert!(text.contains("linkat by fd   no (linkat(AT_EMPTY_PATH) disabled by CACHELESS_DISABLE)"), "{text}");
+    assert!(!here || text.contains("O_TMPFILE      yes, new files made without a name"), "{text}");
+}

@@ -30,6 +30,7 @@ fn site_name(s: Site) -> &'static str {
         Site::Write => "write",
         Site::Sync => "sync",
         Site::Rename => "rename",
+        Site::Meta => "meta",
     }
 }
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cacheless::{copy_tree, CopyOptions, CreateOptions, FileAttrs, FileCreator, Mode, Progress, Reflink, Sparse, TreeOptions};
+use cacheless::{copy_tree, CopyOptions, CreateOptions, Durability, FileAttrs, FileCreator, Mode, Progress, Reflink, Sparse, TreeOptions};
 use cacheless_safetensors::arena::read_whole;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -83,7 +83,7 @@ pub fn read_file(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDic
 pub fn write_file<'py>(py: Python<'py>, path: PathBuf, data: &Bound<'py, PyAny>, options: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
     let o = Options::parse("write_file", options, &["mode", "sync"])?;
     let pin = Pinned::readable(data)?;
-    let creator = FileCreator::new(CreateOptions { mode: o.io.mode, sync: o.sync, ..CreateOptions::default() });
+    let creator = FileCreator::new(CreateOptions { mode: o.io.mode, durability: Durability::synced(o.sync), ..CreateOptions::new() });
     // Written on a worker that stops at a Ctrl-C; named only if none came (see `job::commit`).
     let p = Progress::new();
     let (rep, file) = job::run(py, &p, None, || creator.stage_replace(&path, pin.bytes(), &FileAttrs::default(), &p))?.map_err(|e| errors::engine(&e))?;
@@ -124,6 +124,12 @@ pub fn copy<'py>(
         Some(b) => crate::opts::rate("bwlimit", b)?,
         None => None,
     };
+    // What copies one file, for one file or each of a tree's.
+    let mut co = CopyOptions::new();
+    co.reflink = reflink;
+    co.sparse = sparse;
+    co.verify = verify;
+    co.rate = bwlimit.map(|r| Arc::new(cacheless::RateLimit::new(r)));
     if recursive || archive || no_clobber || update || src.is_dir() {
         // `recursive` is `cp -r` (mode and times kept, as this function keeps them for a file),
         // `archive` is `cp -a`.
@@ -138,10 +144,7 @@ pub fn copy<'py>(
             t.existing = cacheless::tree::Existing::Keep;
         }
         t.update = update && !no_clobber;
-        t.reflink = reflink;
-        t.sparse = sparse;
-        t.verify = verify;
-        t.bwlimit = bwlimit;
+        t.copy = co;
         t.threads = o.threads;
         t.sync = o.sync;
         t.count_totals = true;
@@ -156,11 +159,6 @@ pub fn copy<'py>(
         return Ok(report);
     }
     let (ro, wo) = (o.read(), o.write());
-    let mut co = CopyOptions::new();
-    co.reflink = reflink;
-    co.sparse = sparse;
-    co.verify = verify;
-    co.rate = bwlimit.map(|r| Arc::new(cacheless::RateLimit::new(r)));
     let dst = cacheless::tree::target(&src, &dst, dst.is_dir());
     // A symlink given as the destination is written through, as `cacheless cp`, GNU cp and
     // shutil.copy write through it: its target gets the copy, the link stays. A dangling one

@@ -354,6 +354,15 @@ def test_info_residency_and_evict_have_the_cli_fields(disk):
     cacheless.read_file(p)
     assert fraction_cached(p) < 0.02, "read_file of a cold file left it cached"
     assert cacheless.info(disk)["kind"] == "directory"
+    # How new files are made there: without a name where the folder's filesystem can, as an
+    # O_TMPFILE open asked here says.
+    try:
+        os.close(os.open(disk, os.O_TMPFILE | os.O_RDWR, 0o600))
+        here = True
+    except OSError:
+        here = False
+    for where in (disk, p):
+        assert ("Ok" in cacheless.info(where)["tmpfile"]) == here
 
 
 def test_info_of_a_refused_mode_carries_the_structured_hint_as_the_cli_json_does(disk):

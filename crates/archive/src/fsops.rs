@@ -16,6 +16,7 @@
 //! whenever a directory is removed, and, once a symlink was followed, whenever an entry is
 //! replaced.
 
+use cacheless::sys;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -163,8 +164,8 @@ impl Root {
             std::fs::create_dir_all(path).map_err(|e| Error::io("mkdir", path, e))?;
             made.insert(Vec::new());
         }
-        let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| Error::io("open", path, e))?;
-        let (resolve, resolve_reason) = match rustix::fs::openat2(&fd, ".", dir_flags(), Mode::empty(), beneath()) {
+        let fd = sys::look(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC).map_err(|e| Error::io("open", path, e))?;
+        let (resolve, resolve_reason) = match sys::lookat2(&fd, ".", dir_flags(), beneath()) {
             Ok(_) => (Resolve::Openat2, "openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS".to_string()),
             Err(e) if e == Errno::NOSYS || e == Errno::PERM || e == Errno::INVAL || e == Errno::OPNOTSUPP => {
                 (Resolve::Walk, format!("openat2 unavailable ({e}): O_NOFOLLOW walk"))
@@ -231,15 +232,12 @@ impl Root {
             return Ok(fd.clone());
         }
         let fd = match self.resolve {
-            Resolve::Openat2 => match rustix::fs::openat2(self.fd.as_fd(), OsStr::from_bytes(&join(comps)), dir_flags(), Mode::empty(), beneath()) {
+            Resolve::Openat2 => match sys::lookat2(self.fd.as_fd(), OsStr::from_bytes(&join(comps)), dir_flags(), beneath()) {
                 Ok(fd) => Arc::new(fd),
                 Err(Errno::NOENT) if create => {
                     let pfd = self.dir(parent)?;
                     self.mkdir_one(&pfd, comps, last)?;
-                    Arc::new(
-                        rustix::fs::openat2(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW, Mode::empty(), beneath())
-                            .map_err(|e| self.refuse(comps, e))?,
-                    )
+                    Arc::new(sys::lookat2(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW, beneath()).map_err(|e| self.refuse(comps, e))?)
                 }
                 Err(Errno::LOOP | Errno::NOTDIR) => self.through_links(comps, create)?,
                 Err(e) => return Err(self.refuse(comps, e)),
@@ -275,7 +273,7 @@ impl Root {
     /// unless it may be followed (see [`Root::follow`]); created first where it is missing
     /// and `create`.
     fn open_one(&mut self, pfd: &OwnedFd, comps: &[Vec<u8>], last: &[u8], create: bool) -> Result<OwnedFd> {
-        let open = |pfd: &OwnedFd| rustix::fs::openat(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW, Mode::empty());
+        let open = |pfd: &OwnedFd| sys::lookat(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW);
         match open(pfd) {
             Ok(fd) => Ok(fd),
             Err(Errno::NOENT) if create => {
@@ -305,19 +303,18 @@ impl Root {
         if depth >= 40 {
             return Err(Errno::LOOP);
         }
-        let st = rustix::fs::statat(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)?;
+        let st = sys::statat(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)?;
         if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Symlink {
             return Err(Errno::NOTDIR);
         }
         if self.placed_overflow || self.placed.contains(&(st.st_dev, st.st_ino)) {
             return Err(Errno::LOOP);
         }
-        let text = rustix::fs::readlinkat(dir, OsStr::from_bytes(name), Vec::new())?;
+        let text = sys::readlinkat(dir, OsStr::from_bytes(name))?;
         let text = text.as_bytes();
-        let mut cur =
-            if text.starts_with(b"/") { rustix::fs::open("/", dir_flags(), Mode::empty())? } else { rustix::fs::openat(dir, ".", dir_flags(), Mode::empty())? };
+        let mut cur = if text.starts_with(b"/") { sys::look("/", dir_flags())? } else { sys::lookat(dir, ".", dir_flags())? };
         for c in text.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".") {
-            cur = match rustix::fs::openat(&cur, OsStr::from_bytes(c), dir_flags() | OFlags::NOFOLLOW, Mode::empty()) {
+            cur = match sys::lookat(&cur, OsStr::from_bytes(c), dir_flags() | OFlags::NOFOLLOW) {
                 Ok(f) => f,
                 Err(Errno::LOOP | Errno::NOTDIR) => self.walk_link(cur.as_fd(), c, depth + 1)?,
                 Err(e) => return Err(e),
@@ -334,7 +331,7 @@ impl Root {
         if !(target.starts_with(b"/") || target.split(|&b| b == b'/').any(|c| c == b"..")) {
             return;
         }
-        match rustix::fs::statat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
+        match sys::statat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if self.placed.len() < MADE_MAX => {
                 self.placed.insert((st.st_dev, st.st_ino));
             }
@@ -360,7 +357,7 @@ impl Root {
     }
 
     fn mkdir_one(&mut self, pfd: &OwnedFd, comps: &[Vec<u8>], last: &[u8]) -> Result<()> {
-        match rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(last), Mode::from_raw_mode(self.implicit_dir_mode)) {
+        match sys::mkdirat(pfd.as_fd(), OsStr::from_bytes(last), Mode::from_raw_mode(self.implicit_dir_mode)) {
             Ok(()) => {
                 self.implicit_dirs += 1;
                 if let Some(log) = &mut self.implicit_log {
@@ -415,7 +412,7 @@ impl Root {
     /// Removes whatever is at `name` in `parent` (a non-directory, or an empty directory) so that
     /// an entry can replace it, as GNU tar does by default. `Ok(false)` if nothing was there.
     pub fn remove_existing(&mut self, parent: &OwnedFd, path: &RelPath, name: &[u8]) -> Result<bool> {
-        match rustix::fs::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::empty()) {
+        match sys::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::empty()) {
             Ok(()) => Ok(true),
             Err(Errno::NOENT) => Ok(false),
             Err(Errno::ISDIR) | Err(Errno::PERM) => {
@@ -426,7 +423,7 @@ impl Root {
                 self.invalidate(&path.0);
                 // It may have been reached under other names, through symlinks.
                 self.placing();
-                match rustix::fs::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::REMOVEDIR) {
+                match sys::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::REMOVEDIR) {
                     Ok(()) => {
                         self.removed_dirs.push(path.0.clone());
                         Ok(true)
@@ -444,21 +441,20 @@ impl Root {
     pub fn mkdir(&mut self, path: &RelPath, keep_old: bool) -> Result<Dir> {
         let Some((parent, name)) = path.split() else { return Ok(if keep_old { Dir::Kept } else { Dir::Existing }) };
         let pfd = self.dir(parent)?;
-        match rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)) {
+        match sys::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)) {
             Ok(()) => {
                 self.note_made(&path.0);
                 Ok(Dir::Made)
             }
             Err(Errno::EXIST) if keep_old => Ok(Dir::Kept),
             Err(Errno::EXIST) => {
-                let st =
-                    rustix::fs::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).map_err(|e| Error::io("fstatat", path.to_path(), e))?;
+                let st = sys::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).map_err(|e| Error::io("fstatat", path.to_path(), e))?;
                 if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
                     return Ok(Dir::Existing);
                 }
                 self.placing();
                 self.remove_existing(&pfd, path, name)?;
-                rustix::fs::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)).map_err(|e| Error::io("mkdirat", path.to_path(), e))?;
+                sys::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)).map_err(|e| Error::io("mkdirat", path.to_path(), e))?;
                 self.note_made(&path.0);
                 Ok(Dir::Made)
             }
@@ -498,7 +494,7 @@ impl Root {
     pub fn exists(&mut self, path: &RelPath) -> bool {
         let Some((parent, name)) = path.split() else { return true };
         match self.existing_dir(parent) {
-            Ok(pfd) => rustix::fs::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).is_ok(),
+            Ok(pfd) => sys::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).is_ok(),
             Err(_) => false,
         }
     }
@@ -506,11 +502,10 @@ impl Root {
     /// Opens the directory at `path` itself (read-only, no symlink) for fchmod/futimens.
     pub fn open_dir_for_meta(&mut self, path: &RelPath) -> Result<OwnedFd> {
         match path.split() {
-            None => rustix::fs::openat(self.fd.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-                .map_err(|e| Error::io("open", &self.path, e)),
+            None => sys::lookat(self.fd.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC).map_err(|e| Error::io("open", &self.path, e)),
             Some((parent, name)) => {
                 let pfd = self.dir(parent)?;
-                rustix::fs::openat(pfd.as_fd(), OsStr::from_bytes(name), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+                sys::lookat(pfd.as_fd(), OsStr::from_bytes(name), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC)
                     .map_err(|e| self.refuse(&path.0, e))
             }
         }

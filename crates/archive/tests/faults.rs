@@ -1,7 +1,8 @@
 //! Extraction under an injected fault at every position of every call the engine makes for it
-//! (opening and reading the archive; creating, writing and syncing each member), with every
-//! fault that applies there: EINTR, EAGAIN and short counts are retried and the tree is exact;
-//! any other fault fails the run, saying the OS error; the archive is untouched; every member
+//! (opening and reading the archive; creating, writing and syncing each member, and setting its
+//! mode and times), with every fault that applies there: EINTR, EAGAIN and short counts are
+//! retried and the tree is exact; any other fault fails the run, saying the OS error; the
+//! archive is untouched; every member
 //! present is byte-exact (a hard link is never left holding a file that failed), no temporary
 //! is left, and every buffer is back in the budget. Then the same hard-link guarantee on a real
 //! full filesystem.
@@ -140,7 +141,7 @@ fn extraction_survives_or_reports_every_fault() {
         let archive = archive.clone();
         {
             let what = format!("extract ({mode}, {backend}, {})", archive.display());
-            let s = fault::sweep(&[Site::Open, Site::Read, Site::Write, Site::Sync], |plan| {
+            let s = fault::sweep(&[Site::Open, Site::Read, Site::Write, Site::Sync, Site::Meta], |plan| {
                 let _ = fs::remove_dir_all(&dest);
                 let budget = Budget::new(8 << 20);
                 let res = extract(Input::Path(archive.clone()), &options(&dest, backend, mode, &budget));

@@ -575,6 +575,88 @@ pub(crate) fn refuse_dontcache(dev: u64, e: &io::Error) {
     }
 }
 
+/// Devices whose filesystem refused O_TMPFILE (no probe asks ahead: the first file created
+/// there tells), with the refusal.
+static NO_TMPFILE: Mutex<Vec<(u64, Unavailable)>> = Mutex::new(Vec::new());
+/// Whether any filesystem refused O_TMPFILE: until one does, asking costs one atomic load.
+static ANY_NO_TMPFILE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// linkat(AT_EMPTY_PATH) refused (ENOENT or EPERM: it needs CAP_DAC_READ_SEARCH before Linux
+/// 6.10): a property of the process's privileges, not of a filesystem, so one verdict.
+static NO_FLINK: OnceLock<Unavailable> = OnceLock::new();
+
+/// Whether files can be created without a name (O_TMPFILE) on device `dev`: not switched off
+/// (`CACHELESS_DISABLE=tmpfile`) and not refused there so far.
+pub fn tmpfile(dev: u64) -> Support {
+    if disabled("tmpfile") {
+        return Err(Unavailable::disabled("O_TMPFILE"));
+    }
+    if !ANY_NO_TMPFILE.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
+    match NO_TMPFILE.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(d, _)| *d == dev) {
+        Some((_, why)) => Err(why.clone()),
+        None => Ok(()),
+    }
+}
+
+/// Asks the filesystem of the folder `dir` whether it creates files without a name: an
+/// O_TMPFILE open there, closed at once (the file never had a name, so nothing is left). A
+/// refusal is remembered for the filesystem ([`tmpfile`]); an open refused for another reason
+/// (no permission, a read-only filesystem) says so and is not remembered.
+pub fn probe_tmpfile(dir: &Path) -> Support {
+    let dev = std::fs::metadata(dir).map_err(|e| Unavailable::errno("stat", &e))?.dev();
+    tmpfile(dev)?;
+    let flags = rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC;
+    match rustix::fs::open(dir, flags, rustix::fs::Mode::from_raw_mode(0o600)) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let e = io::Error::from(e);
+            if says_no_tmpfile(&e) {
+                refuse_tmpfile(dev, &e);
+            }
+            Err(Unavailable::errno("O_TMPFILE", &e))
+        }
+    }
+}
+
+/// Whether `e`, the error of an O_TMPFILE open, says the filesystem (or the kernel) has none
+/// (EOPNOTSUPP; EISDIR or EINVAL from kernels and filesystems that do not know the flag).
+pub(crate) fn says_no_tmpfile(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL))
+}
+
+/// Whether some filesystem refused O_TMPFILE so far (callers then ask [`tmpfile`] per device).
+pub fn tmpfile_refused_somewhere() -> bool {
+    ANY_NO_TMPFILE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Records that the filesystem of device `dev` refused O_TMPFILE with `e`.
+pub(crate) fn refuse_tmpfile(dev: u64, e: &io::Error) {
+    let mut v = NO_TMPFILE.lock().unwrap_or_else(|e| e.into_inner());
+    if !v.iter().any(|(d, _)| *d == dev) {
+        v.push((dev, Unavailable::errno("O_TMPFILE", e)));
+    }
+    ANY_NO_TMPFILE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a file without a name can be linked by its descriptor (linkat AT_EMPTY_PATH): not
+/// switched off (`CACHELESS_DISABLE=flink`) and not refused so far; else it is linked through
+/// /proc/self/fd.
+pub fn flink() -> Support {
+    if disabled("flink") {
+        return Err(Unavailable::disabled("linkat(AT_EMPTY_PATH)"));
+    }
+    match NO_FLINK.get() {
+        Some(why) => Err(why.clone()),
+        None => Ok(()),
+    }
+}
+
+/// Records that linkat(AT_EMPTY_PATH) was refused with `e`.
+pub(crate) fn refuse_flink(e: &io::Error) {
+    let _ = NO_FLINK.set(Unavailable::errno("linkat(AT_EMPTY_PATH)", e));
+}
+
 /// The errno's symbolic name and message ("EINVAL (Invalid argument)").
 pub fn errno_name(e: &io::Error) -> String {
     let name = match e.raw_os_error() {
@@ -593,6 +675,25 @@ pub fn errno_name(e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A filesystem that refused O_TMPFILE turns it off there alone: a folder on another
+    /// filesystem still creates files without a name (a device number no filesystem has stands
+    /// for the refusing one, so that the other tests of this process are not affected).
+    #[test]
+    fn an_o_tmpfile_refusal_is_remembered_for_its_filesystem_only() {
+        let d = tempfile::tempdir().unwrap();
+        let here = std::fs::metadata(d.path()).unwrap().dev();
+        let elsewhere = u64::MAX - 7;
+        assert_ne!(here, elsewhere);
+        let on = tmpfile(here).is_ok();
+        refuse_tmpfile(elsewhere, &io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        let no = tmpfile(elsewhere).unwrap_err();
+        assert!(no.reason.contains("EOPNOTSUPP") && no.errno == Some(libc::EOPNOTSUPP), "{no:?}");
+        assert_eq!(tmpfile(here).is_ok(), on, "another filesystem's refusal changed this one's verdict");
+        let dir = File::open(d.path()).unwrap();
+        assert_eq!(crate::sys::tmpfile_available(dir.as_fd()), on);
+        assert_eq!(probe_tmpfile(d.path()).is_ok(), on);
+    }
 
     /// The RWF_DONTCACHE probe leaves none of the probed file's pages cached that it brought
     /// in, and drops none that were cached before it.

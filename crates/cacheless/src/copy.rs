@@ -22,10 +22,9 @@ use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 use serde::Serialize;
 
 use crate::buf::AlignedBuf;
-use crate::create::{CreateOptions, FileAttrs, FileCreator, NewFile};
+use crate::create::{CreateOptions, Durability, FileAttrs, FileCreator, NewFile};
 use crate::digest::{Algo, Hasher};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fault::Site;
 use crate::pending::{Naming, PendingFile};
 use crate::policy::{self, Decision};
 use crate::progress::Progress;
@@ -269,7 +268,7 @@ pub struct Staged {
     /// its inode): nothing to name.
     entry: Option<PendingFile>,
     /// Made by a creator that names files after their syncfs (see
-    /// [`CreateOptions::publish_after_sync`]): named once the caller's syncfs made it durable.
+    /// [`Durability::NamedAfterSync`]): named once the caller's syncfs made it durable.
     after_syncfs: bool,
     /// A verification left to the caller's syncfs (see [`Staged::prefetch`]): the algorithm,
     /// the source's digest, the options (hook, rate) it runs with, and the job's cancel flag.
@@ -299,7 +298,7 @@ impl Staged {
         }
         .map_err(|e| Error::io("evict", &self.path, e))?;
         // Best effort: without it the read below waits for the disk on its own.
-        let _ = rustix::fs::fadvise(&**f, 0, None, rustix::fs::Advice::WillNeed);
+        sys::fadvise(&**f, rustix::fs::Advice::WillNeed);
         Ok(())
     }
 
@@ -396,13 +395,12 @@ impl Carry {
     /// give a new file all of it (another owner or group, an attribute only a privileged
     /// process may set): the file is then written in place.
     pub(crate) fn of(old: &File, st: &rustix::fs::Stat, root: bool) -> Option<Carry> {
-        let euid = rustix::process::geteuid().as_raw();
-        let in_group = |g: u32| rustix::process::getegid().as_raw() == g || rustix::process::getgroups().is_ok_and(|v| v.iter().any(|x| x.as_raw() == g));
+        let (euid, in_group) = (sys::euid(), sys::in_group);
         if !root && (st.st_uid != euid || !in_group(st.st_gid)) {
             return None;
         }
         if !root {
-            let list = xattr_vec(|b| rustix::fs::flistxattr(old, b), || rustix::fs::flistxattr_query(old)).unwrap_or_default();
+            let list = sys::xattr_names(sys::XattrAt::Fd(old.as_fd())).unwrap_or_default();
             let settable = |n: &[u8]| n.starts_with(b"user.") || n.starts_with(b"system.posix_acl_") || n == CAPABILITY;
             if !list.split(|&b| b == 0).filter(|n| !n.is_empty()).all(settable) {
                 return None;
@@ -422,10 +420,10 @@ impl Carry {
 
     /// Gives `dst`, the new file, the old one's owner and extended attributes.
     fn apply(&self, dst: &File, path: &Path) -> Result<()> {
-        let st = rustix::fs::fstat(dst).map_err(|e| Error::io("fstat", path, e.into()))?;
+        let st = sys::fstat(dst).map_err(|e| Error::io("fstat", path, e.into()))?;
         if (st.st_uid, st.st_gid) != (self.uid, self.gid) {
-            let uid = (st.st_uid != self.uid).then(|| rustix::fs::Uid::from_raw(self.uid));
-            rustix::fs::fchown(dst, uid, Some(rustix::fs::Gid::from_raw(self.gid))).map_err(|e| Error::io("fchown", path, e.into()))?;
+            let uid = (st.st_uid != self.uid).then_some(self.uid);
+            sys::fchown(dst, uid, Some(self.gid)).map_err(|e| Error::io("fchown", path, e.into()))?;
         }
         copy_xattrs_filtered(&self.file, dst, path, true, |n| n != CAPABILITY)
     }
@@ -462,7 +460,7 @@ pub(crate) enum Source {
 /// messages), with the attributes `wo` and `co` ask for, and returns it unrenamed. The data is
 /// durable when `wo.sync` is set or a verification was asked for (the verification reads the
 /// durable file). Small files go through `creator` when given (else one made for the call).
-/// A creator that names files after their syncfs ([`CreateOptions::publish_after_sync`])
+/// A creator that names files after their syncfs ([`Durability::NamedAfterSync`])
 /// makes a small copy that is not synced without a name (O_TMPFILE), which [`Staged::commit`]
 /// links into place: commit it only after a syncfs made it durable. Its verification, when
 /// asked, waits for that syncfs too: [`Staged::prefetch`] starts reading it back, and the
@@ -480,7 +478,7 @@ pub fn stage_copy(
     creator: Option<&FileCreator>,
     progress: &Progress,
 ) -> Result<Staged> {
-    let fd = sys::call(Site::Open, || rustix::fs::open(src, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty())).map_err(|e| Error::io("open", src, e))?;
+    let fd = sys::open(src, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty()).map_err(io::Error::from).map_err(|e| Error::io("open", src, e))?;
     stage_copy_from(Source::File(File::from(fd), None), src, dir, name, dst, ro, wo, co, creator, progress)
 }
 
@@ -616,7 +614,7 @@ impl<'a> Job<'a> {
         // The reader's fstat at open serves the copy (size, sparseness, owner) without another.
         let smeta = reader.metadata().clone();
         if self.existing.is_none() && !self.co.same_checked {
-            if let Some(d) = (!self.co.plain_dir).then(|| rustix::fs::statat(&**self.dir, self.name, AtFlags::empty()).ok()).flatten() {
+            if let Some(d) = (!self.co.plain_dir).then(|| sys::statat(&**self.dir, self.name, AtFlags::empty()).ok()).flatten() {
                 if d.st_dev == smeta.dev() && d.st_ino == smeta.ino() {
                     return Err(Error::new(
                         ErrorKind::SameFile,
@@ -710,14 +708,14 @@ impl<'a> Job<'a> {
             let want = (meta.uid(), meta.gid());
             let has = match creator.filter(|_| self.co.plain_dir && self.co.carry.is_none()) {
                 Some(c) => c.owner_in(self.dir, dst),
-                None => rustix::fs::fstat(dst).ok().map(|s| (s.st_uid, s.st_gid)),
+                None => sys::fstat(dst).ok().map(|s| (s.st_uid, s.st_gid)),
             };
             if has != Some(want) {
-                let (u, g) = (rustix::fs::Uid::from_raw(want.0), rustix::fs::Gid::from_raw(want.1));
-                match rustix::fs::fchown(dst, Some(u), Some(g)) {
+                let (u, g) = want;
+                match sys::fchown(dst, Some(u), Some(g)) {
                     Ok(()) => {}
                     Err(rustix::io::Errno::PERM | rustix::io::Errno::INVAL) if !self.co.strict_owner => {
-                        let _ = rustix::fs::fchown(dst, None, Some(g));
+                        let _ = sys::fchown(dst, None, Some(g));
                         self.drop_special = true;
                     }
                     Err(e) => {
@@ -744,7 +742,7 @@ impl<'a> Job<'a> {
         // The creator knows the device of the directory it last created a file in.
         let ddev = match creator.and_then(|c| c.dir_dev(self.dir)) {
             Some(d) => d,
-            None => rustix::fs::fstat(&**self.dir).map(|s| s.st_dev).unwrap_or(0),
+            None => sys::fstat(&**self.dir).map(|s| s.st_dev).unwrap_or(0),
         };
         let key = (smeta.dev(), ddev);
         let known = clone_verdicts().lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
@@ -754,7 +752,7 @@ impl<'a> Job<'a> {
                 // On any error below the clone goes with `entry`.
                 let entry = PendingFile::create(self.dir.clone(), self.name, self.dst, Naming::Temporary, self.attrs().create_perm())?;
                 let file = entry.file();
-                match rustix::fs::ioctl_ficlone(&**file, reader.file()) {
+                match sys::ficlone(&**file, reader.file()) {
                     Ok(()) => {
                         self.extra(reader.file(), file, smeta, creator)?;
                         sys::apply_attrs(file, self.permissions(), self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
@@ -832,11 +830,7 @@ impl<'a> Job<'a> {
         let mut off = 0u64;
         loop {
             self.interrupted()?;
-            let n = match rustix::io::read(&src, &mut buf) {
-                Ok(n) => n,
-                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => continue,
-                Err(e) => return Err(Error::io("error reading {}", self.src, e.into())),
-            };
+            let n = sys::read(&src, &mut buf).map_err(|e| Error::io("error reading {}", self.src, e))?;
             if n == 0 {
                 break;
             }
@@ -880,7 +874,7 @@ impl<'a> Job<'a> {
     /// The existing file `existing`, to be written in place (emptied first when `truncate`).
     fn adopt(&mut self, existing: File, creator: Option<&FileCreator>, len: u64, truncate: bool) -> NewFile {
         self.stream_dst = existing.metadata().is_ok_and(|m| !m.is_file());
-        let opts = CreateOptions { mode: self.wo.io.mode, sync: self.wo.sync, deferred_drops: 0, batch_writeback: 0, publish_after_sync: false };
+        let opts = CreateOptions { mode: self.wo.io.mode, durability: Durability::synced(self.wo.sync), deferred_drops: 0 };
         match creator {
             Some(c) => c.adopt_existing(existing, self.dir.clone(), self.name, self.dst, len, self.attrs(), truncate),
             None => FileCreator::new(opts).adopt_existing(existing, self.dir.clone(), self.name, self.dst, len, self.attrs(), truncate),
@@ -902,13 +896,7 @@ impl<'a> Job<'a> {
         let creator = match creator.filter(|c| !c.publishes()) {
             Some(c) => c,
             None => {
-                own = FileCreator::new(CreateOptions {
-                    mode: self.wo.io.mode,
-                    sync: self.wo.sync,
-                    deferred_drops: 0,
-                    batch_writeback: 0,
-                    publish_after_sync: false,
-                });
+                own = FileCreator::new(CreateOptions { mode: self.wo.io.mode, durability: Durability::synced(self.wo.sync), deferred_drops: 0 });
                 &own
             }
         };
@@ -1047,7 +1035,7 @@ impl<'a> Job<'a> {
         // is followed); the copy's own file is opened anew, its flags its own.
         let file = match entry {
             Some(e) => e.reopen(),
-            None => sys::call(Site::Open, || rustix::fs::openat(&**self.dir, self.name, OFlags::RDWR | OFlags::CLOEXEC, FMode::empty())).map(File::from),
+            None => sys::openat(&**self.dir, self.name, OFlags::RDWR | OFlags::CLOEXEC, FMode::empty()).map_err(io::Error::from).map(File::from),
         }
         .map_err(|e| Error::io("open for verify", self.dst, e))?;
         sys::fdatasync(&file, self.dst)?;
@@ -1082,12 +1070,12 @@ impl<'a> Job<'a> {
 /// has nothing to copy.
 fn copy_acl(src: &File, dst: &File, path: &Path, inherited: bool) -> Result<()> {
     const ACL: &str = "system.posix_acl_access";
-    match xattr_vec(|b| rustix::fs::fgetxattr(src, ACL, b), || rustix::fs::fgetxattr_query(src, ACL)) {
-        Ok(v) if !v.is_empty() => match rustix::fs::fsetxattr(dst, ACL, &v, rustix::fs::XattrFlags::empty()) {
+    match sys::xattr_get(sys::XattrAt::Fd(src.as_fd()), ACL) {
+        Ok(v) if !v.is_empty() => match sys::xattr_set(sys::XattrAt::Fd(dst.as_fd()), ACL, &v) {
             Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
             Err(e) => Err(Error::io("preserving permissions for {}", path, e.into())),
         },
-        Ok(_) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) if inherited => match rustix::fs::fremovexattr(dst, ACL) {
+        Ok(_) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) if inherited => match sys::xattr_remove(sys::XattrAt::Fd(dst.as_fd()), ACL) {
             Ok(()) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(()),
             Err(e) => Err(Error::io("preserving permissions for {}", path, e.into())),
         },
@@ -1104,7 +1092,7 @@ fn mismatch(path: &Path, algo: Algo, got: &str, want: &str) -> Error {
 /// lseek(SEEK_DATA) from `pos` (Linux 3.1+): the next data offset, `None` past the last data.
 /// A filesystem without it (EINVAL) reports the whole file as data, as the kernel's default does.
 fn data_at(f: &File, pos: u64) -> io::Result<Option<u64>> {
-    match rustix::fs::seek(f, rustix::fs::SeekFrom::Data(pos)) {
+    match sys::seek(f, rustix::fs::SeekFrom::Data(pos)) {
         Ok(o) => Ok(Some(o)),
         Err(rustix::io::Errno::NXIO) => Ok(None),
         Err(rustix::io::Errno::INVAL) => Ok(Some(pos)),
@@ -1114,7 +1102,7 @@ fn data_at(f: &File, pos: u64) -> io::Result<Option<u64>> {
 
 /// lseek(SEEK_HOLE) from `pos` (Linux 3.1+): the next hole (the end of the file if none).
 fn hole_at(f: &File, pos: u64) -> io::Result<u64> {
-    match rustix::fs::seek(f, rustix::fs::SeekFrom::Hole(pos)) {
+    match sys::seek(f, rustix::fs::SeekFrom::Hole(pos)) {
         Ok(o) => Ok(o),
         Err(rustix::io::Errno::INVAL | rustix::io::Errno::NXIO) => Ok(u64::MAX),
         Err(e) => Err(e.into()),
@@ -1137,20 +1125,20 @@ fn copy_xattrs_to(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: bool) 
 /// [`copy_xattrs_to`] of the attributes whose names `keep` takes.
 fn copy_xattrs_filtered(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: bool, keep: impl Fn(&[u8]) -> bool) -> Result<()> {
     let (src, dst) = (src.as_fd(), dst.as_fd());
-    let list = match xattr_vec(|b| rustix::fs::flistxattr(src, b), || rustix::fs::flistxattr_query(src)) {
+    let list = match sys::xattr_names(sys::XattrAt::Fd(src.as_fd())) {
         Ok(l) => l,
         Err(rustix::io::Errno::OPNOTSUPP) => return Ok(()),
         Err(e) => return Err(Error::io("listxattr", path, e.into())),
     };
     for name in list.split(|&b| b == 0).filter(|n| !n.is_empty() && keep(n)) {
         let name = <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name);
-        let value = match xattr_vec(|b| rustix::fs::fgetxattr(src, name, b), || rustix::fs::fgetxattr_query(src, name)) {
+        let value = match sys::xattr_get(sys::XattrAt::Fd(src.as_fd()), name) {
             Ok(v) => v,
             // Removed since it was listed.
             Err(rustix::io::Errno::NODATA) => continue,
             Err(e) => return Err(Error::io("getxattr", path, e.into())),
         };
-        match rustix::fs::fsetxattr(dst, name, &value, rustix::fs::XattrFlags::empty()) {
+        match sys::xattr_set(sys::XattrAt::Fd(dst.as_fd()), name, &value) {
             Ok(()) | Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::PERM) => {}
             Err(e) => return Err(Error::io("setxattr", path, e.into()).with_note(format!("attribute {}", name.to_string_lossy()))),
         }
@@ -1163,7 +1151,7 @@ fn copy_xattrs_filtered(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: 
     if !inherited || acls.iter().all(|acl| has(&list, acl)) {
         return Ok(());
     }
-    let inherited = match xattr_vec(|b| rustix::fs::flistxattr(dst, b), || rustix::fs::flistxattr_query(dst)) {
+    let inherited = match sys::xattr_names(sys::XattrAt::Fd(dst.as_fd())) {
         Ok(l) => l,
         Err(rustix::io::Errno::OPNOTSUPP) => return Ok(()),
         Err(e) => return Err(Error::io("listxattr", path, e.into())),
@@ -1173,31 +1161,10 @@ fn copy_xattrs_filtered(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: 
             continue;
         }
         let name = <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(acl);
-        match rustix::fs::fremovexattr(dst, name) {
+        match sys::xattr_remove(sys::XattrAt::Fd(dst.as_fd()), name) {
             Ok(()) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => {}
             Err(e) => return Err(Error::io("removexattr", path, e.into()).with_note(format!("attribute {}", name.to_string_lossy()))),
         }
     }
     Ok(())
-}
-
-/// Reads a variable-size attribute value or list: asks its size, then reads it (again if it
-/// grew in between). An empty one (most files have no extended attribute) costs the one call.
-fn xattr_vec(get: impl Fn(&mut [u8]) -> rustix::io::Result<usize>, query: impl Fn() -> rustix::io::Result<usize>) -> rustix::io::Result<Vec<u8>> {
-    for _ in 0..4 {
-        let n = query()?;
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        let mut v = vec![0u8; n];
-        match get(&mut v) {
-            Ok(k) => {
-                v.truncate(k);
-                return Ok(v);
-            }
-            Err(rustix::io::Errno::RANGE) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(rustix::io::Errno::RANGE)
 }

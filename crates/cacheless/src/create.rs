@@ -28,50 +28,103 @@ use crate::write::WriteReport;
 /// buffer of at most this size.
 const BOUNCE: usize = 1 << 20;
 
+/// When a [`FileCreator`]'s files are made durable, and when they get their final names: the
+/// valid combinations of syncing each file, writing small files back together and naming files
+/// after their batch's syncfs, one variant each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Each file is fsynced (its data and attributes) before it is closed (the default).
+    #[default]
+    EachFile,
+    /// Nothing is synced here: the caller makes the whole tree durable at the end. With
+    /// `write_back` (bytes), files under [`policy::SMALL_WRITE`] that auto would write uncached
+    /// are written plainly instead, kept open, and once this many bytes of them (or
+    /// [`CreateOptions::deferred_drops`] files) are waiting, the filesystem is synced (syncfs,
+    /// which writes them back in a few large requests rather than one or more each) and their
+    /// pages are dropped: the cache never holds more than about this many bytes of theirs, and
+    /// the device sees a fraction of the requests. Dirty pages of other programs on the same
+    /// filesystem are written back by the same syncfs (they stay cached).
+    AtTheEnd {
+        /// Bytes of small files written back together (`None`: each file on its own).
+        write_back: Option<u64>,
+    },
+    /// As [`Durability::AtTheEnd`], and files are named only once their data is durable:
+    /// [`FileCreator::create`] creates each file without a name (O_TMPFILE), or under a
+    /// temporary name beside its final one where the filesystem has no O_TMPFILE (or
+    /// `CACHELESS_DISABLE=tmpfile`); once finished it waits in the batch, and the batch's syncfs
+    /// is followed by the links (or renames) that name its files. A power cut then leaves under
+    /// a final name nothing, the file it replaced, or the complete new file, never a file whose
+    /// data did not reach the disk (which ext4 shows as zeros of the new length); what it may
+    /// leave besides is nothing (an unnamed file is freed at the next mount) or, under
+    /// temporary names, the temporaries `.NAME.cacheless-BOOT-PID-N.tmp`. A last
+    /// [`FileCreator::publish_now`] names what is still waiting, and the caller's final syncfs
+    /// makes the names durable (extract). The batch is written back every `write_back` bytes
+    /// (32 MiB when `None`; small files are then written as auto decides) or
+    /// [`CreateOptions::deferred_drops`] files.
+    NamedAfterSync {
+        /// Bytes per batch, and small files written plainly to be written back together.
+        write_back: Option<u64>,
+    },
+}
+
+impl Durability {
+    /// [`Durability::EachFile`] where `sync`, else [`Durability::AtTheEnd`] without batches.
+    pub fn synced(sync: bool) -> Durability {
+        if sync {
+            Durability::EachFile
+        } else {
+            Durability::AtTheEnd { write_back: None }
+        }
+    }
+
+    /// Whether each file is fsynced before it is closed.
+    pub fn each_file(self) -> bool {
+        self == Durability::EachFile
+    }
+
+    /// Bytes of small files written back together (0: none are).
+    fn write_back(self) -> u64 {
+        match self {
+            Durability::EachFile => 0,
+            Durability::AtTheEnd { write_back } | Durability::NamedAfterSync { write_back } => write_back.unwrap_or(0),
+        }
+    }
+
+    /// Whether files are named after their batch's syncfs.
+    fn names_after_sync(self) -> bool {
+        matches!(self, Durability::NamedAfterSync { .. })
+    }
+}
+
 /// How a [`FileCreator`] writes its files.
 #[derive(Debug, Clone)]
 pub struct CreateOptions {
     /// Requested mode (default auto: the engine's policy for the file's size and filesystem).
     pub mode: Mode,
-    /// fsync each file (its data and attributes) before closing it (default true).
-    pub sync: bool,
+    /// When files are durable and named (default: each fsynced before it is closed).
+    pub durability: Durability,
     /// How many files written through the cache (write-behind) stay open for a second page
     /// drop once their writeback is done; the first drop, right after the write, starts the
-    /// writeback. 0 drops once only (pages still under writeback then stay cached). Default 64.
+    /// writeback. 0 drops once only (pages still under writeback then stay cached). Also the
+    /// most files of a batch (see [`Durability`]). Default 64.
     pub deferred_drops: usize,
-    /// Write small files back together (0, the default: each on its own). When more than 0
-    /// and `sync` is off, files under [`policy::SMALL_WRITE`] that auto would write uncached
-    /// are written plainly instead, kept open, and once this many bytes of them (or
-    /// `deferred_drops` files) are waiting, the filesystem is synced (syncfs, which writes them
-    /// back in a few large requests rather than one or more each) and their pages are
-    /// dropped. For callers that make the whole tree durable at the end anyway (extract):
-    /// the cache never holds more than about this many bytes of theirs, and the device sees a
-    /// fraction of the requests. Dirty pages of other programs on the same filesystem are
-    /// written back by the same syncfs (they stay cached).
-    pub batch_writeback: u64,
-    /// Name files only once their data is durable (default false). When true and `sync` is
-    /// off, [`FileCreator::create`] creates each file without a name (O_TMPFILE), or under a
-    /// temporary name beside its final one where the filesystem has no O_TMPFILE (or
-    /// `CACHELESS_DISABLE=tmpfile`); once finished it waits in the batch, and the batch's
-    /// syncfs is followed by the links (or renames) that name its files. A power cut then
-    /// leaves under a final name nothing, the file it replaced, or the complete new file,
-    /// never a file whose data did not reach the disk (which ext4 shows as zeros of the new
-    /// length); what it may leave besides is nothing (an unnamed file is freed at the next
-    /// mount) or, under temporary names, the temporaries `.NAME.cacheless-BOOT-PID-N.tmp`. For callers that make the
-    /// whole tree durable at the end (extract): a last [`FileCreator::publish_now`] names what
-    /// is still waiting, and their final syncfs makes the names durable. The batch is written
-    /// back every `batch_writeback` bytes (32 MiB when 0) or `deferred_drops` files.
-    pub publish_after_sync: bool,
 }
 
 impl Default for CreateOptions {
     fn default() -> CreateOptions {
-        CreateOptions { mode: Mode::Auto, sync: true, deferred_drops: 64, batch_writeback: 0, publish_after_sync: false }
+        CreateOptions::new()
+    }
+}
+
+impl CreateOptions {
+    /// Auto mode, each file fsynced, 64 deferred drops.
+    pub fn new() -> CreateOptions {
+        CreateOptions { mode: Mode::Auto, durability: Durability::EachFile, deferred_drops: 64 }
     }
 }
 
 /// Bytes of files waiting for their name before their batch is synced, when
-/// [`CreateOptions::batch_writeback`] does not say.
+/// [`Durability::AtTheEnd`] does not say.
 const PUBLISH_BATCH: u64 = 32 << 20;
 
 /// Called once a file waiting for its name got it (`Ok`), or did not (the batch's syncfs or the
@@ -220,8 +273,8 @@ struct Shared {
     opts: CreateOptions,
     deferred: Mutex<VecDeque<Arc<File>>>,
     /// Small files written plainly, waiting to be written back together (see
-    /// [`CreateOptions::batch_writeback`]), and files waiting for their name (see
-    /// [`CreateOptions::publish_after_sync`]).
+    /// [`Durability::AtTheEnd`]), and files waiting for their name (see
+    /// [`Durability::NamedAfterSync`]).
     batch: Mutex<Batch>,
     /// The last directory files were created in and its device: files created one after
     /// another in one directory cost one fstat for all, not one each.
@@ -269,11 +322,11 @@ impl Shared {
 
     /// Whether a file of `size_hint` bytes that auto writes uncached is batched instead.
     fn batches(&self, size_hint: u64) -> bool {
-        self.opts.batch_writeback > 0 && !self.opts.sync && self.opts.mode == Mode::Auto && size_hint < policy::SMALL_WRITE
+        self.opts.durability.write_back() > 0 && self.opts.mode == Mode::Auto && size_hint < policy::SMALL_WRITE
     }
 
     /// The plan for a file of `size` bytes on a filesystem with `caps`: the policy's, or, for
-    /// a small file that is batched (see [`CreateOptions::batch_writeback`]), write-behind
+    /// a small file that is batched (see [`Durability::AtTheEnd`]), write-behind
     /// with the others (batching replaces the uncached write auto would choose, so the
     /// policy's own decision, and its reason formatted per file, is not made).
     fn plan(&self, caps: Arc<FsCaps>, size: u64, path: &Path) -> Result<Plan> {
@@ -283,7 +336,7 @@ impl Shared {
                 reason: format!(
                     "small file ({size} B < {} B): written back with the others (a syncfs per {} MiB or {} files), then dropped",
                     policy::SMALL_WRITE,
-                    self.opts.batch_writeback >> 20,
+                    self.opts.durability.write_back() >> 20,
                     self.opts.deferred_drops.max(1)
                 ),
             }
@@ -295,7 +348,7 @@ impl Shared {
 
     /// Whether files are created under a temporary name and named after their batch's syncfs.
     fn publishes(&self) -> bool {
-        self.opts.publish_after_sync && !self.opts.sync
+        self.opts.durability.names_after_sync()
     }
 
     /// Adds a finished file to the batch (its pages to drop, its name to give), writing the
@@ -305,7 +358,7 @@ impl Shared {
             let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
             b.files.push(entry);
             b.bytes += bytes;
-            let max_bytes = match self.opts.batch_writeback {
+            let max_bytes = match self.opts.durability.write_back() {
                 0 => PUBLISH_BATCH,
                 n => n,
             };
@@ -334,7 +387,7 @@ impl Shared {
             sys::syncfs(first.file.as_fd())
         } else {
             if !fault::skipped(Step::Syncfs) {
-                let _ = rustix::fs::syncfs(&*first.file);
+                sys::write_back(first.file.as_fd());
             }
             Ok(())
         };
@@ -508,7 +561,7 @@ impl FileCreator {
     /// batch's syncfs) but unnamed; [`FileCreator::discard_held`] removes those the input never
     /// vouched for. Up to `open_max` such files stay open (see `pool::FdPlan::held`); those
     /// past them wait under temporary names, their descriptors closed. For
-    /// [`CreateOptions::publish_after_sync`] creators.
+    /// [`Durability::NamedAfterSync`] creators.
     pub fn with_gate(opts: CreateOptions, verified: Arc<AtomicU64>, open_max: usize) -> FileCreator {
         FileCreator::gated(opts, Some(verified), open_max)
     }
@@ -553,7 +606,7 @@ impl FileCreator {
     /// before the gate passed it (see [`FileCreator::release_held`]), the link goes with it
     /// should the gate never pass it.
     pub fn note_link(&self, dir: &Arc<OwnedFd>, name: &OsStr, path: &Path) {
-        let Ok(st) = rustix::fs::statat(&**dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) else { return };
+        let Ok(st) = sys::statat(&**dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) else { return };
         let id = (st.st_dev, st.st_ino);
         let mut g = self.shared.gated.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(until) = g.early.iter().find(|e| e.at.id == id).map(|e| e.until) {
@@ -576,8 +629,8 @@ impl FileCreator {
         }
         let mut removed = Vec::new();
         for Early { at, .. } in early {
-            let same = rustix::fs::statat(&*at.dir, at.name.as_os_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| (st.st_dev, st.st_ino) == at.id);
-            if same && rustix::fs::unlinkat(&*at.dir, at.name.as_os_str(), rustix::fs::AtFlags::empty()).is_ok() {
+            let same = sys::statat(&*at.dir, at.name.as_os_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| (st.st_dev, st.st_ino) == at.id);
+            if same && sys::unlinkat(&*at.dir, at.name.as_os_str(), rustix::fs::AtFlags::empty()).is_ok() {
                 removed.push(at.path);
             }
         }
@@ -607,7 +660,7 @@ impl FileCreator {
         let (report, entry) = self.stage_replace(path, data, attrs, &Progress::new())?;
         // After a failed directory fsync the rename has happened: the file is whole, only its
         // durability is in doubt, and the error says so. Otherwise the temporary goes.
-        entry.map_or(Ok(()), |e| e.publish(self.shared.opts.sync))?;
+        entry.map_or(Ok(()), |e| e.publish(self.shared.opts.durability.each_file()))?;
         Ok(report)
     }
 
@@ -635,7 +688,7 @@ impl FileCreator {
     /// parallel. `size_hint` is the number of bytes that will be written (it picks the mode).
     /// Dropped without [`NewFile::finish`], the file is removed.
     ///
-    /// With [`CreateOptions::publish_after_sync`] the file is created without a name
+    /// With [`Durability::NamedAfterSync`] the file is created without a name
     /// (O_TMPFILE; under a temporary name where the filesystem has no O_TMPFILE), and named
     /// after the syncfs of the batch it joins when finished: [`NewFile::finish_then`] says
     /// when. Nothing is checked or replaced at `name` until then; naming it replaces a file or
@@ -708,7 +761,7 @@ impl FileCreator {
     /// while nobody changes the directory, so the answer holds for a directory the caller made
     /// and fills itself. `None` where the fstat failed.
     pub(crate) fn owner_in(&self, dir: &Arc<OwnedFd>, file: &File) -> Option<(u32, u32)> {
-        for_last_dir(&self.shared.owner_dir, dir, || rustix::fs::fstat(file).ok().map(|s| (s.st_uid, s.st_gid)))
+        for_last_dir(&self.shared.owner_dir, dir, || sys::fstat(file).ok().map(|s| (s.st_uid, s.st_gid)))
     }
 
     /// A [`NewFile`] of `entry`, to be written with a size of about `size_hint`.
@@ -720,7 +773,7 @@ impl FileCreator {
 
     /// Names `file` (a complete file under a temporary name, such as a [`Writer`](crate::Writer)
     /// finished with [`Writer::finish_pending`](crate::Writer::finish_pending)) after the next
-    /// syncfs of the batch, as files created with [`CreateOptions::publish_after_sync`] are;
+    /// syncfs of the batch, as files created with [`Durability::NamedAfterSync`] are;
     /// `bytes` counts towards the batch's size. `then` says when (at once with its error where
     /// the creator does not publish after sync: the file is named now).
     pub fn publish_after_sync(&self, file: PendingFile, bytes: u64, then: Published) {
@@ -745,7 +798,7 @@ impl FileCreator {
     }
 
     /// Whether files are created without their final name and named after their batch's
-    /// syncfs (see [`CreateOptions::publish_after_sync`]).
+    /// syncfs (see [`Durability::NamedAfterSync`]).
     pub(crate) fn publishes(&self) -> bool {
         self.shared.publishes()
     }
@@ -790,13 +843,13 @@ impl FileCreator {
     }
 
     /// Whether a file of `size` bytes is written plainly and written back with others (see
-    /// [`CreateOptions::batch_writeback`]): its data then needs no alignment.
+    /// [`Durability::AtTheEnd`]): its data then needs no alignment.
     pub fn writes_back_together(&self, size: u64) -> bool {
         self.shared.batches(size)
     }
 
     /// Syncs the filesystem now and names every file waiting for its name (see
-    /// [`CreateOptions::publish_after_sync`]), each file's callback saying how it went; drops
+    /// [`Durability::NamedAfterSync`]), each file's callback saying how it went; drops
     /// the pages of batched files. For a caller about to use one of their names, and at the
     /// end of a job.
     pub fn publish_now(&self) {
@@ -857,7 +910,7 @@ impl FileCreator {
 }
 
 /// A file made by [`FileCreator::create`]: open, under its final name (or a temporary one, see
-/// [`CreateOptions::publish_after_sync`]), not yet finished.
+/// [`Durability::NamedAfterSync`]), not yet finished.
 ///
 /// Write it with [`NewFile::write_at`] (any offsets: what is not written stays a hole), set
 /// its length with [`NewFile::set_len`] if it ends in a hole, then [`NewFile::finish`] it.
@@ -963,7 +1016,7 @@ impl NewFile {
     }
 
     /// As [`NewFile::finish`], but a file created without its final name (see
-    /// [`CreateOptions::publish_after_sync`]) is returned instead of joining the creator's
+    /// [`Durability::NamedAfterSync`]) is returned instead of joining the creator's
     /// batch, for a caller that batches files itself: once a syncfs of its own made the file
     /// durable, [`PendingFile::publish_synced`] names it (dropped instead, it is removed). A
     /// file created under its final name is finished as `finish` does (`None`).
@@ -1022,7 +1075,7 @@ struct Draft {
     /// Some bytes went through the page cache: their pages are dropped at the end.
     cached: bool,
     /// Written plainly, to be written back with other small files (see
-    /// [`CreateOptions::batch_writeback`]).
+    /// [`Durability::AtTheEnd`]).
     batched: bool,
     /// Not a regular file (a FIFO or device written in place): plain writes in order, no
     /// O_DIRECT and no page drops.
@@ -1187,7 +1240,7 @@ impl Draft {
             return Ok(WriteReport { path: self.path.clone(), bytes: self.end, decision, direct_bytes: 0, tail_bytes: 0, synced: false, backend: None });
         }
         let decision = self.plan()?.plan.decision.clone();
-        let sync = self.shared.opts.sync;
+        let sync = self.shared.opts.durability.each_file();
         // Attributes before the sync, so that it makes them durable with the data.
         sys::apply_attrs(&self.file, attrs.permissions, attrs.atime, attrs.mtime).map_err(|(op, e)| self.err(op, e))?;
         if sync {
@@ -1210,7 +1263,7 @@ impl Draft {
         if !self.cached {
             return;
         }
-        if self.shared.opts.sync {
+        if self.shared.opts.durability.each_file() {
             let _ = residency::drop_range(&self.file, 0, 0);
         } else if self.batched {
             self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages: true, publish: None, until: 0 }, self.end);
@@ -1250,7 +1303,7 @@ mod tests {
             }
         };
         let d = tempfile::tempdir_in(shm).unwrap();
-        let dir = rustix::fs::open(d.path(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap();
+        let dir = sys::open(d.path(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap();
         let mut blind = (*real).clone();
         blind.dontcache = Ok(());
         caps::set_cached(&File::open(d.path()).unwrap(), blind);

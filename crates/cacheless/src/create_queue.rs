@@ -1,6 +1,6 @@
 //! Files created ahead of their data, many per system call: the unnamed files of a
 //! [`FileCreator`] that names files after their syncfs
-//! ([`CreateOptions::publish_after_sync`](crate::CreateOptions::publish_after_sync)) are
+//! ([`Durability::NamedAfterSync`](crate::Durability::NamedAfterSync)) are
 //! created by O_TMPFILE openat requests on an io_uring, a batch of them per `io_uring_enter`,
 //! run in order by one kernel worker while the caller goes on (parsing the next members of an
 //! archive). Creating a file is most of the kernel's work per small file (inode allocation);
@@ -151,7 +151,7 @@ impl CreateQueue {
             Err(why)
         } else if !creator.publishes() {
             Err("files are created under their final name".to_string())
-        } else if !sys::tmpfile_available() {
+        } else if crate::env::disabled("tmpfile") {
             Err("O_TMPFILE unavailable".to_string())
         } else {
             match &crate::caps::system().uring {
@@ -201,7 +201,7 @@ impl CreateQueue {
     /// returned now; an error of the request itself comes from [`CreateQueue::take`].
     pub fn push(&mut self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<CreateTicket> {
         self.reclaim();
-        if self.ring.is_none() || !sys::tmpfile_available() {
+        if self.ring.is_none() || !sys::tmpfile_available(dir.as_fd()) {
             let file = self.creator.create(dir, name, display_path, size_hint, attrs)?;
             return Ok(self.ticket(Slot::Done(Box::new(file))));
         }
@@ -216,10 +216,10 @@ impl CreateQueue {
         // link and a rename.
         let temp = if self.creator.holds_all_it_may() {
             if !self.cleaned.as_ref().is_some_and(|c| Arc::ptr_eq(c, &dir)) {
-                crate::temps::clean_once(dir.as_fd());
+                sys::temps::clean_once(dir.as_fd());
                 self.cleaned = Some(dir.clone());
             }
-            let t = crate::temps::temp_name(name);
+            let t = sys::temps::temp_name(name);
             // Temporary names hold no NUL (the final name was checked).
             Some(CString::new(t.as_bytes()).map_err(|e| Error::io("create", display_path, io::Error::other(e)))?)
         } else {
@@ -292,7 +292,7 @@ impl CreateQueue {
                     return self.creator.create(req.dir, &req.name, &req.path, req.size_hint, req.attrs);
                 }
                 // (Only an O_TMPFILE open says whether the filesystem has O_TMPFILE.)
-                if req.temp.is_none() && sys::tmpfile_refused(&e) {
+                if req.temp.is_none() && sys::tmpfile_refused(&e, req.dir.as_fd()) {
                     // No O_TMPFILE here: this file and the next are created at once, under a
                     // temporary name.
                     self.why_not = Some(format!("O_TMPFILE refused: {}", crate::caps::errno_name(&e)));
@@ -430,19 +430,19 @@ fn discard(req: &Req, res: i32) {
     }
     drop(opened(res));
     if let Some(t) = &req.temp {
-        let _ = rustix::fs::unlinkat(&*req.dir, t.as_c_str(), rustix::fs::AtFlags::empty());
+        let _ = sys::unlinkat(&*req.dir, t.as_c_str(), rustix::fs::AtFlags::empty());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::create::CreateOptions;
+    use crate::create::{CreateOptions, Durability};
     use rustix::fs::{Mode as FMode, OFlags};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn open_dir(p: &Path) -> Arc<OwnedFd> {
-        Arc::new(rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap())
+        Arc::new(sys::open(p, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap())
     }
 
     /// This process's descriptors of files in `dir` (an unnamed file shows as `dir/#INODE (deleted)`).
@@ -460,7 +460,7 @@ mod tests {
     }
 
     fn publishing() -> FileCreator {
-        FileCreator::new(CreateOptions { sync: false, batch_writeback: 1 << 20, publish_after_sync: true, ..CreateOptions::default() })
+        FileCreator::new(CreateOptions { durability: Durability::NamedAfterSync { write_back: Some(1 << 20) }, ..CreateOptions::new() })
     }
 
     /// Files asked of the queue are the creator's files: written, finished and named after the
@@ -537,7 +537,7 @@ mod tests {
             let d = tempfile::tempdir().unwrap();
             let dir = open_dir(d.path());
             let gate = Arc::new(AtomicU64::new(0));
-            let opts = CreateOptions { sync: false, batch_writeback: 1 << 20, publish_after_sync: true, ..CreateOptions::default() };
+            let opts = CreateOptions { durability: Durability::NamedAfterSync { write_back: Some(1 << 20) }, ..CreateOptions::new() };
             let creator = FileCreator::with_gate(opts, gate.clone(), 4);
             let mut q = CreateQueue::new(&creator);
             let named = Arc::new(AtomicUsize::new(0));
@@ -597,7 +597,7 @@ mod tests {
         let gone = open_dir(&d.path().join("gone"));
         std::fs::remove_dir(d.path().join("gone")).unwrap();
         // What the kernel answers there, asked directly.
-        let want = rustix::fs::openat(&*gone, ".", OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(0o666)).unwrap_err();
+        let want = sys::openat(&*gone, ".", OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(0o666)).unwrap_err();
         let here = open_dir(d.path());
         let creator = publishing();
         let mut q = CreateQueue::new(&creator);

@@ -2,8 +2,18 @@
 
 /// Features the user turned off with
 /// `CACHELESS_DISABLE=direct,dontcache,uring,cachestat,hugepages,tmpfile,flink`.
+/// The variable is read once, at the first question: every module asks this one place.
 pub fn disabled(feature: &str) -> bool {
-    std::env::var("CACHELESS_DISABLE").map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(feature))).unwrap_or(false)
+    names().iter().any(|f| f.eq_ignore_ascii_case(feature))
+}
+
+/// The names in `CACHELESS_DISABLE`, read once.
+fn names() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let v = std::env::var("CACHELESS_DISABLE").unwrap_or_default();
+        v.split(',').map(str::trim).filter(|f| !f.is_empty()).map(str::to_string).collect()
+    })
 }
 
 /// The features `CACHELESS_DISABLE` can name.
@@ -12,8 +22,7 @@ pub const FEATURES: [&str; 7] = ["direct", "dontcache", "uring", "cachestat", "h
 /// The names in `CACHELESS_DISABLE` that are no feature (a typo would otherwise leave on what
 /// the user meant to turn off, silently).
 pub fn unknown_disabled() -> Vec<String> {
-    let v = std::env::var("CACHELESS_DISABLE").unwrap_or_default();
-    v.split(',').map(str::trim).filter(|f| !f.is_empty() && !FEATURES.iter().any(|k| k.eq_ignore_ascii_case(f))).map(str::to_string).collect()
+    names().iter().filter(|f| !FEATURES.iter().any(|k| k.eq_ignore_ascii_case(f))).cloned().collect()
 }
 
 /// The error for names in `CACHELESS_DISABLE` that are no feature, if there are any: every

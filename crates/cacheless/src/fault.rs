@@ -6,7 +6,10 @@
 //! write request of both backends (the thread pool's pread/pwrite, and io_uring's completions,
 //! whose result the fault replaces), the whole-buffer writes of the file creator and of a
 //! direct file's tail, the opens of [`Reader`](crate::Reader), [`Writer`](crate::Writer) and
-//! [`FileCreator`](crate::FileCreator), fdatasync and fsync, and the rename of a finished file.
+//! [`FileCreator`](crate::FileCreator), fdatasync and fsync, the rename of a finished file, and
+//! every call of the `sys` facade that changes something: the namespace calls (mkdirat,
+//! symlinkat, linkat, mknodat: [`Site::Open`]) and the metadata calls (fchmod, fchown, futimens,
+//! utimensat, extended attributes: [`Site::Meta`]) of the tree copy and of extraction alike.
 //! Probes (`caps`) and cache advice are not counted. Every resubmission counts as one more
 //! operation, as it is one more call.
 //!
@@ -24,8 +27,6 @@
 //! extension into `target/python-fault` and runs the file against it).
 #![cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 
-use std::fs::File;
-
 /// A kind of call a fault can be injected into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Site {
@@ -39,11 +40,13 @@ pub enum Site {
     Sync,
     /// Renaming a finished file into place.
     Rename,
+    /// Setting metadata: permission bits, owner, times, extended attributes.
+    Meta,
 }
 
 impl Site {
     /// Every site, in a fixed order.
-    pub const ALL: [Site; 5] = [Site::Open, Site::Read, Site::Write, Site::Sync, Site::Rename];
+    pub const ALL: [Site; 6] = [Site::Open, Site::Read, Site::Write, Site::Sync, Site::Rename, Site::Meta];
 
     fn index(self) -> usize {
         match self {
@@ -52,6 +55,7 @@ impl Site {
             Site::Write => 2,
             Site::Sync => 3,
             Site::Rename => 4,
+            Site::Meta => 5,
         }
     }
 
@@ -87,6 +91,20 @@ impl Site {
             Site::Rename => {
                 &["rename", "cannot create symbolic link {}", "cannot create hard link {}", "cannot create fifo {}", "cannot create special file {}"]
             }
+            // The engine's words, then the tree copy's (GNU cp's).
+            Site::Meta => &[
+                "chmod",
+                "set times",
+                "fchown",
+                "setxattr",
+                "removexattr",
+                "preserving times for {}",
+                "preserving permissions for {}",
+                "setting permissions for {}",
+                "failed to preserve times for {}",
+                "failed to preserve ownership for {}",
+                "failed to preserve permissions for {}",
+            ],
         }
     }
 }
@@ -236,26 +254,21 @@ pub(crate) fn skipped(_step: Step) -> bool {
     false
 }
 
-/// Whether `file` is open with O_DIRECT.
+/// The fault planned for this call at `site` (of `len` bytes, for reads and writes, on a file
+/// `direct` says whether it is open with O_DIRECT, asked only for a short count), if any;
+/// counts the call.
 #[cfg(feature = "fault-injection")]
-fn is_direct(file: &File) -> bool {
-    rustix::fs::fcntl_getfl(file).is_ok_and(|f| f.contains(rustix::fs::OFlags::DIRECT))
-}
-
-/// The fault planned for this call at `site` (of `len` bytes on `file`, for reads and writes),
-/// if any; counts the call.
-#[cfg(feature = "fault-injection")]
-pub(crate) fn check(site: Site, file: Option<&File>, len: usize) -> Option<Injected> {
+pub(crate) fn check(site: Site, len: usize, direct: impl FnOnce() -> bool) -> Option<Injected> {
     take(site, |fault| match fault.errno() {
         Some(e) => Some(Injected::Errno(e)),
-        None => short_of(len, file.is_some_and(is_direct)).map(Injected::Short),
+        None => short_of(len, direct()).map(Injected::Short),
     })
 }
 
 /// Without the feature nothing is ever injected.
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
-pub(crate) fn check(_site: Site, _file: Option<&File>, _len: usize) -> Option<Injected> {
+pub(crate) fn check(_site: Site, _len: usize, _direct: impl FnOnce() -> bool) -> Option<Injected> {
     None
 }
 
@@ -274,12 +287,12 @@ mod armed {
 
     #[derive(Default)]
     struct State {
-        counts: [u64; 5],
+        counts: [u64; 6],
         plan: Option<Plan>,
         fired: bool,
     }
 
-    static STATE: Mutex<State> = Mutex::new(State { counts: [0; 5], plan: None, fired: false });
+    static STATE: Mutex<State> = Mutex::new(State { counts: [0; 6], plan: None, fired: false });
 
     fn state() -> std::sync::MutexGuard<'static, State> {
         STATE.lock().unwrap_or_else(|e| e.into_inner())
@@ -310,7 +323,7 @@ mod armed {
     /// What happened between [`start`] and [`stop`].
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct Outcome {
-        counts: [u64; 5],
+        counts: [u64; 6],
         /// Whether the planned fault was injected (a short count cannot be injected into a call
         /// too small to shorten).
         pub fired: bool,

@@ -62,6 +62,21 @@ pub struct PathInfo {
     /// How a file written here in the requested mode would be written; `None` in a directory
     /// where no file can be created (nothing could be probed).
     pub write: Option<Plan>,
+    /// Whether new files are created without a name in this folder (the file's folder for a
+    /// file) and linked when done (O_TMPFILE), or under a temporary name and renamed.
+    pub tmpfile: caps::Support,
+    /// Whether such a file is linked by its descriptor (linkat AT_EMPTY_PATH) or through
+    /// /proc/self/fd (the process's verdict: it depends on its privileges).
+    pub flink: caps::Support,
+}
+
+/// The folder new files beside `path` go to: itself for a folder, else its parent.
+fn folder_of(path: &Path, is_dir: bool) -> &Path {
+    match path.parent() {
+        _ if is_dir => path,
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
 }
 
 /// The whole report: the system, then each path.
@@ -83,7 +98,19 @@ pub fn describe(path: &Path, mode: Mode) -> Result<PathInfo> {
             Ok(fs) => ((*fs).clone(), Some(policy::decide_write(mode, &fs, None).into())),
             Err(e) => (caps::unprobed(path, &e).map_err(|e| Error::io("statfs", path, e))?, None),
         };
-        return Ok(PathInfo { path: path.into(), kind: "directory", size: None, fs, residency: None, residency_unknown: None, read: None, write });
+        let tmpfile = caps::probe_tmpfile(folder_of(path, true));
+        return Ok(PathInfo {
+            path: path.into(),
+            kind: "directory",
+            size: None,
+            fs,
+            residency: None,
+            residency_unknown: None,
+            read: None,
+            write,
+            tmpfile,
+            flink: caps::flink(),
+        });
     }
     let f = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
     let fs = caps::for_file(&f).map_err(|e| Error::io("probe", path, e))?;
@@ -104,6 +131,8 @@ pub fn describe(path: &Path, mode: Mode) -> Result<PathInfo> {
         residency_unknown,
         read: Some(read),
         write: Some(write),
+        tmpfile: caps::probe_tmpfile(folder_of(path, false)),
+        flink: caps::flink(),
     })
 }
 
@@ -135,5 +164,20 @@ mod tests {
         assert!(i.write.is_none() && i.read.is_none());
         let why = &i.fs.direct.as_ref().unwrap_err().reason;
         assert!(why.starts_with("not probed: no file can be created here"), "{why}");
+        assert!(i.tmpfile.is_err(), "no file is made in /proc");
+    }
+
+    #[test]
+    fn the_naming_of_new_files_is_reported_per_folder() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f");
+        std::fs::write(&f, b"x").unwrap();
+        for p in [d.path(), f.as_path()] {
+            let i = describe(p, Mode::Auto).unwrap();
+            // What an O_TMPFILE open in the folder says, asked here too.
+            let asked = rustix::fs::open(d.path(), rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::RDWR, rustix::fs::Mode::from_raw_mode(0o600)).is_ok();
+            assert_eq!(i.tmpfile.is_ok(), asked && !crate::env::disabled("tmpfile"), "{:?}", i.tmpfile);
+            assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1, "the probe leaves nothing");
+        }
     }
 }

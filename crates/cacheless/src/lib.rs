@@ -54,8 +54,10 @@ pub mod quote;
 pub mod rate;
 pub mod read;
 pub mod residency;
-mod sys;
-pub mod temps;
+#[doc(hidden)]
+pub mod sys;
+pub use sys::temps;
+
 pub mod tree;
 pub mod units;
 pub mod write;
@@ -65,7 +67,7 @@ pub use buf::{AlignedBuf, Budget, LeaseRequest, Shares};
 pub use copy::{
     copy_file, copy_file_with, copy_xattrs, open_parent, stage_copy, CopyOptions, CopyReport, Method, Reflink, Sparse, Staged, VerifyHook, VerifyReport,
 };
-pub use create::{sync_filesystem, CreateOptions, FileAttrs, FileCreator, NewFile, Published};
+pub use create::{sync_filesystem, CreateOptions, Durability, FileAttrs, FileCreator, NewFile, Published};
 pub use create_queue::{CreateQueue, CreateTicket};
 pub use env::check_disabled;
 pub use error::{Error, ErrorKind, Hint, Result};

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 
 use crate::error::{Error, Result};
-use crate::fault::Site;
 use crate::residency;
 use crate::sys;
 
@@ -47,7 +46,7 @@ pub fn initial_mode(permissions: Option<u32>, create: Option<u32>) -> u32 {
 pub(crate) enum Naming {
     /// Under its final name from the start (it must not exist).
     Final,
-    /// Under a temporary name beside it, `.NAME.cacheless-BOOT-PID-N.tmp` (see [`crate::temps::temp_name`]).
+    /// Under a temporary name beside it, `.NAME.cacheless-BOOT-PID-N.tmp` (see [`crate::sys::temps::temp_name`]).
     Temporary,
     /// Without a name (O_TMPFILE) with permission bits `mode`, or where the filesystem has
     /// none (or it is switched off), as [`Naming::Temporary`].
@@ -90,8 +89,7 @@ impl PendingFile {
         sys::check_name("create", path, name)?;
         let (fd, at) = match naming {
             Naming::Final => {
-                let fd = sys::call(Site::Open, || rustix::fs::openat(&*dir, name, EXCLUSIVE, FMode::from_raw_mode(mode)))
-                    .map_err(|e| Error::io("create", path, e))?;
+                let fd = sys::openat(&*dir, name, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from).map_err(|e| Error::io("create", path, e))?;
                 (fd, At::Final)
             }
             Naming::Unnamed { mode: unnamed } => match create_unnamed(dir.as_fd(), path, unnamed)? {
@@ -147,10 +145,10 @@ impl PendingFile {
     pub(crate) fn reopen(&self) -> io::Result<File> {
         let flags = OFlags::RDWR | OFlags::CLOEXEC;
         let fd = match &self.at {
-            At::Temporary(tmp) => sys::call(Site::Open, || rustix::fs::openat(&*self.dir, tmp.as_os_str(), flags | OFlags::NOFOLLOW, FMode::empty()))?,
+            At::Temporary(tmp) => sys::openat(&*self.dir, tmp.as_os_str(), flags | OFlags::NOFOLLOW, FMode::empty()).map_err(io::Error::from)?,
             _ => {
                 let proc = format!("/proc/self/fd/{}", self.file.as_raw_fd());
-                sys::call(Site::Open, || rustix::fs::open(proc.as_str(), flags, FMode::empty()))?
+                sys::open(proc.as_str(), flags, FMode::empty()).map_err(io::Error::from)?
             }
         };
         Ok(File::from(fd))
@@ -264,7 +262,7 @@ impl Parked {
 impl Drop for Parked {
     fn drop(&mut self) {
         if !self.settled {
-            let _ = rustix::fs::unlinkat(&*self.at.dir, self.tmp.as_os_str(), AtFlags::empty());
+            let _ = sys::unlinkat(&*self.at.dir, self.tmp.as_os_str(), AtFlags::empty());
         }
     }
 }
@@ -289,14 +287,14 @@ impl Drop for PendingFile {
             // got (GNU cp's copy does the same).
             At::Unnamed | At::InPlace => return,
         };
-        let _ = rustix::fs::unlinkat(&*self.dir, victim.as_os_str(), AtFlags::empty());
+        let _ = sys::unlinkat(&*self.dir, victim.as_os_str(), AtFlags::empty());
     }
 }
 
-/// Creates a new file under a temporary name beside `name` in `dir` (see [`crate::temps::temp_name`])
+/// Creates a new file under a temporary name beside `name` in `dir` (see [`crate::sys::temps::temp_name`])
 /// with permission bits `mode`; `path` names it in errors.
 fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, mode: u32) -> Result<(OwnedFd, At)> {
-    let (fd, tmp) = sys::beside(dir, name, |dir, t| sys::call(Site::Open, || rustix::fs::openat(dir, t, EXCLUSIVE, FMode::from_raw_mode(mode))))
+    let (fd, tmp) = sys::beside(dir, name, |dir, t| sys::openat(dir, t, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from))
         .map_err(|e| Error::io("create", path, e))?;
     Ok((fd, At::Temporary(tmp)))
 }
@@ -304,14 +302,14 @@ fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, mode: u32) -> Res
 /// Creates a file without a name in `dir` (O_TMPFILE, Linux 3.11; ext4, xfs, btrfs, tmpfs),
 /// read-write with permission bits `mode`; until it is linked a crash leaves nothing of it
 /// (the filesystem frees it at its next mount). `None` where the filesystem has no O_TMPFILE
-/// (remembered for the process) or it is switched off.
+/// (remembered for its filesystem) or it is switched off.
 fn create_unnamed(dir: BorrowedFd<'_>, path: &Path, mode: u32) -> Result<Option<OwnedFd>> {
-    if !sys::tmpfile_available() {
+    if !sys::tmpfile_available(dir) {
         return Ok(None);
     }
-    match sys::call(Site::Open, || rustix::fs::openat(dir, ".", sys::UNNAMED, FMode::from_raw_mode(mode))) {
+    match sys::openat(dir, ".", sys::UNNAMED, FMode::from_raw_mode(mode)).map_err(io::Error::from) {
         Ok(fd) => Ok(Some(fd)),
-        Err(e) if sys::tmpfile_refused(&e) => Ok(None),
+        Err(e) if sys::tmpfile_refused(&e, dir) => Ok(None),
         Err(e) => Err(Error::io("create", path, e)),
     }
 }
@@ -323,7 +321,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn dir(p: &Path) -> Arc<OwnedFd> {
-        Arc::new(rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap())
+        Arc::new(sys::open(p, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap())
     }
 
     fn names(p: &Path) -> Vec<String> {

@@ -54,7 +54,7 @@ impl Plan {
     /// The alignment a buffer for this file's data should have: both of the direct
     /// alignments, and at least a page, so that every request can use it as it is.
     pub fn buffer_align(&self) -> usize {
-        self.align.max(self.mem_align).max(rustix::param::page_size()).next_power_of_two()
+        self.align.max(self.mem_align).max(sys::page_size()).next_power_of_two()
     }
 
     /// The alignment data handed to this file should have to go to the kernel without a bounce

@@ -125,7 +125,7 @@ const RESERVE: usize = 12;
 
 /// [`fd_plan`] for this process now: its soft RLIMIT_NOFILE and the descriptors it has open.
 pub fn fd_plan_now(threads: usize) -> FdPlan {
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+    let limit = crate::sys::nofile_limit().unwrap_or(u64::MAX);
     fd_plan(limit, open_fds(), threads)
 }
 

@@ -13,7 +13,6 @@ use crate::backend::{BackendChoice, BackendKind, Completion, Driver, Lane, Op, O
 use crate::buf::{round_up, AlignedBuf, Budget, Lease, LeaseRequest};
 use crate::caps::{self, CapsMemo, FsCaps};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fault::Site;
 use crate::options::IoOptions;
 use crate::plan::{self, check_block_size, Plan};
 use crate::policy::{self, Decision, Mode};
@@ -152,7 +151,8 @@ impl Reader {
     /// Opens `path` and chooses its mode.
     pub fn open(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<Reader> {
         let path = path.as_ref();
-        let fd = sys::call(Site::Open, || rustix::fs::open(path, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()))
+        let fd = sys::open(path, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+            .map_err(io::Error::from)
             .map_err(|e| Error::io("open", path, e))?;
         Reader::from_file(File::from(fd), path, opts)
     }
@@ -193,7 +193,7 @@ impl Reader {
         let plan = plan::choose(&file, path, "open", Some(known), |caps| policy::decide_read(opts.io.mode, caps, len, cached))?;
         let (align, mem_align) = (plan.align, plan.mem_align);
         let cold_direct = plan.decision.mode == Mode::Direct && len > 0 && residency::cachestat(file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache == 0);
-        let page = rustix::param::page_size();
+        let page = sys::page_size();
         let mut block = round_up(opts.io.block_size.max(align), align);
         if len > 0 && crate::conv::usize_of(len) < block {
             // Never lease more than the file needs.
@@ -204,7 +204,7 @@ impl Reader {
             // read-ahead would cache pages ahead of the request before we look at them, so it is
             // turned off for this descriptor: our own queue does the read-ahead. A file read in
             // one request needs no such call: read-ahead stops at the end of the file.
-            let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
+            sys::fadvise(&file, rustix::fs::Advice::Random);
         }
         let stamp = Stamp::of(&meta);
         let blocks = crate::conv::usize_of(len.div_ceil(block as u64)).max(1);
@@ -267,7 +267,7 @@ impl Reader {
                     .with_hint(crate::error::Hint::Modes(vec![Mode::Auto, Mode::Buffered])));
             }
         };
-        let page = rustix::param::page_size();
+        let page = sys::page_size();
         let block = round_up(opts.io.block_size.clamp(page, PLAIN_BLOCK_MAX), page);
         let lease = opts.io.budget.lease(LeaseRequest::buffers(block, 1 + opts.extra_buffers).aligned(page));
         let mut r = Reader::assemble(file, path, meta, Plan::new(caps, decision), block, 1, lease, opts);
@@ -377,7 +377,7 @@ impl Reader {
     }
 
     fn apply_before(&mut self, off: u64, len: usize) {
-        let page = rustix::param::page_size() as u64;
+        let page = sys::page_size() as u64;
         // Best effort: failing to drop pages loses no data, and the read itself succeeded.
         let _ = match self.before.remove(&off) {
             // The whole file read in one request, nothing of it cached before: one drop of
@@ -486,7 +486,7 @@ impl Reader {
         let Some(mut buf) = self.lease.get() else {
             return Err(Error::new(ErrorKind::Io, "read", &self.path, "no buffer available for the next read"));
         };
-        let n = sys::call(Site::Read, || rustix::io::read(&*self.file, &mut buf[..self.block])).map_err(|e| self.err("read", e))?;
+        let n = sys::read(&*self.file, &mut buf[..self.block]).map_err(|e| self.err("read", e))?;
         if n == 0 {
             self.at_end = true;
             return Ok(None);
@@ -563,7 +563,7 @@ impl Reader {
             let mut done = 0;
             while done < buf.len() {
                 let at = offset + done as u64;
-                let n = sys::call(Site::Read, || rustix::io::pread(&*self.file, &mut buf[done..], at)).map_err(|e| self.err("read", e))?;
+                let n = sys::pread(&*self.file, &mut buf[done..], at).map_err(|e| self.err("read", e))?;
                 if n == 0 {
                     break;
                 }
@@ -637,13 +637,13 @@ impl Reader {
             while let Some(c) = self.next_plain()? {
                 all.extend_from_slice(&c);
             }
-            let mut buf = AlignedBuf::try_new(all.len().max(1), rustix::param::page_size())
+            let mut buf = AlignedBuf::try_new(all.len().max(1), sys::page_size())
                 .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "read", &self.path, format!("{} B do not fit in memory", all.len())))?;
             buf[..all.len()].copy_from_slice(&all);
             return Ok(Chunk { buf, offset: 0, len: all.len() });
         }
         let cap = usize::try_from(self.len).ok().and_then(|l| l.max(1).checked_add(self.plan.align - 1)).map(|l| l / self.plan.align * self.plan.align);
-        let Some((cap, mut buf)) = cap.and_then(|c| AlignedBuf::try_new(c, self.plan.mem_align.max(rustix::param::page_size())).map(|b| (c, b))) else {
+        let Some((cap, mut buf)) = cap.and_then(|c| AlignedBuf::try_new(c, self.plan.mem_align.max(sys::page_size())).map(|b| (c, b))) else {
             return Err(Error::new(ErrorKind::InvalidInput, "read", &self.path, format!("a {} B file does not fit in memory", self.len)));
         };
         let len = crate::conv::fit(self.len, cap);
@@ -730,7 +730,7 @@ impl Drop for Reader {
             // they decompress a whole block (squashfs caches its 128 KiB block in the file's
             // mapping): drop them too.
             Mode::DropBehind if self.len > 0 && !self.dropped_all => {
-                let page = rustix::param::page_size() as u64;
+                let page = sys::page_size() as u64;
                 let _ = residency::drop_range(&self.file, self.len.div_ceil(page) * page, 0);
             }
             Mode::Direct if self.cold_direct && residency::cachestat(self.file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache > 0) => {

@@ -150,7 +150,7 @@ impl Writer {
     fn new(entry: PendingFile, path: &Path, opts: &WriteOptions, plan: Plan) -> Writer {
         let file = entry.file().clone();
         let align = plan.align;
-        let page = rustix::param::page_size();
+        let page = sys::page_size();
         let mut block = round_up(opts.io.block_size.max(align), align.max(page));
         let mut lease_count = opts.io.queue_depth.max(1) + 1;
         if let Some(h) = opts.size_hint {
@@ -229,8 +229,7 @@ impl Writer {
         let lease = match &self.lease {
             Some(l) => l.clone(),
             None => {
-                let l =
-                    self.opts.io.budget.lease(LeaseRequest::buffers(self.block, self.lease_count).aligned(rustix::param::page_size().max(self.plan.mem_align)));
+                let l = self.opts.io.budget.lease(LeaseRequest::buffers(self.block, self.lease_count).aligned(sys::page_size().max(self.plan.mem_align)));
                 self.lease = Some(l.clone());
                 l
             }
@@ -247,7 +246,7 @@ impl Writer {
     fn submit(&mut self, buf: AlignedBuf, len: usize) -> Result<()> {
         if let Some(h) = self.prealloc.take() {
             // Unsupported filesystems just skip it.
-            if rustix::fs::fallocate(&*self.file, rustix::fs::FallocateFlags::empty(), 0, h).is_ok() {
+            if sys::fallocate(&*self.file, h, false).is_ok() {
                 self.preallocated = Some(h);
             }
         }
@@ -465,7 +464,7 @@ impl Writer {
         // Drop what went through the cache: the direct tail, the last write-behind windows.
         match self.plan.decision.mode {
             Mode::Direct if tail_bytes > 0 => {
-                let page = rustix::param::page_size() as u64;
+                let page = sys::page_size() as u64;
                 let start = (total - tail_bytes) / page * page;
                 // To the end of the file (length 0): fadvise(DONTNEED) keeps a partial last page
                 // of a range that stops short of a page boundary, which a tail always is.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use cacheless::residency::residency_of;
-use cacheless::{CreateOptions, ErrorKind, FileAttrs, FileCreator, Hint, Mode};
+use cacheless::{CreateOptions, Durability, ErrorKind, FileAttrs, FileCreator, Hint, Mode};
 use common::*;
 use rand::RngCore;
 
@@ -52,7 +52,7 @@ fn write_file_every_mode_is_byte_exact_and_leaves_no_cache() {
     let sizes = [0, 1, align - 1, align, align + 1, 3 * align + 5, 100_000, (1 << 20) + 3, 3 << 20];
     for mode in modes(d.path()) {
         for sync in [true, false] {
-            let creator = FileCreator::new(CreateOptions { mode, sync, ..CreateOptions::default() });
+            let creator = FileCreator::new(CreateOptions { mode, durability: Durability::synced(sync), ..CreateOptions::default() });
             let mut written = Vec::new();
             for (i, &len) in sizes.iter().enumerate() {
                 // One byte into the vector: memory O_DIRECT cannot take as it is.
@@ -96,7 +96,7 @@ fn create_and_write_at_offsets_leaves_holes() {
     let d = scratch();
     let dir = Arc::new(open_dir(d.path()));
     for mode in modes(d.path()) {
-        let creator = FileCreator::new(CreateOptions { mode, sync: true, ..CreateOptions::default() });
+        let creator = FileCreator::new(CreateOptions { mode, durability: Durability::EachFile, ..CreateOptions::default() });
         let name = format!("sparse-{mode}");
         let segments = [(0usize, 10_000usize), (1 << 20, 4096), (8 << 20, 5000)];
         let total: usize = segments.iter().map(|s| s.1).sum();
@@ -122,7 +122,7 @@ fn create_and_write_at_offsets_leaves_holes() {
 fn many_threads_share_one_creator() {
     let d = scratch();
     let dir = Arc::new(open_dir(d.path()));
-    let creator = FileCreator::new(CreateOptions { sync: false, deferred_drops: 8, ..CreateOptions::default() });
+    let creator = FileCreator::new(CreateOptions { durability: Durability::AtTheEnd { write_back: None }, deferred_drops: 8, ..CreateOptions::default() });
     std::thread::scope(|s| {
         for t in 0..8u64 {
             let (creator, dir, root) = (creator.clone(), dir.clone(), d.path());
@@ -139,7 +139,7 @@ fn many_threads_share_one_creator() {
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 800);
 }
 
-/// Small files written back together (unsynced, `batch_writeback` on): auto writes them plainly
+/// Small files written back together (`Durability::AtTheEnd` with `write_back`): auto writes them plainly
 /// and says why; each full batch is written back by one syncfs and dropped, so the files of a
 /// batch that filled are out of the cache while the last ones still wait in it; after
 /// `drop_deferred` none is cached and every one is byte-exact. Synced, or with batching off,
@@ -154,7 +154,8 @@ fn small_files_written_back_in_batches_leave_no_cache() {
         return;
     }
     let window = 768u64 << 10;
-    let creator = FileCreator::new(CreateOptions { sync: false, deferred_drops: 1000, batch_writeback: window, ..CreateOptions::default() });
+    let creator =
+        FileCreator::new(CreateOptions { durability: Durability::AtTheEnd { write_back: Some(window) }, deferred_drops: 1000, ..CreateOptions::default() });
     let mut written = Vec::new();
     let mut total = 0u64;
     for i in 0..100u64 {
@@ -178,13 +179,13 @@ fn small_files_written_back_in_batches_leave_no_cache() {
         assert!(std::fs::read(p).unwrap() == *data, "{}", p.display());
         assert_eq!(std::fs::metadata(p).unwrap().mode() & 0o777, 0o640);
     }
-    // Synced files, or batching off: each file on its own.
+    // Synced files (no batch can be asked of them), or batching off: each file on its own.
     for opts in [
-        CreateOptions { sync: true, batch_writeback: window, ..CreateOptions::default() },
-        CreateOptions { sync: false, batch_writeback: 0, ..CreateOptions::default() },
+        CreateOptions { durability: Durability::EachFile, ..CreateOptions::default() },
+        CreateOptions { durability: Durability::AtTheEnd { write_back: None }, ..CreateOptions::default() },
     ] {
         let creator = FileCreator::new(opts.clone());
-        let name = format!("one-{}", opts.sync);
+        let name = format!("one-{}", opts.durability.each_file());
         let rep = creator.write_file(dir.as_fd(), OsStr::new(&name), Path::new(&name), &bytes(5000, 1), &attrs()).unwrap();
         assert!(!rep.decision.reason.contains("written back with the others"), "{opts:?}: {}", rep.decision.reason);
     }

@@ -23,17 +23,7 @@ pub struct CatArgs {
 
 /// Writes all of `data` to fd 1 without an extra copy through Rust's line buffer.
 fn write_stdout(data: &[u8]) -> io::Result<()> {
-    let out = io::stdout();
-    let fd = out.as_fd();
-    let mut d = data;
-    while !d.is_empty() {
-        match rustix::io::write(fd, d) {
-            Ok(n) => d = &d[n..],
-            Err(e) if e == rustix::io::Errno::INTR => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
+    cacheless::sys::write_all(io::stdout().as_fd(), data)
 }
 
 fn is_epipe(e: &io::Error) -> bool {

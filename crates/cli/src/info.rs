@@ -70,6 +70,8 @@ pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
                 ))
             );
             println!("  RWF_DONTCACHE  {}", support(&i.fs.dontcache, |_| String::new()));
+            println!("  O_TMPFILE      {}", support(&i.tmpfile, |_| ", new files made without a name".to_string()));
+            println!("  linkat by fd   {}", support(&i.flink, |_| String::new()));
             if let Some(why) = &i.fs.direct_write_cached {
                 println!("  O_DIRECT write cached: {why}");
             }

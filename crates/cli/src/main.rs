@@ -68,11 +68,7 @@ enum Cmd {
 /// Many files in flight need descriptors: the soft RLIMIT_NOFILE is raised to the hard limit
 /// for this process (the library sizes what it holds open to whatever the limit is).
 fn raise_nofile() {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let l = getrlimit(Resource::Nofile);
-    if l.current < l.maximum {
-        let _ = setrlimit(Resource::Nofile, Rlimit { current: l.maximum, maximum: l.maximum });
-    }
+    cacheless::sys::raise_nofile_limit();
 }
 
 fn main() -> ExitCode {

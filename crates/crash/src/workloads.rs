@@ -36,8 +36,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cacheless::{
-    copy_file_with, copy_tree, CopyOptions, CreateOptions, FileAttrs, FileCreator, IoOptions, Mode, Progress, ReadOptions, Reflink, TreeOptions, WriteOptions,
-    Writer,
+    copy_file_with, copy_tree, CopyOptions, CreateOptions, Durability, FileAttrs, FileCreator, IoOptions, Mode, Progress, ReadOptions, Reflink, TreeOptions,
+    WriteOptions, Writer,
 };
 use cacheless_archive::pack::SortOrder;
 use cacheless_archive::{ExtractOptions, Input, Output, PackOptions};
@@ -215,7 +215,7 @@ fn run_tree(ctx: &Ctx, src: &str, dst: &str) -> Result<Ran, String> {
 
 fn run_tree_with(ctx: &Ctx, src: &str, dst: &str, reflink: Reflink) -> Result<Ran, String> {
     let mut o = TreeOptions::new(io(Mode::Auto)).archive();
-    o.reflink = reflink;
+    o.copy.reflink = reflink;
     let r = copy_tree(&[ctx.scratch.join(src)], &ctx.path(dst), &o, &Arc::new(Progress::new())).map_err(|e| e.to_string())?;
     if let Some(e) = r.first_error {
         return Err(e.to_string());
@@ -427,7 +427,7 @@ fn creator_batch() -> Workload {
         run: Box::new(move |ctx: &Ctx| {
             let dir_path = ctx.path("x");
             let dir = std::fs::File::open(&dir_path).map_err(|e| format!("open {}: {e}", dir_path.display()))?;
-            let c = FileCreator::new(CreateOptions { mode: Mode::Auto, sync: false, deferred_drops: 8, batch_writeback: 32 << 10, publish_after_sync: false });
+            let c = FileCreator::new(CreateOptions { mode: Mode::Auto, durability: Durability::AtTheEnd { write_back: Some(32 << 10) }, deferred_drops: 8 });
             for (p, d) in &run_files {
                 let name = Path::new(p).file_name().unwrap_or(OsStr::new(p));
                 c.write_file(dir.as_fd(), name, &ctx.path(p), d, &FileAttrs::default()).map_err(|e| e.to_string())?;

@@ -48,7 +48,7 @@ impl Arena {
     /// An arena of `len` bytes for `segments`; `None` where that size cannot be allocated
     /// (larger than the address space allows).
     fn new(segments: Vec<Segment>, len: usize) -> Option<Arena> {
-        let mut buf = AlignedBuf::try_new(len.max(1), rustix::param::page_size())?;
+        let mut buf = AlignedBuf::try_new(len.max(1), cacheless::sys::page_size())?;
         let addr = buf.as_mut_ptr() as usize;
         Some(Arena { buf, addr, segments, len })
     }
@@ -133,7 +133,7 @@ pub struct SpanReader {
 impl SpanReader {
     /// Opens `path` and decides its mode.
     pub fn open(path: &Path, opts: &ArenaOptions) -> Result<SpanReader> {
-        let page = rustix::param::page_size();
+        let page = cacheless::sys::page_size();
         let ro = &opts.read;
         let admission = ro.io.budget.lease(cacheless::LeaseRequest::buffers(ro.io.block_size.max(page), ro.io.queue_depth.max(1)).aligned(page));
         let threads = opts.threads.clamp(1, admission.count());

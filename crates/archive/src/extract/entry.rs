@@ -2,6 +2,7 @@
 //! the engine's create, symlink, link, mknod) in archive order, handing file data to the workers
 //! (`jobs`); sparse files are written here, segment by segment, through the engine.
 
+use cacheless::sys;
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
@@ -525,7 +526,7 @@ impl Ctx<'_> {
         }
         if let (Err(_), Some((pfd, name, to)), Some(path)) = (&made, backup, path) {
             // GNU tar: the backup takes its name back where the member failed.
-            if rustix::fs::renameat(&pfd, &to, &pfd, &name).is_ok() && self.opts.list {
+            if sys::renameat(&pfd, &to, &pfd, &name).is_ok() && self.opts.list {
                 self.say(
                     format!("Renaming {} back to {}\n", cacheless::quote::quote(backup_path(&path, &name, &to)), cacheless::quote::quote(&path)).as_bytes(),
                 );
@@ -547,14 +548,14 @@ impl Ctx<'_> {
         let Ok(pfd) = self.root.existing_dir(parent) else { return Ok(None) };
         let name = OsStr::from_bytes(name).to_os_string();
         let io = |what: &'static str, er: std::io::Error| Fail::Entry(Error::io(what, rel.to_path(), er));
-        match rustix::fs::statat(&pfd, &name, AtFlags::empty()) {
+        match sys::statat(&pfd, &name, AtFlags::empty()) {
             Err(Errno::NOENT) => return Ok(None),
             Err(er) => return Err(io("cannot stat (for --backup)", er.into())),
             Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => return Ok(None),
             Ok(_) => {}
         }
         let to = cacheless::tree::backup_name_in(&pfd, &name, kind, suffix).map_err(|er| io("cannot name a backup", er))?;
-        rustix::fs::renameat(&pfd, &name, &pfd, &to).map_err(|er| {
+        sys::renameat(&pfd, &name, &pfd, &to).map_err(|er| {
             let why = std::io::Error::new(std::io::Error::from(er).kind(), format!("cannot rename to {}: {}", to.to_string_lossy(), std::io::Error::from(er)));
             io("backup", why)
         })?;
@@ -676,12 +677,11 @@ impl Ctx<'_> {
             }
             Kind::Symlink => {
                 let target = e.link.clone().unwrap_or_default();
-                let (pfd, ()) =
-                    self.root.create_with(&rel, self.opts.keep_old_files, "symlinkat", |d, n| rustix::fs::symlinkat(OsStr::from_bytes(&target), d, n))?;
+                let (pfd, ()) = self.root.create_with(&rel, self.opts.keep_old_files, "symlinkat", |d, n| sys::symlinkat(OsStr::from_bytes(&target), d, n))?;
                 self.root.note_placed(&pfd, last_name(&rel).as_bytes(), &target);
                 let name = last_name(&rel);
                 if let Some((uid, gid)) = meta.chown.then(|| super::jobs::ids(&meta)).flatten() {
-                    let _ = rustix::fs::chownat(&pfd, name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW);
+                    let _ = sys::chownat(&pfd, name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW);
                 }
                 if let Some(x) = &meta.extra {
                     // Extended attributes of a symlink's own (trusted.*, security.*); no ACL.
@@ -689,7 +689,7 @@ impl Ctx<'_> {
                         self.warn(w);
                     }
                 }
-                let _ = rustix::fs::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
+                let _ = sys::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
                 self.report.symlinks += 1;
             }
             Kind::HardLink => {
@@ -723,9 +723,9 @@ impl Ctx<'_> {
                 }
                 let tfd = self.root.existing_dir(tparent)?;
                 let tname = tname.to_vec();
-                let (pfd, ()) = self.root.create_with(&rel, self.opts.keep_old_files, "linkat", |d, n| {
-                    rustix::fs::linkat(&tfd, OsStr::from_bytes(&tname), d, n, AtFlags::empty())
-                })?;
+                let (pfd, ()) = self
+                    .root
+                    .create_with(&rel, self.opts.keep_old_files, "linkat", |d, n| sys::linkat(&tfd, OsStr::from_bytes(&tname), d, n, AtFlags::empty()))?;
                 // A link to a file named before the archive's checksums reached it goes with
                 // it, should they fail.
                 self.sh.creator.note_link(&pfd, last_name(&rel), &rel.to_path());
@@ -744,22 +744,22 @@ impl Ctx<'_> {
                     _ => rustix::fs::FileType::BlockDevice,
                 };
                 let devn = rustix::fs::makedev(e.dev.0, e.dev.1);
-                let (pfd, ()) = self.root.create_with(&rel, self.opts.keep_old_files, "mknodat", |d, n| {
-                    rustix::fs::mknodat(d, n, ft, rustix::fs::Mode::from_raw_mode(meta.mode), devn)
-                })?;
+                let (pfd, ()) = self
+                    .root
+                    .create_with(&rel, self.opts.keep_old_files, "mknodat", |d, n| sys::mknodat(d, n, ft, rustix::fs::Mode::from_raw_mode(meta.mode), devn))?;
                 // Its owner, then its mode exactly (mknod applied the umask; a chown clears
                 // set-ID bits), then its time.
                 let name = last_name(&rel);
                 let chowned = match (meta.chown, super::jobs::ids(&meta)) {
                     (false, _) => Ok(()),
-                    (true, Some((u, g))) => rustix::fs::chownat(&pfd, name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW),
+                    (true, Some((u, g))) => sys::chownat(&pfd, name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW),
                     (true, None) => Err(Errno::OVERFLOW),
                 };
                 let (mode, owner) = owned(chowned, &meta, &rel);
                 if let Some(why) = owner {
                     self.sh.fail(why);
                 }
-                if let Err(er) = rustix::fs::chmodat(&pfd, name, rustix::fs::Mode::from_raw_mode(mode), AtFlags::empty()) {
+                if let Err(er) = sys::chmodat(&pfd, name, mode, AtFlags::empty()) {
                     self.sh.fail(format!("{}: chmod: {}", rel.to_path().display(), std::io::Error::from(er)));
                 }
                 if let Some(x) = &meta.extra {
@@ -767,7 +767,7 @@ impl Ctx<'_> {
                         self.warn(w);
                     }
                 }
-                let _ = rustix::fs::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
+                let _ = sys::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
             }
         }
         Ok(())
@@ -803,7 +803,7 @@ impl Ctx<'_> {
     /// engine's error, with its hint, is what gets reported.
     ///
     /// Files are written under a temporary name and renamed over `rel` once durable (see
-    /// `cacheless::CreateOptions::publish_after_sync`), which replaces a file or symlink there
+    /// `cacheless::Durability::NamedAfterSync`), which replaces a file or symlink there
     /// at once: what is there is looked at first (unless only this extraction's own files can
     /// be there, see `Root::only_ours_at`), and a directory is removed (or the entry refused)
     /// here, in archive order, as is anything with old files kept.
@@ -814,7 +814,7 @@ impl Ctx<'_> {
         // directory among them it knows of: no need to look.
         let look = keep_old || !self.root.only_ours_at(rel);
         let r = self.root.create_with(rel, keep_old, "create", |d, n| {
-            match look.then(|| rustix::fs::statat(d, n, AtFlags::SYMLINK_NOFOLLOW)) {
+            match look.then(|| sys::statat(d, n, AtFlags::SYMLINK_NOFOLLOW)) {
                 Some(Ok(st)) if keep_old || rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => return Err(Errno::EXIST),
                 _ => {}
             }
@@ -997,7 +997,7 @@ impl Ctx<'_> {
         }
         // Not there, a symlink not to be followed, or anything that cannot be opened so: made
         // anew.
-        let Ok(fd) = rustix::fs::openat(&pfd, OsStr::from_bytes(name), flags, rustix::fs::Mode::empty()) else { return Ok(false) };
+        let Ok(fd) = sys::lookat(&pfd, OsStr::from_bytes(name), flags) else { return Ok(false) };
         let file = std::fs::File::from(fd);
         if !file.metadata().is_ok_and(|m| m.is_file()) {
             return Ok(false);

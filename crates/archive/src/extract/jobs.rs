@@ -2,9 +2,10 @@
 //! creator for small files, the streaming `Writer` for large ones), its owner, mode and times,
 //! and what the workers share with the parser's thread.
 
+use cacheless::sys;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Condvar, Mutex};
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use cacheless::pool::Work;
 use cacheless::{AlignedBuf, FileAttrs, FileCreator, Mode, NewFile, Progress};
-use rustix::fs::{Timespec, Timestamps, XattrFlags};
+use rustix::fs::Timestamps;
 
 use crate::fsops::RelPath;
 use crate::modes::ModeCounter;
@@ -59,23 +60,23 @@ impl At<'_> {
     fn set(&self, name: &[u8], value: &[u8]) -> rustix::io::Result<()> {
         let name = OsStr::from_bytes(name);
         match self {
-            At::Fd(fd) => rustix::fs::fsetxattr(fd, name, value, XattrFlags::empty()),
+            At::Fd(fd) => sys::xattr_set(sys::XattrAt::Fd(*fd), name, value),
             // The folder by its descriptor, the last name not followed.
-            At::Name(dir, n) => rustix::fs::lsetxattr(Self::path(*dir, n), name, value, XattrFlags::empty()),
+            At::Name(dir, n) => sys::xattr_set(sys::XattrAt::Link(&Self::path(*dir, n)), name, value),
         }
     }
 
     fn remove(&self, name: &[u8]) -> rustix::io::Result<()> {
         let name = OsStr::from_bytes(name);
         let r = match self {
-            At::Fd(fd) => rustix::fs::fremovexattr(fd, name),
-            At::Name(dir, n) => rustix::fs::lremovexattr(Self::path(*dir, n), name),
+            At::Fd(fd) => sys::xattr_remove(sys::XattrAt::Fd(*fd), name),
+            At::Name(dir, n) => sys::xattr_remove(sys::XattrAt::Link(&Self::path(*dir, n)), name),
         };
         r.or_else(|e| if e == rustix::io::Errno::NODATA { Ok(()) } else { Err(e) })
     }
 
     fn path(dir: BorrowedFd<'_>, name: &OsStr) -> std::path::PathBuf {
-        let mut p = std::path::PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        let mut p = std::path::PathBuf::from(sys::proc_fd_path(dir));
         p.push(name);
         p
     }
@@ -116,18 +117,11 @@ pub(super) fn apply_extra(at: At<'_>, x: &Extra, rel: &RelPath) -> Vec<String> {
 }
 
 pub(super) fn times(mtime: (i64, u32)) -> Timestamps {
-    Timestamps {
-        last_access: Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_OMIT },
-        last_modification: Timespec { tv_sec: mtime.0, tv_nsec: mtime.1.into() },
-    }
+    sys::timestamps(None, Some((mtime.0, mtime.1.into())))
 }
 
 pub(super) fn system_time(t: (i64, u32)) -> std::time::SystemTime {
-    use std::time::{Duration, UNIX_EPOCH};
-    match u64::try_from(t.0) {
-        Ok(secs) => UNIX_EPOCH + Duration::new(secs, t.1),
-        Err(_) => UNIX_EPOCH - Duration::new(t.0.unsigned_abs(), 0) + Duration::from_nanos(t.1.into()),
-    }
+    sys::system_time(t.0, t.1.into())
 }
 
 /// The attributes the engine applies when it finishes a file (after the fchown done here,
@@ -137,8 +131,8 @@ pub(super) fn attrs(m: &Meta) -> FileAttrs {
 }
 
 /// The entry's owner and group as the kernel's ids; `None` when one is out of their range.
-pub(super) fn ids(m: &Meta) -> Option<(rustix::fs::Uid, rustix::fs::Gid)> {
-    Some((rustix::fs::Uid::from_raw(u32::try_from(m.uid).ok()?), rustix::fs::Gid::from_raw(u32::try_from(m.gid).ok()?)))
+pub(super) fn ids(m: &Meta) -> Option<(u32, u32)> {
+    Some((u32::try_from(m.uid).ok()?, u32::try_from(m.gid).ok()?))
 }
 
 /// fchown to the entry's owner when ownership is restored, and only where the entry does not
@@ -149,10 +143,10 @@ pub(super) fn chown(fd: impl AsFd, m: &Meta) -> rustix::io::Result<()> {
         return Ok(());
     }
     let (uid, gid) = ids(m).ok_or(rustix::io::Errno::OVERFLOW)?;
-    if rustix::fs::fstat(&fd).is_ok_and(|st| st.st_uid == uid.as_raw() && st.st_gid == gid.as_raw()) {
+    if sys::fstat(&fd).is_ok_and(|st| st.st_uid == uid && st.st_gid == gid) {
         return Ok(());
     }
-    rustix::fs::fchown(fd, Some(uid), Some(gid))
+    sys::fchown(fd, Some(uid), Some(gid))
 }
 
 /// Gives an open entry its owner when ownership is restored. Where that fails (a user the
@@ -187,15 +181,15 @@ pub(super) fn owned(chowned: rustix::io::Result<()>, m: &Meta, rel: &RelPath) ->
 /// `--xattrs` and `--acls` could not set goes to `warn`.
 pub(super) fn apply_meta(fd: &OwnedFd, m: &Meta, rel: &RelPath, warn: impl FnMut(String)) -> Result<(), String> {
     if m.time_only {
-        return rustix::fs::futimens(fd, &times(m.mtime)).map_err(|e| format!("{}: futimens: {e}", rel.to_path().display()));
+        return sys::futimens(fd, &times(m.mtime)).map_err(|e| format!("{}: futimens: {e}", rel.to_path().display()));
     }
     let (mode, owner) = own(fd, m, rel);
     // After fchown, which clears setuid/setgid.
-    let r = rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(mode)).map_err(|e| format!("{}: fchmod: {e}", rel.to_path().display()));
+    let r = sys::fchmod(fd, mode).map_err(|e| format!("{}: fchmod: {e}", rel.to_path().display()));
     if let Some(x) = &m.extra {
         apply_extra(At::Fd(fd.as_fd()), x, rel).into_iter().for_each(warn);
     }
-    let r = r.and_then(|()| rustix::fs::futimens(fd, &times(m.mtime)).map_err(|e| format!("{}: futimens: {e}", rel.to_path().display())));
+    let r = r.and_then(|()| sys::futimens(fd, &times(m.mtime)).map_err(|e| format!("{}: futimens: {e}", rel.to_path().display())));
     r.and(owner.map_or(Ok(()), Err))
 }
 
@@ -481,7 +475,7 @@ impl Shared {
         let Some(x) = &meta.extra else { return false };
         let chmod = x.acl.is_some();
         if chmod {
-            if let Err(e) = rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(mode)) {
+            if let Err(e) = sys::fchmod(fd, mode) {
                 self.fail(format!("{}: fchmod: {e}", rel.to_path().display()));
             }
         }
@@ -495,7 +489,7 @@ impl Shared {
     }
 
     /// What to do once the file `rel` has its final name (see
-    /// `cacheless::CreateOptions::publish_after_sync`): settle its ticket as complete, or, when
+    /// `cacheless::Durability::NamedAfterSync`): settle its ticket as complete, or, when
     /// its batch's syncfs or its rename failed (it was removed), record why and settle it as
     /// failed.
     pub(super) fn on_published(&self, rel: &RelPath, ticket: Ticket) -> cacheless::Published {

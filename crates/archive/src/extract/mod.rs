@@ -12,7 +12,7 @@
 //! io_uring or threads). No file gets its final name before its data is durable: small ones
 //! are created without a name (O_TMPFILE) and large ones under a temporary name, and each
 //! batch's syncfs is followed by the links and renames that name its files (the creator's
-//! `publish_after_sync`), so a power cut leaves under a final name the old file, nothing, or
+//! `Durability::NamedAfterSync`), so a power cut leaves under a final name the old file, nothing, or
 //! the complete new one. A file's ticket (`jobs::InFlight`) settles once it has its name: a hard
 //! link to it, or a later member of the same name, waits for that. All buffers are leased from
 //! the engine's memory budget; a batch's small files share one buffer (`jobs::Slab`).
@@ -38,13 +38,14 @@ mod jobs;
 mod options;
 mod shares;
 
+use cacheless::sys;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use cacheless::pool::{fd_plan_now, Pool};
-use cacheless::{CreateOptions, CreateQueue, FileCreator};
+use cacheless::{CreateOptions, CreateQueue, Durability, FileCreator};
 
 use crate::error::{Error, Result};
 use crate::fsops::Root;
@@ -60,17 +61,6 @@ use shares::Shares;
 /// be created on an io_uring (see `CreateQueue`).
 const PIPELINE_MIN: usize = 8;
 
-/// The umask in a /proc/self/status text (its `Umask:` line, Linux 4.7+).
-fn parse_umask(status: &str) -> Option<u32> {
-    let v = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
-    u32::from_str_radix(v.trim(), 8).ok()
-}
-
-/// The process's umask, read without setting it; `None` where /proc does not say.
-fn process_umask() -> Option<u32> {
-    parse_umask(&std::fs::read_to_string("/proc/self/status").ok()?)
-}
-
 /// Extracts an archive (any supported compression, detected) into `opts.dest`.
 ///
 /// Returns `Err` only when nothing could start (archive or destination unopenable, a forced
@@ -82,7 +72,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let progress = opts.progress.clone().unwrap_or_default();
     let shares = Shares::new(opts);
     let mut warnings = Vec::new();
-    let umask = match opts.umask.or_else(process_umask) {
+    let umask = match opts.umask.or_else(sys::umask) {
         Some(u) => u,
         None => {
             warnings.push("umask unknown (no /proc/self/status): 022 assumed".to_string());
@@ -123,12 +113,16 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let decompress = source::Decompress { threads: opts.decompress_threads, bytes: shares.decode_bytes(), window_log_max: opts.zstd_window_log_max };
     let stream = source::open(input, progress.clone(), &shares.archive_read(&opts.io), &decompress)?;
     let info = stream.info.clone();
-    let is_root = rustix::process::geteuid().is_root();
+    let is_root = sys::is_root();
     // A file takes its name only once every checksum covering its bytes has passed (the gzip
     // member's, the zstd or LZ4 frame's, the xz or bzip2 stream's): a corrupt or truncated
     // archive leaves none of the files its bad part made.
     let creator = FileCreator::with_gate(
-        CreateOptions { mode: opts.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: opts.batch_writeback, publish_after_sync: true },
+        CreateOptions {
+            mode: opts.io.mode,
+            durability: Durability::NamedAfterSync { write_back: (opts.batch_writeback > 0).then_some(opts.batch_writeback) },
+            deferred_drops: plan.deferred,
+        },
         stream.verified(),
         opts.held_open.map_or(plan.held, |n| n.min(plan.held)),
     );
@@ -319,18 +313,4 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     report.failure_count = count;
     report.elapsed_s = t0.elapsed().as_secs_f64();
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_umask_is_read_from_proc_without_setting_it() {
-        let out = std::process::Command::new("sh").arg("-c").arg("umask 0027; cat /proc/self/status").output().unwrap();
-        assert_eq!(parse_umask(&String::from_utf8_lossy(&out.stdout)), Some(0o027));
-        assert_eq!(parse_umask("Name:\tx\nUmask:\t0002\n"), Some(0o002));
-        assert_eq!(parse_umask("Name:\tx\n"), None);
-        assert!(process_umask().is_some(), "this process's umask is readable");
-    }
 }

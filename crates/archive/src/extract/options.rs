@@ -1,5 +1,6 @@
 //! What an extraction is asked to do, and what it reports.
 
+use cacheless::sys;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -133,7 +134,8 @@ pub struct ExtractOptions {
     /// once this many bytes of them wait (a syncfs, then their pages dropped): the device sees
     /// a few large requests rather than one or more per file, and the cache holds at most
     /// about this much of them. 0 writes each back on its own (RWF_DONTCACHE). Default 32 MiB.
-    /// See `cacheless::CreateOptions::batch_writeback`.
+    /// Bytes of small files written back together (see `cacheless::Durability::NamedAfterSync`;
+    /// 0: each written as auto decides, in batches of 32 MiB).
     pub batch_writeback: u64,
     /// Most finished files kept open while they wait for the archive's checksums covering
     /// their data (a compressed archive: see docs/extract.md); those past them wait under
@@ -157,7 +159,7 @@ impl ExtractOptions {
     /// modes (restored as root, not otherwise).
     pub fn new(dest: impl Into<PathBuf>) -> Self {
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-        let root = rustix::process::geteuid().is_root();
+        let root = sys::is_root();
         ExtractOptions {
             dest: dest.into(),
             strip_components: 0,

@@ -6,6 +6,7 @@
 //! read-ahead share of the job's budget (see `plan`), so a reader never waits for memory that
 //! only a later file holds, and the writer, which always needs the earliest file, never waits.
 
+use cacheless::sys;
 use std::fs::{File, Metadata, OpenOptions};
 use std::ops::Deref;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -107,11 +108,11 @@ pub(crate) fn plan(base: &ReadOptions, size: u64, sparse: bool) -> (ReadOptions,
 /// The ranges of a file that hold data (SEEK_DATA / SEEK_HOLE), clipped to `size`; a file that
 /// ends in a hole gets a last empty segment at `size`, as GNU tar writes it.
 fn data_segments(f: &File, size: u64) -> std::io::Result<Vec<(u64, u64)>> {
-    use rustix::fs::{seek, SeekFrom};
+    use rustix::fs::SeekFrom;
     let mut out = Vec::new();
     let mut off = 0u64;
     while off < size {
-        let d = match seek(f, SeekFrom::Data(off)) {
+        let d = match sys::seek(f, SeekFrom::Data(off)) {
             Ok(d) => d,
             Err(rustix::io::Errno::NXIO) => break,
             Err(e) => return Err(e.into()),
@@ -119,7 +120,7 @@ fn data_segments(f: &File, size: u64) -> std::io::Result<Vec<(u64, u64)>> {
         if d >= size {
             break;
         }
-        let h = seek(f, SeekFrom::Hole(d)).map_err(std::io::Error::from)?.min(size);
+        let h = sys::seek(f, SeekFrom::Hole(d)).map_err(std::io::Error::from)?.min(size);
         out.push((d, h - d));
         off = h;
     }

@@ -5,6 +5,7 @@
 //! Paths are used relative to the working directory (`-C`) and stat'ed with `lstat`: symlinks
 //! are stored as links and never followed, so a symlink loop is just a link.
 
+use cacheless::sys;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::{self, Metadata};
@@ -361,31 +362,19 @@ impl Walker<'_> {
 
 /// The extended attributes of `path` (not following a symlink), sorted by name.
 fn read_xattrs(path: &Path) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let mut names = vec![0u8; 4096];
-    let n = loop {
-        match rustix::fs::llistxattr(path, &mut names) {
-            Ok(n) => break n,
-            Err(rustix::io::Errno::RANGE) => names.resize(names.len() * 4, 0),
-            Err(e) if e == rustix::io::Errno::OPNOTSUPP => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        }
+    let at = sys::XattrAt::Link(path);
+    let names = match sys::xattr_names(at) {
+        Ok(n) => n,
+        Err(rustix::io::Errno::OPNOTSUPP) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
     };
     let mut out = Vec::new();
-    for key in names[..n].split(|&b| b == 0).filter(|k| !k.is_empty()) {
-        let k = OsStr::from_bytes(key);
-        let mut val = vec![0u8; 256];
-        let len = loop {
-            match rustix::fs::lgetxattr(path, k, &mut val) {
-                Ok(len) => break len,
-                Err(rustix::io::Errno::RANGE) => val.resize(val.len() * 4, 0),
-                // Removed since it was listed.
-                Err(rustix::io::Errno::NODATA) => break usize::MAX,
-                Err(e) => return Err(e.into()),
-            }
-        };
-        if len != usize::MAX {
-            val.truncate(len);
-            out.push((key.to_vec(), val));
+    for key in names.split(|&b| b == 0).filter(|k| !k.is_empty()) {
+        match sys::xattr_get(at, OsStr::from_bytes(key)) {
+            Ok(val) => out.push((key.to_vec(), val)),
+            // Removed since it was listed.
+            Err(rustix::io::Errno::NODATA) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     out.sort();

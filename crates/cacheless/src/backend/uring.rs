@@ -83,7 +83,7 @@ impl UringQueue {
             return Err(io::Error::other("io_uring slot is empty"));
         };
         let op = &mut s.op;
-        s.fault = crate::fault::check(if op.kind == OpKind::Read { Site::Read } else { Site::Write }, Some(&*op.file), op.len);
+        s.fault = crate::fault::check(if op.kind == OpKind::Read { Site::Read } else { Site::Write }, op.len, || crate::sys::is_direct(&op.file));
         let fd = types::Fd(op.file.as_raw_fd());
         let len = u32::try_from(op.len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "request over 4 GiB"))?;
         // The kernel checks the range against the registered buffer it names.

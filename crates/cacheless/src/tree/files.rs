@@ -23,7 +23,6 @@ use super::Sink;
 use crate::copy::{copy_in_place, stage_copy_from, Carry, CopyOptions, CopyReport, Method, Source, Staged};
 use crate::create::FileCreator;
 use crate::error::{Error, ErrorKind};
-use crate::fault::Site;
 use crate::pool::Work;
 use crate::quote::quote;
 use crate::read::ReadOptions;
@@ -144,7 +143,7 @@ impl Copier {
     /// Puts the backup of a destination back after the copy over it failed.
     fn unbackup(&self, job: &FileJob, backup: &Path) {
         let Some(bname) = backup.file_name() else { return };
-        match rustix::fs::renameat(&*job.dir, bname, &*job.dir, job.name.as_os_str()) {
+        match sys::renameat(&*job.dir, bname, &*job.dir, job.name.as_os_str()) {
             Ok(()) => self.note(&Note::Unbackup { backup, dst: &job.dst }),
             Err(e) => self.sink.fail(Error::io("cannot un-backup {}", &job.dst, e.into())),
         }
@@ -160,8 +159,7 @@ impl Copier {
     fn copy_reg(&self, job: &FileJob) -> Result<(), Error> {
         let r = &self.rules;
         let flags = OFlags::RDONLY | OFlags::CLOEXEC | if r.nofollow_src { OFlags::NOFOLLOW } else { OFlags::empty() };
-        let fd =
-            sys::call(Site::Open, || rustix::fs::open(&job.src, flags, FMode::empty())).map_err(|e| Error::io("cannot open {} for reading", &job.src, e))?;
+        let fd = sys::open(&job.src, flags, FMode::empty()).map_err(std::io::Error::from).map_err(|e| Error::io("cannot open {} for reading", &job.src, e))?;
         let src = File::from(fd);
         let smeta = src.metadata().map_err(|e| Error::io("cannot fstat {}", &job.src, e))?;
         if smeta.dev() != job.meta.dev() || smeta.ino() != job.meta.ino() {
@@ -170,12 +168,12 @@ impl Copier {
         let mut existing = None;
         if !job.new {
             let oflags = OFlags::WRONLY | OFlags::CLOEXEC | if job.follow_dst { OFlags::empty() } else { OFlags::NOFOLLOW };
-            match sys::call(Site::Open, || rustix::fs::openat(&*job.dir, job.name.as_os_str(), oflags, FMode::empty())) {
+            match sys::openat(&*job.dir, job.name.as_os_str(), oflags, FMode::empty()).map_err(std::io::Error::from) {
                 Ok(fd) => existing = Some(File::from(fd)),
                 // Gone since the walk looked: a new file.
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
                 // `-f`: what cannot be opened is removed, and the copy made anew.
-                Err(_) if r.force => match rustix::fs::unlinkat(&*job.dir, job.name.as_os_str(), AtFlags::empty()) {
+                Err(_) if r.force => match sys::unlinkat(&*job.dir, job.name.as_os_str(), AtFlags::empty()) {
                     Ok(()) => self.note(&Note::Removed(&job.dst)),
                     Err(rustix::io::Errno::NOENT) => {}
                     Err(u) => return Err(Error::io("cannot remove {}", &job.dst, u.into())),
@@ -201,15 +199,15 @@ impl Copier {
             Source::Stream(src)
         };
         if let Some(old) = existing {
-            let ost = rustix::fs::fstat(&old).map_err(|e| Error::io("cannot fstat {}", &job.dst, e.into()))?;
+            let ost = sys::fstat(&old).map_err(|e| Error::io("cannot fstat {}", &job.dst, e.into()))?;
             // Named through a symlink (one the user named): written where the link points, in
             // place, as GNU writes it.
-            let through_link = job.follow_dst
-                && rustix::fs::statat(&*job.dir, job.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|l| kind(l.st_mode) == libc::S_IFLNK);
+            let through_link =
+                job.follow_dst && sys::statat(&*job.dir, job.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|l| kind(l.st_mode) == libc::S_IFLNK);
             let carry = (!r.inplace && r.data && !through_link && kind(ost.st_mode) == libc::S_IFREG && ost.st_nlink == 1)
                 .then(|| Carry::of(&old, &ost, r.root))
                 .flatten()
-                .filter(|_| rustix::fs::accessat(&*job.dir, ".", rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK, AtFlags::EACCESS).is_ok());
+                .filter(|_| sys::accessat(&*job.dir, ".", rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK, AtFlags::EACCESS).is_ok());
             // GNU's rules for an existing destination: only what --preserve asks changes.
             wo.permissions = r.preserve.mode.then_some(smode & 0o7777);
             co.owner = r.preserve.ownership;

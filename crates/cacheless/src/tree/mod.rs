@@ -43,15 +43,13 @@ use rustix::fs::{Mode as FMode, OFlags};
 
 use crate::caps::CapsMemo;
 use crate::copy::{CopyOptions, CopyReport};
-use crate::create::{CreateOptions, FileCreator};
+use crate::create::{CreateOptions, Durability, FileCreator};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fault::Site;
 use crate::pool::fd_plan_now;
 use crate::progress::Progress;
 use crate::quote::quote;
-use crate::rate::RateLimit;
 use crate::read::ReadOptions;
-use crate::sys::call;
+use crate::sys::{self};
 use crate::write::WriteOptions;
 use files::{Copier, Rules};
 pub use options::{Ask, BackupKind, Deref, Existing, Link, Note, OnCopied, OnError, OnNote, Preserve, Question, Target, TreeOptions, TreeReport};
@@ -128,7 +126,7 @@ fn totals(p: &Path, recursive: bool, seen: Option<&mut HashSet<(u64, u64)>>) -> 
 /// not a directory to copy into (GNU's `target_directory_operand`), so it is no fault site.
 fn open_target(p: &Path) -> std::io::Result<OwnedFd> {
     let open = |flags| loop {
-        match rustix::fs::open(p, flags | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()) {
+        match sys::look(p, flags | OFlags::DIRECTORY | OFlags::CLOEXEC) {
             Err(rustix::io::Errno::INTR) => continue,
             r => break r.map_err(std::io::Error::from),
         }
@@ -190,16 +188,11 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
             progress.add_total_files(n);
         }
     }
-    let root = rustix::process::geteuid().is_root();
-    let umask = crate::sys::umask().unwrap_or(0o022);
-    let mut co = CopyOptions::new();
-    co.reflink = o.reflink;
-    co.sparse = o.sparse;
-    co.verify = o.verify;
-    co.rate = o.bwlimit.map(|r| Arc::new(RateLimit::new(r)));
+    let root = sys::is_root();
+    let umask = sys::umask().unwrap_or(0o022);
+    let mut co = o.copy.clone();
     co.owner = o.preserve.ownership;
     co.xattrs = o.preserve.xattr;
-    co.before_verify = o.before_verify.clone();
     co.same_checked = true;
     let mut wo = WriteOptions::from(o.io.clone());
     wo.sync = o.sync;
@@ -225,10 +218,8 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
     let unnamed = (batched && plan.deferred >= MIN_UNNAMED_BATCH).then(|| {
         FileCreator::new(CreateOptions {
             mode: o.io.mode,
-            sync: false,
+            durability: Durability::NamedAfterSync { write_back: Some(files::PLAIN_BATCH_BYTES) },
             deferred_drops: plan.deferred,
-            batch_writeback: files::PLAIN_BATCH_BYTES,
-            publish_after_sync: true,
         })
     });
     let batch_files = if unnamed.is_some() { files::BATCH_FILES.min(plan.deferred) } else { files::BATCH_FILES };
@@ -238,7 +229,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         wo,
         co_plain: CopyOptions { plain_dir: true, ..co.clone() },
         co,
-        creator: FileCreator::new(CreateOptions { mode: o.io.mode, sync: false, deferred_drops: plan.deferred, batch_writeback: 0, publish_after_sync: false }),
+        creator: FileCreator::new(CreateOptions { mode: o.io.mode, durability: Durability::AtTheEnd { write_back: None }, deferred_drops: plan.deferred }),
         unnamed,
         batch_files,
         sink: sink.clone(),
@@ -261,7 +252,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         },
         on_note: o.on_note.clone(),
     });
-    let sampler = o.bwlimit.map(|_| samples::Sampler::start(progress));
+    let sampler = o.copy.rate.as_ref().map(|_| samples::Sampler::start(progress));
     let several = srcs.len() > 1 && target_dir.is_some();
     let mut w = Walker {
         o,
@@ -326,7 +317,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
         elapsed_s: t0.elapsed().as_secs_f64(),
         final_sync_s,
         verify_s: copier.verify_ns.load(Ordering::Relaxed) as f64 / 1e9,
-        bwlimit: o.bwlimit,
+        bwlimit: o.copy.rate.as_ref().map(|r| r.rate()),
         progress_samples,
         interrupted: progress.is_cancelled(),
         first_error,
@@ -376,7 +367,7 @@ impl Walker<'_> {
                 PathBuf::from(std::ffi::OsStr::from_bytes(&sraw[..skip + end]))
             };
             let dpath = concat(dst, part);
-            let missing = rustix::fs::statat(&**tfd, part, rustix::fs::AtFlags::empty());
+            let missing = sys::statat(&**tfd, part, rustix::fs::AtFlags::empty());
             let missing = match missing {
                 Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
                     made = false;
@@ -403,11 +394,12 @@ impl Walker<'_> {
                             0
                         };
                     let mkmode = if o.no_preserve_mode { 0o777 } else { smode } & 0o7777 & !omitted;
-                    call(Site::Open, || rustix::fs::mkdirat(&**tfd, part, FMode::from_raw_mode(mkmode)))
+                    sys::mkdirat(&**tfd, part, FMode::from_raw_mode(mkmode))
+                        .map_err(std::io::Error::from)
                         .map_err(|e| Error::io("cannot make directory {}", &dpath, e))?;
                     o.note(&Note::Parent { src: &src_part, dst: &dpath });
                     made = true;
-                    let st = rustix::fs::statat(&**tfd, part, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    let st = sys::statat(&**tfd, part, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
                         .map_err(|e| Error::io("failed to get attributes of {}", &dpath, e.into()))?;
                     if !o.preserve.mode {
                         let mut om = omitted;
@@ -419,7 +411,7 @@ impl Walker<'_> {
                         }
                     }
                     if st.st_mode & 0o700 != 0o700 {
-                        rustix::fs::chmodat(&**tfd, part, FMode::from_raw_mode((st.st_mode | 0o700) & 0o7777), rustix::fs::AtFlags::empty())
+                        sys::chmodat(&**tfd, part, (st.st_mode | 0o700) & 0o7777, rustix::fs::AtFlags::empty())
                             .map_err(|e| Error::io("setting permissions for {}", &dpath, e.into()))?;
                     }
                 }
@@ -442,22 +434,22 @@ impl Walker<'_> {
             if o.preserve.timestamps {
                 let ts = |s: i64, ns: i64| rustix::fs::Timespec { tv_sec: s, tv_nsec: ns };
                 let t = rustix::fs::Timestamps { last_access: ts(sm.atime(), sm.atime_nsec()), last_modification: ts(sm.mtime(), sm.mtime_nsec()) };
-                if let Err(e) = rustix::fs::utimensat(&**tfd, &part, &t, rustix::fs::AtFlags::empty()) {
+                if let Err(e) = sys::utimensat(&**tfd, &part, &t, rustix::fs::AtFlags::empty()) {
                     return self.copier.sink.fail(Error::io("failed to preserve times for {}", &dpath, e.into()));
                 }
             }
             if o.preserve.ownership {
-                let (u, g) = (rustix::fs::Uid::from_raw(sm.uid()), rustix::fs::Gid::from_raw(sm.gid()));
-                if let Err(e) = rustix::fs::chownat(&**tfd, &part, Some(u), Some(g), rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                let (u, g) = (sm.uid(), sm.gid());
+                if let Err(e) = sys::chownat(&**tfd, &part, Some(u), Some(g), rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
                     if self.root || !matches!(e, rustix::io::Errno::PERM | rustix::io::Errno::INVAL) {
                         return self.copier.sink.fail(Error::io("failed to preserve ownership for {}", &dpath, e.into()));
                     }
-                    let _ = rustix::fs::chownat(&**tfd, &part, None, Some(g), rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
+                    let _ = sys::chownat(&**tfd, &part, None, Some(g), rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
                 }
             }
             let mode = if o.preserve.mode { Some(sm.mode() & 0o7777) } else { restore };
             if let Some(m) = mode {
-                if let Err(e) = rustix::fs::chmodat(&**tfd, &part, FMode::from_raw_mode(m), rustix::fs::AtFlags::empty()) {
+                if let Err(e) = sys::chmodat(&**tfd, &part, m, rustix::fs::AtFlags::empty()) {
                     return self.copier.sink.fail(Error::io("failed to preserve permissions for {}", &dpath, e.into()));
                 }
             }
@@ -503,9 +495,10 @@ fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
             }
             _ => dst,
         };
-        let synced = call(Site::Open, || rustix::fs::open(at, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty()))
+        let synced = sys::open(at, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty())
+            .map_err(std::io::Error::from)
             .map_err(|e| Error::io("open", at, e))
-            .and_then(|fd| crate::sys::syncfs(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| Error::io("syncfs", dst, e)));
+            .and_then(|fd| sys::syncfs(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| Error::io("syncfs", dst, e)));
         if let Err(e) = synced {
             sink.fail(e);
         }

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::copy::{CopyReport, Reflink, Sparse, VerifyHook};
-use crate::digest::Algo;
+use crate::copy::{CopyOptions, CopyReport};
 use crate::error::Error;
 use crate::options::IoOptions;
 
@@ -219,14 +218,10 @@ pub struct TreeOptions {
     /// Write through a dangling symlink named as the destination (GNU cp under
     /// POSIXLY_CORRECT); else that is refused.
     pub open_dangling: bool,
-    /// Clone the data (FICLONE) where the filesystem can (default auto).
-    pub reflink: Reflink,
-    /// Holes (default auto: kept).
-    pub sparse: Sparse,
-    /// Read each durable copy back from the disk and compare its checksum with the source's.
-    pub verify: Option<Algo>,
-    /// Bytes per second moved at most (reads and writes).
-    pub bwlimit: Option<u64>,
+    /// How each file is copied: reflink, holes, verification, the rate limit (reads and writes
+    /// together) and the verification hook, as for one file. Its `owner` and `xattrs` follow
+    /// `preserve`; the rest of what it says of attributes is the tree copy's own.
+    pub copy: CopyOptions,
     /// Worker threads copying files (default: 2 per CPU, 4 to 16).
     pub threads: Option<usize>,
     /// Make the copies durable before renaming them into place (default true).
@@ -239,8 +234,6 @@ pub struct TreeOptions {
     pub on_copied: Option<OnCopied>,
     /// Told of what is done (`--verbose`) and of warnings.
     pub on_note: Option<OnNote>,
-    /// Test hook run before each verification (see [`VerifyHook`]).
-    pub before_verify: Option<VerifyHook>,
 }
 
 impl TreeOptions {
@@ -268,17 +261,13 @@ impl TreeOptions {
             target: Target::Auto,
             inplace: false,
             open_dangling: false,
-            reflink: Reflink::Auto,
-            sparse: Sparse::Auto,
-            verify: None,
-            bwlimit: None,
+            copy: CopyOptions::new(),
             threads: None,
             sync: true,
             count_totals: false,
             on_error: None,
             on_copied: None,
             on_note: None,
-            before_verify: None,
         }
     }
 
@@ -351,10 +340,7 @@ impl fmt::Debug for TreeOptions {
             .field("parents", &self.parents)
             .field("target", &self.target)
             .field("inplace", &self.inplace)
-            .field("reflink", &self.reflink)
-            .field("sparse", &self.sparse)
-            .field("verify", &self.verify)
-            .field("bwlimit", &self.bwlimit)
+            .field("copy", &self.copy)
             .field("threads", &self.threads)
             .field("sync", &self.sync)
             .field("count_totals", &self.count_totals)

@@ -27,7 +27,7 @@ use crate::error::{Error, ErrorKind};
 use crate::fault::Site;
 use crate::pool::Pool;
 use crate::quote::quote;
-use crate::sys::{call, default_acl};
+use crate::sys::{self, call, default_acl};
 
 fn is_dir(mode: u32) -> bool {
     kind(mode) == libc::S_IFDIR
@@ -63,7 +63,7 @@ impl<'a> At<'a> {
     }
     fn stat(&self, follow: bool) -> io::Result<Stat> {
         let flags = if follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
-        rustix::fs::statat(self.fd(), self.name, flags).map_err(io::Error::from)
+        sys::statat(self.fd(), self.name, flags).map_err(io::Error::from)
     }
     /// The directory holding the entry, open (for a worker's creation in it), and the entry's
     /// name in it.
@@ -81,9 +81,9 @@ impl<'a> At<'a> {
                 let at = d.map_or(rustix::fs::CWD, |d| d.as_fd());
                 let p = if dir_part.is_empty() { OsStr::new(".") } else { OsStr::from_bytes(dir_part) };
                 // Search access is enough where the user may not read the directory.
-                let fd = match call(Site::Open, || rustix::fs::openat(at, p, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty())) {
+                let fd = match sys::openat(at, p, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).map_err(io::Error::from) {
                     Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                        call(Site::Open, || rustix::fs::openat(at, p, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()))?
+                        sys::openat(at, p, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).map_err(io::Error::from)?
                     }
                     r => r?,
                 };
@@ -126,8 +126,8 @@ fn same_name(a: &Path, b: At<'_>) -> bool {
             _ => PathBuf::from("."),
         }
     };
-    let pa = rustix::fs::stat(parent(a));
-    let pb = rustix::fs::statat(b.fd(), parent(Path::new(b.name)), AtFlags::empty());
+    let pa = sys::stat(&parent(a));
+    let pb = sys::statat(b.fd(), &parent(Path::new(b.name)), AtFlags::empty());
     matches!((pa, pb), (Ok(x), Ok(y)) if x.st_dev == y.st_dev && x.st_ino == y.st_ino)
 }
 
@@ -359,9 +359,8 @@ impl Walker<'_> {
                             return Outcome::Ok;
                         }
                         Existing::Ask(ask) => {
-                            let unwritable = !is_lnk(d.st_mode)
-                                && !self.root
-                                && rustix::fs::accessat(at.fd(), at.name, rustix::fs::Access::WRITE_OK, AtFlags::EACCESS).is_err();
+                            let unwritable =
+                                !is_lnk(d.st_mode) && !self.root && sys::accessat(at.fd(), at.name, rustix::fs::Access::WRITE_OK, AtFlags::EACCESS).is_err();
                             let q = Question { dst, unwritable_mode: unwritable.then_some(d.st_mode & 0o7777), replace: o.force || o.remove_destination };
                             if !ask(&q) {
                                 self.skipped += 1;
@@ -650,7 +649,7 @@ impl Walker<'_> {
             }
             None => bname,
         };
-        match rustix::fs::renameat(at.fd(), from.as_os_str(), at.fd(), at.name) {
+        match sys::renameat(at.fd(), from.as_os_str(), at.fd(), at.name) {
             Ok(()) => self.o.note(&Note::Unbackup { backup, dst: at.path }),
             Err(e) => self.copier.sink.fail(Error::io("cannot un-backup {}", at.path, e.into())),
         }
@@ -737,11 +736,11 @@ impl Walker<'_> {
             r => return r.map(|()| false),
         }
         let (dir, name) = at.parent()?;
-        let ((), tmp) = crate::sys::beside(dir.as_fd(), &name, |d, t| call(Site::Open, || make(d, t)))?;
-        let r = call(Site::Rename, || rustix::fs::renameat(dir.as_fd(), tmp.as_os_str(), dir.as_fd(), name.as_os_str()));
+        let ((), tmp) = sys::beside(dir.as_fd(), &name, |d, t| call(Site::Open, || make(d, t)))?;
+        let r = sys::renameat(dir.as_fd(), tmp.as_os_str(), dir.as_fd(), name.as_os_str()).map_err(io::Error::from);
         // After a failure, and after a rename onto another name of the same file (which renames
         // nothing and succeeds), the temporary name is still there.
-        let _ = rustix::fs::unlinkat(dir.as_fd(), tmp.as_os_str(), AtFlags::empty());
+        let _ = sys::unlinkat(dir.as_fd(), tmp.as_os_str(), AtFlags::empty());
         r.map(|()| true)
     }
 
@@ -755,7 +754,7 @@ impl Walker<'_> {
                 _ => PathBuf::from("."),
             };
             let here = at.dir.is_none() && parent == Path::new(".");
-            let same = match (rustix::fs::stat("."), rustix::fs::statat(at.fd(), &parent, AtFlags::empty())) {
+            let same = match (sys::stat("."), sys::statat(at.fd(), &parent, AtFlags::empty())) {
                 (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
                 _ => true,
             };
@@ -764,7 +763,7 @@ impl Walker<'_> {
                 return self.message(ErrorKind::InvalidInput, dst, format!("{name}: can make relative symbolic links only in current directory"));
             }
         }
-        match self.make(at, replace, |d, n| rustix::fs::symlinkat(src, d, n)) {
+        match self.make(at, replace, |d, n| sys::symlinkat(src, d, n)) {
             Ok(_) => self.made(),
             Err(e) => self.fail(Error::io(format!("cannot create symbolic link {{}} to {}", quote(src)), dst, e)),
         }
@@ -773,7 +772,7 @@ impl Walker<'_> {
     /// `-l`: a hard link to the source.
     fn hard(&mut self, src: &Path, at: At<'_>, cmdline: bool, replace: bool) -> Outcome {
         let follow = if self.follows(cmdline) { AtFlags::SYMLINK_FOLLOW } else { AtFlags::empty() };
-        match self.make(at, replace, |d, n| rustix::fs::linkat(rustix::fs::CWD, src, d, n, follow)) {
+        match self.make(at, replace, |d, n| sys::linkat(rustix::fs::CWD, src, d, n, follow)) {
             Ok(_) => {
                 self.hardlinks += 1;
                 self.made()
@@ -793,7 +792,7 @@ impl Walker<'_> {
     fn special(&mut self, src: &Path, at: At<'_>, meta: &std::fs::Metadata, omitted: u32, new_dst: bool, replace: bool) -> Outcome {
         let mode = meta.mode() & !omitted;
         let (ft, perm) = (rustix::fs::FileType::from_raw_mode(mode), FMode::from_raw_mode(mode & 0o7777));
-        let made = self.make(at, replace, |d, n| rustix::fs::mknodat(d, n, ft, perm, meta.rdev()));
+        let made = self.make(at, replace, |d, n| sys::mknodat(d, n, ft, perm, meta.rdev()));
         match made {
             Ok(_) => {
                 self.made();
@@ -810,11 +809,11 @@ impl Walker<'_> {
             Ok(t) => t,
             Err(e) => return self.fail(Error::io("cannot read symbolic link {}", src, e)),
         };
-        if let Err(e) = self.make(at, replace, |d, n| rustix::fs::symlinkat(&target, d, n)) {
+        if let Err(e) = self.make(at, replace, |d, n| sys::symlinkat(&target, d, n)) {
             // `-u` onto the same symlink: nothing to do.
             let same = self.o.update
                 && existing.is_some_and(|d| is_lnk(d.st_mode))
-                && rustix::fs::readlinkat(at.fd(), at.name, Vec::new()).is_ok_and(|t| t.as_bytes() == target.as_os_str().as_bytes());
+                && sys::readlinkat(at.fd(), at.name).is_ok_and(|t| t.as_bytes() == target.as_os_str().as_bytes());
             if !same {
                 return self.fail(Error::io("cannot create symbolic link {}", at.path, e));
             }
@@ -830,7 +829,7 @@ impl Walker<'_> {
         let o = self.o;
         let nofollow = if symlink { AtFlags::SYMLINK_NOFOLLOW } else { AtFlags::empty() };
         if o.preserve.timestamps {
-            if let Err(e) = rustix::fs::utimensat(at.fd(), at.name, &timestamps(meta), nofollow) {
+            if let Err(e) = sys::utimensat(at.fd(), at.name, &timestamps(meta), nofollow) {
                 self.copier.sink.fail(Error::io("preserving times for {}", at.path, e.into()));
                 if o.require_preserve {
                     return Outcome::Failed;
@@ -839,10 +838,10 @@ impl Walker<'_> {
         }
         let mut mode = meta.mode();
         if o.preserve.ownership {
-            let (u, g) = (rustix::fs::Uid::from_raw(meta.uid()), rustix::fs::Gid::from_raw(meta.gid()));
-            if let Err(e) = rustix::fs::chownat(at.fd(), at.name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW) {
+            let (u, g) = (meta.uid(), meta.gid());
+            if let Err(e) = sys::chownat(at.fd(), at.name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW) {
                 if !self.root && matches!(e, rustix::io::Errno::PERM | rustix::io::Errno::INVAL) {
-                    let _ = rustix::fs::chownat(at.fd(), at.name, None, Some(g), AtFlags::SYMLINK_NOFOLLOW);
+                    let _ = sys::chownat(at.fd(), at.name, None, Some(g), AtFlags::SYMLINK_NOFOLLOW);
                     mode &= !0o7000;
                 } else {
                     let what = if symlink { at.path.display().to_string() } else { quote(at.path) };
@@ -884,7 +883,7 @@ impl Walker<'_> {
             None
         };
         if let Some(m) = set {
-            if let Err(e) = rustix::fs::chmodat(at.fd(), at.name, FMode::from_raw_mode(m), AtFlags::empty()) {
+            if let Err(e) = sys::chmodat(at.fd(), at.name, m, AtFlags::empty()) {
                 self.copier.sink.fail(Error::io("preserving permissions for {}", at.path, e.into()));
                 if o.require_preserve {
                     return Outcome::Failed;
@@ -917,20 +916,18 @@ impl Walker<'_> {
         let mut omitted = omitted;
         if make {
             let mode = (meta.mode() & 0o7777) & !omitted;
-            if let Err(e) = call(Site::Open, || rustix::fs::mkdirat(at.fd(), at.name, FMode::from_raw_mode(mode))) {
+            if let Err(e) = sys::mkdirat(at.fd(), at.name, FMode::from_raw_mode(mode)).map_err(io::Error::from) {
                 return self.fail(Error::io("cannot create directory {}", dst, e));
             }
             o.note(&Note::Copy { src, dst, backup: None });
         } else {
             omitted = 0;
         }
-        let fd = match call(Site::Open, || {
-            rustix::fs::openat(at.fd(), at.name, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty())
-        }) {
+        let fd = match call(Site::Open, || sys::lookat(at.fd(), at.name, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC)) {
             Ok(fd) => Arc::new(fd),
             Err(e) => return self.fail(Error::io("cannot stat {}", dst, e)),
         };
-        let st = match rustix::fs::fstat(&*fd) {
+        let st = match sys::fstat(&*fd) {
             Ok(s) => s,
             Err(e) => return self.fail(Error::io("cannot stat {}", dst, e.into())),
         };
@@ -938,7 +935,7 @@ impl Walker<'_> {
         if make {
             if st.st_mode & 0o700 != 0o700 {
                 restore = Some(st.st_mode & 0o7777);
-                if let Err(e) = rustix::fs::fchmod(&*fd, FMode::from_raw_mode((st.st_mode | 0o700) & 0o7777)) {
+                if let Err(e) = sys::fchmod(&*fd, (st.st_mode | 0o700) & 0o7777) {
                     return self.fail(Error::io("setting permissions for {}", dst, e.into()));
                 }
             }
@@ -1015,19 +1012,20 @@ impl Walker<'_> {
         let fd = match &d.fd {
             Some(fd) => fd.clone(),
             None => Arc::new(
-                call(Site::Open, || rustix::fs::open(&d.dst, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty()))
+                sys::open(&d.dst, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty())
+                    .map_err(io::Error::from)
                     .map_err(|e| Error::io("cannot stat {}", &d.dst, e))?,
             ),
         };
         if o.preserve.timestamps {
-            rustix::fs::futimens(&*fd, &d.meta.times()).map_err(|e| Error::io("preserving times for {}", &d.dst, e.into()))?;
+            sys::futimens(&*fd, &d.meta.times()).map_err(|e| Error::io("preserving times for {}", &d.dst, e.into()))?;
         }
         let mut mode = d.meta.mode & 0o7777;
         if o.preserve.ownership {
-            let (u, g) = (rustix::fs::Uid::from_raw(d.meta.uid), rustix::fs::Gid::from_raw(d.meta.gid));
-            if let Err(e) = rustix::fs::fchown(&*fd, Some(u), Some(g)) {
+            let (u, g) = (d.meta.uid, d.meta.gid);
+            if let Err(e) = sys::fchown(&*fd, Some(u), Some(g)) {
                 if !self.root && matches!(e, rustix::io::Errno::PERM | rustix::io::Errno::INVAL) {
-                    let _ = rustix::fs::fchown(&*fd, None, Some(g));
+                    let _ = sys::fchown(&*fd, None, Some(g));
                     mode &= !0o7000;
                 } else {
                     return Err(Error::message(
@@ -1055,12 +1053,12 @@ impl Walker<'_> {
             let omitted = d.omitted & !self.umask;
             match d.restore {
                 Some(m) => Some(m | omitted),
-                None if omitted != 0 => rustix::fs::fstat(&*fd).ok().filter(|s| omitted & !s.st_mode != 0).map(|s| (s.st_mode & 0o7777) | omitted),
+                None if omitted != 0 => sys::fstat(&*fd).ok().filter(|s| omitted & !s.st_mode != 0).map(|s| (s.st_mode & 0o7777) | omitted),
                 None => None,
             }
         };
         if let Some(m) = set {
-            rustix::fs::fchmod(&*fd, FMode::from_raw_mode(m)).map_err(|e| Error::io("preserving permissions for {}", &d.dst, e.into()))?;
+            sys::fchmod(&*fd, m).map_err(|e| Error::io("preserving permissions for {}", &d.dst, e.into()))?;
         }
         Ok(())
     }
@@ -1070,7 +1068,7 @@ impl Walker<'_> {
     pub fn hardlink(&self, l: &PendingLink) -> Result<(), Error> {
         let at = At::path(&l.dst);
         let replaced = self
-            .make(at, true, |d, n| rustix::fs::linkat(rustix::fs::CWD, &l.first, d, n, AtFlags::empty()))
+            .make(at, true, |d, n| sys::linkat(rustix::fs::CWD, &l.first, d, n, AtFlags::empty()))
             .map_err(|e| Error::io(format!("cannot create hard link {{}} to {}", quote(&l.first)), &l.dst, e))?;
         if replaced {
             self.o.note(&Note::Removed(&l.dst));
@@ -1102,14 +1100,14 @@ fn resolve_link_target(at: At<'_>, t: &Path) -> PathBuf {
 
 /// Opens `p` (not following a final symlink) for its extended attributes.
 fn open_path(p: &Path) -> io::Result<OwnedFd> {
-    rustix::fs::open(p, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOFOLLOW, FMode::empty())
-        .or_else(|_| rustix::fs::open(p, OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW, FMode::empty()))
+    sys::look(p, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOFOLLOW)
+        .or_else(|_| sys::look(p, OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW))
         .map_err(io::Error::from)
 }
 
 fn open_path_at(at: At<'_>) -> io::Result<OwnedFd> {
-    rustix::fs::openat(at.fd(), at.name, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOFOLLOW, FMode::empty())
-        .or_else(|_| rustix::fs::openat(at.fd(), at.name, OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW, FMode::empty()))
+    sys::lookat(at.fd(), at.name, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOFOLLOW)
+        .or_else(|_| sys::lookat(at.fd(), at.name, OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW))
         .map_err(io::Error::from)
 }
 
@@ -1140,14 +1138,14 @@ fn source_is_backup(base: &OsStr, meta: &std::fs::Metadata, at: At<'_>, suffix: 
     }
     let mut b = at.name.to_os_string();
     b.push(suffix);
-    rustix::fs::statat(at.fd(), &b, AtFlags::empty()).is_ok_and(|s| s.st_dev == meta.dev() && s.st_ino == meta.ino())
+    sys::statat(at.fd(), &b, AtFlags::empty()).is_ok_and(|s| s.st_dev == meta.dev() && s.st_ino == meta.ino())
 }
 
 /// Renames the destination at `at` to its backup name (GNU's `backup_file_rename`); returns
 /// the backup's path.
 fn make_backup(at: At<'_>, kind: BackupKind, suffix: &str) -> io::Result<PathBuf> {
     let (rel, path) = backup_name(at, kind, suffix)?;
-    rustix::fs::renameat(at.fd(), at.name, at.fd(), rel.as_os_str())?;
+    sys::renameat(at.fd(), at.name, at.fd(), rel.as_os_str())?;
     Ok(path)
 }
 
@@ -1162,13 +1160,12 @@ pub(super) fn backup_name(at: At<'_>, kind: BackupKind, suffix: &str) -> io::Res
     let parent = if dir_part.is_empty() { OsStr::new(".") } else { OsStr::from_bytes(dir_part) };
     let numbered = || -> io::Result<u64> {
         // The highest N among BASE.~N~ in the directory.
-        let dir = rustix::fs::openat(at.fd(), parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty())?;
+        let dir = sys::lookat(at.fd(), parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC)?;
         let mut best = 0u64;
         let mut prefix = base.to_vec();
         prefix.extend_from_slice(b".~");
-        for e in rustix::fs::Dir::read_from(&dir)? {
-            let e = e?;
-            let n = e.file_name().to_bytes();
+        for n in sys::entry_names(&dir)? {
+            let n = n.as_bytes();
             if let Some(rest) = n.strip_prefix(&prefix[..]).and_then(|r| r.strip_suffix(b"~")) {
                 if !rest.is_empty() && rest[0] != b'0' && rest.iter().all(u8::is_ascii_digit) {
                     if let Ok(v) = std::str::from_utf8(rest).unwrap_or("0").parse::<u64>() {

@@ -160,9 +160,9 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
     for Found { id, arg } in found {
         let arg_ref = arg.as_deref();
         match id {
-            id::SPARSE => a.tree.sparse = choose("--sparse", arg_ref, &[("never", Sparse::Never), ("auto", Sparse::Auto), ("always", Sparse::Always)])?,
+            id::SPARSE => a.tree.copy.sparse = choose("--sparse", arg_ref, &[("never", Sparse::Never), ("auto", Sparse::Auto), ("always", Sparse::Always)])?,
             id::REFLINK => {
-                a.tree.reflink = match arg_ref {
+                a.tree.copy.reflink = match arg_ref {
                     None => Reflink::Always,
                     Some(v) => choose("--reflink", Some(v), &[("auto", Reflink::Auto), ("always", Reflink::Always), ("never", Reflink::Never)])?,
                 }
@@ -233,7 +233,10 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
             id::INPLACE => a.tree.inplace = true,
             id::VERIFY => verify = true,
             id::VERIFY_ALGO => verify_algo = own_value("--verify-algo", arg_ref)?,
-            id::BWLIMIT => a.tree.bwlimit = bounded("--bwlimit", arg_ref, |s| cacheless::limits::parse_rate("--bwlimit", s))?,
+            id::BWLIMIT => {
+                let rate = bounded("--bwlimit", arg_ref, |s| cacheless::limits::parse_rate("--bwlimit", s))?;
+                a.tree.copy.rate = rate.map(|r| std::sync::Arc::new(cacheless::RateLimit::new(r)));
+            }
             id::THREADS => a.tree.threads = Some(bounded("--threads", arg_ref, common::parse_threads)?),
             id::NO_SYNC => a.tree.sync = false,
             id::MODE => a.mode = Some(own_value("--mode", arg_ref)?),
@@ -255,14 +258,14 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
     } else {
         Link::Copy
     };
-    a.tree.verify = verify.then_some(verify_algo);
+    a.tree.copy.verify = verify.then_some(verify_algo);
     if a.interactive == Interactive::No {
         a.tree.update = false;
     }
     if make_backups && a.interactive == Interactive::No {
         return Err(Stop::Usage(Some("options --backup and --no-clobber are mutually exclusive".into()), true));
     }
-    if a.tree.reflink == Reflink::Always && a.tree.sparse != Sparse::Auto {
+    if a.tree.copy.reflink == Reflink::Always && a.tree.copy.sparse != Sparse::Auto {
         return Err(Stop::Usage(Some("--reflink can be used only with --sparse=auto".into()), true));
     }
     if make_backups {

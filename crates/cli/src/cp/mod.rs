@@ -136,7 +136,7 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
     }
     let progress = Arc::new(Progress::new());
     let signals = ui::Signals::register(&progress);
-    let verify = a.tree.verify.is_some();
+    let verify = a.tree.copy.verify.is_some();
     let o = options(&mut a, common);
     let show_bar = !AS_CP.load(Ordering::Relaxed) && a.interactive != Interactive::Ask;
     let report = {
@@ -229,7 +229,7 @@ fn options(a: &mut CpArgs, common: Option<&CommonOpts>) -> TreeOptions {
     o.open_dangling = std::env::var_os("POSIXLY_CORRECT").is_some();
     // Totals only feed the bar's ETA: no tree walk when nothing is drawn.
     o.count_totals = !AS_CP.load(Ordering::Relaxed) && ui::Bar::wanted(a.json);
-    o.before_verify = corrupt_hook();
+    o.copy.before_verify = corrupt_hook();
     o.on_error = Some(Arc::new(|e: &cacheless::Error| print_error(e)));
     let verbose = a.verbose && !a.json;
     o.on_note = Some(Arc::new(move |n: &Note<'_>| note(n, verbose)));

@@ -1,0 +1,72 @@
+//! The one facade of the kernel calls every crate of the workspace makes on files and folders.
+//! Outside it only `backend/` (the I/O requests), `caps` (the probes), `residency` (mincore,
+//! cachestat) and `buf` (aligned memory) name rustix or libc; `tests/architecture.rs` holds
+//! every other source file of the workspace's shipped crates to that.
+//!
+//! Split by concern: [`file`](self) (creating, reading and writing a file's data),
+//! namespace calls (opening, making, linking, renaming and removing names, and looking at
+//! them), metadata calls (mode, owner, times, extended attributes), durability (fsync,
+//! syncfs, the commit sequence), and what the process is (its ids, umask, limits).
+//!
+//! Every call that changes something goes through [`retry`], which retries EINTR (FUSE and
+//! network filesystems return it from open, fsync and the metadata calls when a signal
+//! arrives) and, under the `fault-injection` feature, lets a planned fault take the call's
+//! place: opens and namespace changes at [`Site::Open`], renames at [`Site::Rename`], mode,
+//! owner, times and extended attributes at [`Site::Meta`], syncs at [`Site::Sync`]. Looks
+//! (stat, readlink, listing extended attributes) and removals (which run on the way out of an
+//! error, to clean up) retry EINTR and are no fault sites: a fault there would test the clean-up
+//! of a clean-up. The wrappers keep rustix's signatures and its `Errno` results, so that a
+//! caller matches errnos as before.
+//!
+//! The module is public for the workspace's crates (the archive crate's extraction makes the
+//! same namespace and metadata calls as the tree copy); it is no part of the library's API.
+
+mod file;
+mod meta;
+mod ns;
+mod process;
+mod sync;
+pub mod temps;
+
+pub use self::file::*;
+pub use self::meta::*;
+pub use self::ns::*;
+pub use self::process::*;
+pub use self::sync::*;
+
+use std::io;
+
+use rustix::io::Errno;
+
+pub use crate::fault::Site;
+use crate::fault::{self, Injected};
+
+/// Makes a call that can fail transiently (`site` says which kind), retrying it when
+/// interrupted; under the `fault-injection` feature a planned fault takes the call's place.
+pub fn retry<T>(site: Site, mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+    loop {
+        let r = match fault::check(site, 0, || false) {
+            Some(Injected::Errno(e)) => Err(Errno::from_raw_os_error(e)),
+            _ => f(),
+        };
+        match r {
+            Err(Errno::INTR) => {}
+            r => return r,
+        }
+    }
+}
+
+/// [`retry`], with the error as an `io::Error`.
+pub fn call<T>(site: Site, f: impl FnMut() -> rustix::io::Result<T>) -> io::Result<T> {
+    retry(site, f).map_err(io::Error::from)
+}
+
+/// Makes a call that is no fault site (a look, or a clean-up), retrying it when interrupted.
+pub fn quiet<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+    loop {
+        match f() {
+            Err(Errno::INTR) => {}
+            r => return r,
+        }
+    }
+}
