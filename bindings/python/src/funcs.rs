@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cacheless::{copy_tree, CopyOptions, CreateOptions, Durability, FileAttrs, FileCreator, Mode, Progress, Reflink, Sparse, TreeOptions};
+use cacheless::tree::{copy_tree, TreeOptions};
+use cacheless::{CopyOptions, CreateOptions, Durability, FileAttrs, FileCreator, Mode, Progress, Reflink, Sparse};
 use cacheless_safetensors::arena::read_whole;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

@@ -1,5 +1,5 @@
 """The .pyi stubs of the native module say what the module has: the same names, and the
-same parameters for every function, class constructor and method."""
+same parameters for every function, class constructor and method, with the same defaults."""
 
 import ast
 import inspect
@@ -15,14 +15,25 @@ def stub_tree():
     return ast.parse(STUB.read_text())
 
 
+NO_DEFAULT = "<none>"
+
+
+def default(node):
+    """A stub's default as a value (`...` stays Ellipsis)."""
+    return NO_DEFAULT if node is None else ast.literal_eval(node)
+
+
 def params(node):
-    """(name, kind) of each parameter a stub declares."""
+    """(name, kind, default) of each parameter a stub declares."""
     a = node.args
-    out = [(x.arg, "positional") for x in a.posonlyargs + a.args] + [(x.arg, "keyword") for x in a.kwonlyargs]
+    positional = a.posonlyargs + a.args
+    pos_defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    out = [(x.arg, "positional", default(d)) for x, d in zip(positional, pos_defaults)]
+    out += [(x.arg, "keyword", default(d)) for x, d in zip(a.kwonlyargs, a.kw_defaults)]
     if a.vararg:
-        out.append((a.vararg.arg, "*"))
+        out.append((a.vararg.arg, "*", NO_DEFAULT))
     if a.kwarg:
-        out.append((a.kwarg.arg, "**"))
+        out.append((a.kwarg.arg, "**", NO_DEFAULT))
     return [p for p in out if p[0] != "self"]
 
 
@@ -36,9 +47,11 @@ KINDS = {
 
 
 def runtime_params(obj):
-    """(name, kind) of each parameter of the compiled function, from its text signature."""
+    """(name, kind, default) of each parameter of the compiled function, from its text
+    signature (pyo3 writes the Rust signature's defaults there)."""
     sig = inspect.signature(obj)
-    return [(n, KINDS[p.kind]) for n, p in sig.parameters.items() if n not in ("self", "$self")]
+    dflt = lambda p: NO_DEFAULT if p.default is inspect.Parameter.empty else p.default
+    return [(n, KINDS[p.kind], dflt(p)) for n, p in sig.parameters.items() if n not in ("self", "$self")]
 
 
 def test_every_native_name_is_stubbed_and_every_stub_exists():

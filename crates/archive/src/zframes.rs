@@ -103,7 +103,7 @@ struct Piece {
     chunk: Arc<Vec<u8>>,
     start: usize,
     end: usize,
-    _lease: cacheless::buf::Lease,
+    _lease: cacheless::Lease,
 }
 
 /// One frame for a worker: its compressed bytes arrive in pieces (an error of the archive's

@@ -1,6 +1,6 @@
 //! Sizes in words, as the tables, sentences and messages print them.
 
-pub use cacheless::units::human_bytes;
+pub use cacheless::human_bytes;
 
 /// A size change: [`human_bytes`] with a `+` in front of a growth.
 pub fn human_signed(b: f64) -> String {

@@ -28,56 +28,56 @@
 #![warn(missing_docs)]
 
 mod backend;
-pub mod buf;
+mod buf;
 pub mod caps;
 pub mod conv;
 mod copy;
-pub mod create;
-pub mod create_queue;
+mod create;
+mod create_queue;
 pub mod digest;
 mod env;
-pub mod error;
+mod error;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 #[cfg(not(feature = "fault-injection"))]
 mod fault;
 pub mod info;
 pub mod limits;
-pub mod mode;
-pub mod options;
+mod mode;
+mod options;
 mod pending;
-pub mod plan;
-pub mod policy;
+mod plan;
+mod policy;
 pub mod pool;
 mod progress;
 pub mod quote;
-pub mod rate;
-pub mod read;
+mod rate;
+mod read;
 pub mod residency;
 #[doc(hidden)]
 pub mod sys;
 pub use sys::temps;
 
 pub mod tree;
-pub mod units;
-pub mod write;
+mod units;
+mod write;
 
 pub use backend::{BackendChoice, BackendKind};
-pub use buf::{AlignedBuf, Budget, LeaseRequest, Shares};
+pub use buf::{round_up, AlignedBuf, Budget, Lease, LeaseRequest, Shares};
 pub use copy::{
     copy_file, copy_file_with, copy_xattrs, open_parent, stage_copy, CopyOptions, CopyReport, Method, Reflink, Sparse, Staged, VerifyHook, VerifyReport,
 };
 pub use create::{sync_filesystem, CreateOptions, Durability, FileAttrs, FileCreator, NewFile, Published};
 pub use create_queue::{CreateQueue, CreateTicket};
 pub use env::check_disabled;
-pub use error::{Error, ErrorKind, Hint, Result};
-pub use options::{IoOptions, DEFAULT_BUDGET};
+pub use error::{strerror, Error, ErrorKind, Hint, Result};
+pub use mode::Mode;
+pub use options::{IoOptions, DEFAULT_BLOCK_SIZE, DEFAULT_BUDGET, DEFAULT_QUEUE_DEPTH};
 pub use pending::{initial_mode, PendingFile};
-pub use plan::Plan;
-pub use policy::{Decision, Mode};
+pub use plan::{check_forced, Plan};
+pub use policy::{decide_read, decide_write, Decision, Refusal};
 pub use progress::Progress;
 pub use rate::RateLimit;
 pub use read::{Chunk, ReadOptions, Reader};
-pub use tree::{copy_tree, TreeOptions, TreeReport};
-pub use units::parse_size;
+pub use units::{human_bytes, parse_size};
 pub use write::{WriteOptions, WriteReport, Writer};

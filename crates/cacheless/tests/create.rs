@@ -38,7 +38,7 @@ fn attrs() -> FileAttrs {
 
 /// The mode auto must pick for `len` bytes on `dir`'s filesystem.
 fn auto_mode(dir: &Path, len: u64) -> Mode {
-    cacheless::policy::decide_write(Mode::Auto, &cacheless::caps::for_dir(dir).unwrap(), Some(len)).unwrap().mode
+    cacheless::decide_write(Mode::Auto, &cacheless::caps::for_dir(dir).unwrap(), Some(len)).unwrap().mode
 }
 
 /// Every mode and size around the alignment, from unaligned memory: the file is byte-exact,

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use cacheless::fault::{self, Site};
-use cacheless::{copy_tree, BackendKind, Budget, IoOptions, Mode, Progress, TreeOptions, TreeReport};
+use cacheless::tree::{copy_tree, TreeOptions, TreeReport};
+use cacheless::{BackendKind, Budget, IoOptions, Mode, Progress};
 use common::*;
 
 /// One case injects at a time.
@@ -145,7 +146,7 @@ fn a_tree_copy_is_whole_or_reports_every_fault() {
                     // the operation opens it, the OS error ends it.
                     let text = e.to_string();
                     let os = std::io::Error::from_raw_os_error(p.fault.errno().unwrap()).kind().to_string();
-                    let said = cacheless::error::strerror(p.fault.errno().unwrap());
+                    let said = cacheless::strerror(p.fault.errno().unwrap());
                     assert!(text.ends_with(&said) || text.contains(&os), "{what}: the message says the OS error: {text}");
                     let opens = |o: &&str| o.ends_with("{}") && text.starts_with(o.trim_end_matches("{}"));
                     assert!(p.site.ops().iter().any(opens), "{what}: the message names the operation: {text}");

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cacheless::units::human_bytes;
+use cacheless::human_bytes;
 use cacheless::{Hint, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
 

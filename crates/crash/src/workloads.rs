@@ -35,9 +35,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use cacheless::tree::{copy_tree, TreeOptions};
 use cacheless::{
-    copy_file_with, copy_tree, CopyOptions, CreateOptions, Durability, FileAttrs, FileCreator, IoOptions, Mode, Progress, ReadOptions, Reflink, TreeOptions,
-    WriteOptions, Writer,
+    copy_file_with, CopyOptions, CreateOptions, Durability, FileAttrs, FileCreator, IoOptions, Mode, Progress, ReadOptions, Reflink, WriteOptions, Writer,
 };
 use cacheless_archive::pack::SortOrder;
 use cacheless_archive::{ExtractOptions, Input, Output, PackOptions};

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use cacheless::buf::{round_up, Lease};
 use cacheless::conv::usize_of;
+use cacheless::{round_up, Lease};
 use cacheless::{AlignedBuf, BackendChoice, Budget, Decision, ErrorKind, Progress, ReadOptions, Reader};
 
 use crate::error::Result;

@@ -195,13 +195,13 @@ pub(super) fn apply_meta(fd: &OwnedFd, m: &Meta, rel: &RelPath, warn: impl FnMut
 
 /// A chunk of a streamed entry's data: the buffer, its length, and its share of the budget.
 pub(super) enum Msg {
-    Chunk(AlignedBuf, usize, Option<cacheless::buf::Lease>),
+    Chunk(AlignedBuf, usize, Option<cacheless::Lease>),
     End,
 }
 
 /// A small file's data: whole, whole under a batch's lease, or streamed in chunks.
 pub(super) enum Data {
-    Whole(AlignedBuf, usize, cacheless::buf::Lease),
+    Whole(AlignedBuf, usize, cacheless::Lease),
     Owned(AlignedBuf, usize),
     /// `len` bytes at `off` in its batch's slab.
     InSlab(Arc<Slab>, usize, usize),
@@ -262,7 +262,7 @@ pub(super) struct Small {
 pub(super) enum Job {
     /// Small files handed over together (one queue message and one budget lease for all,
     /// where one each cost a wake-up and a lock each), written one after the other.
-    Batch(Vec<Small>, cacheless::buf::Lease),
+    Batch(Vec<Small>, cacheless::Lease),
     /// A file below `direct_min`, created by the engine's file creator and written whole.
     File { rel: RelPath, file: Box<NewFile>, meta: Meta, data: Data, ticket: Ticket },
     /// A large file streamed through the engine's `Writer` (its queue of writes in flight, its

@@ -98,7 +98,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
             root.force_walk();
         }
         let fs = cacheless::caps::for_dir(&root.path).map_err(|e| cacheless::Error::io("probe", &root.path, e))?;
-        cacheless::plan::check_forced(opts.io.mode, &fs, "extract", &root.path)?;
+        cacheless::check_forced(opts.io.mode, &fs, "extract", &root.path)?;
         Ok(root)
     };
     let root = open_root(&opts.dest)?;

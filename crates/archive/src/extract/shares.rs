@@ -8,7 +8,7 @@
 //! in flight are written: nothing waits on memory only a waiting holder could free. The
 //! quarters are ceilings, not reservations; what one holder leaves the others may use.
 
-use cacheless::buf::Lease;
+use cacheless::Lease;
 use cacheless::{Budget, IoOptions, LeaseRequest, ReadOptions, WriteOptions};
 
 use super::options::ExtractOptions;

@@ -17,7 +17,7 @@ use std::io::{self, Write};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 
-use cacheless::buf::Lease;
+use cacheless::Lease;
 use cacheless::{Budget, Progress};
 
 use crate::source::Compression;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
-use cacheless::buf::Lease;
+use cacheless::Lease;
 use cacheless::{AlignedBuf, Budget, Chunk, Mode, ReadOptions, Reader};
 
 use super::header::SparseMap;

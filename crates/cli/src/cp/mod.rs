@@ -20,8 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cacheless::quote::quote;
+use cacheless::tree::{copy_tree, TreeOptions};
 use cacheless::tree::{Existing, Note, Question};
-use cacheless::{copy_tree, Budget, CopyReport, Method, Progress, TreeOptions};
+use cacheless::{Budget, CopyReport, Method, Progress};
 use clap::Args;
 
 use crate::common::CommonOpts;
@@ -288,7 +289,7 @@ fn gnu_text(e: &cacheless::Error) -> String {
         None => format!("{op} {q}"),
     };
     let tail = match e.errno() {
-        Some(n) => cacheless::error::strerror(n),
+        Some(n) => cacheless::strerror(n),
         None => e.io_error().to_string(),
     };
     format!("{head}: {tail}")
