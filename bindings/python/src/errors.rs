@@ -117,18 +117,13 @@ pub fn archive(e: cacheless_archive::Error, archive: &Path) -> PyErr {
     }
 }
 
-/// The errno of an OS error's text (its " (os error N)" suffix, as `io::Error` writes it).
-fn errno_in(msg: &str) -> Option<i32> {
-    let at = msg.rfind(" (os error ")? + " (os error ".len();
-    msg[at..].split(')').next()?.parse().ok()
-}
-
 /// Some members of an archive job failed while the rest went on: an `OSError` naming the
-/// archive and the first failure (its errno, where that failure was an OS error: ENOSPC when
-/// the disk filled), with the job's report in its `report` attribute.
-pub fn members_failed(archive: &Path, what: &str, failures: &[String], report: Bound<'_, PyAny>) -> PyErr {
+/// archive and the first failure, with its errno (`first_errno`, the report's: where that
+/// failure was an OS error, ENOSPC when the disk filled), and the job's report in its
+/// `report` attribute.
+pub fn members_failed(archive: &Path, what: &str, failures: &[String], first_errno: Option<i32>, report: Bound<'_, PyAny>) -> PyErr {
     let first = failures.first().map(String::as_str).unwrap_or("?");
-    let err = os_error(errno_in(first), format!("{what}; first: {first}"), archive);
+    let err = os_error(first_errno, format!("{what}; first: {first}"), archive);
     if let Err(e) = err.value(report.py()).setattr("report", report) {
         return e;
     }

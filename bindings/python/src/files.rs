@@ -125,7 +125,7 @@ impl PyReader {
         let plan = r.plan();
         let direct = (plan.mode() == Mode::Direct).then_some((plan.mem_align, plan.align));
         let (len, fd) = (r.len(), r.file().as_raw_fd());
-        let mode = (r.decision().mode.to_string(), r.decision().reason.clone());
+        let mode = (r.decision().mode.to_string(), r.decision().reason.to_string());
         Ok(PyReader { state: Mutex::new(Some(ReadState { r, pos: 0, stream_at: None, direct })), path, len, mode, fd })
     }
 
@@ -215,7 +215,7 @@ impl PyWriter {
     fn new(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let wo = Options::parse("open", options, &["mode", "backend", "memory", "block_size", "queue_depth", "size_hint", "sync"])?.write();
         let w = py.detach(|| Writer::create(&path, &wo)).map_err(|e| errors::engine(&e))?;
-        let mode = (w.decision().mode.to_string(), w.decision().reason.clone());
+        let mode = (w.decision().mode.to_string(), w.decision().reason.to_string());
         let fd = w.file().as_raw_fd();
         Ok(PyWriter { state: Mutex::new(Some(w)), failed: Mutex::new(None), path, mode, fd })
     }

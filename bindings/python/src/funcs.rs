@@ -73,7 +73,7 @@ pub fn read_file(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDic
     let (arena, sr) = job::run(py, &p, o.callback(), || read_whole(&path, &ao, &p))?.map_err(errors::safetensors)?;
     let len = arena.len();
     let d = sr.decision();
-    Ok((PyArena::new(Arc::new(arena), len), (d.mode.to_string(), d.reason.clone())))
+    Ok((PyArena::new(Arc::new(arena), len), (d.mode.to_string(), d.reason.to_string())))
 }
 
 /// Writes a whole bytes-like object to a new file that replaces `path`, through the engine's
@@ -239,7 +239,7 @@ pub fn extract<'py>(
     let report = crate::opts::with_leftovers(to_py(py, &rep)?)?;
     if rep.failure_count > 0 {
         let what = format!("{} of {} members could not be extracted", rep.failure_count, rep.entries);
-        return Err(errors::members_failed(&archive, &what, &rep.failures, report));
+        return Err(errors::members_failed(&archive, &what, &rep.failures, rep.first_failure_errno, report));
     }
     Ok(report)
 }
@@ -349,7 +349,7 @@ pub fn pack<'py>(
     let report = crate::opts::with_leftovers(to_py(py, &rep)?)?;
     if rep.failure_count > 0 {
         let what = format!("{} members could not be stored (the archive was written without them)", rep.failure_count);
-        return Err(errors::members_failed(&archive, &what, &rep.failures, report));
+        return Err(errors::members_failed(&archive, &what, &rep.failures, rep.first_failure_errno, report));
     }
     Ok(report)
 }

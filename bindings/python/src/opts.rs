@@ -148,8 +148,9 @@ pub fn with_leftovers<'py>(report: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyA
     Ok(report)
 }
 
-/// A serde value (a report) as Python objects, through `json.loads`.
+/// A serde value (a report) as Python objects: dicts (in the fields' order), lists, strings,
+/// numbers, booleans and None, as `json.loads` would give them from the command line's
+/// `--json`, built directly.
 pub fn to_py<'py>(py: Python<'py>, v: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
-    let s = serde_json::to_string(v).map_err(|e| PyValueError::new_err(format!("internal error: report does not serialize: {e}")))?;
-    py.import("json")?.call_method1("loads", (s,))
+    pythonize::pythonize(py, v).map_err(|e| PyValueError::new_err(format!("internal error: report does not convert: {e}")))
 }

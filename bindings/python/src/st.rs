@@ -114,7 +114,7 @@ impl PySafeFile {
         let o = Options::parse("safe_open", options, &["mode", "backend", "memory"])?.arena();
         let f = py.detach(|| SafeFile::open(&path, &o)).map_err(errors::safetensors)?;
         let header = f.header().clone();
-        let mode = (f.decision().mode.to_string(), f.decision().reason.clone());
+        let mode = (f.decision().mode.to_string(), f.decision().reason.to_string());
         Ok(PySafeFile { inner: Mutex::new(Some(f)), header, mode })
     }
 

@@ -312,7 +312,7 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
         Input::Path(path) => {
             let reader = cacheless::Reader::open(&path, read_options)?;
             let d = reader.decision();
-            let (mode, reason) = (d.mode.to_string(), d.reason.clone());
+            let (mode, reason) = (d.mode.to_string(), d.reason.to_string());
             let len = Some(reader.len());
             progress.add_total_input_bytes(reader.len());
             let ab = progress.clone();

@@ -26,7 +26,7 @@ use crate::create::{CreateOptions, Durability, FileAttrs, FileCreator, NewFile};
 use crate::digest::{Algo, Hasher};
 use crate::error::{Error, ErrorKind, Result};
 use crate::pending::{Naming, PendingFile};
-use crate::policy::{self, Decision};
+use crate::policy::{self, Decision, Reason};
 use crate::progress::Progress;
 use crate::rate::RateLimit;
 use crate::read::{ReadOptions, Reader};
@@ -325,10 +325,7 @@ impl Staged {
         if got != want {
             return Err(mismatch(&self.path, algo, &got, want));
         }
-        let read = Decision {
-            mode: crate::Mode::DropBehind,
-            reason: "read back after the syncfs of its batch: its pages dropped, read ahead with the rest of the batch, then dropped again".into(),
-        };
+        let read = Decision { mode: crate::Mode::DropBehind, reason: Reason::ReadBackAfterSync };
         Ok(VerifyReport { algo, digest: got, read, seconds: t.elapsed().as_secs_f64() })
     }
 
@@ -547,10 +544,7 @@ struct Job<'a> {
 /// How a source that is not read at offsets (a stream, or a file whose size its filesystem
 /// makes up) was read.
 fn streamed() -> Decision {
-    Decision {
-        mode: crate::Mode::Buffered,
-        reason: "not a regular file, or on a filesystem that makes its sizes up (proc, sysfs): read to its end as a stream".into(),
-    }
+    Decision { mode: crate::Mode::Buffered, reason: Reason::Streamed }
 }
 
 impl<'a> Job<'a> {
@@ -770,7 +764,7 @@ impl<'a> Job<'a> {
                             }
                         }
                         self.entry = Some(entry);
-                        let decision = Decision { mode: crate::Mode::Auto, reason: "FICLONE: extents shared with the source, no data written".into() };
+                        let decision = Decision { mode: crate::Mode::Auto, reason: Reason::Reflinked };
                         return Ok(Ok(WriteReport {
                             path: self.dst.to_path_buf(),
                             bytes: reader.len(),
@@ -853,7 +847,7 @@ impl<'a> Job<'a> {
         };
         self.extra(&src, f.file(), &meta, creator)?;
         let write = self.finish(f)?;
-        let read = Decision { mode: crate::Mode::Auto, reason: "--attributes-only: no data read".into() };
+        let read = Decision { mode: crate::Mode::Auto, reason: Reason::AttributesOnly };
         self.staged(Method::Copy, None, read, None, 0, write, 0)
     }
 

@@ -18,7 +18,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fault::{self, Step};
 use crate::pending::{initial_mode, Named, Naming, Parked, PendingFile};
 use crate::plan::{self, Plan};
-use crate::policy::{self, Decision, Mode};
+use crate::policy::{self, Decision, Mode, Reason};
 use crate::progress::Progress;
 use crate::residency;
 use crate::sys;
@@ -328,17 +328,12 @@ impl Shared {
     /// The plan for a file of `size` bytes on a filesystem with `caps`: the policy's, or, for
     /// a small file that is batched (see [`Durability::AtTheEnd`]), write-behind
     /// with the others (batching replaces the uncached write auto would choose, so the
-    /// policy's own decision, and its reason formatted per file, is not made).
+    /// policy's own decision is not made).
     fn plan(&self, caps: Arc<FsCaps>, size: u64, path: &Path) -> Result<Plan> {
         let decision = if self.batches(size) {
             Decision {
                 mode: Mode::DropBehind,
-                reason: format!(
-                    "small file ({size} B < {} B): written back with the others (a syncfs per {} MiB or {} files), then dropped",
-                    policy::SMALL_WRITE,
-                    self.opts.durability.write_back() >> 20,
-                    self.opts.deferred_drops.max(1)
-                ),
+                reason: Reason::Batched { size, window_mib: self.opts.durability.write_back() >> 20, files: self.opts.deferred_drops.max(1) },
             }
         } else {
             policy::decide_write(self.opts.mode, &caps, Some(size)).map_err(|r| plan::refused("create", path, r))?
@@ -1211,8 +1206,7 @@ impl Draft {
             Err(e) if sys::dontcache_refused(&e) && self.shared.opts.mode == Mode::Auto => {
                 if let Some(w) = self.plan.as_mut() {
                     caps::refuse_dontcache(w.plan.caps.dev, &e);
-                    let decision =
-                        Decision { mode: Mode::DropBehind, reason: format!("RWF_DONTCACHE refused by a write ({}): write-behind", caps::errno_name(&e)) };
+                    let decision = Decision { mode: Mode::DropBehind, reason: Reason::DontcacheRefusedByWrite { errno: caps::errno_name(&e) } };
                     w.plan = Plan::new(w.plan.caps.clone(), decision);
                 }
                 self.write_behind(data, off)
@@ -1236,7 +1230,7 @@ impl Draft {
     fn finish(&mut self, attrs: &FileAttrs) -> Result<WriteReport> {
         if self.stream {
             sys::apply_attrs(&self.file, attrs.permissions, attrs.atime, attrs.mtime).map_err(|(op, e)| self.err(op, e))?;
-            let decision = Decision { mode: Mode::Buffered, reason: "not a regular file: written in order with plain writes".into() };
+            let decision = Decision { mode: Mode::Buffered, reason: Reason::NotRegularWrite };
             return Ok(WriteReport { path: self.path.clone(), bytes: self.end, decision, direct_bytes: 0, tail_bytes: 0, synced: false, backend: None });
         }
         let decision = self.plan()?.plan.decision.clone();
@@ -1310,7 +1304,8 @@ mod tests {
         let c = FileCreator::new(CreateOptions::default());
         let rep = c.write_file(dir.as_fd(), OsStr::new("f"), Path::new("f"), b"some data", &FileAttrs::default()).unwrap();
         assert_eq!(rep.decision.mode, Mode::DropBehind, "{}", rep.decision.reason);
-        assert!(rep.decision.reason.contains("refused by a write"), "{}", rep.decision.reason);
+        assert!(matches!(rep.decision.reason, Reason::DontcacheRefusedByWrite { .. }), "{}", rep.decision.reason);
+        assert!(rep.decision.reason.to_string().contains("refused by a write"), "{}", rep.decision.reason);
         assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"some data");
         assert!(caps::for_dir(shm).unwrap().dontcache.is_err(), "the refusal is remembered for the filesystem");
         // A forced dontcache there is now refused up front, with the modes to try.

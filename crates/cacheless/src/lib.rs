@@ -75,7 +75,7 @@ pub use mode::Mode;
 pub use options::{IoOptions, DEFAULT_BLOCK_SIZE, DEFAULT_BUDGET, DEFAULT_QUEUE_DEPTH};
 pub use pending::{initial_mode, PendingFile};
 pub use plan::{check_forced, Plan};
-pub use policy::{decide_read, decide_write, Decision, Refusal};
+pub use policy::{decide_read, decide_write, Decision, Reason, Refusal};
 pub use progress::Progress;
 pub use rate::RateLimit;
 pub use read::{Chunk, ReadOptions, Reader};

@@ -15,7 +15,7 @@ use crate::caps::{self, CapsMemo, FsCaps};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::IoOptions;
 use crate::plan::{self, check_block_size, Plan};
-use crate::policy::{self, Decision, Mode};
+use crate::policy::{self, Decision, Mode, Reason};
 use crate::residency;
 use crate::sys;
 
@@ -259,9 +259,7 @@ impl Reader {
     fn plain(file: File, meta: std::fs::Metadata, path: &Path, opts: &ReadOptions, caps: Arc<FsCaps>) -> Result<Reader> {
         let what = if meta.is_file() { format!("a {} file, whose size is made up", caps.fs_type) } else { caps.fs_type.clone() };
         let decision = match opts.io.mode {
-            Mode::Auto | Mode::Buffered | Mode::DropBehind => {
-                Decision { mode: Mode::Buffered, reason: format!("{what}: read to its end with plain reads, nothing to keep out of the cache") }
-            }
+            Mode::Auto | Mode::Buffered | Mode::DropBehind => Decision { mode: Mode::Buffered, reason: Reason::PlainReads { what } },
             m => {
                 return Err(Error::new(ErrorKind::Unsupported, "open", path, format!("{m} unavailable: {what} is read only with plain reads"))
                     .with_hint(crate::error::Hint::Modes(vec![Mode::Auto, Mode::Buffered])));

@@ -16,7 +16,8 @@ use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
 use super::jobs::{
-    attrs, named, own, owned, system_time, times, At, Data, Extra, Job, Meta, Msg, Settled, Shared, Slab, Small, BATCH_BYTES, CHUNK, SLAB_ALIGN, SLAB_BYTES,
+    attrs, named, own, owned, system_time, times, At, Data, Extra, Job, Meta, Msg, Settled, Shared, Slab, Small, Why, BATCH_BYTES, CHUNK, SLAB_ALIGN,
+    SLAB_BYTES,
 };
 use super::options::{ExtractOptions, ExtractReport};
 use super::shares::Shares;
@@ -193,7 +194,7 @@ impl Ctx<'_> {
             };
             match creates.take(q.create) {
                 Ok(file) => ready.push(Small { rel: q.rel, file, meta: q.meta, data, ticket: q.ticket }),
-                Err(e) => self.sh.fail(named(&q.rel, &e.to_string(), false)),
+                Err(e) => self.sh.fail(Why { msg: named(&q.rel, &e.to_string(), false), errno: e.errno() }),
             }
         }
         if !ready.is_empty() {
@@ -760,7 +761,7 @@ impl Ctx<'_> {
                     self.sh.fail(why);
                 }
                 if let Err(er) = sys::chmodat(&pfd, name, mode, AtFlags::empty()) {
-                    self.sh.fail(format!("{}: chmod: {}", rel.to_path().display(), std::io::Error::from(er)));
+                    self.sh.fail(Why::os(&rel, "chmod", er));
                 }
                 if let Some(x) = &meta.extra {
                     for w in super::jobs::apply_extra(At::Name(pfd.as_fd(), name), x, &rel) {

@@ -149,29 +149,58 @@ pub(super) fn chown(fd: impl AsFd, m: &Meta) -> rustix::io::Result<()> {
     sys::fchown(fd, Some(uid), Some(gid))
 }
 
+/// Why an entry failed: the message the report gives, and the OS error's number where an OS
+/// call failed (the Python package raises `OSError` with it).
+pub(super) struct Why {
+    pub msg: String,
+    pub errno: Option<i32>,
+}
+
+impl Why {
+    /// `what` failed on the entry `rel` with the OS error `e`: "REL: WHAT: ERROR".
+    pub(super) fn os(rel: &RelPath, what: &str, e: rustix::io::Errno) -> Why {
+        Why { msg: format!("{}: {what}: {}", rel.to_path().display(), std::io::Error::from(e)), errno: Some(e.raw_os_error()) }
+    }
+}
+
+impl From<String> for Why {
+    fn from(msg: String) -> Why {
+        Why { msg, errno: None }
+    }
+}
+
+impl From<&cacheless::Error> for Why {
+    fn from(e: &cacheless::Error) -> Why {
+        Why { msg: e.to_string(), errno: e.errno() }
+    }
+}
+
 /// Gives an open entry its owner when ownership is restored. Where that fails (a user the
 /// filesystem cannot represent, root squashed, a user namespace without the id) the entry is
 /// kept, as GNU tar keeps it, and the failure is said in the message returned; the mode it is
 /// then to get has no set-user-ID or set-group-ID bit (GNU keeps them on a file now owned by
 /// the extracting user: a set-ID program of the wrong owner, which we do not make).
-pub(super) fn own(fd: impl AsFd, m: &Meta, rel: &RelPath) -> (u32, Option<String>) {
+pub(super) fn own(fd: impl AsFd, m: &Meta, rel: &RelPath) -> (u32, Option<Why>) {
     owned(chown(fd, m), m, rel)
 }
 
 /// The mode an entry is to get, and what went wrong, after `chowned`: the outcome of giving it
 /// its owner (see [`own`]; also for an entry that cannot be opened, such as a FIFO).
-pub(super) fn owned(chowned: rustix::io::Result<()>, m: &Meta, rel: &RelPath) -> (u32, Option<String>) {
+pub(super) fn owned(chowned: rustix::io::Result<()>, m: &Meta, rel: &RelPath) -> (u32, Option<Why>) {
     match chowned {
         Ok(()) => (m.mode, None),
         Err(e) => (
             m.mode & !0o6000,
-            Some(format!(
-                "{}: cannot change ownership to uid {}, gid {}: {} (kept, without set-ID bits)",
-                rel.to_path().display(),
-                m.uid,
-                m.gid,
-                std::io::Error::from(e)
-            )),
+            Some(Why {
+                msg: format!(
+                    "{}: cannot change ownership to uid {}, gid {}: {} (kept, without set-ID bits)",
+                    rel.to_path().display(),
+                    m.uid,
+                    m.gid,
+                    std::io::Error::from(e)
+                ),
+                errno: Some(e.raw_os_error()),
+            }),
         ),
     }
 }
@@ -179,17 +208,17 @@ pub(super) fn owned(chowned: rustix::io::Result<()>, m: &Meta, rel: &RelPath) ->
 /// Owner, mode, extended attributes, ACLs and mtime of a directory (or any open entry), in that
 /// order. A failure to set the owner is returned after the rest is set (see [`own`]); what
 /// `--xattrs` and `--acls` could not set goes to `warn`.
-pub(super) fn apply_meta(fd: &OwnedFd, m: &Meta, rel: &RelPath, warn: impl FnMut(String)) -> Result<(), String> {
+pub(super) fn apply_meta(fd: &OwnedFd, m: &Meta, rel: &RelPath, warn: impl FnMut(String)) -> Result<(), Why> {
     if m.time_only {
-        return sys::futimens(fd, &times(m.mtime)).map_err(|e| format!("{}: futimens: {e}", rel.to_path().display()));
+        return sys::futimens(fd, &times(m.mtime)).map_err(|e| Why::os(rel, "futimens", e));
     }
     let (mode, owner) = own(fd, m, rel);
     // After fchown, which clears setuid/setgid.
-    let r = sys::fchmod(fd, mode).map_err(|e| format!("{}: fchmod: {e}", rel.to_path().display()));
+    let r = sys::fchmod(fd, mode).map_err(|e| Why::os(rel, "fchmod", e));
     if let Some(x) = &m.extra {
         apply_extra(At::Fd(fd.as_fd()), x, rel).into_iter().for_each(warn);
     }
-    let r = r.and_then(|()| sys::futimens(fd, &times(m.mtime)).map_err(|e| format!("{}: futimens: {e}", rel.to_path().display())));
+    let r = r.and_then(|()| sys::futimens(fd, &times(m.mtime)).map_err(|e| Why::os(rel, "futimens", e)));
     r.and(owner.map_or(Ok(()), Err))
 }
 
@@ -405,16 +434,20 @@ impl Drop for Ticket {
 /// callbacks that name files after their batch's syncfs.
 #[derive(Default)]
 pub(super) struct Failures {
-    list: Mutex<(Vec<String>, u64)>,
+    /// The messages, how many failures there were, and the first one's errno.
+    list: Mutex<(Vec<String>, u64, Option<i32>)>,
 }
 
 impl Failures {
-    fn add(&self, progress: &Progress, msg: String) {
+    fn add(&self, progress: &Progress, why: Why) {
         progress.error();
         let mut f = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if f.1 == 0 {
+            f.2 = why.errno;
+        }
         f.1 += 1;
         if f.0.len() < 1000 {
-            f.0.push(msg);
+            f.0.push(why.msg);
         }
     }
 }
@@ -451,8 +484,8 @@ impl Shared {
     }
 
     /// Counts and records a failed entry (the first 1000 messages are kept).
-    pub(super) fn fail(&self, msg: String) {
-        self.failures.add(&self.progress, msg);
+    pub(super) fn fail(&self, why: impl Into<Why>) {
+        self.failures.add(&self.progress, why.into());
     }
 
     /// Records a warning: something the entry did not get, the entry itself extracted.
@@ -476,15 +509,15 @@ impl Shared {
         let chmod = x.acl.is_some();
         if chmod {
             if let Err(e) = sys::fchmod(fd, mode) {
-                self.fail(format!("{}: fchmod: {e}", rel.to_path().display()));
+                self.fail(Why::os(rel, "fchmod", e));
             }
         }
         apply_extra(At::Fd(fd), x, rel).into_iter().for_each(|w| self.warn(w));
         chmod
     }
 
-    /// The failures so far, and how many there were.
-    pub(super) fn take_failures(&self) -> (Vec<String>, u64) {
+    /// The failures so far, how many there were, and the first one's errno.
+    pub(super) fn take_failures(&self) -> (Vec<String>, u64, Option<i32>) {
         std::mem::take(&mut *self.failures.list.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -497,7 +530,7 @@ impl Shared {
         Box::new(move |r| match r {
             Ok(()) => ticket.ok(),
             Err(e) => {
-                failures.add(&progress, named(&rel, &e.to_string(), true));
+                failures.add(&progress, Why { msg: named(&rel, &e.to_string(), true), errno: e.errno() });
                 drop(ticket);
             }
         })
@@ -599,7 +632,7 @@ impl Shared {
     fn done(&self, rel: &RelPath, res: Result<cacheless::WriteReport, Option<cacheless::Error>>) {
         match res {
             Ok(rep) => self.file_done(rep.decision.mode),
-            Err(Some(e)) => self.fail(named(rel, &e.to_string(), true)),
+            Err(Some(e)) => self.fail(Why { msg: named(rel, &e.to_string(), true), errno: e.errno() }),
             Err(None) => {}
         }
     }

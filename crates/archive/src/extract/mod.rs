@@ -53,7 +53,7 @@ pub use crate::modes::ModeCounts;
 use crate::source::{self, Input};
 use crate::tarparse::Parser;
 use entry::{Ctx, Fail};
-use jobs::{apply_meta, Shared};
+use jobs::{apply_meta, Shared, Why};
 pub use options::{ExtractOptions, ExtractReport};
 use shares::Shares;
 
@@ -154,6 +154,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         elapsed_s: 0.0,
         sync_s: 0.0,
         fatal_error: None,
+        first_failure_errno: None,
     };
     let mut ctx = Ctx {
         opts,
@@ -228,7 +229,8 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
             Err(Fail::Entry(err)) => {
                 // Most errors already name the entry (their path); say it once.
                 let msg = err.to_string();
-                sh.fail(if msg.contains(&name) { msg } else { format!("{name}: {msg}") });
+                let errno = err.errno();
+                sh.fail(Why { msg: if msg.contains(&name) { msg } else { format!("{name}: {msg}") }, errno });
             }
             Err(Fail::Fatal(err)) => {
                 ctx.report.fatal_error = Some(err);
@@ -280,7 +282,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
                     sh.fail(why);
                 }
             }
-            Err(e) => sh.fail(format!("{}: {e}", rel.to_path().display())),
+            Err(e) => sh.fail(Why { msg: format!("{}: {e}", rel.to_path().display()), errno: e.errno() }),
         }
     }
     let t_sync = Instant::now();
@@ -293,7 +295,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         for root in &roots {
             if let Err(e) = cacheless::sync_filesystem(root.fd(), &root.path) {
                 synced = false;
-                sh.fail(e.to_string());
+                sh.fail(&e);
             }
         }
         report.synced = synced;
@@ -308,9 +310,10 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         report.dontcache_ok = Some(fs.dontcache.is_ok());
     }
     report.warnings.extend(sh.take_warnings());
-    let (failures, count) = sh.take_failures();
+    let (failures, count, errno) = sh.take_failures();
     report.failures = failures;
     report.failure_count = count;
+    report.first_failure_errno = errno;
     report.elapsed_s = t0.elapsed().as_secs_f64();
     Ok(report)
 }

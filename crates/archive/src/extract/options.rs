@@ -262,6 +262,10 @@ pub struct ExtractReport {
     /// The fatal error itself.
     #[serde(skip)]
     pub fatal_error: Option<Error>,
+    /// The OS error's number of the first failure, where an OS call failed (ENOSPC when the
+    /// disk filled): for a caller that raises it as an OS error (the Python package).
+    #[serde(skip)]
+    pub first_failure_errno: Option<i32>,
 }
 
 impl ExtractReport {

@@ -53,7 +53,7 @@ enum Slot {
     Plain(Item),
     Data(Item, Receiver<Msg>),
     Warn(String),
-    Error(String),
+    Error(String, Option<i32>),
 }
 
 /// Shares of the budget for the output, the compression and the read-ahead.
@@ -130,8 +130,8 @@ impl walk::Visit for Dispatch<'_> {
         };
         self.slots.send(slot).is_ok()
     }
-    fn error(&mut self, msg: String) {
-        let _ = self.slots.send(Slot::Error(msg));
+    fn error(&mut self, msg: String, errno: Option<i32>) {
+        let _ = self.slots.send(Slot::Error(msg, errno));
     }
     fn warn(&mut self, msg: String) {
         let _ = self.slots.send(Slot::Warn(msg));
@@ -397,6 +397,7 @@ fn empty_report(output: PathBuf, compression: Compression, level: i32, frame: us
         failures: Vec::new(),
         failure_count: 0,
         elapsed_s: 0.0,
+        first_failure_errno: None,
     }
 }
 

@@ -278,6 +278,10 @@ pub struct PackReport {
     pub failure_count: u64,
     /// Wall time in seconds, including the final sync.
     pub elapsed_s: f64,
+    /// The OS error's number of the first failure, where an OS call failed: for a caller that
+    /// raises it as an OS error (the Python package).
+    #[serde(skip)]
+    pub first_failure_errno: Option<i32>,
 }
 
 impl PackReport {

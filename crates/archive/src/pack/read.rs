@@ -58,6 +58,7 @@ pub(crate) enum Msg {
     },
     Failed {
         msg: String,
+        errno: Option<i32>,
         _lease: Lease,
     },
 }
@@ -137,32 +138,32 @@ fn same(a: &Metadata, b: &Metadata) -> bool {
 /// Reads one file and sends it to the writer. Never fails: failures are messages.
 pub(crate) fn run(job: Job) {
     let Job { path, size, sparse, id, ro, lease, tx, cancel } = job;
-    let fail = |msg: String, lease: Lease| {
-        let _ = tx.send(Msg::Failed { msg, _lease: lease });
+    let fail = |msg: String, errno: Option<i32>, lease: Lease| {
+        let _ = tx.send(Msg::Failed { msg, errno, _lease: lease });
     };
     // O_NOFOLLOW: the walk saw a regular file; a symlink put in its place is not followed.
     let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
         Ok(f) => f,
-        Err(e) => return fail(format!("cannot open: {e}"), lease),
+        Err(e) => return fail(format!("cannot open: {e}"), e.raw_os_error(), lease),
     };
     let before = match file.metadata() {
         Ok(m) => m,
-        Err(e) => return fail(format!("cannot stat: {e}"), lease),
+        Err(e) => return fail(format!("cannot stat: {e}"), e.raw_os_error(), lease),
     };
     if (before.dev(), before.ino()) != id || !before.is_file() {
-        return fail("replaced by another file since it was listed; not dumped".into(), lease);
+        return fail("replaced by another file since it was listed; not dumped".into(), None, lease);
     }
     let map = if sparse {
         match data_segments(&file, size) {
             Ok(s) => Some(SparseMap { segments: s, realsize: size }),
-            Err(e) => return fail(format!("cannot map holes: {e}"), lease),
+            Err(e) => return fail(format!("cannot map holes: {e}"), e.raw_os_error(), lease),
         }
     } else {
         None
     };
     let mut reader = match Reader::from_file(file, &path, &ro) {
         Ok(r) => r,
-        Err(e) => return fail(e.to_string(), lease),
+        Err(e) => return fail(e.to_string(), e.errno(), lease),
     };
     if tx.send(Msg::Start { mode: reader.decision().mode, sparse: map.clone() }).is_err() {
         return;
@@ -174,7 +175,7 @@ pub(crate) fn run(job: Job) {
     let got = match res {
         Ok(Some(n)) => n,
         Ok(None) => return, // the writer went away or the job was cancelled
-        Err(e) => return fail(e.to_string(), lease),
+        Err(e) => return fail(e.to_string(), e.errno(), lease),
     };
     let after = reader.file().metadata();
     drop(reader);

@@ -90,7 +90,7 @@ pub(crate) trait Visit {
     /// A member; false stops the walk.
     fn item(&mut self, item: Item) -> bool;
     /// A path that could not be stat'ed or listed (the walk goes on).
-    fn error(&mut self, msg: String);
+    fn error(&mut self, msg: String, errno: Option<i32>);
     /// Something skipped on purpose (a socket, the archive itself, another filesystem).
     fn warn(&mut self, msg: String);
 }
@@ -111,7 +111,7 @@ pub(crate) fn walk(opts: &Members, skip: &[(u64, u64)], v: &mut dyn Visit) {
         let md = match fs::symlink_metadata(&full) {
             Ok(m) => m,
             Err(e) => {
-                v.error(format!("{}: cannot stat: {e}", show(input.as_os_str().as_bytes())));
+                v.error(format!("{}: cannot stat: {e}", show(input.as_os_str().as_bytes())), e.raw_os_error());
                 continue;
             }
         };
@@ -235,7 +235,7 @@ impl Walker<'_> {
             let md = match fs::symlink_metadata(&path) {
                 Ok(m) => m,
                 Err(e) => {
-                    v.error(format!("{}: cannot stat: {e}", show(&name)));
+                    v.error(format!("{}: cannot stat: {e}", show(&name)), e.raw_os_error());
                     continue;
                 }
             };
@@ -280,7 +280,7 @@ impl Walker<'_> {
         if self.opts.xattrs && kind != Kind::Symlink {
             match read_xattrs(&path) {
                 Ok(x) => f.xattrs = x,
-                Err(e) => v.error(format!("{}: cannot read xattrs: {e}", show(&name))),
+                Err(e) => v.error(format!("{}: cannot read xattrs: {e}", show(&name)), e.raw_os_error()),
             }
         }
         let mut what = What::Plain;
@@ -290,7 +290,7 @@ impl Walker<'_> {
             Kind::Symlink => match fs::read_link(&path) {
                 Ok(t) => f.link = t.into_os_string().into_vec(),
                 Err(e) => {
-                    v.error(format!("{}: cannot read link: {e}", show(&name)));
+                    v.error(format!("{}: cannot read link: {e}", show(&name)), e.raw_os_error());
                     return None;
                 }
             },
@@ -312,7 +312,7 @@ impl Walker<'_> {
                 }
             }
             Kind::CharDev | Kind::BlockDev if !super::header::dev_fits(f.dev) => {
-                v.error(format!("{}: device number {}:{} too large for a tar header; not dumped", show(&name), f.dev.0, f.dev.1));
+                v.error(format!("{}: device number {}:{} too large for a tar header; not dumped", show(&name), f.dev.0, f.dev.1), None);
                 return None;
             }
             _ => {}
@@ -333,7 +333,7 @@ impl Walker<'_> {
                     match e {
                         Ok(e) => names.push(e.file_name()),
                         Err(e) => {
-                            v.error(format!("{}: cannot read directory: {e}", show(&name)));
+                            v.error(format!("{}: cannot read directory: {e}", show(&name)), e.raw_os_error());
                             break;
                         }
                     }
@@ -341,7 +341,7 @@ impl Walker<'_> {
                 names
             }
             Err(e) => {
-                v.error(format!("{}: cannot open directory: {e}", show(&name)));
+                v.error(format!("{}: cannot open directory: {e}", show(&name)), e.raw_os_error());
                 return None;
             }
         };

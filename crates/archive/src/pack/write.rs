@@ -31,8 +31,11 @@ impl Counts {
         report.read_modes = self.read_modes.counts();
         report
     }
-    fn fail(&mut self, progress: &Progress, msg: String) {
+    fn fail(&mut self, progress: &Progress, msg: String, errno: Option<i32>) {
         progress.error();
+        if self.report.failure_count == 0 {
+            self.report.first_failure_errno = errno;
+        }
         self.report.failure_count += 1;
         if self.report.failures.len() < 1000 {
             self.report.failures.push(msg);
@@ -79,7 +82,7 @@ pub(super) fn write_members(slots: &Receiver<Slot>, tar: &mut TarOut, counts: &m
         let r = &mut counts.report;
         match slot {
             Slot::Warn(m) => counts.warn(m),
-            Slot::Error(m) => counts.fail(progress, m),
+            Slot::Error(m, errno) => counts.fail(progress, m, errno),
             Slot::Plain(item) => {
                 hdr.clear();
                 header::append(&mut hdr, &item.name, &item.fields, None);
@@ -111,12 +114,12 @@ fn write_file(item: &Item, rx: &Receiver<Msg>, tar: &mut TarOut, hdr: &mut Vec<u
             counts.read_modes.add(mode);
             sparse
         }
-        Ok(Msg::Failed { msg, .. }) => {
-            counts.fail(progress, format!("{name}: {msg}; not dumped"));
+        Ok(Msg::Failed { msg, errno, .. }) => {
+            counts.fail(progress, format!("{name}: {msg}; not dumped"), errno);
             return Ok(());
         }
         _ => {
-            counts.fail(progress, format!("{name}: read failed; not dumped"));
+            counts.fail(progress, format!("{name}: read failed; not dumped"), None);
             return Ok(());
         }
     };
@@ -140,19 +143,19 @@ fn write_file(item: &Item, rx: &Receiver<Msg>, tar: &mut TarOut, hdr: &mut Vec<u
             Ok(Msg::End { changed, .. }) => {
                 if let Some(c) = changed {
                     counts.report.changed += 1;
-                    counts.fail(progress, format!("{name}: {c}"));
+                    counts.fail(progress, format!("{name}: {c}"), None);
                 }
                 break;
             }
-            Ok(Msg::Failed { msg, .. }) => {
-                counts.fail(progress, format!("{name}: {msg}; padded with zeros"));
+            Ok(Msg::Failed { msg, errno, .. }) => {
+                counts.fail(progress, format!("{name}: {msg}; padded with zeros"), errno);
                 break;
             }
             Ok(Msg::Start { .. }) | Err(_) => {
                 if progress.is_cancelled() {
                     return Err(Stop::Cancelled);
                 }
-                counts.fail(progress, format!("{name}: read ended early; padded with zeros"));
+                counts.fail(progress, format!("{name}: read ended early; padded with zeros"), None);
                 break;
             }
         }
