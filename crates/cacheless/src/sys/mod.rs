@@ -1,12 +1,13 @@
 //! The one facade of the kernel calls every crate of the workspace makes on files and folders.
 //! Outside it only `backend/` (the I/O requests), `caps` (the probes), `residency` (mincore,
-//! cachestat) and `buf` (aligned memory) name rustix or libc; `tests/architecture.rs` holds
+//! cachestat, fadvise) and `buf` (aligned memory) name rustix or libc; `tests/architecture.rs` holds
 //! every other source file of the workspace's shipped crates to that.
 //!
-//! Split by concern: [`file`](self) (creating, reading and writing a file's data),
-//! namespace calls (opening, making, linking, renaming and removing names, and looking at
-//! them), metadata calls (mode, owner, times, extended attributes), durability (fsync,
-//! syncfs, the commit sequence), and what the process is (its ids, umask, limits).
+//! Split by concern, one file each, every item re-exported here: `file.rs` (creating a file,
+//! reading and writing its data), `ns.rs` (opening, making, linking, renaming and removing
+//! names, and looking at them), `meta.rs` (mode, owner, times, extended attributes), `sync.rs`
+//! (fsync, syncfs, the commit sequence), `process.rs` (the process's ids, umask, limits) and
+//! [`temps`] (temporaries' names and their owners' leftovers).
 //!
 //! Every call that changes something goes through [`retry`], which retries EINTR (FUSE and
 //! network filesystems return it from open, fsync and the metadata calls when a signal
