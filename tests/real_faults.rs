@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use cacheless::{Budget, Mode, WriteOptions, Writer};
+use cacheless::{Budget, Mode, Taken, WriteOptions, Writer};
 use cacheless_testkit::{cacheless, interrupt, require, scratch, FsKind, LoopFs};
 use rand::{RngCore, SeedableRng};
 
@@ -194,7 +194,7 @@ with open(f, "rb") as fh:
         }
     }
     let rep = w.finish().unwrap();
-    assert_eq!(rep.decision.mode, Mode::Direct);
+    assert_eq!(rep.decision.mode, Taken::Direct);
     std::fs::File::create(&done).unwrap().flush().unwrap();
     let mapped = mapper.wait_with_output().unwrap();
     let mut reader = reader;

@@ -4,7 +4,7 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use cacheless::{ErrorKind, Mode, Progress, Reader, Writer};
+use cacheless::{ErrorKind, Progress, Reader, Writer};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -123,7 +123,7 @@ impl PyReader {
         let ro = Options::parse("open", options, &["mode", "backend", "memory", "block_size", "queue_depth"])?.read();
         let r = py.detach(|| Reader::open(&path, &ro)).map_err(|e| errors::engine(&e))?;
         let plan = r.plan();
-        let direct = (plan.mode() == Mode::Direct).then_some((plan.mem_align, plan.align));
+        let direct = (plan.mode() == cacheless::Taken::Direct).then_some((plan.mem_align, plan.align));
         let (len, fd) = (r.len(), r.file().as_raw_fd());
         let mode = (r.decision().mode.to_string(), r.decision().reason.to_string());
         Ok(PyReader { state: Mutex::new(Some(ReadState { r, pos: 0, stream_at: None, direct })), path, len, mode, fd })

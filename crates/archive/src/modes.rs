@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cacheless::Mode;
+use cacheless::Taken;
 use serde::Serialize;
 
 /// Files per mode (read or written, as the report that holds it says).
@@ -24,14 +24,13 @@ pub struct ModeCounts {
 pub(crate) struct ModeCounter([AtomicU64; 4]);
 
 impl ModeCounter {
-    /// Counts one file with mode `m` (`Auto`, never the outcome of a decision, counts as
-    /// buffered).
-    pub(crate) fn add(&self, m: Mode) {
+    /// Counts one file with mode `m` (a file that moved no data counts as buffered).
+    pub(crate) fn add(&self, m: Taken) {
         let i = match m {
-            Mode::Direct => 0,
-            Mode::DontCache => 1,
-            Mode::DropBehind => 2,
-            Mode::Buffered | Mode::Auto => 3,
+            Taken::Direct => 0,
+            Taken::DontCache => 1,
+            Taken::DropBehind => 2,
+            Taken::Buffered | Taken::NoData => 3,
         };
         self.0[i].fetch_add(1, Ordering::Relaxed);
     }
@@ -50,7 +49,7 @@ mod tests {
     #[test]
     fn each_mode_has_its_own_count() {
         let c = ModeCounter::default();
-        for m in [Mode::Direct, Mode::DontCache, Mode::DontCache, Mode::DropBehind, Mode::Buffered, Mode::Auto] {
+        for m in [Taken::Direct, Taken::DontCache, Taken::DontCache, Taken::DropBehind, Taken::Buffered, Taken::NoData] {
             c.add(m);
         }
         let n = c.counts();

@@ -540,7 +540,7 @@ fn every_forced_mode_reads_and_writes_in_that_mode_or_is_refused_clearly() {
             _ => m.buffered,
         };
         assert_eq!(n, 2, "{mode:?}: {m:?}");
-        assert_eq!(r.write.as_ref().unwrap().decision.mode, mode);
+        assert_eq!(Mode::from(r.write.as_ref().unwrap().decision.mode), mode);
         let out = work.path().join(format!("out-{mode:?}"));
         fs::create_dir_all(&out).unwrap();
         run(Command::new("tar").args(["-I", "zstd", "-xf"]).arg(&a).arg("-C").arg(&out));

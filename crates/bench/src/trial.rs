@@ -153,7 +153,7 @@ impl Ctx<'_> {
         o.sync = true;
         o
     }
-    fn note(&self, what: &str, mode: Mode, reason: &dyn std::fmt::Display) {
+    fn note(&self, what: &str, mode: cacheless::Taken, reason: &dyn std::fmt::Display) {
         self.decisions.lock().unwrap_or_else(PoisonError::into_inner).insert(format!("{what} {mode} ({reason})"));
     }
 

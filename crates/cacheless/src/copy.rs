@@ -26,7 +26,7 @@ use crate::create::{CreateOptions, Durability, FileAttrs, FileCreator, NewFile};
 use crate::digest::{Algo, Hasher};
 use crate::error::{Error, ErrorKind, Result};
 use crate::pending::{Naming, PendingFile};
-use crate::policy::{self, Decision, Reason};
+use crate::policy::{self, Decision, Reason, Taken};
 use crate::progress::Progress;
 use crate::rate::RateLimit;
 use crate::read::{ReadOptions, Reader};
@@ -325,7 +325,7 @@ impl Staged {
         if got != want {
             return Err(mismatch(&self.path, algo, &got, want));
         }
-        let read = Decision { mode: crate::Mode::DropBehind, reason: Reason::ReadBackAfterSync };
+        let read = Decision { mode: Taken::DropBehind, reason: Reason::ReadBackAfterSync };
         Ok(VerifyReport { algo, digest: got, read, seconds: t.elapsed().as_secs_f64() })
     }
 
@@ -544,7 +544,7 @@ struct Job<'a> {
 /// How a source that is not read at offsets (a stream, or a file whose size its filesystem
 /// makes up) was read.
 fn streamed() -> Decision {
-    Decision { mode: crate::Mode::Buffered, reason: Reason::Streamed }
+    Decision { mode: Taken::Buffered, reason: Reason::Streamed }
 }
 
 impl<'a> Job<'a> {
@@ -764,7 +764,7 @@ impl<'a> Job<'a> {
                             }
                         }
                         self.entry = Some(entry);
-                        let decision = Decision { mode: crate::Mode::Auto, reason: Reason::Reflinked };
+                        let decision = Decision { mode: Taken::NoData, reason: Reason::Reflinked };
                         return Ok(Ok(WriteReport {
                             path: self.dst.to_path_buf(),
                             bytes: reader.len(),
@@ -847,7 +847,7 @@ impl<'a> Job<'a> {
         };
         self.extra(&src, f.file(), &meta, creator)?;
         let write = self.finish(f)?;
-        let read = Decision { mode: crate::Mode::Auto, reason: Reason::AttributesOnly };
+        let read = Decision { mode: Taken::NoData, reason: Reason::AttributesOnly };
         self.staged(Method::Copy, None, read, None, 0, write, 0)
     }
 

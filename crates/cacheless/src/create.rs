@@ -18,7 +18,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fault::{self, Step};
 use crate::pending::{initial_mode, Named, Naming, Parked, PendingFile};
 use crate::plan::{self, Plan};
-use crate::policy::{self, Decision, Mode, Reason};
+use crate::policy::{self, Decision, Mode, Reason, Taken};
 use crate::progress::Progress;
 use crate::residency;
 use crate::sys;
@@ -332,7 +332,7 @@ impl Shared {
     fn plan(&self, caps: Arc<FsCaps>, size: u64, path: &Path) -> Result<Plan> {
         let decision = if self.batches(size) {
             Decision {
-                mode: Mode::DropBehind,
+                mode: Taken::DropBehind,
                 reason: Reason::Batched { size, window_mib: self.opts.durability.write_back() >> 20, files: self.opts.deferred_drops.max(1) },
             }
         } else {
@@ -1116,10 +1116,10 @@ impl Draft {
         }
         let mode = self.plan()?.plan.decision.mode;
         match mode {
-            Mode::Direct => self.write_direct(data, off)?,
-            Mode::DontCache => self.write_dontcache(data, off)?,
-            Mode::DropBehind => self.write_behind(data, off)?,
-            Mode::Buffered | Mode::Auto => sys::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?,
+            Taken::Direct => self.write_direct(data, off)?,
+            Taken::DontCache => self.write_dontcache(data, off)?,
+            Taken::DropBehind => self.write_behind(data, off)?,
+            Taken::Buffered | Taken::NoData => sys::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?,
         }
         self.end = self.end.max(off + data.len() as u64);
         Ok(())
@@ -1206,7 +1206,7 @@ impl Draft {
             Err(e) if sys::dontcache_refused(&e) && self.shared.opts.mode == Mode::Auto => {
                 if let Some(w) = self.plan.as_mut() {
                     caps::refuse_dontcache(w.plan.caps.dev, &e);
-                    let decision = Decision { mode: Mode::DropBehind, reason: Reason::DontcacheRefusedByWrite { errno: caps::errno_name(&e) } };
+                    let decision = Decision { mode: Taken::DropBehind, reason: Reason::DontcacheRefusedByWrite { errno: caps::errno_name(&e) } };
                     w.plan = Plan::new(w.plan.caps.clone(), decision);
                 }
                 self.write_behind(data, off)
@@ -1230,7 +1230,7 @@ impl Draft {
     fn finish(&mut self, attrs: &FileAttrs) -> Result<WriteReport> {
         if self.stream {
             sys::apply_attrs(&self.file, attrs.permissions, attrs.atime, attrs.mtime).map_err(|(op, e)| self.err(op, e))?;
-            let decision = Decision { mode: Mode::Buffered, reason: Reason::NotRegularWrite };
+            let decision = Decision { mode: Taken::Buffered, reason: Reason::NotRegularWrite };
             return Ok(WriteReport { path: self.path.clone(), bytes: self.end, decision, direct_bytes: 0, tail_bytes: 0, synced: false, backend: None });
         }
         let decision = self.plan()?.plan.decision.clone();
@@ -1303,7 +1303,7 @@ mod tests {
         caps::set_cached(&File::open(d.path()).unwrap(), blind);
         let c = FileCreator::new(CreateOptions::default());
         let rep = c.write_file(dir.as_fd(), OsStr::new("f"), Path::new("f"), b"some data", &FileAttrs::default()).unwrap();
-        assert_eq!(rep.decision.mode, Mode::DropBehind, "{}", rep.decision.reason);
+        assert_eq!(rep.decision.mode, Taken::DropBehind, "{}", rep.decision.reason);
         assert!(matches!(rep.decision.reason, Reason::DontcacheRefusedByWrite { .. }), "{}", rep.decision.reason);
         assert!(rep.decision.reason.to_string().contains("refused by a write"), "{}", rep.decision.reason);
         assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"some data");

@@ -34,7 +34,7 @@ impl Plan {
 impl From<std::result::Result<Decision, Refusal>> for Plan {
     fn from(d: std::result::Result<Decision, Refusal>) -> Plan {
         match d {
-            Ok(d) => Plan { mode: d.mode, reason: d.reason.to_string(), hint: None },
+            Ok(d) => Plan { mode: d.mode.into(), reason: d.reason.to_string(), hint: None },
             Err(r) => Plan { mode: r.mode, reason: format!("refused: {}", r.reason), hint: Some(r.hint) },
         }
     }

@@ -71,7 +71,7 @@ pub use create::{sync_filesystem, CreateOptions, Durability, FileAttrs, FileCrea
 pub use create_queue::{CreateQueue, CreateTicket};
 pub use env::check_disabled;
 pub use error::{strerror, Error, ErrorKind, Hint, Result};
-pub use mode::Mode;
+pub use mode::{Mode, Taken};
 pub use options::{IoOptions, DEFAULT_BLOCK_SIZE, DEFAULT_BUDGET, DEFAULT_QUEUE_DEPTH};
 pub use pending::{initial_mode, PendingFile};
 pub use plan::{check_forced, Plan};

@@ -1,5 +1,5 @@
 //! The two settings a caller picks by name: how a file is read or written ([`Mode`]) and which
-//! I/O backend runs the requests ([`BackendKind`]). A leaf: the policy, the backends, the
+//! I/O backend runs the requests ([`BackendKind`]); and the mode a file got ([`Taken`]). A leaf: the policy, the backends, the
 //! errors' hints and the options all name them.
 
 use std::fmt;
@@ -61,6 +61,64 @@ impl FromStr for Mode {
             "buffered" => Mode::Buffered,
             other => return Err(format!("unknown mode '{other}': expected auto, direct, dontcache, writebehind or buffered")),
         })
+    }
+}
+
+/// The mode a file was read or written with: what the engine took for it, never `Auto` (a
+/// requested [`Mode`] may be). A decision's ([`crate::Decision`]) mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Taken {
+    /// O_DIRECT.
+    Direct,
+    /// Uncached buffered I/O (RWF_DONTCACHE).
+    DontCache,
+    /// Buffered I/O that drops its pages behind itself (`writebehind` in reports).
+    #[serde(rename = "writebehind")]
+    DropBehind,
+    /// Plain buffered I/O.
+    Buffered,
+    /// No data was read or written: the copy shares the source's extents (a reflink), or it
+    /// copies attributes only. Reports say `auto`, the word they have always given it.
+    #[serde(rename = "auto")]
+    NoData,
+}
+
+impl Taken {
+    /// The name reports give it ([`Mode::name`] of the same mode).
+    pub fn name(self) -> &'static str {
+        Mode::from(self).name()
+    }
+}
+
+impl From<Taken> for Mode {
+    fn from(t: Taken) -> Mode {
+        match t {
+            Taken::Direct => Mode::Direct,
+            Taken::DontCache => Mode::DontCache,
+            Taken::DropBehind => Mode::DropBehind,
+            Taken::Buffered => Mode::Buffered,
+            Taken::NoData => Mode::Auto,
+        }
+    }
+}
+
+impl Mode {
+    /// The mode taken when this one is forced; `None` for `Auto`, which the policy decides.
+    pub fn forced(self) -> Option<Taken> {
+        match self {
+            Mode::Auto => None,
+            Mode::Direct => Some(Taken::Direct),
+            Mode::DontCache => Some(Taken::DontCache),
+            Mode::DropBehind => Some(Taken::DropBehind),
+            Mode::Buffered => Some(Taken::Buffered),
+        }
+    }
+}
+
+impl fmt::Display for Taken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

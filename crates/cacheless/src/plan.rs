@@ -14,7 +14,7 @@ use crate::backend::{self, BackendChoice, BackendKind, Queue};
 use crate::buf::Lease;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Hint, Result};
-use crate::policy::{self, Decision, Mode, Refusal};
+use crate::policy::{self, Decision, Mode, Refusal, Taken};
 use crate::sys;
 
 /// The largest request size accepted (a read or write syscall moves at most 2 GiB at once).
@@ -39,15 +39,15 @@ impl Plan {
     /// The plan for `decision` on a filesystem with `caps`.
     pub fn new(caps: Arc<FsCaps>, decision: Decision) -> Plan {
         let (align, mem_align) = match (decision.mode, &caps.direct) {
-            (Mode::Direct, Ok(a)) => (a.offset.max(1) as usize, a.mem.max(1) as usize),
+            (Taken::Direct, Ok(a)) => (a.offset.max(1) as usize, a.mem.max(1) as usize),
             _ => (1, 1),
         };
-        let flags = if decision.mode == Mode::DontCache { RWF_DONTCACHE } else { 0 };
+        let flags = if decision.mode == Taken::DontCache { RWF_DONTCACHE } else { 0 };
         Plan { decision, align, mem_align, caps, flags }
     }
 
     /// The mode in effect.
-    pub fn mode(&self) -> Mode {
+    pub fn mode(&self) -> Taken {
         self.decision.mode
     }
 
@@ -60,7 +60,7 @@ impl Plan {
     /// The alignment data handed to this file should have to go to the kernel without a bounce
     /// copy: [`Plan::buffer_align`] when the file is read or written with O_DIRECT, 1 otherwise.
     pub fn data_align(&self) -> usize {
-        if self.decision.mode == Mode::Direct {
+        if self.decision.mode == Taken::Direct {
             self.buffer_align()
         } else {
             1
@@ -115,7 +115,7 @@ pub(crate) fn choose(
         None => caps::for_file(file).map_err(|e| Error::io("probe", path, e))?,
     };
     let mut decision = decide(&caps).map_err(|r| refused(op, path, r))?;
-    if decision.mode == Mode::Direct {
+    if decision.mode == Taken::Direct {
         if let Err(e) = sys::set_direct(file, true) {
             if e.raw_os_error() != Some(libc::EINVAL) {
                 return Err(direct_refused(path, e, &caps));
@@ -143,10 +143,10 @@ pub(crate) fn open_queue(kind: BackendKind, depth: usize, lease: Option<&Lease>,
 
 /// An I/O error of a request in `mode` with `flags`, with a note and a hint where the mode is
 /// the cause.
-pub(crate) fn io_error(op: &'static str, path: &Path, e: io::Error, mode: Mode, flags: i32, caps: &FsCaps) -> Error {
+pub(crate) fn io_error(op: &'static str, path: &Path, e: io::Error, mode: Taken, flags: i32, caps: &FsCaps) -> Error {
     let e = Error::io(op, path, e);
     match e.errno() {
-        Some(libc::EINVAL) if mode == Mode::Direct => e.with_note("O_DIRECT refused a request").with_hint(policy::alternatives(mode, caps)),
+        Some(libc::EINVAL) if mode == Taken::Direct => e.with_note("O_DIRECT refused a request").with_hint(policy::alternatives(Mode::Direct, caps)),
         Some(libc::EOPNOTSUPP) if flags & RWF_DONTCACHE != 0 => e.with_note("RWF_DONTCACHE unsupported").with_hint(policy::alternatives(Mode::DontCache, caps)),
         _ => e,
     }

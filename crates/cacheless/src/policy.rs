@@ -6,13 +6,13 @@ use serde::Serialize;
 
 use crate::caps::FsCaps;
 use crate::error::Hint;
-pub use crate::mode::Mode;
+pub use crate::mode::{Mode, Taken};
 
 /// A mode chosen for one file, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decision {
-    /// The mode in effect (never `Auto`).
-    pub mode: Mode,
+    /// The mode taken.
+    pub mode: Taken,
     /// Why this mode: the rule that fired, with the figures it used.
     pub reason: Reason,
 }
@@ -227,18 +227,18 @@ pub fn forced(mode: Mode, caps: &FsCaps) -> Result<(), Refusal> {
 ///
 /// A forced mode the filesystem cannot honour is refused, never silently downgraded.
 pub fn decide_read(requested: Mode, caps: &FsCaps, len: u64, cached: Option<u64>) -> Result<Decision, Refusal> {
-    if requested != Mode::Auto {
+    if let Some(taken) = requested.forced() {
         forced(requested, caps)?;
-        return Ok(Decision { mode: requested, reason: Reason::Requested });
+        return Ok(Decision { mode: taken, reason: Reason::Requested });
     }
     if let (Some(c), true) = (cached, len > 0) {
         let frac = c as f64 / len as f64;
         if frac >= WARM_FRACTION {
-            return Ok(Decision { mode: Mode::Buffered, reason: Reason::Resident { percent: frac * 100.0 } });
+            return Ok(Decision { mode: Taken::Buffered, reason: Reason::Resident { percent: frac * 100.0 } });
         }
     }
     if len < TINY_READ {
-        return Ok(Decision { mode: Mode::DropBehind, reason: Reason::SmallRead { len } });
+        return Ok(Decision { mode: Taken::DropBehind, reason: Reason::SmallRead { len } });
     }
     fallback_chain(caps, "read")
 }
@@ -248,29 +248,29 @@ pub fn decide_read(requested: Mode, caps: &FsCaps, len: u64, cached: Option<u64>
 /// Where O_DIRECT writes go through the page cache all the same ([`FsCaps::direct_write_cached`]),
 /// auto takes the next mode, and a forced direct write is done as asked, its reason saying so.
 pub fn decide_write(requested: Mode, caps: &FsCaps, size_hint: Option<u64>) -> Result<Decision, Refusal> {
-    if requested != Mode::Auto {
+    if let Some(taken) = requested.forced() {
         forced(requested, caps)?;
-        let reason = match (&caps.direct_write_cached, requested) {
-            (Some(why), Mode::Direct) => Reason::RequestedThough { why: why.clone() },
+        let reason = match (&caps.direct_write_cached, taken) {
+            (Some(why), Taken::Direct) => Reason::RequestedThough { why: why.clone() },
             _ => Reason::Requested,
         };
-        return Ok(Decision { mode: requested, reason });
+        return Ok(Decision { mode: taken, reason });
     }
     match size_hint {
         Some(n) if n < SMALL_WRITE => {
             if caps.dontcache.is_ok() {
-                Ok(Decision { mode: Mode::DontCache, reason: Reason::SmallWrite { len: n } })
+                Ok(Decision { mode: Taken::DontCache, reason: Reason::SmallWrite { len: n } })
             } else {
                 Ok(Decision {
-                    mode: Mode::DropBehind,
+                    mode: Taken::DropBehind,
                     reason: Reason::SmallWriteNoDontcache { len: n, dontcache: caps.dontcache.as_ref().err().map(|u| u.reason.clone()).unwrap_or_default() },
                 })
             }
         }
         _ => match (&caps.direct, &caps.direct_write_cached, &caps.dontcache) {
-            (Ok(_), Some(why), Ok(())) => Ok(Decision { mode: Mode::DontCache, reason: Reason::DirectWritesCached { why: why.clone() } }),
+            (Ok(_), Some(why), Ok(())) => Ok(Decision { mode: Taken::DontCache, reason: Reason::DirectWritesCached { why: why.clone() } }),
             (Ok(_), Some(why), Err(u)) => {
-                Ok(Decision { mode: Mode::DropBehind, reason: Reason::DirectWritesCachedNoDontcache { why: why.clone(), dontcache: u.reason.clone() } })
+                Ok(Decision { mode: Taken::DropBehind, reason: Reason::DirectWritesCachedNoDontcache { why: why.clone(), dontcache: u.reason.clone() } })
             }
             _ => fallback_chain(caps, "write"),
         },
@@ -279,10 +279,10 @@ pub fn decide_write(requested: Mode, caps: &FsCaps, size_hint: Option<u64>) -> R
 
 fn fallback_chain(caps: &FsCaps, what: &'static str) -> Result<Decision, Refusal> {
     match (&caps.direct, &caps.dontcache) {
-        (Ok(a), _) => Ok(Decision { mode: Mode::Direct, reason: Reason::Large { what, mem: a.mem, offset: a.offset } }),
-        (Err(d), Ok(())) => Ok(Decision { mode: Mode::DontCache, reason: Reason::NoDirect { direct: d.reason.clone() } }),
+        (Ok(a), _) => Ok(Decision { mode: Taken::Direct, reason: Reason::Large { what, mem: a.mem, offset: a.offset } }),
+        (Err(d), Ok(())) => Ok(Decision { mode: Taken::DontCache, reason: Reason::NoDirect { direct: d.reason.clone() } }),
         (Err(d), Err(u)) => {
-            Ok(Decision { mode: Mode::DropBehind, reason: Reason::NoDirectNoDontcache { what, direct: d.reason.clone(), dontcache: u.reason.clone() } })
+            Ok(Decision { mode: Taken::DropBehind, reason: Reason::NoDirectNoDontcache { what, direct: d.reason.clone(), dontcache: u.reason.clone() } })
         }
     }
 }
@@ -307,16 +307,16 @@ mod tests {
     fn direct_writes_that_go_through_the_cache_make_auto_take_the_next_mode_and_forced_direct_say_so() {
         let why = "an O_DIRECT write left 1 of 1 pages in the page cache";
         let wb = decide_write(Mode::Auto, &caps(false, Some(why)), None).unwrap();
-        assert_eq!(wb.mode, Mode::DropBehind);
+        assert_eq!(wb.mode, Taken::DropBehind);
         assert!(wb.reason.to_string().contains(why) && wb.reason.to_string().contains("EOPNOTSUPP"), "{}", wb.reason);
-        assert_eq!(decide_write(Mode::Auto, &caps(true, Some(why)), Some(1 << 30)).unwrap().mode, Mode::DontCache);
+        assert_eq!(decide_write(Mode::Auto, &caps(true, Some(why)), Some(1 << 30)).unwrap().mode, Taken::DontCache);
         let forced = decide_write(Mode::Direct, &caps(false, Some(why)), None).unwrap();
-        assert_eq!(forced.mode, Mode::Direct, "a forced mode is honoured");
+        assert_eq!(forced.mode, Taken::Direct, "a forced mode is honoured");
         assert_eq!(forced.reason, Reason::RequestedThough { why: why.into() });
         assert!(forced.reason.to_string().starts_with("requested, though") && forced.reason.to_string().contains(why), "{}", forced.reason);
         // Reads are unaffected, and without the finding large writes stay direct.
-        assert_eq!(decide_read(Mode::Auto, &caps(false, Some(why)), 1 << 30, Some(0)).unwrap().mode, Mode::Direct);
-        assert_eq!(decide_write(Mode::Auto, &caps(false, None), None).unwrap().mode, Mode::Direct);
+        assert_eq!(decide_read(Mode::Auto, &caps(false, Some(why)), 1 << 30, Some(0)).unwrap().mode, Taken::Direct);
+        assert_eq!(decide_write(Mode::Auto, &caps(false, None), None).unwrap().mode, Taken::Direct);
         assert_eq!(decide_write(Mode::Direct, &caps(false, None), None).unwrap().reason, Reason::Requested);
         assert_eq!(Reason::Requested.to_string(), "requested");
     }

@@ -15,7 +15,7 @@ use crate::caps::{self, CapsMemo, FsCaps};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::IoOptions;
 use crate::plan::{self, check_block_size, Plan};
-use crate::policy::{self, Decision, Mode, Reason};
+use crate::policy::{self, Decision, Mode, Reason, Taken};
 use crate::residency;
 use crate::sys;
 
@@ -192,14 +192,14 @@ impl Reader {
         let cached = if opts.io.mode == Mode::Auto && len > 0 { residency::residency(&file, 0, len).ok().map(|r| r.cached_bytes().min(len)) } else { None };
         let plan = plan::choose(&file, path, "open", Some(known), |caps| policy::decide_read(opts.io.mode, caps, len, cached))?;
         let (align, mem_align) = (plan.align, plan.mem_align);
-        let cold_direct = plan.decision.mode == Mode::Direct && len > 0 && residency::cachestat(file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache == 0);
+        let cold_direct = plan.decision.mode == Taken::Direct && len > 0 && residency::cachestat(file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache == 0);
         let page = sys::page_size();
         let mut block = round_up(opts.io.block_size.max(align), align);
         if len > 0 && crate::conv::usize_of(len) < block {
             // Never lease more than the file needs.
             block = round_up(crate::conv::usize_of(len), align.max(page));
         }
-        if plan.decision.mode == Mode::DropBehind && len > block as u64 {
+        if plan.decision.mode == Taken::DropBehind && len > block as u64 {
             // Drop-behind keeps only pages that were cached before each request. Kernel
             // read-ahead would cache pages ahead of the request before we look at them, so it is
             // turned off for this descriptor: our own queue does the read-ahead. A file read in
@@ -259,7 +259,7 @@ impl Reader {
     fn plain(file: File, meta: std::fs::Metadata, path: &Path, opts: &ReadOptions, caps: Arc<FsCaps>) -> Result<Reader> {
         let what = if meta.is_file() { format!("a {} file, whose size is made up", caps.fs_type) } else { caps.fs_type.clone() };
         let decision = match opts.io.mode {
-            Mode::Auto | Mode::Buffered | Mode::DropBehind => Decision { mode: Mode::Buffered, reason: Reason::PlainReads { what } },
+            Mode::Auto | Mode::Buffered | Mode::DropBehind => Decision { mode: Taken::Buffered, reason: Reason::PlainReads { what } },
             m => {
                 return Err(Error::new(ErrorKind::Unsupported, "open", path, format!("{m} unavailable: {what} is read only with plain reads"))
                     .with_hint(crate::error::Hint::Modes(vec![Mode::Auto, Mode::Buffered])));
@@ -357,7 +357,7 @@ impl Reader {
     }
 
     fn note_before(&mut self, off: u64, len: usize) {
-        if self.plan.decision.mode != Mode::DropBehind || len == 0 {
+        if self.plan.decision.mode != Taken::DropBehind || len == 0 {
             return;
         }
         // The open found nothing cached: a first request over the whole file drops all it reads.
@@ -574,7 +574,7 @@ impl Reader {
         }
         let want = crate::conv::fit(self.len - offset, buf.len());
         let buf = &mut buf[..want];
-        if self.plan.decision.mode != Mode::Direct {
+        if self.plan.decision.mode != Taken::Direct {
             return self.read_raw(buf, offset);
         }
         let a = self.plan.align;
@@ -645,7 +645,7 @@ impl Reader {
             return Err(Error::new(ErrorKind::InvalidInput, "read", &self.path, format!("a {} B file does not fit in memory", self.len)));
         };
         let len = crate::conv::fit(self.len, cap);
-        let want = if self.plan.decision.mode == Mode::Direct { cap } else { len };
+        let want = if self.plan.decision.mode == Taken::Direct { cap } else { len };
         let n = if self.len == 0 { 0 } else { self.read_raw(&mut buf[..want], 0)? };
         Ok(Chunk { buf, offset: 0, len: n.min(len) })
     }
@@ -727,11 +727,11 @@ impl Drop for Reader {
             // Pages past the end hold no data of the file, yet some filesystems fill them when
             // they decompress a whole block (squashfs caches its 128 KiB block in the file's
             // mapping): drop them too.
-            Mode::DropBehind if self.len > 0 && !self.dropped_all => {
+            Taken::DropBehind if self.len > 0 && !self.dropped_all => {
                 let page = sys::page_size() as u64;
                 let _ = residency::drop_range(&self.file, self.len.div_ceil(page) * page, 0);
             }
-            Mode::Direct if self.cold_direct && residency::cachestat(self.file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache > 0) => {
+            Taken::Direct if self.cold_direct && residency::cachestat(self.file.as_fd(), 0, 0).is_ok_and(|c| c.nr_cache > 0) => {
                 let _ = residency::drop_range(&self.file, 0, 0);
             }
             _ => {}

@@ -19,7 +19,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::options::IoOptions;
 use crate::pending::{initial_mode, Naming, PendingFile};
 use crate::plan::{self, Plan};
-use crate::policy::{self, Decision, Mode};
+use crate::policy::{self, Decision, Taken};
 use crate::read::Chunk;
 use crate::residency;
 use crate::sys::{self, set_direct};
@@ -166,7 +166,7 @@ impl Writer {
         // Preallocation keeps the file contiguous and lets direct writes land in allocated
         // space. Done at the first write, not here: a writer killed before it wrote anything
         // leaves no full-size temporary behind.
-        let prealloc = opts.size_hint.filter(|&h| h >= policy::SMALL_WRITE && plan.decision.mode != Mode::Buffered);
+        let prealloc = opts.size_hint.filter(|&h| h >= policy::SMALL_WRITE && plan.decision.mode != Taken::Buffered);
         Writer {
             file,
             path: path.to_path_buf(),
@@ -264,7 +264,7 @@ impl Writer {
             }
         }
         self.pos += len as u64;
-        if self.plan.decision.mode == Mode::Direct {
+        if self.plan.decision.mode == Taken::Direct {
             self.direct_bytes += len as u64;
         }
         self.outstanding.insert(off);
@@ -297,7 +297,7 @@ impl Writer {
         if let Err(e) = c.result {
             return Err(self.err("write", e));
         }
-        if self.plan.decision.mode == Mode::DropBehind {
+        if self.plan.decision.mode == Taken::DropBehind {
             self.write_behind()?;
         }
         Ok(())
@@ -433,7 +433,7 @@ impl Writer {
         let mut tail_bytes = 0u64;
         if let Some(buf) = self.cur.take() {
             let len = std::mem::take(&mut self.cur_len);
-            if self.plan.decision.mode == Mode::Direct && len % self.plan.align != 0 {
+            if self.plan.decision.mode == Taken::Direct && len % self.plan.align != 0 {
                 let bulk = len / self.plan.align * self.plan.align;
                 let tail = buf[bulk..len].to_vec();
                 if bulk > 0 {
@@ -463,20 +463,20 @@ impl Writer {
         }
         // Drop what went through the cache: the direct tail, the last write-behind windows.
         match self.plan.decision.mode {
-            Mode::Direct if tail_bytes > 0 => {
+            Taken::Direct if tail_bytes > 0 => {
                 let page = sys::page_size() as u64;
                 let start = (total - tail_bytes) / page * page;
                 // To the end of the file (length 0): fadvise(DONTNEED) keeps a partial last page
                 // of a range that stops short of a page boundary, which a tail always is.
                 let _ = residency::evict(&self.file, start, 0);
             }
-            Mode::DropBehind => {
+            Taken::DropBehind => {
                 let _ = residency::evict(&self.file, self.wb_dropped, 0);
             }
             // RWF_DONTCACHE drops pages as their writeback ends, but not always every one (the
             // filesystem matrix saw a page of a 2 MiB file stay on ext4). The file is new, so
             // every page of it came from this writer: drop what is left.
-            Mode::DontCache => {
+            Taken::DontCache => {
                 let _ = residency::drop_range(&self.file, 0, 0);
             }
             _ => {}

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use cacheless::residency::residency_of;
-use cacheless::{CreateOptions, Durability, ErrorKind, FileAttrs, FileCreator, Hint, Mode, Reason};
+use cacheless::{CreateOptions, Durability, ErrorKind, FileAttrs, FileCreator, Hint, Mode, Reason, Taken};
 use common::*;
 use rand::RngCore;
 
@@ -37,7 +37,7 @@ fn attrs() -> FileAttrs {
 }
 
 /// The mode auto must pick for `len` bytes on `dir`'s filesystem.
-fn auto_mode(dir: &Path, len: u64) -> Mode {
+fn auto_mode(dir: &Path, len: u64) -> Taken {
     cacheless::decide_write(Mode::Auto, &cacheless::caps::for_dir(dir).unwrap(), Some(len)).unwrap().mode
 }
 
@@ -60,9 +60,9 @@ fn write_file_every_mode_is_byte_exact_and_leaves_no_cache() {
                 let data = &backing[1..];
                 let name = format!("{mode}-{sync}-{i}");
                 let rep = creator.write_file(dir.as_fd(), OsStr::new(&name), Path::new(&name), data, &attrs()).unwrap();
-                let want = if mode == Mode::Auto { auto_mode(d.path(), len as u64) } else { mode };
+                let want = mode.forced().unwrap_or_else(|| auto_mode(d.path(), len as u64));
                 assert_eq!((rep.bytes, rep.decision.mode, rep.synced), (len as u64, want, sync), "{name}: {}", rep.decision.reason);
-                if want == Mode::Direct {
+                if want == Taken::Direct {
                     assert_eq!(rep.direct_bytes + rep.tail_bytes, len as u64, "{name}");
                     assert_eq!(rep.tail_bytes, (len % align) as u64, "{name}: only the unaligned tail goes buffered");
                 }
@@ -78,7 +78,7 @@ fn write_file_every_mode_is_byte_exact_and_leaves_no_cache() {
             // The footprint first: reading the files back caches them.
             for (p, want, data) in written {
                 let r = residency_of(&p).unwrap();
-                if want == Mode::Buffered {
+                if want == Taken::Buffered {
                     assert_eq!(r.cached_pages, r.total_pages, "{}: buffered writes stay cached", p.display());
                 } else {
                     assert_eq!(r.cached_pages, 0, "{} ({want}, sync {sync}) left {} pages cached", p.display(), r.cached_pages);
@@ -148,7 +148,7 @@ fn many_threads_share_one_creator() {
 fn small_files_written_back_in_batches_leave_no_cache() {
     let d = scratch();
     let dir = open_dir(d.path());
-    let batched = |len: u64| matches!(auto_mode(d.path(), len), Mode::DontCache | Mode::DropBehind);
+    let batched = |len: u64| matches!(auto_mode(d.path(), len), Taken::DontCache | Taken::DropBehind);
     if !batched(4096) {
         skip("auto writes small files directly here: nothing to batch");
         return;
@@ -163,7 +163,7 @@ fn small_files_written_back_in_batches_leave_no_cache() {
         total += data.len() as u64;
         let name = format!("s{i}");
         let rep = creator.write_file(dir.as_fd(), OsStr::new(&name), Path::new(&name), &data, &attrs()).unwrap();
-        assert_eq!(rep.decision.mode, Mode::DropBehind, "{name}: {}", rep.decision.reason);
+        assert_eq!(rep.decision.mode, Taken::DropBehind, "{name}: {}", rep.decision.reason);
         assert!(matches!(rep.decision.reason, Reason::Batched { .. }), "{name}: {}", rep.decision.reason);
         assert!(rep.decision.reason.to_string().contains("written back with the others"), "{name}: {}", rep.decision.reason);
         written.push((d.path().join(&name), data));

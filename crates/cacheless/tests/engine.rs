@@ -6,7 +6,7 @@ mod common;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 
-use cacheless::{copy_file, BackendKind, Budget, Mode, Progress, ReadOptions, Reader, WriteOptions, Writer};
+use cacheless::{copy_file, BackendKind, Budget, Mode, Progress, ReadOptions, Reader, Taken, WriteOptions, Writer};
 use common::*;
 use rand::Rng;
 
@@ -107,7 +107,7 @@ fn seek_stream_then_read_matches_the_file() {
         // next_chunk after a seek starts at the aligned offset at or below the target.
         r.seek_stream(align as u64 + 5).unwrap();
         let c = r.next_chunk().unwrap().unwrap();
-        let a = if r.decision().mode == Mode::Direct { align as u64 } else { 1 };
+        let a = if r.decision().mode == Taken::Direct { align as u64 } else { 1 };
         assert_eq!(c.offset(), (align as u64 + 5) / a * a);
         let at = usize::try_from(c.offset()).unwrap();
         assert!(c[..] == data[at..at + c.len()]);
@@ -216,7 +216,7 @@ fn tmpfs_without_dontcache_gets_the_next_mode() {
     let mut o = wo(Mode::Auto, BackendKind::Auto, 1 << 20);
     o.size_hint = Some(1000);
     let mut w = Writer::create(&p, &o).unwrap();
-    assert_eq!(w.decision().mode, Mode::DropBehind, "{}", w.decision().reason);
+    assert_eq!(w.decision().mode, Taken::DropBehind, "{}", w.decision().reason);
     assert!(matches!(w.decision().reason, cacheless::Reason::SmallWriteNoDontcache { len: 1000, .. }), "{}", w.decision().reason);
     assert!(w.decision().reason.to_string().contains("no RWF_DONTCACHE"), "{}", w.decision().reason);
     w.write_all(&[5u8; 1000]).unwrap();
@@ -246,8 +246,8 @@ fn direct_read_and_write_leave_no_cache() {
     let mut w = wo(Mode::Auto, BackendKind::Auto, 1 << 20);
     w.sync = true;
     let rep = copy_file(&src, &dst, &ro(Mode::Auto, BackendKind::Auto, 1 << 20), &w, &Progress::new()).unwrap();
-    assert_eq!(rep.read.mode, Mode::Direct);
-    assert_eq!(rep.write.decision.mode, Mode::Direct);
+    assert_eq!(rep.read.mode, Taken::Direct);
+    assert_eq!(rep.write.decision.mode, Taken::Direct);
     // (64 MiB + 333) % 512: the unaligned tail.
     assert_eq!(rep.write.tail_bytes, 333);
     for p in [&src, &dst] {
@@ -346,7 +346,7 @@ fn small_files_read_whole_leave_the_cache_as_they_found_it_and_a_memo_plans_the_
         drop(r);
         assert!(got == data, "{len} B: read differs");
         let res = cacheless::residency::residency_of(&p).unwrap();
-        if mode == Mode::DropBehind {
+        if mode == Taken::DropBehind {
             dropped_behind += 1;
             assert_eq!(res.cached_pages, 0, "{len} B: a cold file read whole left pages cached");
         }
@@ -499,7 +499,7 @@ fn files_whose_size_lies_are_read_to_their_end() {
         assert!(!want.is_empty());
         let mut r = Reader::open(p, &ro(Mode::Auto, BackendKind::Auto, 1 << 20)).unwrap();
         assert!(r.streams(), "{p}");
-        assert_eq!(r.decision().mode, Mode::Buffered);
+        assert_eq!(r.decision().mode, Taken::Buffered);
         let mut back = Vec::new();
         r.read_to_end(&mut back).unwrap();
         // /proc/self/mounts is this process's, stable across the two reads.

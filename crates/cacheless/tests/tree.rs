@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use cacheless::fault::{self, Site};
 use cacheless::tree::{copy_tree, TreeOptions, TreeReport};
-use cacheless::{BackendKind, Budget, IoOptions, Mode, Progress};
+use cacheless::{BackendKind, Budget, IoOptions, Mode, Progress, Taken};
 use common::*;
 
 /// One case injects at a time.
@@ -304,7 +304,7 @@ fn a_tree_copys_small_files_are_written_back_by_their_batch_and_leave_nothing_ca
     for f in &r.files {
         let why = &f.write.decision.reason;
         assert!(matches!(why, cacheless::Reason::Batched { .. }), "{}: {why}", f.write.path.display());
-        assert_eq!(f.write.decision.mode, Mode::DropBehind, "{}: {why}", f.write.path.display());
+        assert_eq!(f.write.decision.mode, Taken::DropBehind, "{}: {why}", f.write.path.display());
     }
     for p in want.0.keys() {
         for root in [&src, &dst] {

@@ -60,10 +60,10 @@ struct Row {
     path: PathBuf,
     algo: Algo,
     digest: String,
-    mode: Option<cacheless::Mode>,
+    mode: Option<cacheless::Taken>,
 }
 
-fn hash_file(f: &Path, algo: Algo, common: &CommonOpts, ro: &cacheless::ReadOptions) -> Result<(String, Option<cacheless::Mode>), cacheless::Error> {
+fn hash_file(f: &Path, algo: Algo, common: &CommonOpts, ro: &cacheless::ReadOptions) -> Result<(String, Option<cacheless::Taken>), cacheless::Error> {
     let mut h = Hasher::new(algo);
     if f.as_os_str() == "-" {
         ui::each_stdin_chunk(|d| {

@@ -149,7 +149,7 @@ impl SpanReader {
         let primary = Reader::open(path, &each)?;
         let file = primary.file().try_clone().map_err(|e| cacheless::Error::io("dup", path, e))?;
         let align = primary.plan().buffer_align();
-        each.io.mode = primary.decision().mode;
+        each.io.mode = primary.decision().mode.into();
         Ok(SpanReader {
             file,
             path: path.to_path_buf(),

@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use cacheless::{BackendKind, Budget, Mode, Progress, WriteOptions};
+use cacheless::{BackendKind, Budget, Mode, Progress, Taken, WriteOptions};
 use cacheless_safetensors::{load, load_model, save, serialize, Dtype, Error, LoadOptions, SafeFile, TensorData};
 use common::*;
 use rand::{Rng, RngCore};
@@ -239,13 +239,13 @@ fn a_cold_load_and_a_save_leave_no_page_cache_and_a_warm_file_stays_warm() {
     assert!(after_save.fraction() < 0.02, "save left {} of {} pages cached", after_save.cached_pages, after_save.total_pages);
     cacheless::residency::evict_path(&p).unwrap();
     let l = load(&p, None, &LoadOptions::new(Budget::new(64 << 20)), &Progress::new()).unwrap();
-    assert_eq!(l.report.decision.mode, Mode::Direct, "{}", l.report.decision.reason);
+    assert_eq!(l.report.decision.mode, Taken::Direct, "{}", l.report.decision.reason);
     let r = cacheless::residency::residency_of(&p).unwrap();
     assert!(r.fraction() < 0.02, "cold load left {} of {} pages cached", r.cached_pages, r.total_pages);
     // Warm the file, then load: buffered, and everything stays cached.
     let _ = std::fs::read(&p).unwrap();
     let l = load(&p, None, &LoadOptions::new(Budget::new(64 << 20)), &Progress::new()).unwrap();
-    assert_eq!(l.report.decision.mode, Mode::Buffered, "{}", l.report.decision.reason);
+    assert_eq!(l.report.decision.mode, Taken::Buffered, "{}", l.report.decision.reason);
     let r = cacheless::residency::residency_of(&p).unwrap();
     assert_eq!(r.cached_pages, r.total_pages, "a warm load must keep the file cached");
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use cacheless::pool::Work;
-use cacheless::{AlignedBuf, FileAttrs, FileCreator, Mode, NewFile, Progress};
+use cacheless::{AlignedBuf, FileAttrs, FileCreator, NewFile, Progress, Taken};
 use rustix::fs::Timestamps;
 
 use crate::fsops::RelPath;
@@ -537,7 +537,7 @@ impl Shared {
     }
 
     /// Counts a completed file and the mode it got.
-    pub(super) fn file_done(&self, m: Mode) {
+    pub(super) fn file_done(&self, m: Taken) {
         self.modes.add(m);
         self.progress.file_done();
     }

@@ -16,7 +16,7 @@ use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use cacheless::Lease;
-use cacheless::{AlignedBuf, Budget, Chunk, Mode, ReadOptions, Reader};
+use cacheless::{AlignedBuf, Budget, Chunk, ReadOptions, Reader, Taken};
 
 use super::header::SparseMap;
 
@@ -46,7 +46,7 @@ impl Deref for Piece {
 pub(crate) enum Msg {
     /// Opened: the mode it is read in and, for a sparse file, its data segments.
     Start {
-        mode: Mode,
+        mode: Taken,
         sparse: Option<SparseMap>,
     },
     Data(Piece),
