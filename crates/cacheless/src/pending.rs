@@ -14,7 +14,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -147,7 +147,7 @@ impl PendingFile {
         let fd = match &self.at {
             At::Temporary(tmp) => sys::openat(&*self.dir, tmp.as_os_str(), flags | OFlags::NOFOLLOW, FMode::empty()).map_err(io::Error::from)?,
             _ => {
-                let proc = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+                let proc = sys::proc_fd_path(self.file.as_fd());
                 sys::open(proc.as_str(), flags, FMode::empty()).map_err(io::Error::from)?
             }
         };

@@ -194,7 +194,7 @@ impl Ctx<'_> {
             };
             match creates.take(q.create) {
                 Ok(file) => ready.push(Small { rel: q.rel, file, meta: q.meta, data, ticket: q.ticket }),
-                Err(e) => self.sh.fail(Why { msg: named(&q.rel, &e.to_string(), false), errno: e.errno() }),
+                Err(e) => self.sh.fail(Why::engine(&q.rel, &e, false)),
             }
         }
         if !ready.is_empty() {

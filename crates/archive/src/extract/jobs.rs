@@ -163,6 +163,13 @@ impl Why {
     }
 }
 
+impl Why {
+    /// The engine's error `e` on the entry `rel`, named once (see [`named`]).
+    pub(super) fn engine(rel: &RelPath, e: &cacheless::Error, removed: bool) -> Why {
+        Why { msg: named(rel, &e.to_string(), removed), errno: e.errno() }
+    }
+}
+
 impl From<String> for Why {
     fn from(msg: String) -> Why {
         Why { msg, errno: None }
@@ -530,7 +537,7 @@ impl Shared {
         Box::new(move |r| match r {
             Ok(()) => ticket.ok(),
             Err(e) => {
-                failures.add(&progress, Why { msg: named(&rel, &e.to_string(), true), errno: e.errno() });
+                failures.add(&progress, Why::engine(&rel, &e, true));
                 drop(ticket);
             }
         })
@@ -632,7 +639,7 @@ impl Shared {
     fn done(&self, rel: &RelPath, res: Result<cacheless::WriteReport, Option<cacheless::Error>>) {
         match res {
             Ok(rep) => self.file_done(rep.decision.mode),
-            Err(Some(e)) => self.fail(Why { msg: named(rel, &e.to_string(), true), errno: e.errno() }),
+            Err(Some(e)) => self.fail(Why::engine(rel, &e, true)),
             Err(None) => {}
         }
     }

@@ -5,7 +5,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use rustix::fs::{Mode as FMode, OFlags};
@@ -106,7 +106,7 @@ pub fn link_fd(file: &File, dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()>
             r => return r,
         }
     }
-    let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let proc = super::proc_fd_path(file.as_fd());
     call(Site::Open, || rustix::fs::linkat(rustix::fs::CWD, proc.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW))
 }
 

@@ -5,7 +5,7 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -123,7 +123,7 @@ pub fn default_acl(dir: BorrowedFd<'_>) -> bool {
     const NAME: &str = "system.posix_acl_default";
     let asked = match quiet(|| rustix::fs::fgetxattr_query(dir, NAME)) {
         // An O_PATH descriptor: asked through its /proc link, which getxattr follows.
-        Err(Errno::BADF) => quiet(|| rustix::fs::getxattr_query(format!("/proc/self/fd/{}", dir.as_raw_fd()).as_str(), NAME)),
+        Err(Errno::BADF) => quiet(|| rustix::fs::getxattr_query(super::proc_fd_path(dir).as_str(), NAME)),
         r => r,
     };
     match asked {

@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -118,7 +118,7 @@ pub(crate) fn clean_once(dir: BorrowedFd<'_>) {
     }
     let (removed, _) = clean_fd(dir, None, false, &Owner::is_dead);
     if !removed.is_empty() {
-        let at = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).unwrap_or_default();
+        let at = std::fs::read_link(super::proc_fd_path(dir)).unwrap_or_default();
         let mut s = seen().lock().unwrap_or_else(|e| e.into_inner());
         s.removed.extend(removed.into_iter().map(|(n, pid)| (at.join(n), pid)));
     }
