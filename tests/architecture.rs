@@ -305,3 +305,39 @@ fn the_facade_check_sees_a_call_and_an_imported_function() {
     let code = "use rustix::fs::{Mode, openat as o, OFlags};\nuse libc::getpid;\nfn f() { rustix::fs::fchmod(x, m); libc::close(3); let d = rustix::fs::makedev(1, 2); let m = rustix::fs::Mode::empty(); }\n";
     assert_eq!(kernel_calls(code), ["rustix::fs::fchmod", "libc::close", "use rustix::fs::openat", "use libc::getpid"]);
 }
+
+/// The files that may hold unsafe code (docs/ARCHITECTURE.md): the I/O requests, aligned memory,
+/// the probes, the residency calls, and the Python binding's buffer protocol. Every crate
+/// denies unsafe code at its root; these allow it again.
+const UNSAFE: [&str; 5] = [
+    "crates/cacheless/src/backend/",
+    "crates/cacheless/src/buf.rs",
+    "crates/cacheless/src/caps.rs",
+    "crates/cacheless/src/residency.rs",
+    "bindings/python/src/pybuf.rs",
+];
+
+#[test]
+fn unsafe_code_is_allowed_only_where_the_architecture_says() {
+    let mut found = Vec::new();
+    let mut roots = 0;
+    for dir in SHIPPED {
+        for f in rs_files(&root().join(dir)) {
+            let rel = f.strip_prefix(root()).unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&f).unwrap();
+            if text.contains("#![deny(unsafe_code)]") {
+                roots += 1;
+            }
+            if text.contains("allow(unsafe_code)") && !UNSAFE.iter().any(|u| rel.starts_with(u)) {
+                found.push(rel);
+            }
+        }
+    }
+    assert_eq!(roots, SHIPPED.len(), "every shipped crate denies unsafe code at its root");
+    assert!(found.is_empty(), "unsafe code allowed outside the files docs/ARCHITECTURE.md names: {found:?}");
+    let doc = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).unwrap();
+    for u in &UNSAFE[..4] {
+        let name = u.rsplit_once("src/").unwrap().1;
+        assert!(doc.contains(&format!("`{name}`")), "docs/ARCHITECTURE.md names {name} among the unsafe files");
+    }
+}

@@ -18,35 +18,31 @@
 //! created at once on the caller's thread by [`FileCreator::create`]: the same files, the same
 //! errors; [`CreateQueue::how`] says which path was taken and why.
 //!
-//! Ownership: a request's directory (and its temporary name) stays in its slot until the
-//! request's completion is reaped (the kernel resolves the descriptor's number when the worker
-//! runs the request, so closing it earlier could create the file in whatever directory reuses
-//! the number). A queue dropped while it can no longer wait for its requests leaks those
-//! requests (directories and names) rather than free them.
-// The ring's submissions and the descriptors its completions return.
-#![allow(unsafe_code)]
+//! The requests are [`Op::open_at`] ops on a queue of `backend/` (an io_uring that one kernel
+//! worker serves, in order): the backend owns each request's folder and name until its
+//! completion is reaped, and the descriptor it opened from then on, on every path, as it owns
+//! the buffers of reads and writes; a queue dropped while it can no longer wait for its
+//! requests leaks them rather than free them.
 
-use std::ffi::{CStr, CString, OsStr, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use io_uring::{opcode, squeue, types, IoUring};
-
+use crate::backend::{self, Completion, Op, Queue};
 use crate::create::{FileAttrs, FileCreator, NewFile};
 use crate::error::{Error, Result};
-use crate::fault::Site;
 use crate::pending::PendingFile;
 use crate::sys;
 
 /// Requests handed to the kernel together (one `io_uring_enter` each so many files).
 const SUBMIT_EVERY: usize = 8;
 /// Requests in flight at most (the ring's size).
-const DEPTH: u32 = 256;
+const DEPTH: usize = 256;
 /// The path of an O_TMPFILE openat: the directory itself.
-const DOT: &CStr = c".";
+const DOT: &std::ffi::CStr = c".";
 
 /// A file asked of [`CreateQueue::push`], to be taken with [`CreateQueue::take`]. Dropped
 /// without being taken, its file is removed (closed without a name) once its request is done.
@@ -65,22 +61,31 @@ impl Drop for CreateTicket {
     }
 }
 
-/// What a file was asked with, kept until its request completes.
+/// What a file was asked with, kept until it is taken (the folder and the name the kernel
+/// opens are in the request, the backend's until its completion).
 #[derive(Debug)]
-struct Req {
-    dir: Arc<OwnedFd>,
+struct Asked {
     name: OsString,
     path: PathBuf,
     size_hint: u64,
     attrs: FileAttrs,
     /// Created with its final permission bits (see [`FileCreator::unnamed_perm`]).
     exact: bool,
-    /// The temporary name it is created under; `None`: without a name (O_TMPFILE).
-    temp: Option<CString>,
+    /// Created under a temporary name (else without a name: O_TMPFILE).
+    temp: bool,
     /// Its ticket was dropped: the file goes once the request is done.
     abandoned: bool,
     /// Its place among the requests made.
     seq: u64,
+}
+
+/// A request's completion: its folder, the name it opened there, and the descriptor or the
+/// error.
+#[derive(Debug)]
+struct Opened {
+    dir: Arc<OwnedFd>,
+    at: CString,
+    fd: io::Result<OwnedFd>,
 }
 
 #[derive(Debug)]
@@ -88,17 +93,10 @@ enum Slot {
     Free,
     /// Created on the caller's thread.
     Done(Box<NewFile>),
-    /// Its openat is queued or running; its directory is held until the completion is reaped.
-    InFlight(Req),
-    /// Its openat is done: the descriptor, or the errno.
-    Completed(Req, i32),
-}
-
-/// The descriptor an openat request's completion returned (`res` >= 0).
-fn opened(res: i32) -> OwnedFd {
-    // SAFETY: the kernel opened it for this request, and each completion is turned into an
-    // owner once (its slot leaves `Completed`, or its request is abandoned, at the same time).
-    unsafe { OwnedFd::from_raw_fd(res) }
+    /// Its request is queued or running.
+    InFlight(Asked),
+    /// Its request is done.
+    Completed(Asked, Opened),
 }
 
 /// Creates the files of a [`FileCreator`] ahead of their data; see the module's docs. For one
@@ -106,22 +104,17 @@ fn opened(res: i32) -> OwnedFd {
 /// and taken, complete, with [`CreateQueue::take`].
 pub struct CreateQueue {
     creator: FileCreator,
-    ring: Option<IoUring>,
+    queue: Option<Box<dyn Queue>>,
     /// Why files are created on the caller's thread, where they are.
     why_not: Option<String>,
     slots: Vec<Slot>,
     free: Vec<usize>,
     abandoned: Arc<Mutex<Vec<usize>>>,
-    /// Requests in the submission ring not yet handed to the kernel, and in flight.
-    unsubmitted: usize,
-    in_flight: usize,
-    /// Requests made and `io_uring_enter` calls that handed them over, for the report.
+    /// Requests made, and the submissions that handed them to the kernel, for the report.
     requests: u64,
-    enters: u64,
-    /// Completions reaped so far.
+    submissions: u64,
+    /// Completions received so far.
     reaped: u64,
-    /// The completions of one reap (kept for the next).
-    done: Vec<(usize, i32)>,
     /// The folder whose leftovers were last looked at (see `temps::clean_once`): files come
     /// folder by folder, and looking costs an fstat each time.
     cleaned: Option<Arc<OwnedFd>>,
@@ -129,7 +122,8 @@ pub struct CreateQueue {
 
 impl std::fmt::Debug for CreateQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CreateQueue").field("ring", &self.ring.is_some()).field("in_flight", &self.in_flight).finish()
+        let in_flight = self.queue.as_ref().map_or(0, |q| q.in_flight());
+        f.debug_struct("CreateQueue").field("ring", &self.queue.is_some()).field("in_flight", &in_flight).finish()
     }
 }
 
@@ -147,40 +141,32 @@ impl CreateQueue {
     }
 
     fn with(creator: &FileCreator, not: Option<String>) -> CreateQueue {
-        let ring = if let Some(why) = not {
+        let queue = if let Some(why) = not {
             Err(why)
         } else if !creator.publishes() {
             Err("files are created under their final name".to_string())
         } else if crate::env::disabled("tmpfile") {
             Err("O_TMPFILE unavailable".to_string())
         } else {
-            match &crate::caps::system().uring {
-                Err(u) => Err(format!("io_uring unavailable: {}", u.reason)),
-                Ok(()) => IoUring::new(DEPTH).map_err(|e| format!("io_uring_setup: {e}")),
-            }
+            backend::open_in_order(DEPTH).map_err(|e| match e.raw_os_error() {
+                Some(_) => format!("io_uring_setup: {e}"),
+                None => e.to_string(),
+            })
         };
-        let (ring, why_not) = match ring {
-            Ok(r) => {
-                // One worker runs the requests, in order: creations on several threads contend.
-                // A kernel without the limit runs them on as many as it likes (still correct).
-                let _ = r.submitter().register_iowq_max_workers(&mut [1, 1]);
-                (Some(r), None)
-            }
+        let (queue, why_not) = match queue {
+            Ok(q) => (Some(q), None),
             Err(why) => (None, Some(why)),
         };
         CreateQueue {
             creator: creator.clone(),
-            ring,
+            queue,
             why_not,
             slots: Vec::new(),
             free: Vec::new(),
             abandoned: Arc::default(),
-            unsubmitted: 0,
-            in_flight: 0,
             requests: 0,
-            enters: 0,
+            submissions: 0,
             reaped: 0,
-            done: Vec::new(),
             cleaned: None,
         }
     }
@@ -190,7 +176,10 @@ impl CreateQueue {
         match (&self.why_not, self.requests) {
             (None, 0) => "O_TMPFILE openat requests on io_uring (none made)".to_string(),
             (None, n) => {
-                format!("O_TMPFILE openat requests on io_uring, {:.1} per submission, run in order by one kernel worker", n as f64 / self.enters.max(1) as f64)
+                format!(
+                    "O_TMPFILE openat requests on io_uring, {:.1} per submission, run in order by one kernel worker",
+                    n as f64 / self.submissions.max(1) as f64
+                )
             }
             (Some(why), _) => format!("on the parsing thread ({why})"),
         }
@@ -201,15 +190,13 @@ impl CreateQueue {
     /// returned now; an error of the request itself comes from [`CreateQueue::take`].
     pub fn push(&mut self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<CreateTicket> {
         self.reclaim();
-        if self.ring.is_none() || !sys::tmpfile_available(dir.as_fd()) {
+        if self.queue.is_none() || !sys::tmpfile_available(dir.as_fd()) {
             let file = self.creator.create(dir, name, display_path, size_hint, attrs)?;
             return Ok(self.ticket(Slot::Done(Box::new(file))));
         }
         sys::check_name("create", display_path, name)?;
-        // The same fault site as a creation on the caller's thread, counted in the same order.
-        sys::call(Site::Open, || Ok(())).map_err(|e| Error::io("create", display_path, e))?;
-        if self.in_flight + self.unsubmitted >= DEPTH as usize {
-            self.wait(1).map_err(|e| Error::io("create", display_path, e))?;
+        if self.queue.as_ref().is_some_and(|q| q.in_flight() >= DEPTH) {
+            self.collect(1).map_err(|e| Error::io("create", display_path, e))?;
         }
         // A file the gate would park once finished (see `FileCreator::with_gate`) is created
         // under its temporary name now: a rename names it later, where parking would cost a
@@ -232,33 +219,24 @@ impl CreateQueue {
                 (perm, exact, sys::UNNAMED)
             }
         };
-        let req = Req { dir, name: name.to_os_string(), path: display_path.to_path_buf(), size_hint, attrs, exact, temp, abandoned: false, seq: self.requests };
-        let at = req.temp.as_deref().unwrap_or(DOT);
-        let sqe = opcode::OpenAt::new(types::Fd(req.dir.as_raw_fd()), at.as_ptr())
-            // The flags of every file created without a name, or under a name (the bits fit an int).
-            .flags(i32::from_ne_bytes(flags.bits().to_ne_bytes()))
-            .mode(perm)
-            .build()
-            // Creating a file always blocks: straight to the worker.
-            .flags(squeue::Flags::ASYNC);
-        let ticket = self.ticket(Slot::InFlight(req));
-        let sqe = sqe.user_data(ticket.slot as u64);
-        let Some(ring) = self.ring.as_mut() else { return Err(Error::io("create", display_path, io::Error::other("no ring"))) };
-        // SAFETY: the request names the directory's descriptor and its path (static, or the
-        // temporary name's heap buffer, which moving the request does not move), both kept in
-        // its slot until its completion is reaped.
-        if unsafe { ring.submission().push(&sqe) }.is_err() {
-            // The submission ring is full of requests not yet handed over: hand them over.
-            self.submit().map_err(|e| Error::io("create", display_path, e))?;
-            let Some(ring) = self.ring.as_mut() else { return Err(Error::io("create", display_path, io::Error::other("no ring"))) };
-            // SAFETY: as above.
-            unsafe { ring.submission().push(&sqe) }.map_err(|_| Error::io("create", display_path, io::Error::other("io_uring submission ring full")))?;
-        }
-        self.unsubmitted += 1;
+        let asked = Asked {
+            name: name.to_os_string(),
+            path: display_path.to_path_buf(),
+            size_hint,
+            attrs,
+            exact,
+            temp: temp.is_some(),
+            abandoned: false,
+            seq: self.requests,
+        };
+        let ticket = self.ticket(Slot::InFlight(asked));
+        let op = Op::open_at(dir, temp.unwrap_or_else(|| DOT.to_owned()), flags, perm, ticket.slot as u64);
+        let Some(q) = self.queue.as_mut() else { return Err(Error::io("create", display_path, io::Error::other("no ring"))) };
+        q.push_deferred(op);
         self.requests += 1;
-        if self.unsubmitted >= SUBMIT_EVERY {
-            // A failed submission leaves the requests queued for the next one.
-            let _ = self.submit();
+        if q.deferred() >= SUBMIT_EVERY {
+            q.flush();
+            self.submissions += 1;
         }
         Ok(ticket)
     }
@@ -267,38 +245,36 @@ impl CreateQueue {
     pub fn take(&mut self, mut ticket: CreateTicket) -> Result<NewFile> {
         ticket.taken = true;
         let slot = ticket.slot;
-        while let Slot::InFlight(req) = &self.slots[slot] {
+        while let Slot::InFlight(a) = &self.slots[slot] {
             // The worker runs requests in order: those before this one complete first, and one
             // wait covers them all (a wake-up each would cost a switch each).
-            let ahead = (req.seq + 1).saturating_sub(self.reaped);
-            let path = req.path.clone();
-            self.wait(ahead).map_err(|e| Error::io("create", &path, e))?;
+            let ahead = (a.seq + 1).saturating_sub(self.reaped);
+            let path = a.path.clone();
+            self.collect(ahead).map_err(|e| Error::io("create", &path, e))?;
         }
         let done = std::mem::replace(&mut self.slots[slot], Slot::Free);
         self.free.push(slot);
         match done {
             Slot::Done(f) => Ok(*f),
-            Slot::Completed(req, res) if res >= 0 => {
-                let fd = opened(res);
-                let tmp = req.temp.map(|t| OsString::from_vec(t.into_bytes()));
-                let entry = PendingFile::adopt(fd, req.dir, &req.name, &req.path, tmp);
-                Ok(self.creator.adopt(entry, req.size_hint, FileCreator::mode_given(req.attrs, req.exact)))
+            Slot::Completed(a, Opened { dir, at, fd: Ok(fd) }) => {
+                let tmp = a.temp.then(|| OsString::from_vec(at.into_bytes()));
+                let entry = PendingFile::adopt(fd, dir, &a.name, &a.path, tmp);
+                Ok(self.creator.adopt(entry, a.size_hint, FileCreator::mode_given(a.attrs, a.exact)))
             }
-            Slot::Completed(req, res) => {
-                let e = io::Error::from_raw_os_error(-res);
-                if res == -libc::EINTR || (res == -libc::EEXIST && req.temp.is_some()) {
+            Slot::Completed(a, Opened { dir, fd: Err(e), .. }) => {
+                if e.raw_os_error() == Some(libc::EINTR) || (e.raw_os_error() == Some(libc::EEXIST) && a.temp) {
                     // Interrupted before it was made, or its temporary name taken (another
                     // process's): made again, here, under another one where it needs one.
-                    return self.creator.create(req.dir, &req.name, &req.path, req.size_hint, req.attrs);
+                    return self.creator.create(dir, &a.name, &a.path, a.size_hint, a.attrs);
                 }
                 // (Only an O_TMPFILE open says whether the filesystem has O_TMPFILE.)
-                if req.temp.is_none() && sys::tmpfile_refused(&e, req.dir.as_fd()) {
+                if !a.temp && sys::tmpfile_refused(&e, dir.as_fd()) {
                     // No O_TMPFILE here: this file and the next are created at once, under a
                     // temporary name.
                     self.why_not = Some(format!("O_TMPFILE refused: {}", crate::caps::errno_name(&e)));
-                    return self.creator.create(req.dir, &req.name, &req.path, req.size_hint, req.attrs);
+                    return self.creator.create(dir, &a.name, &a.path, a.size_hint, a.attrs);
                 }
-                Err(Error::io("create", &req.path, e))
+                Err(Error::io("create", &a.path, e))
             }
             Slot::Free | Slot::InFlight(_) => Err(Error::io("create", Path::new(""), io::Error::other("create queue slot lost"))),
         }
@@ -324,99 +300,87 @@ impl CreateQueue {
         let gone: Vec<usize> = std::mem::take(&mut *self.abandoned.lock().unwrap_or_else(|e| e.into_inner()));
         for i in gone {
             match std::mem::replace(&mut self.slots[i], Slot::Free) {
-                Slot::InFlight(mut req) => {
-                    req.abandoned = true;
-                    self.slots[i] = Slot::InFlight(req);
+                Slot::InFlight(mut a) => {
+                    a.abandoned = true;
+                    self.slots[i] = Slot::InFlight(a);
                     continue;
                 }
-                Slot::Completed(req, res) => discard(&req, res),
+                Slot::Completed(a, o) => discard(o, a.temp),
                 _ => {}
             }
             self.free.push(i);
         }
     }
 
-    /// Hands the queued requests to the kernel.
-    fn submit(&mut self) -> io::Result<()> {
-        let Some(ring) = self.ring.as_mut() else { return Ok(()) };
-        if self.unsubmitted == 0 {
-            return Ok(());
+    /// Hands over what is queued, waits until `want` requests are done (at least one, at most
+    /// those in flight), and takes every completion there is.
+    fn collect(&mut self, want: u64) -> io::Result<()> {
+        let Some(q) = self.queue.as_mut() else { return Err(io::Error::other("no ring")) };
+        if q.deferred() > 0 {
+            self.submissions += 1;
         }
-        loop {
-            match ring.submit() {
-                Ok(n) => {
-                    self.enters += 1;
-                    self.unsubmitted -= n.min(self.unsubmitted);
-                    self.in_flight += n;
-                    return Ok(());
-                }
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(e),
-            }
+        q.flush();
+        q.wait_ready(usize::try_from(want).unwrap_or(usize::MAX).max(1))?;
+        let mut next = Some(q.wait()?);
+        while let Some(c) = next {
+            self.record(c);
+            next = self.queue.as_mut().and_then(|q| q.poll());
         }
-    }
-
-    /// Hands over what is queued and waits for `want` completions (at least one, at most those
-    /// in flight), then reaps them all.
-    fn wait(&mut self, want: u64) -> io::Result<()> {
-        self.submit()?;
-        if self.in_flight == 0 {
-            return Err(io::Error::other("io_uring: nothing in flight to wait for"));
-        }
-        let want = usize::try_from(want).unwrap_or(usize::MAX).clamp(1, self.in_flight);
-        let Some(ring) = self.ring.as_mut() else { return Ok(()) };
-        if ring.completion().len() < want {
-            loop {
-                match ring.submit_and_wait(want) {
-                    Ok(_) => break,
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        self.reap();
         Ok(())
     }
 
-    fn reap(&mut self) {
-        let Some(ring) = self.ring.as_mut() else { return };
-        // Reused: an allocation per wait of this size would have malloc consolidate its free
-        // lists each time.
-        let mut done = std::mem::take(&mut self.done);
-        done.clear();
-        done.extend(ring.completion().map(|c| (usize::try_from(c.user_data()).unwrap_or(usize::MAX), c.result())));
-        for &(i, res) in &done {
-            let Some(slot) = self.slots.get_mut(i) else { continue };
-            let Slot::InFlight(req) = std::mem::replace(slot, Slot::Free) else { continue };
-            self.in_flight -= 1;
-            self.reaped += 1;
-            if req.abandoned {
-                discard(&req, res);
-                self.free.push(i);
-            } else {
-                *slot = Slot::Completed(req, res);
+    /// Puts a request's completion in its slot (or removes its file, where its ticket was
+    /// dropped).
+    fn record(&mut self, c: Completion) {
+        let i = crate::conv::usize_of(c.op.tag());
+        let Some((dir, at, fd)) = c.op.into_opened() else { return };
+        self.reaped += 1;
+        let Some(Slot::InFlight(a)) = self.slots.get_mut(i).map(|s| std::mem::replace(s, Slot::Free)) else {
+            // Not a request of this queue's (never happens): what it made is closed.
+            return;
+        };
+        let fd = match (c.result, fd) {
+            (Ok(_), Some(fd)) => Ok(fd),
+            (Ok(_), None) => Err(io::Error::other("openat completed without a descriptor")),
+            (Err(e), made) => {
+                // A submission error charged to a request the kernel ran anyway: what it made
+                // goes, and the file fails with the error.
+                if let Some(fd) = made {
+                    discard(Opened { dir: dir.clone(), at: at.clone(), fd: Ok(fd) }, a.temp);
+                }
+                Err(e)
             }
+        };
+        let o = Opened { dir, at, fd };
+        if a.abandoned {
+            discard(o, a.temp);
+            self.free.push(i);
+        } else {
+            self.slots[i] = Slot::Completed(a, o);
         }
-        self.done = done;
     }
 }
 
 impl Drop for CreateQueue {
     fn drop(&mut self) {
-        // Every request's completion is reaped before its directory is closed.
-        while self.in_flight + self.unsubmitted > 0 {
-            if self.wait(u64::MAX).is_err() {
-                break;
+        // Files nobody took are removed once their requests are done; the backend's queue
+        // leaks the requests it can no longer wait for.
+        if let Some(mut q) = self.queue.take() {
+            while q.in_flight() > 0 {
+                match q.wait() {
+                    Ok(c) => {
+                        let temp = matches!(self.slots.get(crate::conv::usize_of(c.op.tag())), Some(Slot::InFlight(a)) if a.temp);
+                        if let Some((dir, at, Some(fd))) = c.op.into_opened() {
+                            discard(Opened { dir, at, fd: Ok(fd) }, temp);
+                        }
+                    }
+                    Err(_) => break,
+                }
             }
         }
         for s in self.slots.drain(..) {
-            match s {
-                // Never completed: its directory stays open for good, and its temporary name
-                // stays allocated (see the module's docs).
-                #[allow(clippy::mem_forget)] // The leak is the point: the kernel may still use the number and the name.
-                Slot::InFlight(req) => std::mem::forget(req),
-                Slot::Completed(req, res) => discard(&req, res),
-                _ => {}
+            if let Slot::Completed(a, o) = s {
+                discard(o, a.temp);
             }
         }
     }
@@ -424,13 +388,11 @@ impl Drop for CreateQueue {
 
 /// The file a request made that nobody takes: closed, and its temporary name removed where it
 /// has one (one without a name goes with its descriptor).
-fn discard(req: &Req, res: i32) {
-    if res < 0 {
-        return;
-    }
-    drop(opened(res));
-    if let Some(t) = &req.temp {
-        let _ = sys::unlinkat(&*req.dir, t.as_c_str(), rustix::fs::AtFlags::empty());
+fn discard(o: Opened, temp: bool) {
+    let Ok(fd) = o.fd else { return };
+    drop(fd);
+    if temp {
+        let _ = sys::unlinkat(&*o.dir, o.at.as_c_str(), rustix::fs::AtFlags::empty());
     }
 }
 
@@ -443,16 +405,6 @@ mod tests {
 
     fn open_dir(p: &Path) -> Arc<OwnedFd> {
         Arc::new(sys::open(p, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap())
-    }
-
-    /// This process's descriptors of files in `dir` (an unnamed file shows as `dir/#INODE (deleted)`).
-    fn open_in(dir: &Path) -> Vec<PathBuf> {
-        let dir = dir.to_string_lossy().into_owned() + "/";
-        std::fs::read_dir("/proc/self/fd")
-            .unwrap()
-            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-            .filter(|t| t.to_string_lossy().starts_with(&dir))
-            .collect()
     }
 
     fn content(i: u32) -> Vec<u8> {
@@ -522,7 +474,7 @@ mod tests {
             assert_eq!(m.mtime(), 1_000_000 + i64::from(i));
         }
         drop(creator);
-        assert_eq!(open_in(d.path()), Vec::<PathBuf>::new(), "every descriptor the requests opened is closed");
+        assert_eq!(cacheless_testkit::open_in(d.path()), Vec::<PathBuf>::new(), "every descriptor the requests opened is closed");
     }
 
     /// A request that fails in the kernel (its directory was removed) fails its take, naming the
@@ -586,8 +538,53 @@ mod tests {
                 assert_eq!(names(), Vec::<String>::new(), "nothing the gate did not pass is left");
             }
             drop(creator);
-            assert_eq!(open_in(d.path()), Vec::<PathBuf>::new());
+            assert_eq!(cacheless_testkit::open_in(d.path()), Vec::<PathBuf>::new());
         }
+    }
+
+    /// A failed submission is charged to the requests it left in the ring, which the kernel
+    /// runs with the next one: those files fail with the error, naming themselves, and what
+    /// the kernel made for them (under temporary names) is removed; the others are whole.
+    #[test]
+    fn a_failed_submission_fails_its_files_and_leaves_nothing_they_made() {
+        use std::sync::atomic::AtomicU64;
+        if !cacheless_testkit::require("uring", crate::caps::system().uring.as_ref().map(|_| ()).map_err(|u| u.reason.clone())) {
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let dir = open_dir(d.path());
+        let gate = Arc::new(AtomicU64::new(u64::MAX));
+        let opts = CreateOptions { durability: Durability::NamedAfterSync { write_back: Some(1 << 20) }, ..CreateOptions::new() };
+        // Holding no file open: every file is made under a temporary name.
+        let creator = FileCreator::with_gate(opts, gate, 0);
+        let mut q = CreateQueue::new(&creator);
+        backend::fail_submit(1, libc::ENXIO);
+        let tickets: Vec<_> = (0..24u32)
+            .map(|i| q.push(dir.clone(), OsStr::new(&format!("f{i:02}")), Path::new(&format!("f{i:02}")), 10, FileAttrs::default()).unwrap())
+            .collect();
+        let (mut good, mut failed) = (Vec::new(), Vec::new());
+        for (i, t) in (0u32..).zip(tickets) {
+            match q.take(t) {
+                Ok(mut f) => {
+                    f.write_at(&content(i + 1), 0).unwrap();
+                    f.finish().unwrap();
+                    good.push(format!("f{i:02}"));
+                }
+                Err(e) => {
+                    assert_eq!(e.errno(), Some(libc::ENXIO), "{e}");
+                    assert!(e.to_string().contains(&format!("f{i:02}")), "{e}");
+                    failed.push(i);
+                }
+            }
+        }
+        assert_eq!(failed, (8..16).collect::<Vec<_>>(), "the second submission's eight requests fail");
+        drop(q);
+        creator.publish_now();
+        let mut names: Vec<String> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, good, "no temporary is left of the failed files");
+        drop(creator);
+        assert_eq!(cacheless_testkit::open_in(d.path()), Vec::<PathBuf>::new());
     }
 
     #[test]

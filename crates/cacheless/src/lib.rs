@@ -56,7 +56,10 @@ mod read;
 pub mod residency;
 #[doc(hidden)]
 pub mod sys;
-pub use sys::temps;
+/// Temporaries' names and their owners' leftovers: part of `sys/` (the facade), declared here so
+/// that it has one public path.
+#[path = "sys/temps.rs"]
+pub mod temps;
 
 pub mod tree;
 mod units;

@@ -112,6 +112,17 @@ pub fn scratch_in(base: &Path) -> tempfile::TempDir {
     tempfile::Builder::new().prefix("cacheless-test-").tempdir_in(base).unwrap_or_else(|e| panic!("scratch folder in {}: {e}", base.display()))
 }
 
+/// This process's descriptors of files in `dir` (an unnamed file shows as `dir/#INODE (deleted)`):
+/// what a test expects to be empty once everything it opened there is closed.
+pub fn open_in(dir: &Path) -> Vec<PathBuf> {
+    let dir = dir.to_string_lossy().into_owned() + "/";
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap_or_else(|e| panic!("/proc/self/fd: {e}"))
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| t.to_string_lossy().starts_with(&dir))
+        .collect()
+}
+
 /// The path of the workspace binary `name` built with this test (`target/<profile>/<name>`).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));

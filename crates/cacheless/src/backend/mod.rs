@@ -2,22 +2,27 @@
 //!
 //! Crate-private: the public API names only [`BackendKind`] and [`BackendChoice`].
 //!
-//! A [`Queue`] takes [`Op`]s (a read or write of one range of one file) and hands back
-//! [`Completion`]s, in any order, with up to `depth()` in flight. Each op owns its buffer (or,
-//! for the unsafe borrowed form, the caller guarantees the memory outlives the op), and the
-//! queue keeps the op until its I/O has finished: a buffer handed to the kernel stays owned by
-//! its slot until its completion is reaped, on every path, errors and drop included. Every op
-//! pushed comes back exactly once, carrying its result or the error that stopped it. Writes
-//! complete only when the whole range is written (short writes are resubmitted); reads may be
-//! short at end of file.
+//! A [`Queue`] takes [`Op`]s (a read or write of one range of one file, or the creation of a
+//! file in a folder) and hands back [`Completion`]s, in any order, with up to `depth()` in
+//! flight. Each op owns what the kernel reads or writes for it: its buffer (or, for the unsafe
+//! borrowed form, the caller guarantees the memory outlives the op), its file, or the folder
+//! and name it opens. The queue keeps the op until its request has finished: what is handed to
+//! the kernel stays owned by its slot until its completion is reaped, on every path, errors and
+//! drop included, and a descriptor the kernel opens for an op is owned by the op from the
+//! moment its completion is reaped. Every op pushed comes back exactly once, carrying its
+//! result or the error that stopped it. Writes complete only when the whole range is written
+//! (short writes are resubmitted); reads may be short at end of file.
 #![allow(unsafe_code)]
 
 use std::collections::VecDeque;
+use std::ffi::CString;
 use std::fs::File;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use rustix::fs::{Mode as FMode, OFlags};
 use serde::Serialize;
 
 use crate::buf::{AlignedBuf, Lease};
@@ -29,6 +34,8 @@ mod threads;
 mod uring;
 
 use threads::ThreadQueue;
+#[cfg(test)]
+pub(crate) use uring::fault::fail_submit;
 use uring::UringQueue;
 
 /// Read or write.
@@ -57,12 +64,8 @@ struct RawMem {
 // memory is valid and exclusively lent to the op until completion, wherever it is processed.
 unsafe impl Send for RawMem {}
 
-/// One read or write of `len` bytes at file `offset`, to or from `mem[start..start+len]`.
-///
-/// The fields are private and the constructors check them: every safe way to build or change
-/// an op keeps `start + len` within the memory, which is what lets [`run_sync`] and the
-/// io_uring backend hand the range to the kernel.
-pub(crate) struct Op {
+/// A read or write of `len` bytes at file `offset`, to or from `mem[start..start+len]`.
+struct Rw {
     kind: OpKind,
     /// The file; kept open by the op until completion.
     file: Arc<File>,
@@ -72,13 +75,41 @@ pub(crate) struct Op {
     len: usize,
     /// preadv2/pwritev2 flags (RWF_DONTCACHE).
     rw_flags: i32,
+    /// Bytes already transferred by earlier submissions of this op (short transfers).
+    done: usize,
+}
+
+/// An openat(2) of `path` in `dir`: the folder and the name are the op's until its completion
+/// is reaped (the kernel resolves the folder's number and reads the name when it runs the
+/// request, so closing or freeing either earlier could create the file elsewhere).
+struct OpenAt {
+    dir: Arc<OwnedFd>,
+    path: CString,
+    flags: OFlags,
+    mode: u32,
+    /// The descriptor the kernel opened, once the completion is reaped.
+    opened: Option<OwnedFd>,
+}
+
+/// What an op asks of the kernel.
+enum Req {
+    Rw(Rw),
+    OpenAt(OpenAt),
+}
+
+/// One request: a read or write of one range of one file ([`Op::owned`], [`Op::borrowed`]), or
+/// the opening of a name in a folder ([`Op::open_at`]).
+///
+/// The fields are private and the constructors check them: every safe way to build or change
+/// an op keeps a read or write's `start + len` within its memory, which is what lets
+/// [`run_sync`] and the io_uring backend hand the range to the kernel.
+pub(crate) struct Op {
+    req: Req,
     /// Caller's tag, returned in the completion.
     tag: u64,
     /// Who started the op: 0 for ops on owned buffers, a [`read_into`] call's own id for the
     /// ops on the memory it borrows.
     owner: u64,
-    /// Bytes already transferred by earlier submissions of this op (short transfers).
-    done: usize,
 }
 
 impl Op {
@@ -93,7 +124,8 @@ impl Op {
                 format!("request of {len} B at {start} exceeds its {} B buffer or the file range", buf.capacity()),
             ));
         }
-        Ok(Op { kind, file, offset, mem: IoMem::Owned(buf), start, len, rw_flags, tag, owner: 0, done: 0 })
+        let rw = Rw { kind, file, offset, mem: IoMem::Owned(buf), start, len, rw_flags, done: 0 };
+        Ok(Op { req: Req::Rw(rw), tag, owner: 0 })
     }
 
     /// An op on caller memory.
@@ -104,7 +136,16 @@ impl Op {
     /// op is dropped without ever having been pushed).
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn borrowed(kind: OpKind, file: Arc<File>, offset: u64, ptr: *mut u8, len: usize, rw_flags: i32, tag: u64, owner: u64) -> Op {
-        Op { kind, file, offset, mem: IoMem::Borrowed(RawMem { ptr }), start: 0, len, rw_flags, tag, owner, done: 0 }
+        let rw = Rw { kind, file, offset, mem: IoMem::Borrowed(RawMem { ptr }), start: 0, len, rw_flags, done: 0 };
+        Op { req: Req::Rw(rw), tag, owner }
+    }
+
+    /// An openat(2) of `path` in `dir` with `flags` and `mode` (a file created with O_TMPFILE,
+    /// or under a name with O_CREAT | O_EXCL). Its completion's result is 0 on success, and
+    /// [`Op::into_opened`] gives the descriptor. A fault site ([`Site::Open`](crate::fault::Site::Open)), as a creation
+    /// on the caller's thread is.
+    pub(crate) fn open_at(dir: Arc<OwnedFd>, path: CString, flags: OFlags, mode: u32, tag: u64) -> Op {
+        Op { req: Req::OpenAt(OpenAt { dir, path, flags, mode, opened: None }), tag, owner: 0 }
     }
 
     /// The caller's tag.
@@ -117,12 +158,50 @@ impl Op {
     }
     /// The owned buffer, if the op has one.
     pub(crate) fn into_buf(self) -> Option<AlignedBuf> {
-        match self.mem {
-            IoMem::Owned(b) => Some(b),
-            IoMem::Borrowed(_) => None,
+        match self.req {
+            Req::Rw(Rw { mem: IoMem::Owned(b), .. }) => Some(b),
+            _ => None,
         }
     }
 
+    /// An open's folder, its name, and the descriptor the kernel opened (`None` where it
+    /// failed); `None` for a read or write.
+    pub(crate) fn into_opened(self) -> Option<(Arc<OwnedFd>, CString, Option<OwnedFd>)> {
+        match self.req {
+            Req::OpenAt(o) => Some((o.dir, o.path, o.opened)),
+            Req::Rw(_) => None,
+        }
+    }
+
+    /// Moves past `n` transferred bytes, for resubmitting the rest of a short transfer.
+    pub(crate) fn advance(&mut self, n: usize) {
+        if let Req::Rw(rw) = &mut self.req {
+            let n = n.min(rw.len);
+            rw.start += n;
+            rw.offset += n as u64;
+            rw.len -= n;
+            rw.done += n;
+        }
+    }
+
+    /// Undoes every `advance`, so the op describes the range first asked for; returns the
+    /// bytes those advances covered.
+    fn restore(&mut self) -> usize {
+        match &mut self.req {
+            Req::Rw(rw) => {
+                let d = rw.done;
+                rw.start -= d;
+                rw.offset -= d as u64;
+                rw.len += d;
+                rw.done = 0;
+                d
+            }
+            Req::OpenAt(_) => 0,
+        }
+    }
+}
+
+impl Rw {
     /// Start address of the owned buffer, if the op has one.
     fn owned_base(&self) -> Option<usize> {
         match &self.mem {
@@ -141,33 +220,13 @@ impl Op {
         // caller of `borrowed` (start 0), and kept by `advance` and `restore`.
         unsafe { base.add(self.start) }
     }
-
-    /// Moves past `n` transferred bytes, for resubmitting the rest of a short transfer.
-    pub(crate) fn advance(&mut self, n: usize) {
-        let n = n.min(self.len);
-        self.start += n;
-        self.offset += n as u64;
-        self.len -= n;
-        self.done += n;
-    }
-
-    /// Undoes every `advance`, so the op describes the range first asked for; returns the
-    /// bytes those advances covered.
-    fn restore(&mut self) -> usize {
-        let d = self.done;
-        self.start -= d;
-        self.offset -= d as u64;
-        self.len += d;
-        self.done = 0;
-        d
-    }
 }
 
 /// A finished op and its result (bytes transferred, or the OS error).
 pub(crate) struct Completion {
-    /// The op, with its memory.
+    /// The op, with its memory (and for an open, the descriptor opened).
     pub op: Op,
-    /// Bytes transferred in all, or the error that stopped the op.
+    /// Bytes transferred in all (0 for an open), or the error that stopped the op.
     pub result: io::Result<usize>,
 }
 
@@ -213,6 +272,13 @@ pub(crate) unsafe trait Queue: Send {
     /// Waits for one completion. Errors only when nothing is in flight, or when the queue can
     /// no longer be waited on (its ops are then leaked, never freed).
     fn wait(&mut self) -> io::Result<Completion>;
+    /// Waits until `want` completions are ready to be taken (at most as many as are in
+    /// flight), so that one wake-up covers several: for a caller that needs the `want`-th of
+    /// requests the kernel runs in order. The completions are then taken with `wait` or
+    /// `poll`. Backends that cannot wait for several at once return at once.
+    fn wait_ready(&mut self, _want: usize) -> io::Result<()> {
+        Ok(())
+    }
     /// A completion that is already available, without waiting.
     fn poll(&mut self) -> Option<Completion>;
     /// Ops pushed and not yet returned.
@@ -286,6 +352,20 @@ pub(crate) fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn
     }
 }
 
+/// Opens an io_uring queue of `depth` whose requests one kernel worker runs, in order, for
+/// file creations ([`Op::open_at`]): creations on several threads contend in the kernel (the
+/// folder and the inode allocator), and in order lets a caller wait for the n-th with one
+/// wake-up ([`Queue::wait_ready`]). A kernel without the worker limit (before 5.15) runs them
+/// on as many workers as it likes, which is still correct. Errors where io_uring is missing.
+pub(crate) fn open_in_order(depth: usize) -> io::Result<Box<dyn Queue>> {
+    if let Err(u) = &caps::system().uring {
+        return Err(io::Error::new(io::ErrorKind::Unsupported, format!("io_uring unavailable: {}", u.reason)));
+    }
+    let q = UringQueue::new(depth)?;
+    q.one_worker();
+    Ok(Box::new(q))
+}
+
 /// Registers `lease`'s buffers with `q` when the memlock limit allows it (root, holding
 /// CAP_IPC_LOCK, is not limited), and says what happened, for the backend report.
 pub(crate) fn try_register(q: &mut dyn Queue, lease: &Lease) -> String {
@@ -308,18 +388,28 @@ pub(crate) fn try_register(q: &mut dyn Queue, lease: &Lease) -> String {
 /// Does one op synchronously on the calling thread (the thread backend's worker body, and the
 /// shortcut for single-request files that need no queue).
 pub(crate) fn run_sync(mut op: Op) -> Completion {
-    let fd = op.file.clone();
-    let (ptr, len, off) = (op.ptr(), op.len, op.offset);
-    let result = match op.kind {
-        _ if len == 0 => Ok(0),
-        // SAFETY: ptr..ptr+len lies within the op's memory (the Op invariant), which the op
-        // owns or has been lent exclusively until its completion; the memory is only read.
-        OpKind::Write => sys::write_full(&fd, unsafe { std::slice::from_raw_parts(ptr, len) }, off, op.rw_flags).map(|()| len),
-        OpKind::Read => {
-            // SAFETY: as above.
-            let s = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-            sys::read_once(&fd, s, off, op.rw_flags)
+    let result = match &mut op.req {
+        Req::Rw(rw) => {
+            let (ptr, len, off) = (rw.ptr(), rw.len, rw.offset);
+            match rw.kind {
+                _ if len == 0 => Ok(0),
+                // SAFETY: ptr..ptr+len lies within the op's memory (the Op invariant), which the
+                // op owns or has been lent exclusively until its completion; it is only read.
+                OpKind::Write => sys::write_full(&rw.file, unsafe { std::slice::from_raw_parts(ptr, len) }, off, rw.rw_flags).map(|()| len),
+                OpKind::Read => {
+                    // SAFETY: as above.
+                    let s = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+                    sys::read_once(&rw.file, s, off, rw.rw_flags)
+                }
+            }
         }
+        Req::OpenAt(o) => match sys::openat(&*o.dir, o.path.as_c_str(), o.flags, FMode::from_raw_mode(o.mode)) {
+            Ok(fd) => {
+                o.opened = Some(fd);
+                Ok(0)
+            }
+            Err(e) => Err(io::Error::from(e)),
+        },
     };
     // Hand back the op as it was pushed, with the whole length transferred as the result.
     Completion::finish(op, result)
@@ -535,6 +625,84 @@ mod tests {
         for (start, len, offset) in [(0, 4097, 0), (4096, 1, 0), (1, 4096, 0), (usize::MAX, 2, 0), (0, 4096, u64::MAX - 10), (0, 1, i64::MAX as u64)] {
             let e = op(start, len, offset).err().unwrap_or_else(|| panic!("{start}+{len} at {offset} accepted"));
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{start}+{len} at {offset}");
+        }
+    }
+
+    /// The queues of both backends where io_uring is here (saying why not where it is missing,
+    /// and failing then where `CACHELESS_REQUIRE` names it).
+    fn both_queues(depth: usize) -> Vec<Box<dyn Queue>> {
+        let mut v = vec![open_queue(BackendKind::Threads, depth).unwrap().0];
+        if cacheless_testkit::require("uring", caps::system().uring.as_ref().map(|_| ()).map_err(|u| u.reason.clone())) {
+            v.push(open_in_order(depth).unwrap());
+        }
+        v
+    }
+
+    const MADE: OFlags = OFlags::CREATE.union(OFlags::EXCL).union(OFlags::RDWR).union(OFlags::CLOEXEC);
+
+    /// An openat op has the same results on both backends: the descriptor of the file it made,
+    /// with O_TMPFILE (no name) or under a name (O_CREAT | O_EXCL, with its mode), or the errno
+    /// the kernel gave (EEXIST for the second of two on one name); the folder and the name come
+    /// back with it, and every descriptor closes with its completion.
+    #[test]
+    fn an_open_op_has_the_same_results_on_both_backends() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        for mut q in both_queues(4) {
+            let kind = q.kind();
+            let d = tempfile::tempdir().unwrap();
+            let dir = Arc::new(sys::open(d.path(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap());
+            q.push(Op::open_at(dir.clone(), c"a".to_owned(), MADE, 0o640, 1));
+            q.push(Op::open_at(dir.clone(), c"a".to_owned(), MADE, 0o640, 2));
+            q.push(Op::open_at(dir.clone(), c".".to_owned(), sys::UNNAMED, 0o600, 3));
+            let mut got = std::collections::BTreeMap::new();
+            while q.in_flight() > 0 {
+                let c = q.wait().unwrap();
+                let tag = c.op.tag();
+                let (back, at, fd) = c.op.into_opened().expect("an open op");
+                assert!(Arc::ptr_eq(&back, &dir), "{kind:?}: the folder comes back with its op");
+                got.insert(tag, (at, c.result.map(|_| fd.expect("a descriptor with success"))));
+            }
+            let mut made = 0;
+            for tag in [1, 2] {
+                let (at, r) = &got[&tag];
+                assert_eq!(at.as_c_str(), c"a");
+                match r {
+                    Ok(fd) => {
+                        made += 1;
+                        let m = File::from(fd.try_clone().unwrap()).metadata().unwrap();
+                        assert_eq!(m.ino(), std::fs::metadata(d.path().join("a")).unwrap().ino(), "{kind:?}");
+                        assert_eq!(m.permissions().mode() & 0o777, 0o640 & !sys::umask().unwrap_or(0o022), "{kind:?}");
+                    }
+                    Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EEXIST), "{kind:?}: {e}"),
+                }
+            }
+            assert_eq!(made, 1, "{kind:?}: one of two exclusive opens of one name makes the file");
+            let (_, unnamed) = &got[&3];
+            let m = File::from(unnamed.as_ref().unwrap().try_clone().unwrap()).metadata().unwrap();
+            assert_eq!((m.nlink(), m.len()), (0, 0), "{kind:?}: an O_TMPFILE file has no name");
+            assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1, "{kind:?}");
+            drop(got);
+            assert_eq!(cacheless_testkit::open_in(d.path()), Vec::<std::path::PathBuf>::new(), "{kind:?}: the descriptors close with their completions");
+        }
+    }
+
+    /// A queue dropped with opens in flight waits for them and closes what they opened: no
+    /// descriptor is left, and the kernel never resolves a folder's number after it is closed.
+    #[test]
+    fn a_queue_dropped_with_opens_in_flight_closes_what_they_opened() {
+        for mut q in both_queues(64) {
+            let kind = q.kind();
+            let d = tempfile::tempdir().unwrap();
+            let dir = Arc::new(sys::open(d.path(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap());
+            for i in 0..64 {
+                let name = CString::new(format!("f{i}")).unwrap();
+                q.push_deferred(Op::open_at(dir.clone(), name, MADE, 0o600, i));
+            }
+            q.flush();
+            drop(q);
+            assert_eq!(Arc::strong_count(&dir), 1, "{kind:?}: every op gave its folder back");
+            assert_eq!(cacheless_testkit::open_in(d.path()), Vec::<std::path::PathBuf>::new(), "{kind:?}");
+            assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 64, "{kind:?}: every open ran");
         }
     }
 

@@ -7,11 +7,11 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, squeue, types, IoUring};
 
-use super::{Completion, Op, OpKind, Queue};
+use super::{Completion, Op, OpKind, Queue, Req};
 use crate::fault::{Injected, Site};
 use crate::mode::BackendKind;
 
@@ -76,29 +76,51 @@ impl UringQueue {
         })
     }
 
+    /// Has one kernel worker run this ring's blocking requests, in order (see
+    /// [`open_in_order`](super::open_in_order)); a kernel without the limit keeps its own.
+    pub(crate) fn one_worker(&self) {
+        let _ = self.ring.submitter().register_iowq_max_workers(&mut [1, 1]);
+    }
+
     /// Puts the SQE of the op in `slot` into the submission ring. On error nothing was queued.
     fn enqueue(&mut self, slot: usize) -> io::Result<()> {
         let fixed_bufs = &self.fixed;
         let Some(Some(s)) = self.slots.get_mut(slot) else {
             return Err(io::Error::other("io_uring slot is empty"));
         };
-        let op = &mut s.op;
-        s.fault = crate::fault::check(if op.kind == OpKind::Read { Site::Read } else { Site::Write }, op.len, || crate::sys::is_direct(&op.file));
-        let fd = types::Fd(op.file.as_raw_fd());
-        let len = u32::try_from(op.len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "request over 4 GiB"))?;
-        // The kernel checks the range against the registered buffer it names.
-        let fixed = op.owned_base().and_then(|b| fixed_bufs.binary_search(&b).ok()).and_then(|i| u16::try_from(i).ok());
-        let ptr = op.ptr();
-        let sqe = match (op.kind, fixed) {
-            (OpKind::Read, Some(i)) => opcode::ReadFixed::new(fd, ptr, len, i).offset(op.offset).rw_flags(op.rw_flags).build(),
-            (OpKind::Write, Some(i)) => opcode::WriteFixed::new(fd, ptr, len, i).offset(op.offset).rw_flags(op.rw_flags).build(),
-            (OpKind::Read, None) => opcode::Read::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
-            (OpKind::Write, None) => opcode::Write::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
+        let sqe = match &mut s.op.req {
+            Req::Rw(op) => {
+                s.fault = crate::fault::check(if op.kind == OpKind::Read { Site::Read } else { Site::Write }, op.len, || crate::sys::is_direct(&op.file));
+                let fd = types::Fd(op.file.as_raw_fd());
+                let len = u32::try_from(op.len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "request over 4 GiB"))?;
+                // The kernel checks the range against the registered buffer it names.
+                let fixed = op.owned_base().and_then(|b| fixed_bufs.binary_search(&b).ok()).and_then(|i| u16::try_from(i).ok());
+                let ptr = op.ptr();
+                match (op.kind, fixed) {
+                    (OpKind::Read, Some(i)) => opcode::ReadFixed::new(fd, ptr, len, i).offset(op.offset).rw_flags(op.rw_flags).build(),
+                    (OpKind::Write, Some(i)) => opcode::WriteFixed::new(fd, ptr, len, i).offset(op.offset).rw_flags(op.rw_flags).build(),
+                    (OpKind::Read, None) => opcode::Read::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
+                    (OpKind::Write, None) => opcode::Write::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
+                }
+            }
+            Req::OpenAt(o) => {
+                // The fault site of an open on the caller's thread: an injected error fails the
+                // op before the kernel sees it (nothing is created), as a refusal would.
+                crate::sys::call(Site::Open, || Ok(()))?;
+                opcode::OpenAt::new(types::Fd(o.dir.as_raw_fd()), o.path.as_ptr())
+                    // Open flags fit an int.
+                    .flags(i32::from_ne_bytes(o.flags.bits().to_ne_bytes()))
+                    .mode(o.mode)
+                    .build()
+                    // Creating a file always blocks: straight to the worker.
+                    .flags(squeue::Flags::ASYNC)
+            }
         }
         .user_data(slot as u64);
         // SAFETY: the SQE points at the op's memory range (within it by the Op invariant) and
-        // file, both kept alive in `self.slots[slot]` until the matching CQE is reaped in
-        // `reap`, or leaked by Drop if that can no longer happen.
+        // file, or at its folder's descriptor and its name (a heap buffer that moving the op
+        // does not move), all kept alive in `self.slots[slot]` until the matching CQE is reaped
+        // in `reap`, or leaked by Drop if that can no longer happen.
         let pushed = unsafe { self.ring.submission().push(&sqe) };
         // SQEs are handed to the kernel as soon as they are queued, so the ring only fills when
         // submissions keep failing; then the op fails before the kernel ever saw it.
@@ -204,13 +226,21 @@ impl UringQueue {
                 Some(Injected::Short(n)) if res > 0 => res = res.min(i32::try_from(n).unwrap_or(i32::MAX)),
                 _ => {}
             }
+            if let (Req::OpenAt(o), true) = (&mut s.op.req, res >= 0) {
+                // SAFETY: the kernel opened this descriptor for this request, whose CQE is
+                // reaped once: the op owns it from here on, with a submission error charged to
+                // it or not (its owner then removes what it made).
+                o.opened = Some(unsafe { OwnedFd::from_raw_fd(res) });
+                self.complete(slot, Ok(0));
+                continue;
+            }
             if s.error.is_none() {
                 if res == -libc::EAGAIN || res == -libc::EINTR {
                     self.start(slot);
                     continue;
                 }
                 let done = usize::try_from(res).unwrap_or(0);
-                if s.op.kind == OpKind::Write && done > 0 && done < s.op.len {
+                if matches!(&s.op.req, Req::Rw(rw) if rw.kind == OpKind::Write && done > 0 && done < rw.len) {
                     // Short write: carry on from where it stopped; the op counts what is done.
                     s.op.advance(done);
                     self.start(slot);
@@ -288,6 +318,25 @@ unsafe impl Queue for UringQueue {
                 }
             }
             self.reap();
+        }
+    }
+
+    fn wait_ready(&mut self, want: usize) -> io::Result<()> {
+        loop {
+            self.reap();
+            // Ops restarted by the reap (short writes, EAGAIN) stay in flight.
+            let want = want.min(self.in_flight + self.ready.len());
+            if self.ready.len() >= want {
+                return Ok(());
+            }
+            let waited = self.ring.submit_and_wait(want - self.ready.len());
+            self.forget_submitted();
+            match waited {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if transient(&e) => std::thread::yield_now(),
+                Err(e) => return Err(e),
+            }
         }
     }
 

@@ -27,7 +27,9 @@ mod meta;
 mod ns;
 mod process;
 mod sync;
-pub mod temps;
+/// Declared at the crate root (`cacheless::temps`, its one public path); named here for the
+/// engine's callers, as the rest of the facade is.
+pub(crate) use crate::temps;
 
 pub use self::file::*;
 pub use self::meta::*;

@@ -112,13 +112,13 @@ fn seen() -> &'static Mutex<Seen> {
 /// a temporary there (a later look finds only its own). Best effort: what cannot be read or
 /// removed stays. What was removed is kept for [`take_removed`].
 pub(crate) fn clean_once(dir: BorrowedFd<'_>) {
-    let Ok(st) = super::fstat(dir) else { return };
+    let Ok(st) = crate::sys::fstat(dir) else { return };
     if !seen().lock().unwrap_or_else(|e| e.into_inner()).dirs.insert((st.st_dev, st.st_ino)) {
         return;
     }
     let (removed, _) = clean_fd(dir, None, false, &Owner::is_dead);
     if !removed.is_empty() {
-        let at = std::fs::read_link(super::proc_fd_path(dir)).unwrap_or_default();
+        let at = std::fs::read_link(crate::sys::proc_fd_path(dir)).unwrap_or_default();
         let mut s = seen().lock().unwrap_or_else(|e| e.into_inner());
         s.removed.extend(removed.into_iter().map(|(n, pid)| (at.join(n), pid)));
     }
@@ -134,7 +134,7 @@ pub fn take_removed() -> Vec<(PathBuf, u32)> {
 /// both). A folder of the benchmark's is removed whole; `path` names `dir` for that.
 fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool, dead: &dyn Fn(&Owner) -> bool) -> (Vec<(OsString, u32)>, Vec<OsString>) {
     let (mut out, mut subdirs) = (Vec::new(), Vec::new());
-    let Ok(fd) = super::lookat(dir, ".", rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC) else {
+    let Ok(fd) = crate::sys::lookat(dir, ".", rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC) else {
         return (out, subdirs);
     };
     // The descriptor read (`dir` may be O_PATH, which getdents refuses); entries go through `dir`.
@@ -144,7 +144,7 @@ fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool, dead: &dyn 
         let is_dir = match e.file_type() {
             rustix::fs::FileType::Directory => true,
             // A filesystem that does not say (d_type DT_UNKNOWN): asked.
-            rustix::fs::FileType::Unknown => super::statat(dir, e.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+            rustix::fs::FileType::Unknown => crate::sys::statat(dir, e.file_name(), AtFlags::SYMLINK_NOFOLLOW)
                 .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory),
             _ => false,
         };
@@ -163,7 +163,7 @@ fn clean_fd(dir: BorrowedFd<'_>, path: Option<&Path>, dry_run: bool, dead: &dyn 
                 // Only the benchmark makes temporary folders: whole, by path.
                 path.is_some_and(|p| std::fs::remove_dir_all(p.join(&n)).is_ok())
             } else {
-                super::unlinkat(dir, n.as_os_str(), AtFlags::empty()).is_ok()
+                crate::sys::unlinkat(dir, n.as_os_str(), AtFlags::empty()).is_ok()
             };
         if gone {
             out.push((n, owner.pid));
