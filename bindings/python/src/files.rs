@@ -4,14 +4,14 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use cacheless::{ErrorKind, Progress, Reader, Writer};
+use cacheless::{ErrorKind, Progress, ReadOptions, Reader, Writer};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyBytes;
 
 use crate::errors;
 use crate::job;
-use crate::opts::{to_py, Options};
+use crate::opts::{self, to_py, BlockSize, Count, Memory, QueueDepth, Size};
 use crate::pybuf::Pinned;
 
 /// Reads at least this large go straight into the caller's buffer when its address and the
@@ -118,9 +118,17 @@ impl PyReader {
 #[pymethods]
 impl PyReader {
     #[new]
-    #[pyo3(signature = (path, **options))]
-    fn new(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let ro = Options::parse("open", options, &["mode", "backend", "memory", "block_size", "queue_depth"])?.read();
+    #[pyo3(signature = (path, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        mode: &str,
+        backend: &str,
+        memory: Option<Size<Memory>>,
+        block_size: Option<Size<BlockSize>>,
+        queue_depth: Option<Count<QueueDepth>>,
+    ) -> PyResult<Self> {
+        let ro = ReadOptions::from(opts::io(mode, backend, memory, block_size, queue_depth)?);
         let r = py.detach(|| Reader::open(&path, &ro)).map_err(|e| errors::engine(&e))?;
         let plan = r.plan();
         let direct = (plan.mode() == cacheless::Taken::Direct).then_some((plan.mem_align, plan.align));
@@ -211,9 +219,20 @@ impl PyWriter {
 #[pymethods]
 impl PyWriter {
     #[new]
-    #[pyo3(signature = (path, **options))]
-    fn new(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let wo = Options::parse("open", options, &["mode", "backend", "memory", "block_size", "queue_depth", "size_hint", "sync"])?.write();
+    #[pyo3(signature = (path, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, size_hint = None, sync = true))]
+    #[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        mode: &str,
+        backend: &str,
+        memory: Option<Size<Memory>>,
+        block_size: Option<Size<BlockSize>>,
+        queue_depth: Option<Count<QueueDepth>>,
+        size_hint: Option<u64>,
+        sync: bool,
+    ) -> PyResult<Self> {
+        let wo = opts::write(opts::io(mode, backend, memory, block_size, queue_depth)?, sync, size_hint);
         let w = py.detach(|| Writer::create(&path, &wo)).map_err(|e| errors::engine(&e))?;
         let mode = (w.decision().mode.to_string(), w.decision().reason.to_string());
         let fd = w.file().as_raw_fd();

@@ -4,28 +4,23 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cacheless::tree::{copy_tree, TreeOptions};
-use cacheless::{CopyOptions, CreateOptions, Durability, FileAttrs, FileCreator, Mode, Progress, Reflink, Sparse};
+use cacheless::{CopyOptions, CreateOptions, Durability, FileAttrs, FileCreator, Progress, ReadOptions, Reflink, Sparse};
 use cacheless_safetensors::arena::read_whole;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use serde::Serialize;
 
 use crate::arena::PyArena;
 use crate::errors;
 use crate::job::{self, Measure};
-use crate::opts::{to_py, Options, ARENA, READ};
+use crate::opts::{self, to_py, BlockSize, Callback, Count, DecompressThreads, FrameSize, Memory, QueueDepth, Rate, ReadThreads, Size, Threads};
 use crate::pybuf::Pinned;
-
-fn mode(m: &str) -> PyResult<Mode> {
-    m.parse().map_err(|e: String| PyValueError::new_err(format!("mode=: {e}")))
-}
 
 /// What `cacheless info PATH --json` reports for one path, plus the kernel-wide `system`.
 #[pyfunction]
 #[pyo3(signature = (path, mode = "auto"))]
 pub fn info<'py>(py: Python<'py>, path: PathBuf, mode: &str) -> PyResult<Bound<'py, PyAny>> {
-    let m = self::mode(mode)?;
+    let m = opts::word("mode", mode)?;
     let i = py.detach(|| cacheless::info::describe(&path, m)).map_err(|e| errors::engine(&e))?;
     let d = to_py(py, &i)?;
     d.set_item("system", to_py(py, cacheless::caps::system())?)?;
@@ -65,12 +60,22 @@ pub fn evict<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyAny>>
 
 /// Reads a whole file into one aligned buffer; returns (arena, (mode, reason)).
 #[pyfunction]
-#[pyo3(signature = (path, **options))]
-pub fn read_file(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<(PyArena, (String, String))> {
-    let o = Options::parse("read_file", options, ARENA)?;
-    let ao = o.arena();
+#[pyo3(signature = (path, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, threads = None, progress = None))]
+#[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
+pub fn read_file<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    mode: &str,
+    backend: &str,
+    memory: Option<Size<Memory>>,
+    block_size: Option<Size<BlockSize>>,
+    queue_depth: Option<Count<QueueDepth>>,
+    threads: Option<Count<Threads>>,
+    progress: Option<Callback<'py>>,
+) -> PyResult<(PyArena, (String, String))> {
+    let ao = opts::arena(opts::io(mode, backend, memory, block_size, queue_depth)?, threads);
     let p = Progress::new();
-    let (arena, sr) = job::run(py, &p, o.callback(), || read_whole(&path, &ao, &p))?.map_err(errors::safetensors)?;
+    let (arena, sr) = job::run(py, &p, opts::callback(&progress), || read_whole(&path, &ao, &p))?.map_err(errors::safetensors)?;
     let len = arena.len();
     let d = sr.decision();
     Ok((PyArena::new(Arc::new(arena), len), (d.mode.to_string(), d.reason.to_string())))
@@ -80,16 +85,16 @@ pub fn read_file(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDic
 /// small-file path (the one extraction uses): a temporary name beside it, the best mode for its
 /// size, fsync unless `sync=False`, then a rename. Returns the report.
 #[pyfunction]
-#[pyo3(signature = (path, data, **options))]
-pub fn write_file<'py>(py: Python<'py>, path: PathBuf, data: &Bound<'py, PyAny>, options: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
-    let o = Options::parse("write_file", options, &["mode", "sync"])?;
+#[pyo3(signature = (path, data, *, mode = "auto", sync = true))]
+pub fn write_file<'py>(py: Python<'py>, path: PathBuf, data: &Bound<'py, PyAny>, mode: &str, sync: bool) -> PyResult<Bound<'py, PyAny>> {
+    let io = opts::io(mode, "auto", None, None, None)?;
     let pin = Pinned::readable(data)?;
-    let creator = FileCreator::new(CreateOptions { mode: o.io.mode, durability: Durability::synced(o.sync), ..CreateOptions::new() });
+    let creator = FileCreator::new(CreateOptions { mode: io.mode, durability: Durability::synced(sync), ..CreateOptions::new() });
     // Written on a worker that stops at a Ctrl-C; named only if none came (see `job::commit`).
     let p = Progress::new();
     let (rep, file) = job::run(py, &p, None, || creator.stage_replace(&path, pin.bytes(), &FileAttrs::default(), &p))?.map_err(|e| errors::engine(&e))?;
     if let Some(f) = file {
-        job::commit(py, f, |f| f.publish(o.sync))?;
+        job::commit(py, f, |f| f.publish(sync))?;
     }
     to_py(py, &rep)
 }
@@ -102,7 +107,7 @@ pub fn write_file<'py>(py: Python<'py>, path: PathBuf, data: &Bound<'py, PyAny>,
 /// of the first, with the report in its `report` attribute.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
-#[pyo3(signature = (src, dst, reflink = "auto", sparse = "auto", verify = None, bwlimit = None, recursive = false, archive = false, no_clobber = false, update = false, **options))]
+#[pyo3(signature = (src, dst, reflink = "auto", sparse = "auto", verify = None, bwlimit = None, recursive = false, archive = false, no_clobber = false, update = false, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, progress = None, sync = true, threads = None))]
 pub fn copy<'py>(
     py: Python<'py>,
     src: PathBuf,
@@ -110,21 +115,25 @@ pub fn copy<'py>(
     reflink: &str,
     sparse: &str,
     verify: Option<&str>,
-    bwlimit: Option<&Bound<'py, PyAny>>,
+    bwlimit: Option<Rate>,
     recursive: bool,
     archive: bool,
     no_clobber: bool,
     update: bool,
-    options: Option<&Bound<'py, PyDict>>,
+    mode: &str,
+    backend: &str,
+    memory: Option<Size<Memory>>,
+    block_size: Option<Size<BlockSize>>,
+    queue_depth: Option<Count<QueueDepth>>,
+    progress: Option<Callback<'py>>,
+    sync: bool,
+    threads: Option<Count<Threads>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let o = Options::parse("copy", options, &["mode", "backend", "memory", "block_size", "queue_depth", "progress", "sync", "threads"])?;
-    let reflink: Reflink = reflink.parse().map_err(|e: String| PyValueError::new_err(format!("reflink=: {e}")))?;
-    let sparse: Sparse = sparse.parse().map_err(|e: String| PyValueError::new_err(format!("sparse=: {e}")))?;
-    let verify = verify.map(|a| a.parse::<cacheless::digest::Algo>()).transpose().map_err(|e: String| PyValueError::new_err(format!("verify=: {e}")))?;
-    let bwlimit = match bwlimit {
-        Some(b) => crate::opts::rate("bwlimit", b)?,
-        None => None,
-    };
+    let io = opts::io(mode, backend, memory, block_size, queue_depth)?;
+    let reflink: Reflink = opts::word("reflink", reflink)?;
+    let sparse: Sparse = opts::word("sparse", sparse)?;
+    let verify: Option<cacheless::digest::Algo> = verify.map(|a| opts::word("verify", a)).transpose()?;
+    let bwlimit = bwlimit.and_then(|r| r.0);
     // What copies one file, for one file or each of a tree's.
     let mut co = CopyOptions::new();
     co.reflink = reflink;
@@ -134,7 +143,7 @@ pub fn copy<'py>(
     if recursive || archive || no_clobber || update || src.is_dir() {
         // `recursive` is `cp -r` (mode and times kept, as this function keeps them for a file),
         // `archive` is `cp -a`.
-        let mut t = TreeOptions::new(o.io.clone());
+        let mut t = TreeOptions::new(io.clone());
         if archive {
             t = t.archive();
         }
@@ -146,12 +155,12 @@ pub fn copy<'py>(
         }
         t.update = update && !no_clobber;
         t.copy = co;
-        t.threads = o.threads;
-        t.sync = o.sync;
+        t.threads = opts::count(threads);
+        t.sync = sync;
         t.count_totals = true;
         let p = Arc::new(Progress::new());
-        let rep = job::run(py, &p, o.callback(), || copy_tree(std::slice::from_ref(&src), &dst, &t, &p))?.map_err(|e| errors::engine(&e))?;
-        let report = crate::opts::with_leftovers(to_py(py, &rep)?)?;
+        let rep = job::run(py, &p, opts::callback(&progress), || copy_tree(std::slice::from_ref(&src), &dst, &t, &p))?.map_err(|e| errors::engine(&e))?;
+        let report = opts::with_leftovers(to_py(py, &rep)?)?;
         if let Some(e) = &rep.first_error {
             let err = errors::engine(e);
             err.value(py).setattr("report", report)?;
@@ -159,7 +168,7 @@ pub fn copy<'py>(
         }
         return Ok(report);
     }
-    let (ro, wo) = (o.read(), o.write());
+    let (ro, wo) = (ReadOptions::from(io.clone()), opts::write(io, sync, None));
     let dst = cacheless::tree::target(&src, &dst, dst.is_dir());
     // A symlink given as the destination is written through, as `cacheless cp`, GNU cp and
     // shutil.copy write through it: its target gets the copy, the link stays. A dangling one
@@ -177,20 +186,30 @@ pub fn copy<'py>(
         let (dir, name) = cacheless::open_parent(&dst)?;
         cacheless::stage_copy(&src, &dir, &name, &dst, &ro, &wo, &co, None, &p)
     };
-    let staged = job::run(py, &p, o.callback(), stage)?.map_err(|e| errors::engine(&e))?;
+    let staged = job::run(py, &p, opts::callback(&progress), stage)?.map_err(|e| errors::engine(&e))?;
     // Named only if no Ctrl-C came meanwhile (see `job::commit`).
     let mut rep = None;
     job::commit(py, staged, |s| s.commit().map(|r| rep = Some(r)))?;
-    crate::opts::with_leftovers(to_py(py, &rep)?)
+    opts::with_leftovers(to_py(py, &rep)?)
 }
 
 /// Checksum of a file, read without leaving it cached: (hex digest, mode).
 #[pyfunction]
-#[pyo3(signature = (path, algo = "sha256", **options))]
-pub fn hash(py: Python<'_>, path: PathBuf, algo: &str, options: Option<&Bound<'_, PyDict>>) -> PyResult<(String, String)> {
-    let algo: cacheless::digest::Algo = algo.parse().map_err(|e: String| PyValueError::new_err(format!("algo=: {e}")))?;
-    let o = Options::parse("hash", options, READ)?;
-    let ro = o.read();
+#[pyo3(signature = (path, algo = "sha256", *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, progress = None))]
+#[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
+pub fn hash<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    algo: &str,
+    mode: &str,
+    backend: &str,
+    memory: Option<Size<Memory>>,
+    block_size: Option<Size<BlockSize>>,
+    queue_depth: Option<Count<QueueDepth>>,
+    progress: Option<Callback<'py>>,
+) -> PyResult<(String, String)> {
+    let algo: cacheless::digest::Algo = opts::word("algo", algo)?;
+    let ro = ReadOptions::from(opts::io(mode, backend, memory, block_size, queue_depth)?);
     let p = Progress::new();
     let work = || -> cacheless::Result<(String, String)> {
         let mut r = cacheless::Reader::open(&path, &ro)?;
@@ -198,45 +217,51 @@ pub fn hash(py: Python<'_>, path: PathBuf, algo: &str, options: Option<&Bound<'_
         let digest = cacheless::digest::hash_reader(&mut r, algo, &p)?;
         Ok((digest, r.decision().mode.to_string()))
     };
-    job::run(py, &p, o.callback(), work)?.map_err(|e| errors::engine(&e))
+    job::run(py, &p, opts::callback(&progress), work)?.map_err(|e| errors::engine(&e))
 }
 
 /// Unpacks a tar archive (any supported compression); returns the report. A corrupt or
 /// truncated archive is a `ValueError`; members that could not be written an `OSError` whose
 /// report is in its `report` attribute.
 #[pyfunction]
-#[pyo3(signature = (archive, dest, strip_components = 0, keep_old_files = false, **options))]
+#[pyo3(signature = (archive, dest, strip_components = 0, keep_old_files = false, *, mode = "auto", memory = None, threads = None, decompress_threads = None, progress = None, sync = true))]
+#[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
 pub fn extract<'py>(
     py: Python<'py>,
     archive: PathBuf,
     dest: PathBuf,
     strip_components: usize,
     keep_old_files: bool,
-    options: Option<&Bound<'py, PyDict>>,
+    mode: &str,
+    memory: Option<Size<Memory>>,
+    threads: Option<Count<Threads>>,
+    decompress_threads: Option<Count<DecompressThreads>>,
+    progress: Option<Callback<'py>>,
+    sync: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let o = Options::parse("extract", options, &["mode", "memory", "threads", "decompress_threads", "progress", "sync"])?;
     let mut eo = cacheless_archive::ExtractOptions::new(&dest);
-    eo.io = o.io.clone();
-    eo.sync = o.sync;
+    eo.io = opts::io(mode, "auto", memory, None, None)?;
+    eo.sync = sync;
     eo.strip_components = strip_components;
     eo.keep_old_files = keep_old_files;
-    if let Some(t) = o.threads {
+    if let Some(t) = opts::count(threads) {
         eo.threads = t;
     }
-    if let Some(t) = o.decompress_threads {
+    if let Some(t) = opts::count(decompress_threads) {
         eo.decompress_threads = t;
     }
     // One progress for the whole extraction: the archive's bytes read (its size is the total,
     // set by the extraction once it has opened it) are what the callback is given.
+    let callback = progress;
     let progress = Arc::new(Progress::new());
     eo.progress = Some(progress.clone());
     let input = cacheless_archive::Input::Path(archive.clone());
-    let mut rep =
-        job::run_measured(py, &progress, Measure::Input, o.callback(), || cacheless_archive::extract(input, &eo))?.map_err(|e| errors::archive(e, &archive))?;
+    let mut rep = job::run_measured(py, &progress, Measure::Input, opts::callback(&callback), || cacheless_archive::extract(input, &eo))?
+        .map_err(|e| errors::archive(e, &archive))?;
     if let Some(e) = rep.fatal_error.take() {
         return Err(errors::archive(e, &archive));
     }
-    let report = crate::opts::with_leftovers(to_py(py, &rep)?)?;
+    let report = opts::with_leftovers(to_py(py, &rep)?)?;
     if rep.failure_count > 0 {
         let what = format!("{} of {} members could not be extracted", rep.failure_count, rep.entries);
         return Err(errors::members_failed(&archive, &what, &rep.failures, rep.first_failure_errno, report));
@@ -246,6 +271,35 @@ pub fn extract<'py>(
 
 /// `mtime=` as (seconds, nanoseconds): an int or float of seconds since the epoch, or a time
 /// as the CLI's `--mtime` takes it (`@SECONDS`, `YYYY-MM-DD[THH:MM:SS]`, UTC).
+pub struct Time(pub (i64, u32));
+
+impl FromPyObject<'_, '_> for Time {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'_, '_, PyAny>) -> PyResult<Self> {
+        pack_time(&v).map(Time)
+    }
+}
+
+/// `owner=`: an id, or a name as the CLI takes it (`NAME`, `NAME:ID`, `+ID`).
+pub struct Owner(pub cacheless_archive::pack::Owner);
+
+/// `group=`: as [`Owner`].
+pub struct Group(pub cacheless_archive::pack::Owner);
+
+impl FromPyObject<'_, '_> for Owner {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'_, '_, PyAny>) -> PyResult<Self> {
+        pack_owner(&v, false).map(Owner)
+    }
+}
+
+impl FromPyObject<'_, '_> for Group {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'_, '_, PyAny>) -> PyResult<Self> {
+        pack_owner(&v, true).map(Group)
+    }
+}
+
 fn pack_time(v: &Bound<'_, PyAny>) -> PyResult<(i64, u32)> {
     if let Ok(s) = v.extract::<i64>() {
         return Ok((s, 0));
@@ -279,7 +333,7 @@ fn pack_owner(v: &Bound<'_, PyAny>, group: bool) -> PyResult<cacheless_archive::
 /// that could not be read, or changed while read, raise an `OSError` whose report is in its
 /// `report` attribute (the archive is complete without them).
 #[pyfunction]
-#[pyo3(signature = (archive, paths, directory = None, compression = None, level = None, frame_size = None, sort = "none", mtime = None, owner = None, group = None, numeric_owner = false, exclude = Vec::new(), one_file_system = false, xattrs = false, read_threads = None, **options))]
+#[pyo3(signature = (archive, paths, directory = None, compression = None, level = None, frame_size = None, sort = "none", mtime = None, owner = None, group = None, numeric_owner = false, exclude = Vec::new(), one_file_system = false, xattrs = false, read_threads = None, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, threads = None, progress = None, sync = true))]
 #[allow(clippy::too_many_arguments)] // One keyword argument of the Python call each.
 pub fn pack<'py>(
     py: Python<'py>,
@@ -288,20 +342,27 @@ pub fn pack<'py>(
     directory: Option<PathBuf>,
     compression: Option<&str>,
     level: Option<i32>,
-    frame_size: Option<Bound<'py, PyAny>>,
+    frame_size: Option<Size<FrameSize>>,
     sort: &str,
-    mtime: Option<Bound<'py, PyAny>>,
-    owner: Option<Bound<'py, PyAny>>,
-    group: Option<Bound<'py, PyAny>>,
+    mtime: Option<Time>,
+    owner: Option<Owner>,
+    group: Option<Group>,
     numeric_owner: bool,
     exclude: Vec<String>,
     one_file_system: bool,
     xattrs: bool,
-    read_threads: Option<usize>,
-    options: Option<&Bound<'py, PyDict>>,
+    read_threads: Option<Count<ReadThreads>>,
+    mode: &str,
+    backend: &str,
+    memory: Option<Size<Memory>>,
+    block_size: Option<Size<BlockSize>>,
+    queue_depth: Option<Count<QueueDepth>>,
+    threads: Option<Count<Threads>>,
+    progress: Option<Callback<'py>>,
+    sync: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     use cacheless_archive::pack::{compression_for_name, parse_compression, SortOrder};
-    let o = Options::parse("pack", options, &["mode", "backend", "memory", "block_size", "queue_depth", "threads", "progress", "sync"])?;
+    let io = opts::io(mode, backend, memory, block_size, queue_depth)?;
     let mut po = cacheless_archive::PackOptions::new(cacheless_archive::Output::Path(archive.clone()), paths);
     po.compression = match compression {
         Some(c) => parse_compression(c).map_err(|e| PyValueError::new_err(format!("compression=: {e}")))?,
@@ -309,7 +370,7 @@ pub fn pack<'py>(
     };
     po.level = level;
     if let Some(f) = frame_size {
-        po.frame_size = crate::opts::bounded("frame_size", &f, true, cacheless::limits::frame_size)?;
+        po.frame_size = f.0;
     }
     let m = &mut po.members;
     m.directory = directory;
@@ -318,9 +379,9 @@ pub fn pack<'py>(
         "name" => SortOrder::Name,
         o => return Err(PyValueError::new_err(format!("sort=: unknown order '{o}': expected \"none\" or \"name\""))),
     };
-    m.mtime = mtime.as_ref().map(pack_time).transpose()?;
-    m.owner = owner.as_ref().map(|v| pack_owner(v, false)).transpose()?;
-    m.group = group.as_ref().map(|v| pack_owner(v, true)).transpose()?;
+    m.mtime = mtime.map(|t| t.0);
+    m.owner = owner.map(|o| o.0);
+    m.group = group.map(|g| g.0);
     m.numeric_owner = numeric_owner;
     m.exclude = exclude
         .iter()
@@ -328,25 +389,25 @@ pub fn pack<'py>(
         .collect::<PyResult<_>>()?;
     m.one_file_system = one_file_system;
     m.xattrs = xattrs;
-    if let Some(t) = o.threads {
+    if let Some(t) = opts::count(threads) {
         po.threads = t;
     }
-    if let Some(t) = read_threads {
-        po.read_threads = cacheless::limits::threads("read_threads=", t as u64).map_err(PyValueError::new_err)?;
+    if let Some(t) = opts::count(read_threads) {
+        po.read_threads = t;
     }
-    po.sync = o.sync;
-    po.io = o.io.clone();
+    po.sync = sync;
+    po.io = io;
     // File bytes read against the bytes of the files walked so far (the total grows as the
     // walk goes) are what the callback is given.
+    let callback = progress;
     let progress = Arc::new(Progress::new());
     po.progress = Some(progress.clone());
-    let sync = o.sync;
-    let (rep, staged) = job::run(py, &progress, o.callback(), || cacheless_archive::pack_staged(po))?.map_err(|e| errors::archive(e, &archive))?;
+    let (rep, staged) = job::run(py, &progress, opts::callback(&callback), || cacheless_archive::pack_staged(po))?.map_err(|e| errors::archive(e, &archive))?;
     // Named only if no Ctrl-C came meanwhile (see `job::commit`).
     if let Some(a) = staged {
         job::commit(py, a, |a| a.publish(sync))?;
     }
-    let report = crate::opts::with_leftovers(to_py(py, &rep)?)?;
+    let report = opts::with_leftovers(to_py(py, &rep)?)?;
     if rep.failure_count > 0 {
         let what = format!("{} members could not be stored (the archive was written without them)", rep.failure_count);
         return Err(errors::members_failed(&archive, &what, &rep.failures, rep.first_failure_errno, report));

@@ -1,26 +1,21 @@
-//! The keyword options the calls share (`mode=`, `backend=`, `memory=`, `block_size=`,
-//! `queue_depth=`, `threads=`, `progress=`, `sync=`, `size_hint=`, `parallel=`), parsed in one
-//! place into engine options.
+//! The keyword arguments the calls share, converted where they cross into Rust: each call's
+//! pyo3 signature names its keywords with their defaults (so Python rejects any other, in its
+//! own words), and each value is converted by its type here, once, with the error the command
+//! line gives for the same flag (`cacheless::limits`).
+//!
+//! - sizes (`memory=`, `block_size=`, `frame_size=`): [`Size`], an int or a string such as "512M";
+//! - counts (`queue_depth=`, `threads=`, `decompress_threads=`, `read_threads=`): [`Count`];
+//! - `bwlimit=`: [`Rate`]; `progress=`: [`Callback`];
+//! - words (`mode=`, `backend=`, `reflink=`, ...): a `&str` with its default in the signature,
+//!   parsed into the engine's enum by [`word`] before anything runs.
 
-use cacheless::{limits, Budget, IoOptions, ReadOptions, WriteOptions};
+use std::marker::PhantomData;
+use std::str::FromStr;
+
+use cacheless::{limits, Budget, IoOptions, Mode, ReadOptions, WriteOptions};
 use cacheless_safetensors::ArenaOptions;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-
-/// The options of one call.
-pub struct Options<'py> {
-    /// `mode=`, `backend=`, `block_size=`, `queue_depth=` and `memory=` (the budget).
-    pub io: IoOptions,
-    pub threads: Option<usize>,
-    /// Threads decoding a multi-frame zstd archive (extract).
-    pub decompress_threads: Option<usize>,
-    /// `progress(done, total)`, called from the calling thread.
-    pub progress: Option<Bound<'py, PyAny>>,
-    pub sync: bool,
-    pub size_hint: Option<u64>,
-    pub parallel: usize,
-}
 
 /// A count or size keyword held to the bounds the command line holds its flag to (see
 /// `cacheless::limits`): an int (a size may also be a string such as "512M"), else a
@@ -39,106 +34,157 @@ pub fn bounded(name: &str, v: &Bound<'_, PyAny>, size: bool, check: fn(&str, u64
     check(&format!("{name}="), n).map_err(PyValueError::new_err)
 }
 
-/// A bandwidth limit keyword (`bwlimit=`): bytes per second as an int or float, or a size such
-/// as "200M"; 0 is no limit, as on the command line.
-pub fn rate(name: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
-    let flag = format!("{name}=");
-    if let Ok(s) = v.extract::<String>() {
-        return limits::parse_rate(&flag, &s).map_err(PyValueError::new_err);
-    }
-    let f: f64 = v.extract().map_err(|_| PyTypeError::new_err(format!("{name}= must be bytes per second or a size such as '200M'")))?;
-    limits::rate(&flag, f).map_err(PyValueError::new_err)
+/// A keyword whose value is a bounded number: its name and the bounds of its flag.
+pub trait Key {
+    /// The keyword, as errors name it (`threads=`).
+    const NAME: &'static str;
+    /// The bounds (`cacheless::limits`).
+    fn check(flag: &str, n: u64) -> Result<usize, String>;
 }
 
-fn positive(name: &str, v: &Bound<'_, PyAny>) -> PyResult<usize> {
-    let n: usize = v.extract().map_err(|_| PyTypeError::new_err(format!("{name}= must be a positive int")))?;
-    if n == 0 {
-        return Err(PyValueError::new_err(format!("{name}= must be positive")));
-    }
-    Ok(n)
-}
-
-impl<'py> Options<'py> {
-    /// Parses the keyword arguments `kw` of `call`, which accepts the keys in `allowed`; any
-    /// other key is a `TypeError`, a bad value a `ValueError` that says what is accepted.
-    pub fn parse(call: &str, kw: Option<&Bound<'py, PyDict>>, allowed: &[&str]) -> PyResult<Options<'py>> {
-        let o = Self::parse_keys(call, kw, allowed)?;
-        #[cfg(feature = "fault-injection")]
-        crate::fault::track(&o.io.budget);
-        Ok(o)
-    }
-
-    fn parse_keys(call: &str, kw: Option<&Bound<'py, PyDict>>, allowed: &[&str]) -> PyResult<Options<'py>> {
-        let mut o = Options { io: IoOptions::default(), threads: None, decompress_threads: None, progress: None, sync: true, size_hint: None, parallel: 4 };
-        let Some(kw) = kw else { return Ok(o) };
-        for (k, v) in kw.iter() {
-            let key: String = k.extract()?;
-            if !allowed.contains(&key.as_str()) {
-                return Err(PyTypeError::new_err(format!("{call}() got an unexpected keyword argument '{key}'")));
-            }
-            if v.is_none() {
-                continue;
-            }
-            match key.as_str() {
-                "mode" => {
-                    let s: String = v.extract()?;
-                    o.io.mode = s.parse().map_err(|e: String| {
-                        let extra = if matches!(s.as_str(), "rb" | "wb" | "r" | "w" | "br" | "bw") {
-                            " (the access, \"rb\" or \"wb\", is open()'s second argument)"
-                        } else {
-                            ""
-                        };
-                        PyValueError::new_err(format!("mode=: {e}{extra}"))
-                    })?;
-                }
-                "backend" => o.io.backend = v.extract::<String>()?.parse().map_err(|e: String| PyValueError::new_err(format!("backend=: {e}")))?,
-                "memory" => o.io.budget = Budget::new(bounded("memory", &v, true, limits::memory)?),
-                "block_size" => o.io.block_size = bounded("block_size", &v, true, limits::block_size)?,
-                "queue_depth" => o.io.queue_depth = bounded("queue_depth", &v, false, limits::queue_depth)?,
-                "threads" => o.threads = Some(bounded("threads", &v, false, limits::threads)?),
-                "decompress_threads" => o.decompress_threads = Some(bounded("decompress_threads", &v, false, limits::threads)?),
-                "parallel" => o.parallel = positive("parallel", &v)?,
-                "progress" if v.is_callable() => o.progress = Some(v),
-                "progress" => return Err(PyTypeError::new_err("progress= must be a callable taking (done_bytes, total_bytes)")),
-                "sync" => o.sync = v.is_truthy()?,
-                "size_hint" => o.size_hint = Some(v.extract()?),
-                _ => return Err(PyTypeError::new_err(format!("{call}() got an unexpected keyword argument '{key}'"))),
+macro_rules! keys {
+    ($($(#[$doc:meta])* $t:ident = $name:literal, $check:path;)*) => {$(
+        $(#[$doc])*
+        pub enum $t {}
+        impl Key for $t {
+            const NAME: &'static str = $name;
+            fn check(flag: &str, n: u64) -> Result<usize, String> {
+                $check(flag, n)
             }
         }
-        Ok(o)
-    }
+    )*};
+}
 
-    /// The progress callback, if any.
-    pub fn callback(&self) -> Option<&Bound<'py, PyAny>> {
-        self.progress.as_ref()
-    }
+keys! {
+    /// `memory=`: the budget of I/O buffers.
+    Memory = "memory", limits::memory;
+    /// `block_size=`: bytes per request.
+    BlockSize = "block_size", limits::block_size;
+    /// `queue_depth=`: requests in flight per file.
+    QueueDepth = "queue_depth", limits::queue_depth;
+    /// `threads=`: workers.
+    Threads = "threads", limits::threads;
+    /// `decompress_threads=`: threads decoding a multi-frame zstd archive.
+    DecompressThreads = "decompress_threads", limits::threads;
+    /// `read_threads=`: threads reading a pack's files.
+    ReadThreads = "read_threads", limits::threads;
+    /// `frame_size=`: bytes of tar per compressed frame.
+    FrameSize = "frame_size", limits::frame_size;
+}
 
-    /// Engine read options.
-    pub fn read(&self) -> ReadOptions {
-        ReadOptions::from(self.io.clone())
-    }
+/// A size keyword: bytes as an int, or a size such as "512M".
+pub struct Size<K>(pub usize, PhantomData<K>);
 
-    /// Engine write options (with `sync=` and `size_hint=`).
-    pub fn write(&self) -> WriteOptions {
-        let mut o = WriteOptions::from(self.io.clone());
-        o.sync = self.sync;
-        o.size_hint = self.size_hint;
-        o
-    }
+/// A count keyword: an int.
+pub struct Count<K>(pub usize, PhantomData<K>);
 
-    /// Options for reading files into arenas.
-    pub fn arena(&self) -> ArenaOptions {
-        let mut o = ArenaOptions::new(self.io.budget.clone());
-        o.read = self.read();
-        o.threads = self.threads.unwrap_or(o.threads);
-        o
+impl<K: Key> FromPyObject<'_, '_> for Size<K> {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'_, '_, PyAny>) -> PyResult<Self> {
+        bounded(K::NAME, &obj, true, K::check).map(|n| Size(n, PhantomData))
     }
 }
 
-/// Keys of calls that read.
-pub const READ: &[&str] = &["mode", "backend", "memory", "block_size", "queue_depth", "progress"];
-/// Keys of calls that read into arenas.
-pub const ARENA: &[&str] = &["mode", "backend", "memory", "block_size", "queue_depth", "threads", "progress"];
+impl<K: Key> FromPyObject<'_, '_> for Count<K> {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'_, '_, PyAny>) -> PyResult<Self> {
+        bounded(K::NAME, &obj, false, K::check).map(|n| Count(n, PhantomData))
+    }
+}
+
+/// A count keyword's value, where it was given.
+pub fn count<K>(c: Option<Count<K>>) -> Option<usize> {
+    c.map(|c| c.0)
+}
+
+/// `bwlimit=`: bytes per second as an int or float, or a size such as "200M"; 0 is no limit, as
+/// on the command line.
+pub struct Rate(pub Option<u64>);
+
+impl FromPyObject<'_, '_> for Rate {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'_, '_, PyAny>) -> PyResult<Self> {
+        let flag = "bwlimit=";
+        if let Ok(s) = v.extract::<String>() {
+            return limits::parse_rate(flag, &s).map(Rate).map_err(PyValueError::new_err);
+        }
+        let f: f64 = v.extract().map_err(|_| PyTypeError::new_err("bwlimit= must be bytes per second or a size such as '200M'"))?;
+        limits::rate(flag, f).map(Rate).map_err(PyValueError::new_err)
+    }
+}
+
+/// `progress=`: a callable, called as `progress(done_bytes, total_bytes)` from the calling
+/// thread.
+pub struct Callback<'py>(pub Bound<'py, PyAny>);
+
+impl<'py> FromPyObject<'_, 'py> for Callback<'py> {
+    type Error = PyErr;
+    fn extract(v: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        if !v.is_callable() {
+            return Err(PyTypeError::new_err("progress= must be a callable taking (done_bytes, total_bytes)"));
+        }
+        Ok(Callback(v.to_owned()))
+    }
+}
+
+/// The callback, where one was given.
+pub fn callback<'a, 'py>(c: &'a Option<Callback<'py>>) -> Option<&'a Bound<'py, PyAny>> {
+    c.as_ref().map(|c| &c.0)
+}
+
+/// A word keyword (`reflink="auto"`) parsed into the engine's value; a `ValueError` naming the
+/// keyword and what it accepts otherwise.
+pub fn word<T: FromStr<Err = String>>(key: &str, s: &str) -> PyResult<T> {
+    s.parse().map_err(|e: String| PyValueError::new_err(format!("{key}=: {e}")))
+}
+
+/// `mode=`: the engine's mode; the access of `open()` given here instead is pointed out.
+pub fn mode(s: &str) -> PyResult<Mode> {
+    s.parse().map_err(|e: String| {
+        let extra = if matches!(s, "rb" | "wb" | "r" | "w" | "br" | "bw") { " (the access, \"rb\" or \"wb\", is open()'s second argument)" } else { "" };
+        PyValueError::new_err(format!("mode=: {e}{extra}"))
+    })
+}
+
+/// The I/O keywords every call that reads or writes shares: `mode=`, `backend=`, `memory=`,
+/// `block_size=` and `queue_depth=` (`None`: the engine's default).
+pub fn io(
+    mode: &str,
+    backend: &str,
+    memory: Option<Size<Memory>>,
+    block_size: Option<Size<BlockSize>>,
+    queue_depth: Option<Count<QueueDepth>>,
+) -> PyResult<IoOptions> {
+    let mut io = IoOptions { mode: self::mode(mode)?, backend: word("backend", backend)?, ..IoOptions::default() };
+    if let Some(m) = memory {
+        io.budget = Budget::new(m.0);
+    }
+    if let Some(b) = block_size {
+        io.block_size = b.0;
+    }
+    if let Some(q) = queue_depth {
+        io.queue_depth = q.0;
+    }
+    #[cfg(feature = "fault-injection")]
+    crate::fault::track(&io.budget);
+    Ok(io)
+}
+
+/// Engine write options: `io` with `sync=` and `size_hint=`.
+pub fn write(io: IoOptions, sync: bool, size_hint: Option<u64>) -> WriteOptions {
+    let mut o = WriteOptions::from(io);
+    o.sync = sync;
+    o.size_hint = size_hint;
+    o
+}
+
+/// Options for reading files into arenas: `io` with `threads=`.
+pub fn arena(io: IoOptions, threads: Option<Count<Threads>>) -> ArenaOptions {
+    let mut o = ArenaOptions::new(io.budget.clone());
+    o.read = ReadOptions::from(io);
+    o.threads = count(threads).unwrap_or(o.threads);
+    o
+}
 
 /// A job's report (a dict) with the leftovers of dead jobs the run removed where it wrote
 /// (`leftovers_removed`, paths), as the command line's `--json` gives it (see `cacheless::temps`).

@@ -13,7 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use crate::arena::PyArena;
 use crate::errors;
 use crate::job;
-use crate::opts::{to_py, Options, ARENA, READ};
+use crate::opts::{self, to_py, BlockSize, Callback, Count, Memory, QueueDepth, Size, Threads};
 use crate::pybuf::Pinned;
 
 /// (name, dtype, shape, arena offset, bytes) for each tensor in `names` order.
@@ -56,23 +56,48 @@ fn loaded_to_py<'py>(py: Python<'py>, l: Loaded, keys: Option<&[String]>) -> PyR
 
 /// Loads a safetensors file (every tensor, or only `keys`): (arena, entries, metadata, report).
 #[pyfunction]
-#[pyo3(signature = (path, keys = None, **options))]
-pub fn st_load<'py>(py: Python<'py>, path: PathBuf, keys: Option<Vec<String>>, options: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyTuple>> {
-    let o = Options::parse("load_file", options, ARENA)?;
-    let ao = o.arena();
+#[pyo3(signature = (path, keys = None, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, threads = None, progress = None))]
+#[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
+pub fn st_load<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    keys: Option<Vec<String>>,
+    mode: &str,
+    backend: &str,
+    memory: Option<Size<Memory>>,
+    block_size: Option<Size<BlockSize>>,
+    queue_depth: Option<Count<QueueDepth>>,
+    threads: Option<Count<Threads>>,
+    progress: Option<Callback<'py>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let ao = opts::arena(opts::io(mode, backend, memory, block_size, queue_depth)?, threads);
     let p = Progress::new();
-    let l = job::run(py, &p, o.callback(), || load(&path, keys.as_deref(), &ao, &p))?.map_err(errors::safetensors)?;
+    let l = job::run(py, &p, opts::callback(&progress), || load(&path, keys.as_deref(), &ao, &p))?.map_err(errors::safetensors)?;
     loaded_to_py(py, l, keys.as_deref())
 }
 
 /// Loads every shard of a checkpoint: (list of per-shard tuples as `st_load`, index dict).
 #[pyfunction]
-#[pyo3(signature = (path, **options))]
-pub fn st_load_model<'py>(py: Python<'py>, path: PathBuf, options: Option<&Bound<'py, PyDict>>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
-    let o = Options::parse("load_model", options, &["mode", "backend", "memory", "block_size", "queue_depth", "threads", "parallel", "progress"])?;
-    let ao = o.arena();
+#[pyo3(signature = (path, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, threads = None, parallel = 4, progress = None))]
+#[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
+pub fn st_load_model<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    mode: &str,
+    backend: &str,
+    memory: Option<Size<Memory>>,
+    block_size: Option<Size<BlockSize>>,
+    queue_depth: Option<Count<QueueDepth>>,
+    threads: Option<Count<Threads>>,
+    parallel: usize,
+    progress: Option<Callback<'py>>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
+    if parallel == 0 {
+        return Err(PyValueError::new_err("parallel= must be positive"));
+    }
+    let ao = opts::arena(opts::io(mode, backend, memory, block_size, queue_depth)?, threads);
     let p = Progress::new();
-    let (index, shards) = job::run(py, &p, o.callback(), || load_model(&path, &ao, o.parallel, &p))?.map_err(errors::safetensors)?;
+    let (index, shards) = job::run(py, &p, opts::callback(&progress), || load_model(&path, &ao, parallel, &p))?.map_err(errors::safetensors)?;
     let list = PyList::empty(py);
     for l in shards {
         list.append(loaded_to_py(py, l, None)?)?;
@@ -109,9 +134,9 @@ impl PySafeFile {
 #[pymethods]
 impl PySafeFile {
     #[new]
-    #[pyo3(signature = (path, **options))]
-    fn new(py: Python<'_>, path: PathBuf, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let o = Options::parse("safe_open", options, &["mode", "backend", "memory"])?.arena();
+    #[pyo3(signature = (path, *, mode = "auto", backend = "auto", memory = None))]
+    fn new(py: Python<'_>, path: PathBuf, mode: &str, backend: &str, memory: Option<Size<Memory>>) -> PyResult<Self> {
+        let o = opts::arena(opts::io(mode, backend, memory, None, None)?, None);
         let f = py.detach(|| SafeFile::open(&path, &o)).map_err(errors::safetensors)?;
         let header = f.header().clone();
         let mode = (f.decision().mode.to_string(), f.decision().reason.to_string());
@@ -197,20 +222,25 @@ fn views(g: &[Given]) -> Vec<TensorData<'_>> {
 
 /// Saves tensors given as [(name, dtype, shape, buffer)]: durable, atomic, direct I/O.
 #[pyfunction]
-#[pyo3(signature = (path, tensors, metadata = None, **options))]
+#[pyo3(signature = (path, tensors, metadata = None, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, progress = None))]
+#[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
 pub fn st_save<'py>(
     py: Python<'py>,
     path: PathBuf,
     tensors: &Bound<'py, PyList>,
     metadata: Option<HashMap<String, String>>,
-    options: Option<&Bound<'py, PyDict>>,
+    mode: &str,
+    backend: &str,
+    memory: Option<Size<Memory>>,
+    block_size: Option<Size<BlockSize>>,
+    queue_depth: Option<Count<QueueDepth>>,
+    progress: Option<Callback<'py>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let o = Options::parse("save_file", options, READ)?;
-    let wo = o.write();
+    let wo = opts::write(opts::io(mode, backend, memory, block_size, queue_depth)?, true, None);
     let g = given(tensors)?;
     let v = views(&g);
     let p = Progress::new();
-    let (rep, file) = job::run(py, &p, o.callback(), || save_staged(&path, &v, metadata.as_ref(), &wo, &p))?.map_err(errors::safetensors)?;
+    let (rep, file) = job::run(py, &p, opts::callback(&progress), || save_staged(&path, &v, metadata.as_ref(), &wo, &p))?.map_err(errors::safetensors)?;
     // A Ctrl-C that came while it was written, or a callback that raised on its last call,
     // leaves `path` as it was: the complete file is dropped (removed) unnamed.
     job::commit(py, file, |f| f.publish(true))?;

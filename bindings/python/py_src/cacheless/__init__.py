@@ -10,8 +10,10 @@ from the calling thread, a few times a second and once at the end. Ctrl-C cancel
 call cleanly: nothing half-written is left under a final name.
 
 Calls that read or write also take the engine's tuning keywords: ``backend=`` ("auto",
-"uring" or "threads"), ``block_size=`` (bytes per request), ``queue_depth=`` (requests in
-flight per file) and, where a file is read into one buffer, ``threads=``.
+"uring" or "threads"), ``block_size=`` (bytes per request, or a size such as "1M"),
+``queue_depth=`` (requests in flight per file) and, where a file is read into one buffer,
+``threads=``. Every keyword is named in each call's signature, with its default; a bad value
+is a ``ValueError`` (a ``TypeError`` where its type is wrong) naming the keyword.
 
 The safetensors loader and saver are in :mod:`cacheless.safetensors`.
 """
@@ -49,6 +51,7 @@ __all__ = [
 
 PathLike = Union[str, "os.PathLike[str]"]
 Memory = Union[int, str, None]
+Size = Union[int, str, None]
 Progress = Optional[Callable[[int, int], Any]]
 
 
@@ -83,14 +86,26 @@ def evict(path: PathLike) -> Dict[str, Any]:
     return _native.evict(os.fspath(path))
 
 
-def read_file(path: PathLike, *, mode: str = "auto", memory: Memory = None, progress: Progress = None, **options: Any) -> memoryview:
+def read_file(
+    path: PathLike,
+    *,
+    mode: str = "auto",
+    backend: str = "auto",
+    memory: Memory = None,
+    block_size: Size = None,
+    queue_depth: Optional[int] = None,
+    threads: Optional[int] = None,
+    progress: Progress = None,
+) -> memoryview:
     """Reads a whole file into one page-aligned buffer, with direct I/O when the file is cold.
 
     Returns a writable ``memoryview`` of exactly the file's bytes (``numpy.asarray`` of it is a
     zero-copy uint8 array). A file already mostly cached is read buffered and stays cached; a
     cold one leaves nothing in the page cache.
     """
-    arena, _decision = _native.read_file(os.fspath(path), mode=mode, memory=memory, progress=progress, **options)
+    arena, _decision = _native.read_file(
+        os.fspath(path), mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, threads=threads, progress=progress
+    )
     return memoryview(np.asarray(arena))
 
 
@@ -122,7 +137,9 @@ def copy(
     no_clobber: bool = False,
     update: bool = False,
     threads: Optional[int] = None,
-    **options: Any,
+    backend: str = "auto",
+    block_size: Size = None,
+    queue_depth: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Copies the file ``src`` to ``dst`` (into it, if ``dst`` is a directory), like ``shutil.copy``;
     with ``recursive`` or ``archive``, a whole tree, like ``cacheless cp -r`` / ``cp -a``.
@@ -166,7 +183,9 @@ def copy(
         progress=progress,
         sync=sync,
         threads=threads,
-        **options,
+        backend=backend,
+        block_size=block_size,
+        queue_depth=queue_depth,
     )
 
 
@@ -229,7 +248,9 @@ def pack(
     memory: Memory = None,
     progress: Progress = None,
     read_threads: Optional[int] = None,
-    **options: Any,
+    backend: str = "auto",
+    block_size: Size = None,
+    queue_depth: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Creates the tar archive ``archive`` from ``paths`` (files and directories, recursively), as ``cacheless pack``.
 
@@ -280,11 +301,25 @@ def pack(
         progress=progress,
         sync=sync,
         threads=threads,
-        **options,
+        backend=backend,
+        block_size=block_size,
+        queue_depth=queue_depth,
     )
 
 
-def hash(path: PathLike, algo: str = "sha256", *, mode: str = "auto", memory: Memory = None, progress: Progress = None, **options: Any) -> str:
+def hash(
+    path: PathLike,
+    algo: str = "sha256",
+    *,
+    mode: str = "auto",
+    backend: str = "auto",
+    memory: Memory = None,
+    block_size: Size = None,
+    queue_depth: Optional[int] = None,
+    progress: Progress = None,
+) -> str:
     """The file's checksum in hex, as ``sha256sum`` (``algo="sha256"``), ``b3sum`` ("blake3") or ``xxhsum -H3`` ("xxh3") print it."""
-    digest, _mode = _native.hash(os.fspath(path), algo, mode=mode, memory=memory, progress=progress, **options)
+    digest, _mode = _native.hash(
+        os.fspath(path), algo, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, progress=progress
+    )
     return digest

@@ -53,9 +53,18 @@ class CachelessReader(_File):
 
     _access = "rb"
 
-    def __init__(self, path: Union[str, "os.PathLike[str]"], **options: Any) -> None:
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        *,
+        mode: str = "auto",
+        backend: str = "auto",
+        memory: Union[int, str, None] = None,
+        block_size: Union[int, str, None] = None,
+        queue_depth: Optional[int] = None,
+    ) -> None:
         p = os.fspath(path)
-        super().__init__(_native.Reader(p, **options), p)
+        super().__init__(_native.Reader(p, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth), p)
 
     def readable(self) -> bool:
         return True
@@ -106,9 +115,21 @@ class CachelessWriter(_File):
 
     _access = "wb"
 
-    def __init__(self, path: Union[str, "os.PathLike[str]"], **options: Any) -> None:
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        *,
+        mode: str = "auto",
+        backend: str = "auto",
+        memory: Union[int, str, None] = None,
+        block_size: Union[int, str, None] = None,
+        queue_depth: Optional[int] = None,
+        size_hint: Optional[int] = None,
+        sync: bool = True,
+    ) -> None:
         p = os.fspath(path)
-        super().__init__(_native.Writer(p, **options), p)
+        n = _native.Writer(p, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, size_hint=size_hint, sync=sync)
+        super().__init__(n, p)
         self.report: Optional[Dict[str, Any]] = None
 
     def writable(self) -> bool:
@@ -166,7 +187,9 @@ def open(
     memory: Union[int, str, None] = None,
     size_hint: Optional[int] = None,
     sync: bool = True,
-    **options: Any,
+    backend: str = "auto",
+    block_size: Union[int, str, None] = None,
+    queue_depth: Optional[int] = None,
 ) -> Union[CachelessReader, CachelessWriter]:
     """Opens a file for reading (``"rb"``) or writing (``"wb"``) as an ``io.RawIOBase``.
 
@@ -176,8 +199,9 @@ def open(
     ``queue_depth=`` tune the engine. Binary only: wrap in
     ``io.TextIOWrapper(io.BufferedReader(f))`` for text.
     """
+    tuning = dict(backend=backend, block_size=block_size, queue_depth=queue_depth)
     if access in ("rb", "br"):
-        return CachelessReader(path, mode=mode, memory=memory, **options)
+        return CachelessReader(path, mode=mode, memory=memory, **tuning)
     if access in ("wb", "bw"):
-        return CachelessWriter(path, mode=mode, memory=memory, size_hint=size_hint, sync=sync, **options)
+        return CachelessWriter(path, mode=mode, memory=memory, size_hint=size_hint, sync=sync, **tuning)
     raise ValueError(f"access must be 'rb' or 'wb', not {access!r} (cacheless files are binary: wrap one in io.TextIOWrapper for text; mode= is the I/O mode)")

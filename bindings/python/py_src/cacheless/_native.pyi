@@ -1,10 +1,15 @@
-# Type stubs of the native module (Rust, PyO3). tests/test_stubs.py checks them against it.
-# `**options` are the keyword options of the public API: mode, backend, memory, block_size,
-# queue_depth, threads, progress, sync, size_hint, parallel (each call accepts its own subset).
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+# Type stubs of the native module (Rust, PyO3). tests/test_stubs.py checks them against the
+# module (names, parameters, defaults) and against the Rust signatures (types).
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 _Entry = Tuple[str, str, List[int], int, int]
 _Loaded = Tuple["Arena", List[_Entry], Optional[Dict[str, str]], Dict[str, Any]]
+_Tensor = Tuple[str, str, List[int], Any]
+# A size: bytes, or a string such as "512M".
+_Size = Union[int, str]
+# Bytes per second, or a string such as "200M".
+_Rate = Union[int, float, str]
+_Progress = Callable[[int, int], Any]
 
 __version__: str
 
@@ -18,7 +23,16 @@ class Arena:
     def __len__(self) -> int: ...
 
 class Reader:
-    def __init__(self, path: str, **options: Any) -> None: ...
+    def __init__(
+        self,
+        path: str,
+        *,
+        mode: str = "auto",
+        backend: str = "auto",
+        memory: Optional[_Size] = None,
+        block_size: Optional[_Size] = None,
+        queue_depth: Optional[int] = None,
+    ) -> None: ...
     @property
     def path(self) -> str: ...
     def readinto(self, buf: Any) -> int: ...
@@ -31,7 +45,18 @@ class Reader:
     def close(self) -> None: ...
 
 class Writer:
-    def __init__(self, path: str, **options: Any) -> None: ...
+    def __init__(
+        self,
+        path: str,
+        *,
+        mode: str = "auto",
+        backend: str = "auto",
+        memory: Optional[_Size] = None,
+        block_size: Optional[_Size] = None,
+        queue_depth: Optional[int] = None,
+        size_hint: Optional[int] = None,
+        sync: bool = True,
+    ) -> None: ...
     @property
     def path(self) -> str: ...
     def write(self, buf: Any) -> int: ...
@@ -43,7 +68,7 @@ class Writer:
     def decision(self) -> Tuple[str, str]: ...
 
 class SafeFile:
-    def __init__(self, path: str, **options: Any) -> None: ...
+    def __init__(self, path: str, *, mode: str = "auto", backend: str = "auto", memory: Optional[_Size] = None) -> None: ...
     def offset_keys(self) -> List[str]: ...
     def describe(self, name: str) -> Tuple[str, List[int], int]: ...
     def metadata(self) -> Optional[Dict[str, str]]: ...
@@ -55,30 +80,70 @@ class SafeFile:
 def info(path: str, mode: str = "auto") -> Dict[str, Any]: ...
 def residency(path: str) -> Dict[str, Any]: ...
 def evict(path: str) -> Dict[str, Any]: ...
-def read_file(path: str, **options: Any) -> Tuple[Arena, Tuple[str, str]]: ...
-def write_file(path: str, data: Any, **options: Any) -> Dict[str, Any]: ...
+def read_file(
+    path: str,
+    *,
+    mode: str = "auto",
+    backend: str = "auto",
+    memory: Optional[_Size] = None,
+    block_size: Optional[_Size] = None,
+    queue_depth: Optional[int] = None,
+    threads: Optional[int] = None,
+    progress: Optional[_Progress] = None,
+) -> Tuple[Arena, Tuple[str, str]]: ...
+def write_file(path: str, data: Any, *, mode: str = "auto", sync: bool = True) -> Dict[str, Any]: ...
 def copy(
     src: str,
     dst: str,
     reflink: str = "auto",
     sparse: str = "auto",
     verify: Optional[str] = None,
-    bwlimit: Union[int, str, None] = None,
+    bwlimit: Optional[_Rate] = None,
     recursive: bool = False,
     archive: bool = False,
     no_clobber: bool = False,
     update: bool = False,
-    **options: Any,
+    *,
+    mode: str = "auto",
+    backend: str = "auto",
+    memory: Optional[_Size] = None,
+    block_size: Optional[_Size] = None,
+    queue_depth: Optional[int] = None,
+    progress: Optional[_Progress] = None,
+    sync: bool = True,
+    threads: Optional[int] = None,
 ) -> Dict[str, Any]: ...
-def hash(path: str, algo: str = "sha256", **options: Any) -> Tuple[str, str]: ...
-def extract(archive: str, dest: str, strip_components: int = 0, keep_old_files: bool = False, **options: Any) -> Dict[str, Any]: ...
+def hash(
+    path: str,
+    algo: str = "sha256",
+    *,
+    mode: str = "auto",
+    backend: str = "auto",
+    memory: Optional[_Size] = None,
+    block_size: Optional[_Size] = None,
+    queue_depth: Optional[int] = None,
+    progress: Optional[_Progress] = None,
+) -> Tuple[str, str]: ...
+def extract(
+    archive: str,
+    dest: str,
+    strip_components: int = 0,
+    keep_old_files: bool = False,
+    *,
+    mode: str = "auto",
+    memory: Optional[_Size] = None,
+    threads: Optional[int] = None,
+    decompress_threads: Optional[int] = None,
+    progress: Optional[_Progress] = None,
+    sync: bool = True,
+) -> Dict[str, Any]: ...
 def pack(
     archive: str,
     paths: List[str],
     directory: Optional[str] = None,
     compression: Optional[str] = None,
     level: Optional[int] = None,
-    frame_size: Union[int, str, None] = None,
+    frame_size: Optional[_Size] = None,
     sort: str = "none",
     mtime: Union[int, float, str, None] = None,
     owner: Union[str, int, None] = None,
@@ -88,10 +153,51 @@ def pack(
     one_file_system: bool = False,
     xattrs: bool = False,
     read_threads: Optional[int] = None,
-    **options: Any,
+    *,
+    mode: str = "auto",
+    backend: str = "auto",
+    memory: Optional[_Size] = None,
+    block_size: Optional[_Size] = None,
+    queue_depth: Optional[int] = None,
+    threads: Optional[int] = None,
+    progress: Optional[_Progress] = None,
+    sync: bool = True,
 ) -> Dict[str, Any]: ...
-def st_load(path: str, keys: Optional[Sequence[str]] = None, **options: Any) -> _Loaded: ...
-def st_load_model(path: str, **options: Any) -> Tuple[List[_Loaded], Dict[str, Any]]: ...
+def st_load(
+    path: str,
+    keys: Optional[List[str]] = None,
+    *,
+    mode: str = "auto",
+    backend: str = "auto",
+    memory: Optional[_Size] = None,
+    block_size: Optional[_Size] = None,
+    queue_depth: Optional[int] = None,
+    threads: Optional[int] = None,
+    progress: Optional[_Progress] = None,
+) -> _Loaded: ...
+def st_load_model(
+    path: str,
+    *,
+    mode: str = "auto",
+    backend: str = "auto",
+    memory: Optional[_Size] = None,
+    block_size: Optional[_Size] = None,
+    queue_depth: Optional[int] = None,
+    threads: Optional[int] = None,
+    parallel: int = 4,
+    progress: Optional[_Progress] = None,
+) -> Tuple[List[_Loaded], Dict[str, Any]]: ...
 def st_parse(data: Any) -> Tuple[List[_Entry], Optional[Dict[str, str]]]: ...
-def st_save(path: str, tensors: List[Tuple[str, str, List[int], Any]], metadata: Optional[Dict[str, str]] = None, **options: Any) -> Dict[str, Any]: ...
-def st_serialize(tensors: List[Tuple[str, str, List[int], Any]], metadata: Optional[Dict[str, str]] = None) -> bytes: ...
+def st_save(
+    path: str,
+    tensors: List[_Tensor],
+    metadata: Optional[Dict[str, str]] = None,
+    *,
+    mode: str = "auto",
+    backend: str = "auto",
+    memory: Optional[_Size] = None,
+    block_size: Optional[_Size] = None,
+    queue_depth: Optional[int] = None,
+    progress: Optional[_Progress] = None,
+) -> Dict[str, Any]: ...
+def st_serialize(tensors: List[_Tensor], metadata: Optional[Dict[str, str]] = None) -> bytes: ...

@@ -38,7 +38,7 @@ import os
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from .. import _native
-from ._core import Builder, Memory, PathLike, Progress, SafeOpen, SafetensorError, call, load_path, save_to, specs
+from ._core import Builder, Memory, PathLike, Progress, SafeOpen, SafetensorError, Size, call, engine_backend, load_path, save_to, specs, tuning
 from ._raw import TensorSpec, _safe_open_handle, deserialize, serialize, serialize_file
 
 __all__ = ["SafetensorError", "TensorSpec", "deserialize", "load", "load_file", "load_model", "safe_open", "save", "save_file", "serialize", "serialize_file"]
@@ -58,7 +58,9 @@ def load_file(
     memory: Memory = None,
     mode: str = "auto",
     progress: Progress = None,
-    **options: Any,
+    block_size: Size = None,
+    queue_depth: Optional[int] = None,
+    threads: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Loads a safetensors file: ``{name: array}`` in file order (``keys`` order when given).
 
@@ -69,7 +71,7 @@ def load_file(
     ``queue_depth=`` and ``threads=`` tune the reads.
     """
     path = os.fspath(filename)
-    return load_path(Builder(framework, device, path), path, keys, backend, mode, memory, progress, options)
+    return load_path(Builder(framework, device, path), path, keys, backend, mode, memory, progress, tuning(block_size, queue_depth, threads))
 
 
 def load_model(
@@ -81,7 +83,10 @@ def load_model(
     mode: str = "auto",
     progress: Progress = None,
     parallel: int = 4,
-    **options: Any,
+    backend: str = "mmap",
+    block_size: Size = None,
+    queue_depth: Optional[int] = None,
+    threads: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Loads a sharded checkpoint: every tensor of every shard, as one dict.
 
@@ -93,7 +98,9 @@ def load_model(
     that name, loading into a ``torch.nn.Module``.)
     """
     b = Builder(framework, device, os.fspath(path))
-    shards, _index = call(_native.st_load_model, os.fspath(path), memory=memory, mode=mode, progress=progress, parallel=parallel, **options)
+    engine = engine_backend(backend)
+    options = tuning(block_size, queue_depth, threads)
+    shards, _index = call(_native.st_load_model, os.fspath(path), memory=memory, mode=mode, progress=progress, parallel=parallel, backend=engine, **options)
     out: Dict[str, Any] = {}
     for arena, entries, _meta, report in shards:
         b.path = report["path"]
@@ -116,12 +123,15 @@ def save_file(
     memory: Memory = None,
     progress: Progress = None,
     report: Optional[dict] = None,
-    **options: Any,
+    backend: str = "auto",
+    block_size: Size = None,
+    queue_depth: Optional[int] = None,
 ) -> None:
     """Saves numpy arrays (or torch tensors) byte-for-byte as the safetensors package does:
     durable and atomic, with direct I/O, leaving no page cache. Returns None; pass a dict as
     ``report=`` to have the write report (mode, bytes, backend) put in it."""
-    save_to(filename, specs(tensor_dict), metadata, report, {"mode": mode, "memory": memory, "progress": progress, **options})
+    options = {"mode": mode, "memory": memory, "progress": progress, "backend": backend, **tuning(block_size, queue_depth)}
+    save_to(filename, specs(tensor_dict), metadata, report, options)
 
 
 def save(tensor_dict: Mapping[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:

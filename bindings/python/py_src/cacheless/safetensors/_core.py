@@ -17,7 +17,14 @@ from .. import _native
 
 PathLike = Union[str, "os.PathLike[str]"]
 Memory = Union[int, str, None]
+Size = Union[int, str, None]
 Progress = Optional[Callable[[int, int], Any]]
+
+
+def tuning(block_size: Size, queue_depth: Optional[int], threads: Optional[int] = None) -> Dict[str, Any]:
+    """The engine's tuning keywords a caller gave (``None``: the engine's default)."""
+    given = {"block_size": block_size, "queue_depth": queue_depth, "threads": threads}
+    return {k: v for k, v in given.items() if v is not None}
 
 try:  # The safetensors package's own class, so that `except safetensors.SafetensorError` works.
     from safetensors import SafetensorError as _PeerError
@@ -256,7 +263,8 @@ def resident(path: str, mode: str, backend: str, progress: Progress) -> Optional
 
 def load_path(b: Builder, path: str, keys: Optional[Sequence[str]], backend: str, mode: str, memory: Memory, progress: Progress, options: Dict[str, Any]) -> Dict[str, Any]:
     """``load_file`` of either framework: a resident file mapped (see :func:`resident`), any
-    other read into one arena (only the spans of ``keys`` when given)."""
+    other read into one arena (only the spans of ``keys`` when given). ``options``: the tuning
+    keywords given (see :func:`tuning`); a file read with them is read, never mapped."""
     engine = engine_backend(backend)
     if keys is None and not options:
         mapped = resident(path, mode, engine, progress)

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Uni
 import torch
 
 from .. import _native
-from ._core import Builder, Memory, PathLike, Progress, SafetensorError, engine_backend, load_path, save_to, specs
+from ._core import Builder, Memory, PathLike, Progress, SafetensorError, Size, engine_backend, load_path, save_to, specs, tuning
 
 __all__ = ["SafetensorError", "load", "load_file", "load_model", "save", "save_file", "save_model", "storage_ptr", "storage_size"]
 
@@ -154,7 +154,9 @@ def load_file(
     memory: Memory = None,
     mode: str = "auto",
     progress: Progress = None,
-    **options: Any,
+    block_size: Size = None,
+    queue_depth: Optional[int] = None,
+    threads: Optional[int] = None,
 ) -> Dict[str, torch.Tensor]:
     """Loads a safetensors file as ``{name: tensor}`` in file order, as
     ``safetensors.torch.load_file``: tensors on the CPU are zero-copy views into one buffer
@@ -164,7 +166,7 @@ def load_file(
     engine's ``"auto"``/``"uring"``/``"threads"``; ``keys=`` reads only those tensors.
     """
     path = os.fspath(filename)
-    return load_path(Builder("pt", device, path), path, keys, backend, mode, memory, progress, options)
+    return load_path(Builder("pt", device, path), path, keys, backend, mode, memory, progress, tuning(block_size, queue_depth, threads))
 
 
 def load(data: bytes) -> Dict[str, torch.Tensor]:
@@ -188,13 +190,16 @@ def save_file(
     memory: Memory = None,
     progress: Progress = None,
     report: Optional[dict] = None,
-    **options: Any,
+    backend: str = "auto",
+    block_size: Size = None,
+    queue_depth: Optional[int] = None,
 ) -> None:
     """Saves tensors as ``safetensors.torch.save_file`` does, byte for byte: durable and atomic,
     with direct I/O, leaving no page cache. Returns None; pass a dict as ``report=`` to have the
     write report put in it."""
     _check(tensors)
-    save_to(filename, specs(tensors), metadata, report, {"mode": mode, "memory": memory, "progress": progress, **options})
+    options = {"mode": mode, "memory": memory, "progress": progress, "backend": backend, **tuning(block_size, queue_depth)}
+    save_to(filename, specs(tensors), metadata, report, options)
 
 
 def save_model(
@@ -207,7 +212,9 @@ def save_model(
     memory: Memory = None,
     progress: Progress = None,
     report: Optional[dict] = None,
-    **options: Any,
+    backend: str = "auto",
+    block_size: Size = None,
+    queue_depth: Optional[int] = None,
 ) -> None:
     """Saves ``model.state_dict()`` as ``safetensors.torch.save_model``: of tensors sharing
     memory (tied weights) one is saved and each other name is recorded in the metadata as
@@ -222,7 +229,8 @@ def save_model(
     if force_contiguous:
         state = {k: v.contiguous() for k, v in state.items()}
     try:
-        save_file(state, filename, metadata, mode=mode, memory=memory, progress=progress, report=report, **options)
+        tuned = dict(backend=backend, block_size=block_size, queue_depth=queue_depth)
+        save_file(state, filename, metadata, mode=mode, memory=memory, progress=progress, report=report, **tuned)
     except ValueError as e:
         if isinstance(e, SafetensorError):
             raise
@@ -239,7 +247,9 @@ def load_model(
     memory: Memory = None,
     mode: str = "auto",
     progress: Progress = None,
-    **options: Any,
+    block_size: Size = None,
+    queue_depth: Optional[int] = None,
+    threads: Optional[int] = None,
 ) -> Tuple[Set[str], List[str]]:
     """Loads a file saved by :func:`save_model` (or any safetensors file) into ``model``, as
     ``safetensors.torch.load_model``: tied weights dropped at save are filled from the name kept.
@@ -247,12 +257,11 @@ def load_model(
     ``RuntimeError`` listing them. ``filename`` may also be a sharded checkpoint (an index
     ``*.safetensors.index.json`` or a folder of shards), read shards in parallel."""
     path = os.fspath(filename)
-    opts = {"memory": memory, "mode": mode, "progress": progress, **options}
+    opts = {"memory": memory, "mode": mode, "progress": progress, "block_size": block_size, "queue_depth": queue_depth, "threads": threads}
     if os.path.isdir(path) or path.endswith(".index.json"):
         from . import load_model as load_shards
 
-        engine_backend(backend)
-        state = load_shards(path, "pt", device, **opts)
+        state = load_shards(path, "pt", device, backend=backend, **opts)
     else:
         state = load_file(path, device, backend=backend, **opts)
     own = model.state_dict()
