@@ -288,7 +288,11 @@ def runai_call(files: list):
 
 
 def child(method: str, path: str) -> None:
-    """Runs one method once and prints {"wall", "cpu", "bytes", "rss0_kib", "maxrss_kib", "note"}."""
+    """Runs one method once and prints {"wall", "cpu", "bytes", "rss0_kib", "maxrss_kib", "note"}.
+    A method ending in "@before" is the same method with the earlier build given by --before."""
+    if method.endswith("@before"):
+        sys.path.insert(0, os.environ["CACHELESS_BEFORE_PY"])
+        method = method.removesuffix("@before")
     try:
         call, nbytes, note = prepare(method, path)
     except (ImportError, NotAvailable) as e:
@@ -579,6 +583,11 @@ def main() -> None:
     ap.add_argument("--out", help="where raw.csv and table.md go (default bench/runs/DATE-HOST/safetensors)")
     ap.add_argument("--only", default="", help="comma-separated sections to run (default all): " + ",".join(NUMPY_SECTIONS + TORCH_SECTIONS) + "; 'numpy' and 'torch' name the groups")
     ap.add_argument("--skip", default="", help="comma-separated sections (or groups) to skip")
+    ap.add_argument(
+        "--before",
+        default="",
+        help="a folder holding an earlier build of the cacheless package (its wheel unpacked): every cacheless method is also run with it, interleaved, as METHOD@before",
+    )
     ap.add_argument("--methods", default="", help="comma-separated method names or shell patterns to keep (default all; fio is kept), e.g. '*cacheless*,*st-mmap*'")
     a = ap.parse_args()
     if a.child:
@@ -610,6 +619,13 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     lay = numpy_layout(size)
     env = {"BENCH_LAYOUT": json.dumps(lay)}
+    if a.before:
+        # Each cacheless method with the earlier build beside it, in the same rotation.
+        env["CACHELESS_BEFORE_PY"] = os.path.abspath(a.before)
+        for name, ms in SECTION_METHODS.items():
+            SECTION_METHODS[name] = [v for m in ms for v in ([m, m + "@before"] if "cacheless" in m else [m])]
+        for m in [m for ms in SECTION_METHODS.values() for m in ms if m.endswith("@before")]:
+            LABELS[m] = LABELS.get(m.removesuffix("@before"), m.removesuffix("@before")) + " (build before)"
     rows: list = []
     notes: list = []
     errors: dict = {}  # (section, method) -> why it cannot run here

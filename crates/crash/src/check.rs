@@ -166,6 +166,11 @@ fn expectations(root: &Path, w: &Workload, promised: &BTreeSet<String>, owed_onl
             v.violations.push((d.path.display().to_string(), format!("{p}, though `{}` had returned", d.promised_by)));
         }
     }
+    for a in &w.absent {
+        if std::fs::symlink_metadata(root.join(a)).is_ok() {
+            v.violations.push((a.display().to_string(), "named, though the call making it failed".into()));
+        }
+    }
     for l in w.symlinks.iter().filter(|l| wanted(&l.promised_by)) {
         let owed = promised.contains(&l.promised_by);
         let problem = match std::fs::read_link(root.join(&l.path)) {
@@ -187,6 +192,30 @@ fn first_lines(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name the workload says must never exist is a violation where it exists, and only there.
+    #[test]
+    fn an_absent_name_that_exists_is_a_violation() {
+        let root = tempfile::tempdir().unwrap();
+        let w = Workload {
+            name: "t".into(),
+            setup: Box::new(|_, _| Ok(())),
+            run: Box::new(|_| Ok(crate::workload::Ran::Done)),
+            files: vec![],
+            dirs: vec![],
+            symlinks: vec![],
+            absent: vec!["dst/one.bin".into()],
+        };
+        let check = || {
+            let mut v = Verdict::default();
+            expectations(root.path(), &w, &BTreeSet::new(), false, &mut v);
+            v.violations
+        };
+        assert!(check().is_empty());
+        std::fs::create_dir(root.path().join("dst")).unwrap();
+        std::fs::write(root.path().join("dst/one.bin"), b"x").unwrap();
+        assert_eq!(check(), [("dst/one.bin".to_string(), "named, though the call making it failed".to_string())]);
+    }
 
     #[test]
     fn temporaries_are_recognised_by_the_engines_pattern() {

@@ -122,6 +122,9 @@ pub struct Workload {
     pub dirs: Vec<DirExpect>,
     /// The symbolic links it makes.
     pub symlinks: Vec<SymlinkExpect>,
+    /// Names that must never exist, in any crash state nor after the run: the items a failed
+    /// call fails, which are never named half-done.
+    pub absent: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for Workload {

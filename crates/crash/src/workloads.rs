@@ -71,6 +71,8 @@ pub fn all() -> Vec<Workload> {
         extract(),
         extract_gzip(),
         python_calls(),
+        #[cfg(feature = "fault-injection")]
+        tree_meta_fails(),
     ]
 }
 
@@ -157,6 +159,7 @@ fn writer(name: &str, mode: Mode) -> Workload {
         ],
         dirs: vec![],
         symlinks: vec![],
+        absent: vec![],
     }
 }
 
@@ -188,6 +191,7 @@ fn copy_file() -> Workload {
         files: vec![expect("copy.bin", Some(old), src, "copy.bin", true)],
         dirs: vec![],
         symlinks: vec![],
+        absent: vec![],
     }
 }
 
@@ -254,6 +258,44 @@ fn tree() -> Workload {
             .collect(),
         dirs: TREE_DIRS.iter().map(|(d, m)| DirExpect { path: Path::new("dst").join(d), promised_by: "dst".into(), meta: Some(*m) }).collect(),
         symlinks: vec![SymlinkExpect { path: PathBuf::from("dst/sub/sym"), target: PathBuf::from("../a.txt"), promised_by: "dst".into() }],
+        absent: vec![],
+    }
+}
+
+/// copy_tree (archive) of a folder holding one file, with the copy's first metadata call (the
+/// file's permission bits, set before its name) failing with EIO: the copy fails that file,
+/// naming it, with the OS error, and the file is never named, in no crash state and not after
+/// the run (nothing is named half-done). A test build's workload: it arms the engine's fault
+/// plan.
+#[cfg(feature = "fault-injection")]
+fn tree_meta_fails() -> Workload {
+    let data = noise(50, 5000);
+    let setup_data = data.clone();
+    Workload {
+        name: "copy-tree-meta-fails".into(),
+        setup: Box::new(move |_, scratch| {
+            std::fs::create_dir(scratch.join("solo"))?;
+            std::fs::write(scratch.join("solo/one.bin"), &setup_data[..])?;
+            set_meta(&scratch.join("solo/one.bin"), Meta { mode: 0o640, mtime: 1_100_000_000 })
+        }),
+        run: Box::new(|ctx: &Ctx| {
+            use cacheless::fault::{self, Fault, Plan, Site};
+            let o = TreeOptions::new(io(Mode::Auto)).archive();
+            fault::start(Some(Plan { site: Site::Meta, nth: 0, fault: Fault::Eio }));
+            let r = copy_tree(&[ctx.scratch.join("solo")], &ctx.path("dst"), &o, &Arc::new(Progress::new()));
+            let fired = fault::stop().fired;
+            let r = r.map_err(|e| e.to_string())?;
+            ctx.mark("dst");
+            let e = r.first_error.ok_or("the copy succeeded though a metadata call failed")?;
+            if !fired || e.errno() != Some(libc::EIO) || !e.to_string().contains("one.bin") {
+                return Err(format!("not the failure injected (fired: {fired}): {e}"));
+            }
+            Ok(Ran::Done)
+        }),
+        files: vec![],
+        dirs: vec![],
+        symlinks: vec![],
+        absent: vec![PathBuf::from("dst/one.bin")],
     }
 }
 
@@ -268,6 +310,7 @@ fn tree_file() -> Workload {
         files: vec![expect("single.txt", None, data, "single.txt", true)],
         dirs: vec![],
         symlinks: vec![],
+        absent: vec![],
     }
 }
 
@@ -280,6 +323,7 @@ fn tree_symlink() -> Workload {
         files: vec![],
         dirs: vec![],
         symlinks: vec![SymlinkExpect { path: PathBuf::from("link"), target: PathBuf::from("some/target"), promised_by: "link".into() }],
+        absent: vec![],
     }
 }
 
@@ -299,6 +343,7 @@ fn tree_no_reflink() -> Workload {
         files: files.into_iter().map(|(p, d, m)| FileExpect { meta: Some(m), ..expect(&format!("into/{p}"), None, d, "into", true) }).collect(),
         dirs: vec![DirExpect { path: PathBuf::from("into/sub"), promised_by: "into".into(), meta: Some(TREE_DIRS[0].1) }],
         symlinks: vec![SymlinkExpect { path: PathBuf::from("into/sub/sym"), target: PathBuf::from("../a.txt"), promised_by: "into".into() }],
+        absent: vec![],
     }
 }
 
@@ -327,6 +372,7 @@ fn tree_replace() -> Workload {
         files: vec![expect("over.bin", Some(old), new, "over.bin", true)],
         dirs: vec![],
         symlinks: vec![],
+        absent: vec![],
     }
 }
 
@@ -358,6 +404,7 @@ fn tree_in_place() -> Workload {
         files: vec![expect("linked.bin", Some(old.clone()), new.clone(), "linked.bin", false), expect("other-name.bin", Some(old), new, "linked.bin", false)],
         dirs: vec![],
         symlinks: vec![],
+        absent: vec![],
     }
 }
 
@@ -407,6 +454,7 @@ fn pack() -> Workload {
         files: vec![expect("a.tar.zst", Some(old), new, "a.tar.zst", true)],
         dirs: vec![],
         symlinks: vec![],
+        absent: vec![],
     }
 }
 
@@ -444,6 +492,7 @@ fn creator_batch() -> Workload {
         files: expects,
         dirs: vec![DirExpect { path: PathBuf::from("x"), promised_by: "batch".into(), meta: None }],
         symlinks: vec![],
+        absent: vec![],
     }
 }
 
@@ -621,6 +670,7 @@ fn extract_from(name: &str, file: &'static str, held_open: Option<usize>, pack: 
         files: expects,
         dirs,
         symlinks: vec![],
+        absent: vec![],
     }
 }
 
@@ -754,6 +804,7 @@ fn python_calls() -> Workload {
         ],
         dirs: vec![],
         symlinks: vec![],
+        absent: vec![],
     }
 }
 
