@@ -161,9 +161,7 @@ impl Why {
     pub(super) fn os(rel: &RelPath, what: &str, e: rustix::io::Errno) -> Why {
         Why { msg: format!("{}: {what}: {}", rel.to_path().display(), std::io::Error::from(e)), errno: Some(e.raw_os_error()) }
     }
-}
 
-impl Why {
     /// The engine's error `e` on the entry `rel`, named once (see [`named`]).
     pub(super) fn engine(rel: &RelPath, e: &cacheless::Error, removed: bool) -> Why {
         Why { msg: named(rel, &e.to_string(), removed), errno: e.errno() }
@@ -645,10 +643,19 @@ impl Shared {
     }
 }
 
+/// `msg` about the entry `name`, naming it once: as it is where it names it already (most
+/// errors carry their path), else after the name.
+pub(super) fn once(name: &str, msg: String) -> String {
+    if msg.contains(name) {
+        msg
+    } else {
+        format!("{name}: {msg}")
+    }
+}
+
 /// A failure message that names the entry once (most engine errors already carry its path).
 pub(super) fn named(rel: &RelPath, msg: &str, removed: bool) -> String {
-    let name = rel.to_path().display().to_string();
-    let msg = if msg.contains(&name) { msg.to_string() } else { format!("{name}: {msg}") };
+    let msg = once(&rel.to_path().display().to_string(), msg.to_string());
     if removed {
         msg + " (removed)"
     } else {

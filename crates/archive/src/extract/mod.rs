@@ -227,10 +227,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         match done {
             Ok(()) => {}
             Err(Fail::Entry(err)) => {
-                // Most errors already name the entry (their path); say it once.
-                let msg = err.to_string();
-                let errno = err.errno();
-                sh.fail(Why { msg: if msg.contains(&name) { msg } else { format!("{name}: {msg}") }, errno });
+                sh.fail(Why { msg: jobs::once(&name, err.to_string()), errno: err.errno() });
             }
             Err(Fail::Fatal(err)) => {
                 ctx.report.fatal_error = Some(err);

@@ -36,6 +36,9 @@ pub(crate) struct UringQueue {
     /// (`push_deferred`): a failed submission is charged to them.
     unsubmitted: Vec<usize>,
     ready: VecDeque<Completion>,
+    /// The completions of one reap, kept for the next: a wait per file of an extraction's small
+    /// files would otherwise allocate (and free) this list each time.
+    cqes: Vec<(u64, i32)>,
     /// A fault found while reaping (a completion for no op in flight), reported with the next
     /// completion handed out.
     fault: Option<io::Error>,
@@ -70,6 +73,7 @@ impl UringQueue {
             in_flight: 0,
             unsubmitted: Vec::new(),
             ready: VecDeque::new(),
+            cqes: Vec::new(),
             fault: None,
             fixed: Vec::new(),
             _fixed_lease: None,
@@ -214,8 +218,10 @@ impl UringQueue {
 
     /// Moves every available CQE into `ready`, restarting short writes and EAGAIN/EINTR.
     fn reap(&mut self) {
-        let cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
-        for (ud, mut res) in cqes {
+        let mut cqes = std::mem::take(&mut self.cqes);
+        cqes.clear();
+        cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        for &(ud, mut res) in &cqes {
             let slot = crate::conv::usize_of(ud);
             let Some(Some(s)) = self.slots.get_mut(slot) else {
                 self.fault.get_or_insert_with(|| io::Error::other(format!("io_uring completed request {ud}, which is not in flight")));
@@ -251,6 +257,7 @@ impl UringQueue {
             let result = usize::try_from(res).map_err(|_| io::Error::from_raw_os_error(-res));
             self.complete(slot, result);
         }
+        self.cqes = cqes;
     }
 
     /// The next ready completion; a fault found while reaping fails it.

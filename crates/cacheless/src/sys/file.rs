@@ -8,7 +8,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
-use rustix::fs::{Mode as FMode, OFlags};
+use rustix::fs::OFlags;
 use rustix::io::Errno;
 
 use super::{call, publish, Site};
@@ -70,7 +70,7 @@ pub fn link_unnamed(file: &File, dir: BorrowedFd<'_>, name: &OsStr, path: &Path)
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let ((), tmp) = beside(dir, name, |dir, t| link_fd(file, dir, t)).map_err(|e| Error::io("link", path, e))?;
             publish(dir, &tmp, name, path, false).map_err(|u| {
-                let _ = rustix::fs::unlinkat(dir, tmp.as_os_str(), rustix::fs::AtFlags::empty());
+                let _ = super::unlinkat(dir, tmp.as_os_str(), rustix::fs::AtFlags::empty());
                 *u.error
             })
         }
@@ -101,13 +101,13 @@ pub fn naming() -> String {
 pub fn link_fd(file: &File, dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
     use rustix::fs::AtFlags;
     if caps::flink().is_ok() {
-        match call(Site::Open, || rustix::fs::linkat(file, "", dir, name, AtFlags::EMPTY_PATH)) {
+        match super::linkat(file, "", dir, name, AtFlags::EMPTY_PATH).map_err(io::Error::from) {
             Err(e) if matches!(Errno::from_io_error(&e), Some(Errno::NOENT | Errno::PERM)) => caps::refuse_flink(&e),
             r => return r,
         }
     }
     let proc = super::proc_fd_path(file.as_fd());
-    call(Site::Open, || rustix::fs::linkat(rustix::fs::CWD, proc.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW))
+    super::linkat(rustix::fs::CWD, proc.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW).map_err(io::Error::from)
 }
 
 /// Opens the directory `path` would be created in, and returns it with `path`'s file name.
@@ -117,8 +117,7 @@ pub fn open_parent(path: &Path) -> Result<(OwnedFd, &OsStr)> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let dir = rustix::fs::open(parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty())
-        .map_err(|e| Error::io("open directory", parent, e.into()))?;
+    let dir = super::look(parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC).map_err(|e| Error::io("open directory", parent, e.into()))?;
     Ok((dir, name))
 }
 
@@ -281,6 +280,7 @@ pub fn write_all(fd: impl AsFd, mut data: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::fs::Mode as FMode;
 
     #[test]
     fn a_temporary_is_made_beside_the_longest_name() {

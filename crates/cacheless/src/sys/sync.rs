@@ -49,8 +49,7 @@ pub struct Unpublished {
 /// then, when `durable`, fsync `dir` so that the new entry survives a crash. `path` names
 /// the file in errors.
 pub fn publish(dir: BorrowedFd<'_>, tmp: &OsStr, name: &OsStr, path: &Path, durable: bool) -> std::result::Result<(), Unpublished> {
-    call(Site::Rename, || rustix::fs::renameat(dir, tmp, dir, name))
-        .map_err(|e| Unpublished { renamed: false, error: Box::new(Error::io("rename", path, e)) })?;
+    super::renameat(dir, tmp, dir, name).map_err(|e| Unpublished { renamed: false, error: Box::new(Error::io("rename", path, e.into())) })?;
     if durable {
         sync_dir(dir, path).map_err(|e| Unpublished { renamed: true, error: Box::new(e) })?;
     }

@@ -49,7 +49,7 @@ use crate::pool::fd_plan_now;
 use crate::progress::Progress;
 use crate::quote::quote;
 use crate::read::ReadOptions;
-use crate::sys::{self};
+use crate::sys;
 use crate::write::WriteOptions;
 use files::{Copier, Rules};
 pub use options::{Ask, BackupKind, Deref, Existing, Link, Note, OnCopied, OnError, OnNote, Preserve, Question, Target, TreeOptions, TreeReport};
@@ -125,12 +125,7 @@ fn totals(p: &Path, recursive: bool, seen: Option<&mut HashSet<(u64, u64)>>) -> 
 /// needs it; else search only). A probe as much as an open: where it fails, the destination is
 /// not a directory to copy into (GNU's `target_directory_operand`), so it is no fault site.
 fn open_target(p: &Path) -> std::io::Result<OwnedFd> {
-    let open = |flags| loop {
-        match sys::look(p, flags | OFlags::DIRECTORY | OFlags::CLOEXEC) {
-            Err(rustix::io::Errno::INTR) => continue,
-            r => break r.map_err(std::io::Error::from),
-        }
-    };
+    let open = |flags| sys::look(p, flags | OFlags::DIRECTORY | OFlags::CLOEXEC).map_err(std::io::Error::from);
     match open(OFlags::RDONLY) {
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => open(OFlags::PATH),
         r => r,
@@ -432,9 +427,7 @@ impl Walker<'_> {
         for (part, sm, restore) in attrs.into_iter().rev() {
             let dpath = concat(dst, &part);
             if o.preserve.timestamps {
-                let ts = |s: i64, ns: i64| rustix::fs::Timespec { tv_sec: s, tv_nsec: ns };
-                let t = rustix::fs::Timestamps { last_access: ts(sm.atime(), sm.atime_nsec()), last_modification: ts(sm.mtime(), sm.mtime_nsec()) };
-                if let Err(e) = sys::utimensat(&**tfd, &part, &t, rustix::fs::AtFlags::empty()) {
+                if let Err(e) = sys::utimensat(&**tfd, &part, &walk::timestamps(&sm), rustix::fs::AtFlags::empty()) {
                     return self.copier.sink.fail(Error::io("failed to preserve times for {}", &dpath, e.into()));
                 }
             }

@@ -24,10 +24,9 @@ use super::options::{BackupKind, Deref, Existing, Link, Note, Question};
 use super::TreeOptions;
 use crate::copy::copy_xattrs;
 use crate::error::{Error, ErrorKind};
-use crate::fault::Site;
 use crate::pool::Pool;
 use crate::quote::quote;
-use crate::sys::{self, call, default_acl};
+use crate::sys::{self, default_acl};
 
 fn is_dir(mode: u32) -> bool {
     kind(mode) == libc::S_IFDIR
@@ -145,8 +144,7 @@ impl DirAttrs {
         DirAttrs { mode: m.mode(), uid: m.uid(), gid: m.gid(), atime: (m.atime(), m.atime_nsec()), mtime: (m.mtime(), m.mtime_nsec()) }
     }
     fn times(&self) -> rustix::fs::Timestamps {
-        let ts = |(s, ns): (i64, i64)| rustix::fs::Timespec { tv_sec: s, tv_nsec: ns };
-        rustix::fs::Timestamps { last_access: ts(self.atime), last_modification: ts(self.mtime) }
+        sys::timestamps(Some(self.atime), Some(self.mtime))
     }
 }
 
@@ -727,16 +725,16 @@ impl Walker<'_> {
         }
     }
 
-    /// Makes an entry at `at` with `make(dir, name)`. Where `replace` and a name is there
-    /// already, the entry is made under a temporary name and renamed over it (so that a failure
+    /// Makes an entry at `at` with `make(dir, name)`, a call of the `sys` facade (its own fault
+    /// site, EINTR retried). Where `replace` and a name is there already, the entry is made under a temporary name and renamed over it (so that a failure
     /// leaves what was there); returns whether a name was replaced.
     fn make(&self, at: At<'_>, replace: bool, make: impl Fn(BorrowedFd<'_>, &OsStr) -> rustix::io::Result<()>) -> io::Result<bool> {
-        match call(Site::Open, || make(at.fd(), at.name)) {
+        match make(at.fd(), at.name).map_err(io::Error::from) {
             Err(e) if replace && e.kind() == io::ErrorKind::AlreadyExists => {}
             r => return r.map(|()| false),
         }
         let (dir, name) = at.parent()?;
-        let ((), tmp) = sys::beside(dir.as_fd(), &name, |d, t| call(Site::Open, || make(d, t)))?;
+        let ((), tmp) = sys::beside(dir.as_fd(), &name, |d, t| make(d, t).map_err(io::Error::from))?;
         let r = sys::renameat(dir.as_fd(), tmp.as_os_str(), dir.as_fd(), name.as_os_str()).map_err(io::Error::from);
         // After a failure, and after a rename onto another name of the same file (which renames
         // nothing and succeeds), the temporary name is still there.
@@ -923,7 +921,9 @@ impl Walker<'_> {
         } else {
             omitted = 0;
         }
-        let fd = match call(Site::Open, || sys::lookat(at.fd(), at.name, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC)) {
+        let fd = match sys::openat(at.fd(), at.name, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty())
+            .map_err(io::Error::from)
+        {
             Ok(fd) => Arc::new(fd),
             Err(e) => return self.fail(Error::io("cannot stat {}", dst, e)),
         };
@@ -1111,9 +1111,8 @@ fn open_path_at(at: At<'_>) -> io::Result<OwnedFd> {
         .map_err(io::Error::from)
 }
 
-fn timestamps(m: &std::fs::Metadata) -> rustix::fs::Timestamps {
-    let ts = |s: i64, ns: i64| rustix::fs::Timespec { tv_sec: s, tv_nsec: ns };
-    rustix::fs::Timestamps { last_access: ts(m.atime(), m.atime_nsec()), last_modification: ts(m.mtime(), m.mtime_nsec()) }
+pub(super) fn timestamps(m: &std::fs::Metadata) -> rustix::fs::Timestamps {
+    sys::timestamps(Some((m.atime(), m.atime_nsec())), Some((m.mtime(), m.mtime_nsec())))
 }
 
 /// The names in directory `p`, in the order GNU cp copies them: by inode number (which reads a
