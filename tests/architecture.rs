@@ -10,9 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The crates whose modules are checked, by their source folder.
-const CRATES: [&str; 8] = [
+const CRATES: [&str; 9] = [
     "crates/cacheless/src",
     "crates/archive/src",
+    "crates/remote/src",
     "crates/safetensors/src",
     "crates/cli/src",
     "crates/crash/src",
@@ -244,7 +245,8 @@ fn the_engine_s_modules_stand_on_their_floors() {
 /// The crates whose kernel calls go through the engine's `sys` facade: the shipped ones. (The
 /// crash simulator, the benchmark harness and the test kit drive the kernel as tools of their
 /// own: mounts, cgroups, block devices.)
-const SHIPPED: [&str; 5] = ["crates/cacheless/src", "crates/archive/src", "crates/safetensors/src", "crates/cli/src", "bindings/python/src"];
+const SHIPPED: [&str; 6] =
+    ["crates/cacheless/src", "crates/archive/src", "crates/remote/src", "crates/safetensors/src", "crates/cli/src", "bindings/python/src"];
 
 /// The engine's files that may name rustix or libc calls: the facade, and what sits below it or
 /// beside it on purpose (the I/O requests, the probes, the residency calls, aligned memory).

@@ -132,6 +132,18 @@ pub enum Input {
     Path(PathBuf),
     /// Any stream (stdin, a pipe, a test buffer).
     Stream(Box<dyn Read + Send>),
+    /// A stream that says what it is (a download: `cacheless extract URL`): read as a stream,
+    /// reported with its read mode, the reason, and its length where known.
+    Named {
+        /// The bytes.
+        reader: Box<dyn Read + Send>,
+        /// The read mode reported (`remote`).
+        mode: String,
+        /// How it is read (the requests in flight).
+        reason: String,
+        /// Its length, when known.
+        len: Option<u64>,
+    },
 }
 
 /// Size of the reads from a stream.
@@ -324,32 +336,16 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
             );
             (mode, reason, len)
         }
-        Input::Stream(mut r) => {
-            let ab = progress.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("cacheless-read".into())
-                    .spawn(move || loop {
-                        let mut buf = vec![0u8; READ_CHUNK];
-                        let filled = match fill(&mut r, &mut buf) {
-                            (_, Some(e)) => {
-                                let _ = tx.send(Err(e));
-                                return;
-                            }
-                            (n, None) => n,
-                        };
-                        if filled == 0 {
-                            return;
-                        }
-                        buf.truncate(filled);
-                        ab.add_input_bytes(filled as u64);
-                        if tx.send(Ok(buf)).is_err() {
-                            return;
-                        }
-                    })
-                    .map_err(|e| Error::io("spawn", "-", e))?,
-            );
+        Input::Stream(r) => {
+            threads.push(read_stream_thread(r, tx, progress.clone())?);
             ("stream".to_string(), stream_reason, None)
+        }
+        Input::Named { reader, mode, reason, len } => {
+            if let Some(l) = len {
+                progress.add_total_input_bytes(l);
+            }
+            threads.push(read_stream_thread(reader, tx, progress.clone())?);
+            (mode, reason, len)
         }
     };
     let mut raw = ChanReader::new(rx);
@@ -399,6 +395,31 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
         }
     }
     Ok(TarStream { reader: Decoded::Chan(ChanReader::new(drx)), threads, stats: None, verified, info })
+}
+
+/// Reads a stream on its own thread, in chunks sent down `tx`.
+fn read_stream_thread(mut r: Box<dyn Read + Send>, tx: SyncSender<io::Result<Vec<u8>>>, progress: Arc<Progress>) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("cacheless-read".into())
+        .spawn(move || loop {
+            let mut buf = vec![0u8; READ_CHUNK];
+            let filled = match fill(&mut r, &mut buf) {
+                (_, Some(e)) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+                (n, None) => n,
+            };
+            if filled == 0 {
+                return;
+            }
+            buf.truncate(filled);
+            progress.add_input_bytes(filled as u64);
+            if tx.send(Ok(buf)).is_err() {
+                return;
+            }
+        })
+        .map_err(|e| Error::io("spawn", "-", e))
 }
 
 /// Waits for the threads that fed a receiver now closed (their sends fail, so they exit).

@@ -59,7 +59,7 @@ fn fs_type_of(mountinfo: &str, dir: &Path) -> Option<String> {
     let mut best: Option<(usize, &str)> = None;
     for m in parse_mountinfo(mountinfo) {
         let len = m.mount_point.as_os_str().len();
-        if dir.starts_with(&m.mount_point) && best.map_or(true, |b| len >= b.0) {
+        if dir.starts_with(&m.mount_point) && best.is_none_or(|b| len >= b.0) {
             best = Some((len, m.fs_type));
         }
     }

@@ -118,6 +118,10 @@ pub struct Writer {
     prealloc: Option<u64>,
     preallocated: Option<u64>,
     direct_bytes: u64,
+    /// Positioned writes ([`Writer::write_at`]): the bytes handed over so far, and the file's
+    /// unaligned last bytes, written by `finish` after O_DIRECT is cleared.
+    placed: u64,
+    tail_at: Option<(u64, Vec<u8>)>,
 }
 
 impl Writer {
@@ -188,6 +192,8 @@ impl Writer {
             prealloc,
             preallocated: None,
             direct_bytes: 0,
+            placed: 0,
+            tail_at: None,
         }
     }
 
@@ -244,13 +250,19 @@ impl Writer {
     }
 
     fn submit(&mut self, buf: AlignedBuf, len: usize) -> Result<()> {
+        let off = self.pos;
+        self.pos += len as u64;
+        self.submit_at(off, buf, len)
+    }
+
+    /// Queues the write of `buf[..len]` at `off` (the caller keeps `pos`).
+    fn submit_at(&mut self, off: u64, buf: AlignedBuf, len: usize) -> Result<()> {
         if let Some(h) = self.prealloc.take() {
             // Unsupported filesystems just skip it.
             if sys::fallocate(&*self.file, h, false).is_ok() {
                 self.preallocated = Some(h);
             }
         }
-        let off = self.pos;
         let op = Op::owned(OpKind::Write, self.file.clone(), off, buf, 0, len, self.plan.flags, off).map_err(|e| self.err("write", e))?;
         let one_request = !self.lane.has_queue() && self.opts.size_hint.is_some_and(|h| h <= self.block as u64);
         if !one_request {
@@ -263,7 +275,6 @@ impl Writer {
                 self.choice = Some(choice);
             }
         }
-        self.pos += len as u64;
         if self.plan.decision.mode == Taken::Direct {
             self.direct_bytes += len as u64;
         }
@@ -356,6 +367,48 @@ impl Writer {
             }
         }
         self.write_bytes(&buf[..len])
+    }
+
+    /// Writes `buf[..len]` at `offset`, in any order, for a file whose size is known
+    /// ([`WriteOptions::size_hint`]): what lands data as it arrives out of order (ranges
+    /// downloaded in parallel). `offset` and `buf` must be aligned as [`Writer::plan`] says and
+    /// `len` a multiple of the alignment, except for the chunk that ends the file; every byte up
+    /// to the size must be written once before [`Writer::finish`], which fails otherwise. The
+    /// buffer goes to the kernel as it is (no copy) and returns to its lease when written. Not
+    /// to be mixed with [`Writer::write_chunk`] or [`Writer::write_bytes`].
+    pub fn write_at(&mut self, offset: u64, buf: AlignedBuf, len: usize) -> Result<()> {
+        self.reap_ready()?;
+        let Some(size) = self.opts.size_hint else {
+            return Err(Error::new(ErrorKind::InvalidInput, "write", &self.path, "positioned writes need the file's size (size_hint)"));
+        };
+        let align = self.plan.align;
+        let end = offset.checked_add(len as u64).filter(|&e| e <= size && len <= buf.capacity());
+        let aligned = offset % align as u64 == 0 && buf.as_ptr() as usize % self.plan.mem_align == 0;
+        let whole = len % align == 0 || end == Some(size);
+        if self.cur.is_some() || end.is_none() || !aligned || !whole {
+            let why = format!("a positioned write of {len} B at {offset} does not fit a file of {size} B aligned to {align} B");
+            return Err(Error::new(ErrorKind::InvalidInput, "write", &self.path, why));
+        }
+        self.placed += len as u64;
+        self.pos = self.pos.max(offset + len as u64);
+        let bulk = if self.plan.decision.mode == Taken::Direct { len / align * align } else { len };
+        if bulk < len {
+            self.tail_at = Some((offset + bulk as u64, buf[bulk..len].to_vec()));
+        }
+        if bulk == 0 {
+            return Ok(());
+        }
+        self.submit_at(offset, buf, bulk)
+    }
+
+    /// Waits for one write in flight to complete, so that its buffer returns to its lease
+    /// (a caller of [`Writer::write_at`] that needs a buffer back); false when none is in flight.
+    pub fn wait_one(&mut self) -> Result<bool> {
+        if self.lane.in_flight() == 0 {
+            return Ok(false);
+        }
+        self.reap_one()?;
+        Ok(true)
     }
 
     /// Writes all of `data` (buffered into whole requests; [`Writer::finish`] writes the
@@ -451,8 +504,20 @@ impl Writer {
                 self.submit(buf, len)?;
             }
         }
+        if let Some((at, tail)) = self.tail_at.take() {
+            self.drain()?;
+            if self.plan.decision.mode == Taken::Direct {
+                set_direct(&self.file, false).map_err(|e| self.err("fcntl", e))?;
+            }
+            sys::write_uncached(&self.file, &tail, at, &self.plan.caps).map_err(|e| self.err("write", e))?;
+            tail_bytes = tail.len() as u64;
+        }
         self.drain()?;
         let total = self.pos;
+        if self.placed > 0 && self.placed != total {
+            let why = format!("positioned writes gave {} of its {total} B", self.placed);
+            return Err(Error::new(ErrorKind::InvalidInput, "write", &self.path, why));
+        }
         if self.preallocated.is_some_and(|p| p != total) {
             self.file.set_len(total).map_err(|e| self.err("truncate", e))?;
         }

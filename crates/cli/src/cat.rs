@@ -42,6 +42,17 @@ pub fn run(args: &CatArgs, common: &CommonOpts) -> Result<ExitCode> {
             }
             continue;
         }
+        if crate::remote::is_remote(f) {
+            let cancel = std::sync::atomic::AtomicBool::new(false);
+            match crate::remote::stream(f, &common.io(), &common.remote, &cancel, |d| {
+                write_stdout(d).map_err(|e| cacheless::Error::io("write", "standard output", e))
+            }) {
+                Ok(()) => {}
+                Err(e) if e.errno() == Some(libc::EPIPE) => return Ok(ExitCode::SUCCESS),
+                Err(e) => ui::item_error(&progress, &e),
+            }
+            continue;
+        }
         let meta = match std::fs::metadata(f) {
             Ok(m) => m,
             Err(e) => {

@@ -77,6 +77,9 @@ pub struct CommonOpts {
     /// --debug`).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Transfers to and from s3:// and http(s):// URLs.
+    #[command(flatten)]
+    pub remote: crate::remote::RemoteFlags,
 }
 
 impl CommonOpts {

@@ -239,6 +239,13 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     opts.absolute_names = args.absolute_names;
     opts.strip_components = args.strip_components;
     opts.io = common.io();
+    // A URL's download reads ahead into a share of the memory budget of its own (the
+    // extraction's writers hold the rest: neither waits on memory the other holds).
+    let fetch_budget = crate::remote::is_remote(&args.archive).then(|| {
+        let (fetch, rest) = crate::remote::split_budget(&opts.io.budget, &common.remote);
+        opts.io.budget = rest;
+        fetch
+    });
     opts.sync = !args.no_sync;
     opts.keep_old_files = args.keep_old_files;
     opts.skip_old_files = args.skip_old_files;
@@ -315,7 +322,11 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
 
     // Ctrl-C / SIGTERM stop between entries and chunks; the entry being written is removed.
     let signals = ui::Signals::register(&progress);
-    let input = if args.archive.as_os_str() == "-" { Input::Stream(Box::new(std::io::stdin())) } else { Input::Path(args.archive.clone()) };
+    let input = match &fetch_budget {
+        _ if args.archive.as_os_str() == "-" => Input::Stream(Box::new(std::io::stdin())),
+        Some(budget) => crate::remote::archive_input(&args.archive, budget, &common.remote).with_context(|| format!("extract {}", args.archive.display()))?,
+        None => Input::Path(args.archive.clone()),
+    };
     let res = {
         let _bar = ui::Bar::start(&progress, common.json, ui::Measure::Input);
         extract(input, &opts)

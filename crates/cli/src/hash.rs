@@ -73,6 +73,14 @@ fn hash_file(f: &Path, algo: Algo, common: &CommonOpts, ro: &cacheless::ReadOpti
         .map_err(|e| cacheless::Error::io("read", f, e))?;
         return Ok((h.hex(), None));
     }
+    if crate::remote::is_remote(f) {
+        let cancel = std::sync::atomic::AtomicBool::new(false);
+        crate::remote::stream(f, &common.io(), &common.remote, &cancel, |d| {
+            h.update(d);
+            Ok(())
+        })?;
+        return Ok((h.hex(), None));
+    }
     let mut r = Reader::open(f, ro)?;
     if common.verbose > 0 {
         eprintln!("cacheless: {}: {} ({})", ui::shown(f), r.decision().mode, r.decision().reason);

@@ -38,6 +38,25 @@ pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
     let paths = if args.paths.is_empty() { vec![PathBuf::from(".")] } else { args.paths.clone() };
     let progress = Progress::new();
     let mut infos = Vec::new();
+    let (urls, paths): (Vec<PathBuf>, Vec<PathBuf>) = paths.into_iter().partition(|p| crate::remote::is_remote(p));
+    if !urls.is_empty() {
+        // Objects only: their reports, without the local system's.
+        let mut reports = Vec::new();
+        for u in &urls {
+            match crate::remote::describe(u, &common.io(), &common.remote) {
+                Ok(r) => reports.push(r),
+                Err(e) => ui::item_error(&progress, &e),
+            }
+        }
+        if common.json {
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "objects": reports }))?);
+        } else {
+            reports.iter().for_each(crate::remote::print_report);
+        }
+        if paths.is_empty() {
+            return Ok(if progress.errors() > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS });
+        }
+    }
     for p in &paths {
         match describe(p, common.mode) {
             Ok(i) => infos.push(i),

@@ -12,6 +12,7 @@ mod getopt;
 mod hash;
 mod info;
 mod pack;
+mod remote;
 mod ui;
 
 use std::process::ExitCode;

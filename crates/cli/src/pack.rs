@@ -103,7 +103,23 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
         None if to_stdout => Compression::Zstd,
         None => compression_for_name(&args.output).unwrap_or(Compression::Zstd),
     };
-    let output = if to_stdout { Output::Stream(Box::new(std::io::stdout())) } else { Output::Path(args.output.clone()) };
+    // A URL: the archive is uploaded as it is written, its frames sent as parts, out of a share
+    // of the budget of its own; the object appears only when `finish` completes it.
+    let mut io = common.io();
+    let mut upload = None;
+    let progress = Arc::new(Progress::new());
+    let output = if to_stdout {
+        Output::Stream(Box::new(std::io::stdout()))
+    } else if crate::remote::is_remote(&args.output) {
+        let (share, rest) = crate::remote::split_budget(&io.budget, &common.remote);
+        io.budget = rest;
+        let (writer, handle) = crate::remote::archive_output(&args.output, &share, &common.remote, progress.cancel_flag())
+            .with_context(|| format!("pack {}", args.output.display()))?;
+        upload = Some(handle);
+        Output::Stream(Box::new(writer))
+    } else {
+        Output::Path(args.output.clone())
+    };
     let mut o = PackOptions::new(output, args.paths.clone());
     o.members.directory = args.directory.clone();
     o.compression = compression;
@@ -129,8 +145,7 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
     o.members.xattrs = args.xattrs;
     o.sync = !args.no_sync;
     o.read_threads = args.read_threads;
-    o.io = common.io();
-    let progress = Arc::new(Progress::new());
+    o.io = io;
     o.progress = Some(progress.clone());
     // Ctrl-C / SIGTERM stop between members and chunks; the unfinished archive is removed.
     let signals = ui::Signals::register(&progress);
@@ -138,12 +153,25 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
         let _bar = ui::Bar::start(&progress, common.json, ui::Measure::Pack);
         pack(o)
     };
+    // An upload is complete only when `finish` completes it: a signal before that aborts it.
+    let uploaded = match (res.is_ok(), upload) {
+        (true, Some(h)) => Some(h.finish()),
+        _ => None,
+    };
     // A signal that came after the archive was complete (during its final sync) changes nothing.
-    if let Some(code) = signals.exit_code().filter(|_| res.is_err()) {
+    if let Some(code) = signals.exit_code().filter(|_| res.is_err() || uploaded.as_ref().is_some_and(Result::is_err)) {
         eprintln!("cacheless: interrupted; the unfinished archive was removed");
         return Ok(code);
     }
-    let report = res.with_context(|| format!("pack {}", args.output.display()))?;
+    let mut report = res.with_context(|| format!("pack {}", args.output.display()))?;
+    if let Some(up) = uploaded {
+        let up = up.with_context(|| format!("pack {}", args.output.display()))?;
+        report.output_bytes = up.bytes;
+        if common.verbose > 0 && !common.json {
+            let how = if up.parts == 0 { "one PUT".to_string() } else { format!("{} parts", up.parts) };
+            eprintln!("cacheless: {}: uploaded {} in {how}, ETag {}", args.output.display(), ui::size(up.bytes), up.etag.as_deref().unwrap_or("none"));
+        }
+    }
     ui::print_members(&report.warnings, &report.failures, report.failure_count);
     let leftovers = ui::leftovers("cacheless", common.verbose > 0 && !common.json);
     if common.json {

@@ -10,10 +10,14 @@
 //! - [`without_io_uring`]: runs code (and the processes it starts) where io_uring_setup fails
 //!   with EPERM, as under Docker's default seccomp profile.
 //! - [`tree::snapshot`]: every entry of a tree, to compare with what a GNU tool made.
+//! - [`servers`]: the S3 and HTTP servers the test command starts; [`proxy::FaultProxy`]: faults
+//!   injected between a client and them.
 //! - [`LoopFs`]: a real filesystem (ext4, xfs, btrfs, tmpfs, overlay, erofs, squashfs) mounted
 //!   for one test and taken down when dropped.
 
 mod loopfs;
+pub mod proxy;
+pub mod servers;
 pub mod tree;
 
 pub use loopfs::{kernel_has, FsKind, LoopFs};
@@ -79,6 +83,24 @@ fn verdict(feature: &str, available: Result<(), String>, required: bool) -> Verd
 #[track_caller]
 pub fn skip(reason: &str) {
     say(&format!("skipped ({}): {reason}", std::panic::Location::caller()));
+}
+
+/// `len` random bytes, the same for the same `seed`.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    use rand::{RngCore, SeedableRng};
+    let mut v = vec![0u8; len];
+    rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut v);
+    v
+}
+
+/// The names in a folder, sorted (what a failed job must not have left there).
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|e| e.map_or_else(|e| panic!("read {}: {e}", dir.display()), |e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    v.sort();
+    v
 }
 
 /// `Ok` when this process runs as root, else why a test that needs root cannot run.

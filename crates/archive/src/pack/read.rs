@@ -125,7 +125,7 @@ fn data_segments(f: &File, size: u64) -> std::io::Result<Vec<(u64, u64)>> {
         out.push((d, h - d));
         off = h;
     }
-    if out.last().map_or(true, |&(o, l)| o + l < size) {
+    if out.last().is_none_or(|&(o, l)| o + l < size) {
         out.push((size, 0));
     }
     Ok(out)

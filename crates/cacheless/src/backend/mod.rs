@@ -118,7 +118,7 @@ impl Op {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn owned(kind: OpKind, file: Arc<File>, offset: u64, buf: AlignedBuf, start: usize, len: usize, rw_flags: i32, tag: u64) -> io::Result<Op> {
         let fits = start.checked_add(len).is_some_and(|end| end <= buf.capacity());
-        if !fits || offset.checked_add(len as u64).map_or(true, |end| end > i64::MAX as u64) {
+        if !fits || offset.checked_add(len as u64).is_none_or(|end| end > i64::MAX as u64) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("request of {len} B at {start} exceeds its {} B buffer or the file range", buf.capacity()),

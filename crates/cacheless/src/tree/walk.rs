@@ -377,7 +377,7 @@ impl Walker<'_> {
                         );
                     }
                     let numbered = matches!(o.backup, Some((BackupKind::Numbered, _)));
-                    let seen = self.dest_seen.as_ref().and_then(|s| s.get(dst)).is_some_and(|k| k.map_or(true, |k| k == (d.st_dev, d.st_ino)));
+                    let seen = self.dest_seen.as_ref().and_then(|s| s.get(dst)).is_some_and(|k| k.is_none_or(|k| k == (d.st_dev, d.st_ino)));
                     if cmdline && !numbered && seen {
                         return self.message(ErrorKind::AlreadyExists, dst, format!("will not overwrite just-created {} with {}", quote(dst), quote(src)));
                     }
@@ -478,7 +478,7 @@ impl Walker<'_> {
             };
 
         let r = if is_dir(mode) {
-            self.dir(src, at, meta, new_dst || dst_st.map_or(true, |d| !is_dir(d.st_mode)), omitted, parent, ancestors, first_dir)
+            self.dir(src, at, meta, new_dst || dst_st.is_none_or(|d| !is_dir(d.st_mode)), omitted, parent, ancestors, first_dir)
         } else if o.link == Link::Symbolic {
             self.symbolic(src, at, replace_link || o.force)
         } else if o.link == Link::Hard {

@@ -39,6 +39,10 @@ mod id {
     pub const QUEUE_DEPTH: u32 = 310;
     pub const MEMORY: u32 = 311;
     pub const JSON: u32 = 312;
+    pub const PART_SIZE: u32 = 313;
+    pub const CONCURRENCY: u32 = 314;
+    pub const NO_SIGN_REQUEST: u32 = 315;
+    pub const ENDPOINT_URL: u32 = 316;
 }
 
 /// GNU cp's short options (getopt's string).
@@ -98,6 +102,10 @@ const LONGS: &[LongOpt] = &[
     own("queue-depth", HasArg::Required, id::QUEUE_DEPTH),
     own("memory", HasArg::Required, id::MEMORY),
     own("json", HasArg::No, id::JSON),
+    own("part-size", HasArg::Required, id::PART_SIZE),
+    own("concurrency", HasArg::Required, id::CONCURRENCY),
+    own("no-sign-request", HasArg::No, id::NO_SIGN_REQUEST),
+    own("endpoint-url", HasArg::Required, id::ENDPOINT_URL),
 ];
 
 /// Whether `--interactive` or `--no-clobber` was given last.
@@ -129,6 +137,8 @@ pub struct CpArgs {
     pub queue_depth: Option<usize>,
     pub memory: Option<usize>,
     pub json: bool,
+    /// Transfers to and from URLs.
+    pub remote: crate::remote::RemoteFlags,
     /// The operands (sources, then the destination unless `-t`).
     pub files: Vec<PathBuf>,
 }
@@ -245,6 +255,10 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
             id::QUEUE_DEPTH => a.queue_depth = Some(bounded("--queue-depth", arg_ref, common::parse_queue_depth)?),
             id::MEMORY => a.memory = Some(bounded("--memory", arg_ref, common::parse_memory)?),
             id::JSON => a.json = true,
+            id::PART_SIZE => a.remote.part_size = Some(bounded("--part-size", arg_ref, crate::remote::parse_part_size)?),
+            id::CONCURRENCY => a.remote.concurrency = Some(bounded("--concurrency", arg_ref, crate::remote::parse_concurrency)?),
+            id::NO_SIGN_REQUEST => a.remote.no_sign_request = true,
+            id::ENDPOINT_URL => a.remote.endpoint_url = arg.map(|v| v.to_string_lossy().into_owned()),
             _ => return Err(Stop::Usage(None, true)),
         }
     }

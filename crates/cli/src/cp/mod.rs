@@ -132,6 +132,16 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
             *s = PathBuf::from(std::ffi::OsStr::from_bytes(&b[..end]));
         }
     }
+    // URLs (`cacheless cp` only: run as `cp`, an operand is always a path).
+    if !AS_CP.load(Ordering::Relaxed) && (crate::remote::is_remote(&dst) || srcs.iter().any(|s| crate::remote::is_remote(s))) {
+        let flags = common.map(|c| c.remote.clone()).unwrap_or_default().or(&a.remote);
+        let (recursive, no_clobber, update, verbose, json) = (a.tree.recursive, a.interactive == Interactive::No, a.tree.update, a.verbose, a.json);
+        let (verify, sync) = (a.tree.copy.verify.is_some(), a.tree.sync);
+        let io = options(&mut a, common).io;
+        let prog = prog();
+        let c = crate::remote::CpRemote { srcs: &srcs, dst: &dst, recursive, no_clobber, update, verbose, json, verify, sync, io, flags, prog };
+        return crate::remote::cp(&c);
+    }
     if a.tree.parents && a.target_directory.is_none() && srcs.len() == 1 && !dst.is_dir() {
         return usage_exit(Some("with --parents, the destination must be a directory"), true);
     }

@@ -1,0 +1,363 @@
+//! Downloads: many ranged GETs in flight, each into a buffer leased from the job's budget,
+//! handed to a sink as they arrive (in any order), every range pinned to the object's ETag.
+//!
+//! The ranges are scheduled here rather than by object_store's `get_ranges`, which merges
+//! neighbouring ranges into one request: a large object would then come down one connection,
+//! and its memory would not be bounded by our buffers.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cacheless::{AlignedBuf, Budget, Error, ErrorKind, LeaseRequest, Progress, Result};
+use futures::StreamExt;
+use object_store::{GetOptions, GetRange, ObjectStore};
+
+use crate::client::{not_partial, remote_error, ObjectInfo, Remote};
+use crate::location::{Location, Scheme};
+
+/// Where downloaded bytes go.
+pub trait Sink {
+    /// Takes `buf[..len]`, the object's bytes at `offset`. Called in the order ranges arrive.
+    fn put(&mut self, offset: u64, buf: AlignedBuf, len: usize) -> Result<()>;
+    /// Waits for one buffer the sink still holds (a write in flight) to come back to its
+    /// lease; false when it holds none.
+    fn release(&mut self) -> Result<bool>;
+}
+
+/// What a download did.
+#[derive(Debug, Clone, Default)]
+pub struct FetchReport {
+    /// Bytes received.
+    pub bytes: u64,
+    /// Ranged GETs made (0 when the server sent the object as one stream).
+    pub ranges: u64,
+    /// Requests in flight at once, at most.
+    pub in_flight: usize,
+    /// Whether the server answered ranged requests (206); false: one stream.
+    pub ranged: bool,
+    /// Ranges fetched again after a short or failed body.
+    pub retried: u64,
+    /// Seconds from the first request to the last byte handed to the sink.
+    pub elapsed_s: f64,
+}
+
+/// Why one range failed.
+enum RangeError {
+    Store(object_store::Error),
+    /// The server ignored the Range header (200 with the whole object).
+    NotPartial,
+    /// Fewer or more bytes than asked.
+    Length(usize),
+    /// A response for another version of the object.
+    Changed(Option<String>),
+}
+
+type Done = (usize, AlignedBuf, std::result::Result<usize, RangeError>);
+
+/// Downloads `info`'s object into `sink`: ranges of `remote`'s part size, `concurrency` in
+/// flight, each in a buffer leased from `budget` (the sink may hold up to `sink_holds` of them
+/// at once, in writes in flight). Stops with an `Interrupted` error when `cancel` is set.
+pub fn fetch(
+    remote: &Remote,
+    info: &ObjectInfo,
+    budget: &Budget,
+    sink_holds: usize,
+    cancel: &AtomicBool,
+    progress: Option<&Progress>,
+    sink: &mut dyn Sink,
+) -> Result<FetchReport> {
+    let start = Instant::now();
+    let size = info.size;
+    let mut report = FetchReport { ranged: true, ..FetchReport::default() };
+    if size == 0 {
+        return Ok(report);
+    }
+    let page = cacheless::sys::page_size();
+    let chunk = cacheless::round_up(remote.opts.part_size.max(page), page);
+    let chunks = usize::try_from(size.div_ceil(chunk as u64)).unwrap_or(usize::MAX);
+    let want = remote.opts.concurrency.max(1).min(chunks);
+    let lease = budget.lease(LeaseRequest::buffers(chunk.min(round_len(size, page)), want + sink_holds).aligned(page));
+    let in_flight = want.min(lease.count());
+    report.in_flight = in_flight;
+    let (tx, rx) = mpsc::channel::<Done>();
+    let mut tasks = Tasks::default();
+    let path = Remote::path(&info.location);
+    // An HTTP server may not do ranges: the first range goes alone, and a 200 turns the
+    // download into one stream.
+    let probe = info.location.scheme() == Scheme::Http;
+    let mut next = 0usize;
+    let mut probed = !probe;
+    let mut active = 0usize;
+    let mut attempts: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut retry: Vec<usize> = Vec::new();
+    loop {
+        while active < in_flight && (probed || (active == 0 && next == 0)) && (!retry.is_empty() || next < chunks) {
+            let Some(buf) = lease.get() else {
+                if active == 0 && !sink.release()? {
+                    return Err(Error::new(ErrorKind::Io, "download", info.location.to_string(), "no buffer to receive into"));
+                }
+                if active == 0 {
+                    continue;
+                }
+                break;
+            };
+            let idx = retry.pop().unwrap_or_else(|| {
+                next += 1;
+                next - 1
+            });
+            let range = span(idx, chunk, size);
+            tasks.spawn(remote, get_range(remote.store.clone(), path.clone(), range, info.etag.clone(), buf, idx, tx.clone()));
+            report.ranges += 1;
+            active += 1;
+        }
+        if active == 0 {
+            break;
+        }
+        let (idx, buf, res) = loop {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(Error::new(ErrorKind::Interrupted, "download", info.location.to_string(), "interrupted"));
+            }
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(d) => break d,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::new(ErrorKind::Io, "download", info.location.to_string(), "a request's task ended without an answer"));
+                }
+            }
+        };
+        active -= 1;
+        let range = span(idx, chunk, size);
+        match res {
+            Ok(len) => {
+                probed = true;
+                report.bytes += len as u64;
+                if let Some(p) = progress {
+                    p.add_bytes(len as u64);
+                }
+                sink.put(range.start, buf, len)?;
+            }
+            Err(RangeError::NotPartial) if idx == 0 && !probed => {
+                drop(buf);
+                drop(lease);
+                report.ranged = false;
+                report.ranges = 0;
+                report.in_flight = 1;
+                stream_whole(remote, info, budget, cancel, progress, sink, &mut report)?;
+                break;
+            }
+            Err(e) => {
+                let n = attempts.entry(idx).or_insert(0);
+                *n += 1;
+                let again = matches!(e, RangeError::Length(_)) || matches!(&e, RangeError::Store(object_store::Error::Generic { .. }));
+                if !again || *n > remote.opts.retries {
+                    return Err(range_error(&info.location, &range, info.etag.as_deref(), e));
+                }
+                drop(buf);
+                report.retried += 1;
+                std::thread::sleep(Duration::from_millis(100u64 << (*n).min(6)));
+                retry.push(idx);
+            }
+        }
+    }
+    report.elapsed_s = start.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The server sends the whole object in one response (no ranges): its bytes go to the sink
+/// in buffers of the part size, in order.
+fn stream_whole(
+    remote: &Remote,
+    info: &ObjectInfo,
+    budget: &Budget,
+    cancel: &AtomicBool,
+    progress: Option<&Progress>,
+    sink: &mut dyn Sink,
+    report: &mut FetchReport,
+) -> Result<()> {
+    let page = cacheless::sys::page_size();
+    let chunk = cacheless::round_up(remote.opts.part_size.max(page), page);
+    let lease = budget.lease(LeaseRequest::buffers(chunk.min(round_len(info.size, page)), 2).aligned(page));
+    let loc = &info.location;
+    let opts = GetOptions { if_match: info.etag.clone(), ..GetOptions::default() };
+    let store = remote.store.clone();
+    let path = Remote::path(loc);
+    let res = remote.rt.block_on(store.get_opts(&path, opts)).map_err(|e| remote_error("download", loc, &e))?;
+    if res.meta.e_tag.is_some() && res.meta.e_tag != info.etag {
+        return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Changed(res.meta.e_tag)));
+    }
+    let mut body = res.into_stream();
+    let mut at = 0u64;
+    let mut cur: Option<(AlignedBuf, usize)> = None;
+    loop {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(Error::new(ErrorKind::Interrupted, "download", loc.to_string(), "interrupted"));
+        }
+        let Some(piece) = remote.rt.block_on(body.next()) else { break };
+        let mut piece = &piece.map_err(|e| remote_error("download", loc, &e))?[..];
+        while !piece.is_empty() {
+            if at + piece.len() as u64 > info.size {
+                return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Length(usize::MAX)));
+            }
+            let (mut buf, mut len) = match cur.take() {
+                Some(c) => c,
+                None => loop {
+                    if let Some(b) = lease.get() {
+                        break (b, 0);
+                    }
+                    if !sink.release()? {
+                        return Err(Error::new(ErrorKind::Io, "download", loc.to_string(), "no buffer to receive into"));
+                    }
+                },
+            };
+            let cap = buf.capacity().min(chunk);
+            let n = piece.len().min(cap - len);
+            buf[len..len + n].copy_from_slice(&piece[..n]);
+            len += n;
+            piece = &piece[n..];
+            at += n as u64;
+            if len == cap || at == info.size {
+                if let Some(p) = progress {
+                    p.add_bytes(len as u64);
+                }
+                sink.put(at - len as u64, buf, len)?;
+            } else {
+                cur = Some((buf, len));
+            }
+        }
+    }
+    if at != info.size {
+        return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Length(usize::try_from(at).unwrap_or(usize::MAX))));
+    }
+    report.bytes = at;
+    Ok(())
+}
+
+/// `len` rounded up to `page`, at least one page (the largest buffer a small object needs).
+fn round_len(len: u64, page: usize) -> usize {
+    cacheless::round_up(usize::try_from(len).unwrap_or(usize::MAX / 2).max(1), page)
+}
+
+/// The bytes chunk `idx` covers.
+fn span(idx: usize, chunk: usize, size: u64) -> Range<u64> {
+    let start = idx as u64 * chunk as u64;
+    start..(start + chunk as u64).min(size)
+}
+
+fn range_error(loc: &Location, range: &Range<u64>, etag: Option<&str>, e: RangeError) -> Error {
+    let at = format!("bytes {}-{}", range.start, range.end.saturating_sub(1));
+    match e {
+        RangeError::Store(e) => remote_error("download", loc, &e),
+        RangeError::NotPartial => Error::new(ErrorKind::Io, "download", loc.to_string(), format!("{at}: the server sent the whole object for a range")),
+        RangeError::Length(got) => {
+            Error::new(ErrorKind::Io, "download", loc.to_string(), format!("{at}: the server sent {got} B, not the range's {} B", range.end - range.start))
+                .with_note("the body was cut short or ran long, and retries did not mend it")
+        }
+        RangeError::Changed(now) => Error::new(
+            ErrorKind::Changed,
+            "download",
+            loc.to_string(),
+            format!("the object was replaced during the transfer (ETag {} became {})", etag.unwrap_or("none"), now.as_deref().unwrap_or("none")),
+        )
+        .with_note("run it again to fetch the new version; nothing of the old one was kept"),
+    }
+}
+
+/// One ranged GET into `buf`, pinned to `etag`; sends the buffer back whatever happens.
+async fn get_range(
+    store: Arc<dyn ObjectStore>,
+    path: object_store::path::Path,
+    range: Range<u64>,
+    etag: Option<String>,
+    mut buf: AlignedBuf,
+    idx: usize,
+    tx: mpsc::Sender<Done>,
+) {
+    let want = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
+    let res = async {
+        let opts = GetOptions { range: Some(GetRange::Bounded(range.clone())), if_match: etag.clone(), ..GetOptions::default() };
+        let r = store.get_opts(&path, opts).await.map_err(|e| if not_partial(&e) { RangeError::NotPartial } else { RangeError::Store(e) })?;
+        if r.meta.e_tag.is_some() && r.meta.e_tag != etag {
+            return Err(RangeError::Changed(r.meta.e_tag));
+        }
+        let mut body = r.into_stream();
+        let mut at = 0usize;
+        while let Some(piece) = body.next().await {
+            let piece = piece.map_err(RangeError::Store)?;
+            if at + piece.len() > want {
+                return Err(RangeError::Length(at + piece.len()));
+            }
+            buf[at..at + piece.len()].copy_from_slice(&piece);
+            at += piece.len();
+        }
+        if at != want {
+            return Err(RangeError::Length(at));
+        }
+        Ok(at)
+    }
+    .await;
+    let _ = tx.send((idx, buf, res));
+}
+
+/// The transfer's tasks on the runtime: aborted when the transfer ends early.
+#[derive(Default)]
+pub(crate) struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Tasks {
+    pub(crate) fn spawn(&mut self, remote: &Remote, f: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.0.retain(|h| !h.is_finished());
+        self.0.push(remote.rt.spawn(f));
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+/// A sink that passes the bytes on in order (standard output, a hash): ranges that arrive
+/// early wait in their buffers, which the budget bounds.
+pub struct Ordered<F: FnMut(&[u8]) -> Result<()>> {
+    next: u64,
+    early: BTreeMap<u64, (AlignedBuf, usize)>,
+    out: F,
+}
+
+impl<F: FnMut(&[u8]) -> Result<()>> Ordered<F> {
+    /// Passes the object's bytes to `out` in order.
+    pub fn new(out: F) -> Self {
+        Ordered { next: 0, early: BTreeMap::new(), out }
+    }
+}
+
+impl<F: FnMut(&[u8]) -> Result<()>> Sink for Ordered<F> {
+    fn put(&mut self, offset: u64, buf: AlignedBuf, len: usize) -> Result<()> {
+        self.early.insert(offset, (buf, len));
+        while let Some((buf, len)) = self.early.remove(&self.next) {
+            (self.out)(&buf[..len])?;
+            self.next += len as u64;
+        }
+        Ok(())
+    }
+
+    fn release(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// Reads a whole object into memory, in order (small objects: a safetensors header, `cat`).
+pub fn read_all(remote: &Remote, info: &ObjectInfo, budget: &Budget, cancel: &AtomicBool) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(usize::try_from(info.size).unwrap_or(0));
+    let mut sink = Ordered::new(|b: &[u8]| {
+        out.extend_from_slice(b);
+        Ok(())
+    });
+    fetch(remote, info, budget, 0, cancel, None, &mut sink)?;
+    Ok(out)
+}

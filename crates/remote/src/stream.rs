@@ -1,0 +1,306 @@
+//! Objects as streams: an [`ObjectReader`] reads an object in order while its ranges download
+//! ahead in parallel (what `extract URL` decompresses), and an [`ObjectWriter`] uploads what is
+//! written to it as parts while it is written (what `pack -o s3://...` writes its frames to).
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cacheless::{AlignedBuf, Budget, Error, ErrorKind, Lease, LeaseRequest, Result};
+use object_store::{MultipartUpload, ObjectStoreExt};
+
+use crate::client::{remote_error, ObjectInfo, Remote, MIN_PART_SIZE};
+use crate::fetch::{fetch, Ordered, Tasks};
+use crate::location::Location;
+
+/// An object read in order, its ranges fetched ahead in parallel on a thread of its own into
+/// buffers of `budget` (the read-ahead is what the budget and the concurrency allow).
+pub struct ObjectReader {
+    rx: Receiver<io::Result<Vec<u8>>>,
+    cur: Vec<u8>,
+    pos: usize,
+    cancel: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ObjectReader {
+    /// Starts fetching `info`'s object.
+    pub fn open(remote: Arc<Remote>, info: ObjectInfo, budget: Budget) -> Result<ObjectReader> {
+        let cancel = Arc::new(AtomicBool::new(false));
+        // Two ranges' worth of bytes handed over and not yet read, besides those in flight.
+        let (tx, rx) = mpsc::sync_channel::<io::Result<Vec<u8>>>(2);
+        let stop = cancel.clone();
+        let url = info.location.to_string();
+        let thread = std::thread::Builder::new()
+            .name("cacheless-fetch".into())
+            .spawn(move || {
+                let send = |b: &[u8]| {
+                    tx.send(Ok(b.to_vec())).map_err(|_| Error::new(ErrorKind::Interrupted, "download", info.location.to_string(), "the reader was closed"))
+                };
+                let mut sink = Ordered::new(send);
+                if let Err(e) = fetch(&remote, &info, &budget, 0, &stop, None, &mut sink) {
+                    drop(sink);
+                    let _ = tx.send(Err(io::Error::other(e)));
+                }
+            })
+            .map_err(|e| Error::io("spawn", url, e))?;
+        Ok(ObjectReader { rx, cur: Vec::new(), pos: 0, cancel, thread: Some(thread) })
+    }
+}
+
+impl io::Read for ObjectReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos >= self.cur.len() {
+            match self.rx.recv() {
+                Ok(Ok(c)) => {
+                    self.cur = c;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = (self.cur.len() - self.pos).min(buf.len());
+        buf[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+impl Drop for ObjectReader {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        // Its sends fail once the receiver is gone: the thread ends.
+        let (_, rx) = mpsc::sync_channel(0);
+        drop(std::mem::replace(&mut self.rx, rx));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What an upload through an [`ObjectWriter`] did.
+#[derive(Debug, Clone)]
+pub struct StreamReport {
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Parts of the multipart upload (0: one PUT).
+    pub parts: u64,
+    /// The object's ETag.
+    pub etag: Option<String>,
+}
+
+struct Inner {
+    remote: Arc<Remote>,
+    dest: Location,
+    part: usize,
+    lease: Lease,
+    cur: Option<(AlignedBuf, usize)>,
+    upload: Option<Box<dyn MultipartUpload>>,
+    tasks: Tasks,
+    tx: SyncSender<object_store::Result<()>>,
+    rx: Receiver<object_store::Result<()>>,
+    active: usize,
+    in_flight: usize,
+    parts: u64,
+    bytes: u64,
+    done: bool,
+    cancel: Arc<AtomicBool>,
+}
+
+/// Bytes written become an object: parts of `part_size` are uploaded as they fill, with the
+/// remote's concurrency in flight; [`UploadHandle::finish`] completes it (one PUT when it never
+/// filled a part). Dropped unfinished (an error, a signal), the multipart upload is aborted.
+pub struct ObjectWriter(Arc<Mutex<Inner>>);
+
+/// Completes the upload an [`ObjectWriter`] feeds.
+pub struct UploadHandle(Arc<Mutex<Inner>>);
+
+/// An upload to `dest` fed by writes: the writer, and the handle that completes it. Setting
+/// `cancel` makes the next write or the finish fail (`Interrupted`), and the upload is aborted.
+pub fn upload_stream(remote: Arc<Remote>, dest: &Location, budget: &Budget, cancel: Arc<AtomicBool>) -> (ObjectWriter, UploadHandle) {
+    let page = cacheless::sys::page_size();
+    let part = cacheless::round_up(remote.opts.part_size.max(MIN_PART_SIZE), 1 << 20);
+    let want = remote.opts.concurrency.max(1) + 1;
+    let lease = budget.lease(LeaseRequest::buffers(part, want).aligned(page));
+    let in_flight = lease.count().saturating_sub(1).max(1);
+    let (tx, rx) = mpsc::sync_channel(want);
+    let inner = Inner {
+        remote,
+        dest: dest.clone(),
+        part,
+        lease,
+        cur: None,
+        upload: None,
+        tasks: Tasks::default(),
+        tx,
+        rx,
+        active: 0,
+        in_flight,
+        parts: 0,
+        bytes: 0,
+        done: false,
+        cancel,
+    };
+    let shared = Arc::new(Mutex::new(inner));
+    (ObjectWriter(shared.clone()), UploadHandle(shared))
+}
+
+impl Inner {
+    fn err(&self, e: &object_store::Error) -> Error {
+        remote_error("upload", &self.dest, e)
+    }
+
+    fn interrupted(&self) -> Result<()> {
+        if self.cancel.load(Ordering::Relaxed) {
+            return Err(Error::new(ErrorKind::Interrupted, "upload", self.dest.to_string(), "interrupted"));
+        }
+        Ok(())
+    }
+
+    /// Waits for one part in flight; its error is the upload's.
+    fn wait_one(&mut self) -> Result<()> {
+        let r = loop {
+            self.interrupted()?;
+            match self.rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(r) => break r,
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::new(ErrorKind::Io, "upload", self.dest.to_string(), "a part's task ended without an answer"));
+                }
+            }
+        };
+        self.active -= 1;
+        r.map_err(|e| self.err(&e).with_note("a part failed; the upload was aborted"))
+    }
+
+    fn buffer(&mut self) -> Result<AlignedBuf> {
+        loop {
+            if let Some(b) = self.lease.get() {
+                return Ok(b);
+            }
+            if self.active > 0 {
+                self.wait_one()?;
+            } else {
+                // A sent part's buffer is on its way back from the client.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    fn send(&mut self, buf: AlignedBuf, len: usize) -> Result<()> {
+        if self.upload.is_none() {
+            let path = Remote::path(&self.dest);
+            let up = self.remote.rt.block_on(self.remote.store.put_multipart(&path)).map_err(|e| self.err(&e))?;
+            self.upload = Some(up);
+        }
+        while self.active >= self.in_flight {
+            self.wait_one()?;
+        }
+        let Some(up) = self.upload.as_mut() else { return Ok(()) };
+        let sent = up.put_part(crate::transfer::payload(buf, len));
+        let tx = self.tx.clone();
+        self.tasks.spawn(&self.remote, async move {
+            let _ = tx.send(sent.await);
+        });
+        self.active += 1;
+        self.parts += 1;
+        Ok(())
+    }
+
+    fn write(&mut self, mut data: &[u8]) -> Result<()> {
+        self.interrupted()?;
+        if self.done {
+            return Err(Error::new(ErrorKind::InvalidInput, "upload", self.dest.to_string(), "written after it was finished"));
+        }
+        while !data.is_empty() {
+            let (mut buf, mut len) = match self.cur.take() {
+                Some(c) => c,
+                None => (self.buffer()?, 0),
+            };
+            let n = data.len().min(self.part - len);
+            buf[len..len + n].copy_from_slice(&data[..n]);
+            len += n;
+            data = &data[n..];
+            self.bytes += n as u64;
+            if len == self.part {
+                self.send(buf, len)?;
+            } else {
+                self.cur = Some((buf, len));
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<StreamReport> {
+        self.done = true;
+        self.interrupted()?;
+        if self.upload.is_none() {
+            // Never filled a part: one PUT.
+            let (buf, len) = match self.cur.take() {
+                Some(c) => c,
+                None => (self.buffer()?, 0),
+            };
+            let path = Remote::path(&self.dest);
+            let put = self.remote.rt.block_on(self.remote.store.put(&path, crate::transfer::payload(buf, len))).map_err(|e| self.err(&e))?;
+            return Ok(StreamReport { bytes: self.bytes, parts: 0, etag: put.e_tag });
+        }
+        if let Some((buf, len)) = self.cur.take() {
+            self.send(buf, len)?;
+        }
+        while self.active > 0 {
+            self.wait_one()?;
+        }
+        self.interrupted()?;
+        let Some(mut up) = self.upload.take() else {
+            return Err(Error::new(ErrorKind::Io, "upload", self.dest.to_string(), "the upload was closed already"));
+        };
+        match self.remote.rt.block_on(up.complete()) {
+            Ok(put) => Ok(StreamReport { bytes: self.bytes, parts: self.parts, etag: put.e_tag }),
+            Err(e) => {
+                let _ = self.remote.rt.block_on(up.abort());
+                Err(self.err(&e).with_note("completing the upload failed; it was aborted"))
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The parts in flight first, then the upload: the server keeps nothing.
+        self.tasks = Tasks::default();
+        if let Some(mut up) = self.upload.take() {
+            let _ = self.remote.rt.block_on(up.abort());
+        }
+    }
+}
+
+impl io::Write for ObjectWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut inner = self.0.lock().map_err(|_| io::Error::other("the upload failed on another thread"))?;
+        inner.write(buf).map_err(io::Error::other)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl UploadHandle {
+    /// Sends what is left and completes the upload: the object appears under its key. On an
+    /// error the upload is aborted.
+    pub fn finish(self) -> Result<StreamReport> {
+        let mut inner = self.0.lock().map_err(|_| Error::new(ErrorKind::Io, "upload", "upload", "the upload failed on another thread"))?;
+        let r = inner.finish();
+        if r.is_err() {
+            inner.tasks = Tasks::default();
+            if let Some(mut up) = inner.upload.take() {
+                let _ = inner.remote.rt.block_on(up.abort());
+            }
+        }
+        r
+    }
+}
