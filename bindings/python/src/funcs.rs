@@ -15,6 +15,7 @@ use crate::errors;
 use crate::job::{self, Measure};
 use crate::opts::{self, to_py, BlockSize, Callback, Count, DecompressThreads, FrameSize, Memory, QueueDepth, Rate, ReadThreads, Size, Threads};
 use crate::pybuf::Pinned;
+use crate::remote;
 
 /// What `cacheless info PATH --json` reports for one path, plus the kernel-wide `system`.
 #[pyfunction]
@@ -75,6 +76,13 @@ pub fn read_file<'py>(
 ) -> PyResult<(PyArena, (String, String))> {
     let ao = opts::arena(opts::io(mode, backend, memory, block_size, queue_depth)?, threads);
     let p = Progress::new();
+    if let Some(url) = remote::url(&path) {
+        let cancel = p.cancel_flag();
+        let (arena, how) =
+            job::run(py, &p, opts::callback(&progress), || remote::read_whole(url, &ao.read.io.budget, &cancel, &p))?.map_err(|e| errors::engine(&e))?;
+        let len = arena.len();
+        return Ok((PyArena::new(Arc::new(arena), len), ("remote".to_string(), how)));
+    }
     let (arena, sr) = job::run(py, &p, opts::callback(&progress), || read_whole(&path, &ao, &p))?.map_err(errors::safetensors)?;
     let len = arena.len();
     let d = sr.decision();
@@ -134,6 +142,15 @@ pub fn copy<'py>(
     let sparse: Sparse = opts::word("sparse", sparse)?;
     let verify: Option<cacheless::digest::Algo> = verify.map(|a| opts::word("verify", a)).transpose()?;
     let bwlimit = bwlimit.and_then(|r| r.0);
+    if remote::url(&src).is_some() || remote::url(&dst).is_some() {
+        // A download or an upload (docs/remote.md): `recursive`/`archive` copy a prefix or a
+        // folder whole; `verify` checks against the server's ETag.
+        let p = Arc::new(Progress::new());
+        let cancel = p.cancel_flag();
+        let flags = (recursive || archive, no_clobber, update, verify.is_some(), sync);
+        let rep = job::run(py, &p, opts::callback(&progress), || remote::copy(&src, &dst, io, flags, &cancel, &p))?.map_err(|e| errors::engine(&e))?;
+        return to_py(py, &rep);
+    }
     // What copies one file, for one file or each of a tree's.
     let mut co = CopyOptions::new();
     co.reflink = reflink;
@@ -211,6 +228,18 @@ pub fn hash<'py>(
     let algo: cacheless::digest::Algo = opts::word("algo", algo)?;
     let ro = ReadOptions::from(opts::io(mode, backend, memory, block_size, queue_depth)?);
     let p = Progress::new();
+    if let Some(url) = remote::url(&path) {
+        let cancel = p.cancel_flag();
+        let work = || -> cacheless::Result<(String, String)> {
+            let mut h = cacheless::digest::Hasher::new(algo);
+            remote::stream(url, &ro.io.budget, &cancel, &p, |b| {
+                h.update(b);
+                Ok(())
+            })?;
+            Ok((h.hex(), "remote".to_string()))
+        };
+        return job::run(py, &p, opts::callback(&progress), work)?.map_err(|e| errors::engine(&e));
+    }
     let work = || -> cacheless::Result<(String, String)> {
         let mut r = cacheless::Reader::open(&path, &ro)?;
         p.add_total_bytes(r.len());
@@ -255,7 +284,15 @@ pub fn extract<'py>(
     let callback = progress;
     let progress = Arc::new(Progress::new());
     eo.progress = Some(progress.clone());
-    let input = cacheless_archive::Input::Path(archive.clone());
+    let input = match remote::url(&archive) {
+        // A URL: its download reads ahead into a share of the budget of its own.
+        Some(url) => {
+            let (fetch, rest) = remote::split(&eo.io.budget);
+            eo.io.budget = rest;
+            job::run(py, &progress, None, || remote::archive_input(url, &fetch))?.map_err(|e| errors::engine(&e))?
+        }
+        None => cacheless_archive::Input::Path(archive.clone()),
+    };
     let mut rep = job::run_measured(py, &progress, Measure::Input, opts::callback(&callback), || cacheless_archive::extract(input, &eo))?
         .map_err(|e| errors::archive(e, &archive))?;
     if let Some(e) = rep.fatal_error.take() {
@@ -362,8 +399,23 @@ pub fn pack<'py>(
     sync: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     use cacheless_archive::pack::{compression_for_name, parse_compression, SortOrder};
-    let io = opts::io(mode, backend, memory, block_size, queue_depth)?;
-    let mut po = cacheless_archive::PackOptions::new(cacheless_archive::Output::Path(archive.clone()), paths);
+    let mut io = opts::io(mode, backend, memory, block_size, queue_depth)?;
+    let progress_cb = progress;
+    let progress = Arc::new(Progress::new());
+    // A URL: the archive is uploaded as it is written (its frames sent as parts), out of a
+    // share of the budget of its own, and appears only when the upload completes.
+    let mut upload = None;
+    let output = match remote::url(&archive) {
+        Some(url) => {
+            let (share, rest) = remote::split(&io.budget);
+            io.budget = rest;
+            let (writer, handle) = remote::archive_output(url, &share, progress.cancel_flag()).map_err(|e| errors::engine(&e))?;
+            upload = Some(handle);
+            cacheless_archive::Output::Stream(Box::new(writer))
+        }
+        None => cacheless_archive::Output::Path(archive.clone()),
+    };
+    let mut po = cacheless_archive::PackOptions::new(output, paths);
     po.compression = match compression {
         Some(c) => parse_compression(c).map_err(|e| PyValueError::new_err(format!("compression=: {e}")))?,
         None => compression_for_name(&archive).unwrap_or(cacheless_archive::Compression::Zstd),
@@ -399,10 +451,16 @@ pub fn pack<'py>(
     po.io = io;
     // File bytes read against the bytes of the files walked so far (the total grows as the
     // walk goes) are what the callback is given.
-    let callback = progress;
-    let progress = Arc::new(Progress::new());
+    let callback = progress_cb;
     po.progress = Some(progress.clone());
-    let (rep, staged) = job::run(py, &progress, opts::callback(&callback), || cacheless_archive::pack_staged(po))?.map_err(|e| errors::archive(e, &archive))?;
+    let work = || -> cacheless_archive::Result<_> {
+        let r = cacheless_archive::pack_staged(po)?;
+        if let Some(h) = upload {
+            h.finish()?;
+        }
+        Ok(r)
+    };
+    let (rep, staged) = job::run(py, &progress, opts::callback(&callback), work)?.map_err(|e| errors::archive(e, &archive))?;
     // Named only if no Ctrl-C came meanwhile (see `job::commit`).
     if let Some(a) = staged {
         job::commit(py, a, |a| a.publish(sync))?;

@@ -13,6 +13,7 @@ mod funcs;
 mod job;
 mod opts;
 mod pybuf;
+mod remote;
 mod st;
 
 use pyo3::prelude::*;

@@ -60,7 +60,8 @@ enum Cmd {
     /// A helper process of `cacheless bench --scenario pressure|neighbour`, started by the benchmark itself.
     #[command(name = "bench-helper", hide = true)]
     BenchHelper {
-        /// `hold FREE MAX PARENT` or `reread FILE PARENT`.
+        /// `hold FREE MAX PARENT`, `reread FILE PARENT`, or `fetch URL` (bench/remote.sh: an object
+        /// fetched and dropped).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -103,6 +104,9 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::run(a, &cli.common),
         Cmd::Clean(a) => clean::run(a, &cli.common),
         Cmd::Demo => bench::run_default(&cli.common),
+        Cmd::BenchHelper { args } if args.first().is_some_and(|a| a == "fetch") && args.len() == 2 => {
+            remote::discard(std::path::Path::new(&args[1]), &cli.common.io(), &cli.common.remote).map(|_| ExitCode::SUCCESS).map_err(anyhow::Error::new)
+        }
         Cmd::BenchHelper { args } => return bench::helper(args),
     };
     match r {

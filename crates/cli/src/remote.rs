@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use cacheless::{Error, ErrorKind, IoOptions, Progress, WriteOptions};
-use cacheless_remote::{download_file, is_url, upload_file, verify_download, Location, ObjectInfo, Remote, RemoteOptions};
+use cacheless::{Error, ErrorKind, IoOptions, Progress};
+use cacheless_remote::{copy, is_url, CopyOptions, Location, Remote, RemoteOptions, Transfer};
 use clap::Args;
 
 use crate::ui;
@@ -81,32 +81,6 @@ pub fn is_remote(p: &Path) -> bool {
     p.to_str().is_some_and(is_url)
 }
 
-/// One client per bucket or origin, made when first needed.
-#[derive(Default)]
-pub struct Clients {
-    opts: RemoteOptions,
-    made: Vec<Remote>,
-}
-
-impl Clients {
-    /// Clients with these options.
-    pub fn new(opts: RemoteOptions) -> Clients {
-        Clients { opts, made: Vec::new() }
-    }
-
-    /// The client for `loc`'s store.
-    pub fn of(&mut self, loc: &Location) -> Result<&Remote, Error> {
-        let i = match self.made.iter().position(|r| r.serves(loc)) {
-            Some(i) => i,
-            None => {
-                self.made.push(Remote::connect(loc, &self.opts)?);
-                self.made.len() - 1
-            }
-        };
-        Ok(&self.made[i])
-    }
-}
-
 /// What `cp` was asked, for the URL transfers.
 pub struct CpRemote<'a> {
     pub srcs: &'a [PathBuf],
@@ -125,21 +99,6 @@ pub struct CpRemote<'a> {
     pub prog: &'a str,
 }
 
-/// One transfer's result, for `--json`.
-#[derive(serde::Serialize)]
-struct Row {
-    source: String,
-    destination: String,
-    bytes: u64,
-    skipped: bool,
-    /// Ranged GETs (downloads) or parts (uploads; 0 for one PUT).
-    requests: u64,
-    mode: Option<String>,
-    etag: Option<String>,
-    verified: Option<bool>,
-    seconds: f64,
-}
-
 fn text(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
@@ -149,35 +108,63 @@ pub fn cp(c: &CpRemote<'_>) -> ExitCode {
     let progress = Arc::new(Progress::new());
     let signals = ui::Signals::register(&progress);
     let cancel = progress.cancel_flag();
-    let mut clients = Clients::new(c.flags.options());
-    let mut rows = Vec::new();
-    let start = std::time::Instant::now();
+    let mut o = CopyOptions::new(c.io.clone(), c.flags.options());
+    o.recursive = c.recursive;
+    o.no_clobber = c.no_clobber;
+    o.update = c.update;
+    o.verify = c.verify;
+    o.sync = c.sync;
+    let prog = c.prog.to_string();
+    o.on_error = Some(Arc::new(move |e: &Error| print(&prog, e)));
+    let (prog, verbose, verify) = (c.prog.to_string(), c.verbose && !c.json, c.verify);
+    o.on_done = Some(Arc::new(move |t: &Transfer| said(&prog, t, verbose, verify)));
     let result = {
         let _bar = (!c.json).then(|| ui::Bar::start(&progress, c.json, ui::Measure::Output));
-        run_cp(c, &mut clients, &cancel, &progress, &mut rows)
+        copy(c.srcs, c.dst, &o, &cancel, &progress)
     };
     if let Some(code) = signals.exit_code() {
         eprintln!("{}: interrupted; nothing unfinished was left under a final name or key", c.prog);
         return code;
     }
-    if let Err(e) = result {
-        print(c.prog, &e);
-        progress.error();
-    }
-    if c.json {
-        let v = serde_json::json!({
-            "transfers": rows,
-            "bytes": rows.iter().map(|r| r.bytes).sum::<u64>(),
-            "errors": progress.errors(),
-            "elapsed_s": start.elapsed().as_secs_f64(),
-        });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-    }
-    if progress.errors() > 0 {
+    let failed = match result {
+        Ok(r) => {
+            if c.json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            }
+            r.errors > 0 || progress.errors() > 0
+        }
+        Err(e) => {
+            print(c.prog, &e);
+            true
+        }
+    };
+    if failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// What `-v` says of a transfer, as cp says it (`'a' -> 'b'`) and how it went; with `--verify`,
+/// a transfer that could not be checked.
+fn said(prog: &str, t: &Transfer, verbose: bool, verify: bool) {
+    if verify && t.download && !t.skipped && t.verified.is_none() {
+        eprintln!("{prog}: {}: not verified: its ETag is no MD5 of its bytes (a multipart upload's), and the server gives no other checksum", t.source);
+    }
+    if !verbose || t.skipped {
+        return;
+    }
+    println!("{} -> {}", cacheless::quote::quote(Path::new(&t.source)), cacheless::quote::quote(Path::new(&t.destination)));
+    let how = match (t.download, t.ranged, t.requests) {
+        (true, true, n) => format!("{n} ranges"),
+        (true, false, _) => "one stream: the server does not do ranges".to_string(),
+        (false, _, 0) => "one PUT".to_string(),
+        (false, _, n) => format!("{n} parts"),
+    };
+    let (mode, reason) = (t.mode.as_deref().unwrap_or(""), t.reason.as_deref().unwrap_or(""));
+    let what = if t.download { "written" } else { "read" };
+    let url = if t.download { &t.source } else { &t.destination };
+    eprintln!("{prog}: {url}: {} in {how}; {what} {mode} ({reason})", ui::size(t.bytes));
 }
 
 /// A failed transfer, as cp prints one, with what to try on the next line.
@@ -188,266 +175,6 @@ fn print(prog: &str, e: &Error) {
     }
 }
 
-/// One file's transfer.
-enum Job {
-    Download(ObjectInfo, PathBuf),
-    Upload(PathBuf, Location),
-}
-
-fn run_cp(c: &CpRemote<'_>, clients: &mut Clients, cancel: &AtomicBool, progress: &Progress, rows: &mut Vec<Row>) -> Result<(), Error> {
-    let jobs = plan(c, clients, progress)?;
-    let Some(first) = jobs.first() else { return Ok(()) };
-    let loc = match first {
-        Job::Download(i, _) => i.location.clone(),
-        Job::Upload(_, l) => l.clone(),
-    };
-    // Every job is in one bucket or origin (one client); files run `concurrency` at a time,
-    // each with its own ranges or parts in flight, all inside the one memory budget.
-    let remote = clients.of(&loc)?;
-    let workers = remote.options().concurrency.clamp(1, jobs.len());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let done = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(job) = jobs.get(i) else { break };
-                if cancel.load(std::sync::atomic::Ordering::Relaxed) {
-                    break;
-                }
-                let r = match job {
-                    Job::Download(info, to) => one_download(c, remote, info, to, cancel, progress),
-                    Job::Upload(from, to) => one_upload(c, remote, from, to, cancel, progress),
-                };
-                match r {
-                    Ok(row) => done.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((i, row)),
-                    Err(e) if e.kind() == ErrorKind::Interrupted => break,
-                    Err(e) => {
-                        print(c.prog, &e);
-                        progress.error();
-                    }
-                }
-            });
-        }
-    });
-    let mut done = done.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-    done.sort_by_key(|(i, _)| *i);
-    rows.extend(done.into_iter().map(|(_, r)| r));
-    Ok(())
-}
-
-/// The transfers the operands ask for, as `aws s3 cp` maps them: a folder's files under a
-/// prefix, a prefix's objects under a folder.
-fn plan(c: &CpRemote<'_>, clients: &mut Clients, progress: &Progress) -> Result<Vec<Job>, Error> {
-    let usage = |m: String| Error::new(ErrorKind::InvalidInput, "cp", c.dst, m);
-    let mut jobs = Vec::new();
-    if is_remote(c.dst) {
-        let dst = Location::parse(&text(c.dst))?;
-        if let Some(s) = c.srcs.iter().find(|s| is_remote(s)) {
-            return Err(usage(format!("{} to {}: copying between URLs is not supported; download, then upload", text(s), dst)));
-        }
-        if c.srcs.len() > 1 && !dst.is_prefix() {
-            return Err(usage(format!("{dst}: several sources need a prefix (a URL ending in /)")));
-        }
-        for s in c.srcs {
-            let meta = std::fs::metadata(s).map_err(|e| Error::io("stat", s, e))?;
-            if meta.is_dir() {
-                if !c.recursive {
-                    eprintln!("{}: -r not specified; omitting directory {}", c.prog, cacheless::quote::quote(s));
-                    progress.error();
-                    continue;
-                }
-                for (file, rel) in walk(s)? {
-                    jobs.push(Job::Upload(file, dst.with_key(format!("{}{rel}", prefix_of(&dst)))));
-                }
-            } else {
-                let key = if dst.is_prefix() {
-                    let name = s.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                    format!("{}{name}", prefix_of(&dst))
-                } else {
-                    dst.key().to_string()
-                };
-                jobs.push(Job::Upload(s.clone(), dst.with_key(key)));
-            }
-        }
-        return Ok(jobs);
-    }
-    // Downloads: every source is a URL, all in one bucket or origin.
-    if let Some(s) = c.srcs.iter().find(|s| !is_remote(s)) {
-        return Err(usage(format!("{}: a local source with a URL among the sources: copy them in two commands", text(s))));
-    }
-    let dst_dir = c.dst.is_dir() || text(c.dst).ends_with('/');
-    if c.srcs.len() > 1 && !dst_dir {
-        return Err(Error::new(ErrorKind::InvalidInput, "cp", c.dst, format!("target {} is not a directory", cacheless::quote::quote(c.dst))));
-    }
-    let mut first: Option<Location> = None;
-    for s in c.srcs {
-        let src = Location::parse(&text(s))?;
-        if !first.get_or_insert_with(|| src.clone()).same_store(&src) {
-            return Err(usage(format!("{src}: the sources are in more than one bucket or server: copy them in one command each")));
-        }
-        if src.is_prefix() {
-            if !c.recursive {
-                return Err(usage(format!("{src}: a prefix needs -r (or name an object: a URL not ending in /)")));
-            }
-            let objects = clients.of(&src)?.list(&src)?;
-            if objects.is_empty() {
-                return Err(Error::new(ErrorKind::NotFound, "list", src.to_string(), "no object under this prefix"));
-            }
-            let base = prefix_of(&src);
-            for o in objects {
-                // Zero-byte keys ending in / are folder markers, not files.
-                let Some(rel) = o.location.key().strip_prefix(&base).filter(|r| !r.is_empty() && !r.ends_with('/')) else { continue };
-                let to = c.dst.join(rel);
-                jobs.push(Job::Download(o, to));
-            }
-        } else {
-            let to = if dst_dir { c.dst.join(src.file_name().unwrap_or("index.html")) } else { c.dst.to_path_buf() };
-            jobs.push(Job::Download(clients.of(&src)?.head(&src)?, to));
-        }
-    }
-    Ok(jobs)
-}
-
-/// `loc`'s key as a prefix: empty, or ending in one `/`.
-fn prefix_of(loc: &Location) -> String {
-    let k = loc.key().trim_end_matches('/');
-    if k.is_empty() {
-        String::new()
-    } else {
-        format!("{k}/")
-    }
-}
-
-/// The regular files under `dir` (symbolic links followed, as `aws s3 cp` does), with their
-/// paths relative to it (`/`-separated), in name order.
-fn walk(dir: &Path) -> Result<Vec<(PathBuf, String)>, Error> {
-    let mut out = Vec::new();
-    let mut stack = vec![(dir.to_path_buf(), String::new())];
-    while let Some((d, rel)) = stack.pop() {
-        let mut names: Vec<_> = std::fs::read_dir(&d).map_err(|e| Error::io("read directory", &d, e))?.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
-        names.sort();
-        for n in names.into_iter().rev() {
-            let p = d.join(&n);
-            let r = format!("{rel}{}", n.to_string_lossy());
-            let m = std::fs::metadata(&p).map_err(|e| Error::io("stat", &p, e))?;
-            if m.is_dir() {
-                stack.push((p, format!("{r}/")));
-            } else if m.is_file() {
-                out.push((p, r));
-            }
-        }
-    }
-    out.sort_by(|a, b| a.1.cmp(&b.1));
-    Ok(out)
-}
-
-fn one_download(c: &CpRemote<'_>, remote: &Remote, info: &ObjectInfo, to: &Path, cancel: &AtomicBool, progress: &Progress) -> Result<Row, Error> {
-    let source = info.location.to_string();
-    if let Ok(m) = std::fs::metadata(to) {
-        let same = m.len() == info.size && m.modified().is_ok_and(|t| t >= info.last_modified);
-        if c.no_clobber || (c.update && same) {
-            return Ok(Row {
-                source,
-                destination: text(to),
-                bytes: 0,
-                skipped: true,
-                requests: 0,
-                mode: None,
-                etag: info.etag.clone(),
-                verified: None,
-                seconds: 0.0,
-            });
-        }
-    }
-    if let Some(parent) = to.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))?;
-    }
-    progress.add_total_bytes(info.size);
-    let mut wo = WriteOptions::from(c.io.clone());
-    wo.sync = c.sync;
-    let r = download_file(remote, info, to, &wo, cancel, Some(progress))?;
-    let verified = if c.verify {
-        let v = verify_download(to, info, &c.io)?;
-        if v.is_none() {
-            eprintln!("{}: {}: not verified: its ETag is no MD5 of its bytes (a multipart upload's), and the server gives no other checksum", c.prog, source);
-        }
-        v.map(|_| true)
-    } else {
-        None
-    };
-    if c.verbose && !c.json {
-        println!("{} -> {}", cacheless::quote::quote(Path::new(&source)), cacheless::quote::quote(to));
-        eprintln!(
-            "{}: {}: {} in {} ranges, {}; written {} ({})",
-            c.prog,
-            source,
-            ui::size(r.fetch.bytes),
-            r.fetch.ranges,
-            if r.fetch.ranged { "ranged" } else { "one stream: the server does not do ranges" },
-            r.write.decision.mode,
-            r.write.decision.reason
-        );
-    }
-    Ok(Row {
-        source,
-        destination: text(to),
-        bytes: r.fetch.bytes,
-        skipped: false,
-        requests: r.fetch.ranges,
-        mode: Some(r.write.decision.mode.to_string()),
-        etag: info.etag.clone(),
-        verified,
-        seconds: r.fetch.elapsed_s,
-    })
-}
-
-fn one_upload(c: &CpRemote<'_>, remote: &Remote, from: &Path, dst: &Location, cancel: &AtomicBool, progress: &Progress) -> Result<Row, Error> {
-    if c.no_clobber || c.update {
-        match remote.head(dst) {
-            Ok(existing) => {
-                let m = std::fs::metadata(from).map_err(|e| Error::io("stat", from, e))?;
-                let same = m.len() == existing.size && m.modified().is_ok_and(|t| existing.last_modified >= t);
-                if c.no_clobber || same {
-                    return Ok(Row {
-                        source: text(from),
-                        destination: dst.to_string(),
-                        bytes: 0,
-                        skipped: true,
-                        requests: 0,
-                        mode: None,
-                        etag: existing.etag,
-                        verified: None,
-                        seconds: 0.0,
-                    });
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    if let Ok(m) = std::fs::metadata(from) {
-        progress.add_total_bytes(m.len());
-    }
-    let r = upload_file(remote, from, dst, &c.io, c.verify, cancel, Some(progress))?;
-    if c.verbose && !c.json {
-        println!("{} -> {}", cacheless::quote::quote(from), cacheless::quote::quote(Path::new(&dst.to_string())));
-        let how = if r.parts == 0 { "one PUT".to_string() } else { format!("{} parts", r.parts) };
-        eprintln!("{}: {}: {} in {how}, read {} ({})", c.prog, dst, ui::size(r.bytes), r.read.mode, r.read.reason);
-    }
-    Ok(Row {
-        source: text(from),
-        destination: dst.to_string(),
-        bytes: r.bytes,
-        skipped: false,
-        requests: r.parts,
-        mode: Some(r.read.mode.to_string()),
-        etag: r.etag,
-        verified: r.verified.map(|_| true),
-        seconds: r.elapsed_s,
-    })
-}
-
 /// The object at `url`, its bytes passed to `out` in order (`cat`, `hash`): ranges in flight as
 /// a download runs them, those that arrive early held in their buffers (the budget bounds them).
 pub fn stream(url: &Path, io: &IoOptions, flags: &RemoteFlags, cancel: &AtomicBool, out: impl FnMut(&[u8]) -> Result<(), Error>) -> Result<(), Error> {
@@ -455,7 +182,9 @@ pub fn stream(url: &Path, io: &IoOptions, flags: &RemoteFlags, cancel: &AtomicBo
     let remote = Remote::connect(&loc, &flags.options())?;
     let info = remote.head(&loc)?;
     let mut sink = cacheless_remote::Ordered::new(out);
-    cacheless_remote::fetch(&remote, &info, &io.budget, 0, cancel, None, &mut sink)?;
+    // Ranges that arrive before the one awaited wait in buffers of their own, as many as are in
+    // flight, so that one slow range does not stop the others.
+    cacheless_remote::fetch(&remote, &info, &io.budget, remote.options().concurrency, cancel, None, &mut sink)?;
     Ok(())
 }
 
@@ -537,13 +266,9 @@ fn utc(secs: f64) -> String {
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-/// A download's share of `budget` (its ranges in flight, at most a quarter of the whole, at
-/// least one range), and the rest: two budgets whose sum is the one given.
+/// A streamed transfer's share of `budget`, and the rest (see `cacheless_remote::split_budget`).
 pub fn split_budget(budget: &cacheless::Budget, flags: &RemoteFlags) -> (cacheless::Budget, cacheless::Budget) {
-    let o = flags.options();
-    let total = budget.limit();
-    let want = o.part_size.saturating_mul(o.concurrency).min(total / 4).max(o.part_size.min(total / 2)).max(1);
-    (cacheless::Budget::new(want), cacheless::Budget::new(total.saturating_sub(want).max(1)))
+    cacheless_remote::split_budget(budget, &flags.options())
 }
 
 /// `extract URL`: the object as the archive's input, read in order while its ranges download
@@ -575,4 +300,24 @@ pub fn archive_output(
     }
     let remote = Arc::new(Remote::connect(&loc, &flags.options())?);
     Ok(cacheless_remote::upload_stream(remote, &loc, budget, cancel))
+}
+
+/// `cacheless bench-helper fetch URL`: the object's ranges fetched and dropped as they arrive,
+/// in any order: the rate the server and the network give a client that writes nothing (the
+/// limit bench/remote.sh compares downloads with). Returns the bytes received.
+pub fn discard(url: &Path, io: &IoOptions, flags: &RemoteFlags) -> Result<u64, Error> {
+    struct Drop;
+    impl cacheless_remote::Sink for Drop {
+        fn put(&mut self, _: u64, _: cacheless::AlignedBuf, _: usize) -> Result<(), Error> {
+            Ok(())
+        }
+        fn release(&mut self) -> Result<bool, Error> {
+            Ok(false)
+        }
+    }
+    let loc = Location::parse(&text(url))?;
+    let remote = Remote::connect(&loc, &flags.options())?;
+    let info = remote.head(&loc)?;
+    let r = cacheless_remote::fetch(&remote, &info, &io.budget, 0, &AtomicBool::new(false), None, &mut Drop)?;
+    Ok(r.bytes)
 }

@@ -358,6 +358,6 @@ pub fn read_all(remote: &Remote, info: &ObjectInfo, budget: &Budget, cancel: &At
         out.extend_from_slice(b);
         Ok(())
     });
-    fetch(remote, info, budget, 0, cancel, None, &mut sink)?;
+    fetch(remote, info, budget, remote.opts.concurrency, cancel, None, &mut sink)?;
     Ok(out)
 }

@@ -15,6 +15,16 @@ use crate::client::{remote_error, ObjectInfo, Remote, MIN_PART_SIZE};
 use crate::fetch::{fetch, Ordered, Tasks};
 use crate::location::Location;
 
+/// A streamed transfer's share of `budget` (its ranges or parts in flight, at most a quarter
+/// of the whole, at least one part) and the rest, for the job at the other end of the stream
+/// (an extraction's writers, a pack's readers): two budgets whose sum is the one given, so that
+/// neither waits on memory the other holds.
+pub fn split_budget(budget: &Budget, opts: &crate::RemoteOptions) -> (Budget, Budget) {
+    let total = budget.limit();
+    let want = opts.part_size.saturating_mul(opts.concurrency).min(total / 4).max(opts.part_size.min(total / 2)).max(1);
+    (Budget::new(want), Budget::new(total.saturating_sub(want).max(1)))
+}
+
 /// An object read in order, its ranges fetched ahead in parallel on a thread of its own into
 /// buffers of `budget` (the read-ahead is what the budget and the concurrency allow).
 pub struct ObjectReader {
@@ -40,7 +50,8 @@ impl ObjectReader {
                     tx.send(Ok(b.to_vec())).map_err(|_| Error::new(ErrorKind::Interrupted, "download", info.location.to_string(), "the reader was closed"))
                 };
                 let mut sink = Ordered::new(send);
-                if let Err(e) = fetch(&remote, &info, &budget, 0, &stop, None, &mut sink) {
+                // Ranges that arrive early wait in buffers of their own (as many as are in flight).
+                if let Err(e) = fetch(&remote, &info, &budget, remote.opts.concurrency, &stop, None, &mut sink) {
                     drop(sink);
                     let _ = tx.send(Err(io::Error::other(e)));
                 }

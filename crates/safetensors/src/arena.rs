@@ -53,6 +53,21 @@ impl Arena {
         Some(Arena { buf, addr, segments, len })
     }
 
+    /// An arena for a whole file's `len` bytes (arena byte `i` is file byte `i`) that come from
+    /// elsewhere than a local file (a download), zeroed until [`Arena::bytes_mut`] fills them;
+    /// `None` where that size cannot be allocated.
+    pub fn whole(len: usize) -> Option<Arena> {
+        let cap = round_up(len.max(1), cacheless::sys::page_size());
+        let mut a = Arena::new(vec![Segment { file: 0, at: 0, len: cap }], cap)?;
+        a.len = len;
+        Some(a)
+    }
+
+    /// The bytes held, to fill (see [`Arena::whole`]).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+
     /// Bytes held (the sum of the segments' lengths).
     pub fn len(&self) -> usize {
         self.len

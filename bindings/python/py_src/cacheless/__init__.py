@@ -101,7 +101,8 @@ def read_file(
 
     Returns a writable ``memoryview`` of exactly the file's bytes (``numpy.asarray`` of it is a
     zero-copy uint8 array). A file already mostly cached is read buffered and stays cached; a
-    cold one leaves nothing in the page cache.
+    cold one leaves nothing in the page cache. An ``s3://`` or ``http(s)://`` URL (a ``str``) is
+    fetched as ranged GETs in parallel (docs/remote.md).
     """
     arena, _decision = _native.read_file(
         os.fspath(path), mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, threads=threads, progress=progress
@@ -154,6 +155,9 @@ def copy(
     raises ``shutil.SameFileError``. Returns the report (the method: reflink, copy or sparse; how
     each side was read and written, and why; the verification).
 
+    An ``s3://`` or ``http(s)://`` URL (a ``str``) on either side downloads or uploads, as
+    ``cacheless cp`` does (docs/remote.md); ``recursive`` then copies a prefix or a folder whole.
+
     Trees, with the keywords of ``cacheless cp``: ``recursive`` copies directories (symlinks in
     them as symlinks), keeping permission bits and times as ``shutil.copytree`` does (``cp -r
     --preserve=mode,timestamps``); ``archive`` also keeps hard links, symlinks' times, ownership
@@ -204,6 +208,9 @@ def extract(
 ) -> Dict[str, Any]:
     """Unpacks a tar archive (zstd, gzip, xz, lz4, bzip2 or none, detected from its bytes) into ``dest``.
 
+    ``archive`` may be an ``s3://`` or ``http(s)://`` URL (a ``str``): it is extracted while it
+    downloads (docs/remote.md).
+
     Members are never created outside ``dest`` or through a symlink. Returns the report (as
     ``cacheless extract --json``). A corrupt or truncated archive raises ``ValueError``; members
     that could not be written raise ``OSError`` with the report in its ``report`` attribute.
@@ -253,6 +260,9 @@ def pack(
     queue_depth: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Creates the tar archive ``archive`` from ``paths`` (files and directories, recursively), as ``cacheless pack``.
+
+    ``archive`` may be an ``s3://`` URL (a ``str``): the archive is uploaded as it is written and
+    appears only when complete (docs/remote.md).
 
     ``paths`` (one path or several) are relative to ``directory`` (like ``tar -C``; default the
     working directory) and become the member names. ``compression`` is "zstd", "gzip", "xz",
@@ -318,7 +328,10 @@ def hash(
     queue_depth: Optional[int] = None,
     progress: Progress = None,
 ) -> str:
-    """The file's checksum in hex, as ``sha256sum`` (``algo="sha256"``), ``b3sum`` ("blake3") or ``xxhsum -H3`` ("xxh3") print it."""
+    """The file's checksum in hex, as ``sha256sum`` (``algo="sha256"``), ``b3sum`` ("blake3") or ``xxhsum -H3`` ("xxh3") print it.
+
+    An ``s3://`` or ``http(s)://`` URL (a ``str``) is hashed as it downloads (docs/remote.md).
+    """
     digest, _mode = _native.hash(
         os.fspath(path), algo, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, progress=progress
     )

@@ -1,0 +1,126 @@
+"""URLs in the package's calls, against the real servers the test command starts (SeaweedFS for
+S3, nginx for HTTP; scripts/test-servers): read_file, copy both ways, hash, extract and pack,
+byte-exact against the local bytes, hashlib and GNU tar; landed files not resident; errors that
+name the URL and leave nothing."""
+
+import hashlib
+import os
+import subprocess
+import tarfile
+
+import numpy as np
+import pytest
+
+import cacheless
+from conftest import fincore_fraction, require
+
+MIB = 1 << 20
+
+
+def s3():
+    require("s3", "CACHELESS_TEST_S3" in os.environ, "CACHELESS_TEST_S3 is not set (scripts/test starts the servers)")
+    env = {
+        "AWS_ENDPOINT_URL": os.environ["CACHELESS_TEST_S3"],
+        "AWS_ACCESS_KEY_ID": os.environ["CACHELESS_TEST_S3_KEY"],
+        "AWS_SECRET_ACCESS_KEY": os.environ["CACHELESS_TEST_S3_SECRET"],
+        "AWS_REGION": "us-east-1",
+    }
+    return env, os.environ["CACHELESS_TEST_S3_BUCKET"]
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    """The AWS environment pointing at the test server; the bucket."""
+    env, bucket = s3()
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return bucket
+
+
+def data(n, seed):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def prefix(name):
+    return f"py-{name}-{os.getpid()}/"
+
+
+def test_copy_read_file_and_hash_round_trip_byte_exact(aws, disk):
+    pre = prefix("files")
+    for i, n in enumerate([0, 1, 8 * MIB + 1, 20 * MIB]):
+        body = data(n, i)
+        src = disk / f"src{i}"
+        src.write_bytes(body)
+        url = f"s3://{aws}/{pre}obj{i}"
+        up = cacheless.copy(src, url, verify="sha256")
+        assert up["transfers"][0]["bytes"] == n and up["transfers"][0]["verified"] is True
+        got = disk / f"got{i}"
+        down = cacheless.copy(url, got)
+        assert down["transfers"][0]["bytes"] == n
+        assert fincore_fraction(got) in (None, 0.0)
+        assert got.read_bytes() == body
+        assert bytes(cacheless.read_file(url)) == body
+        assert cacheless.hash(url) == hashlib.sha256(body).hexdigest()
+    # A prefix, both ways.
+    tree = disk / "tree"
+    (tree / "sub").mkdir(parents=True)
+    for i in range(50):
+        (tree / "sub" / f"f{i}").write_bytes(data(i * 100, i))
+    cacheless.copy(tree, f"s3://{aws}/{pre}tree/", recursive=True)
+    back = disk / "back"
+    rep = cacheless.copy(f"s3://{aws}/{pre}tree/", back, recursive=True)
+    assert len(rep["transfers"]) == 50
+    assert subprocess.run(["diff", "-r", str(tree), str(back)]).returncode == 0
+
+
+def test_http_read_file_and_copy_with_and_without_ranges(disk):
+    require("http", "CACHELESS_TEST_HTTP" in os.environ, "CACHELESS_TEST_HTTP is not set (scripts/test starts the servers)")
+    origin, root = os.environ["CACHELESS_TEST_HTTP"], os.environ["CACHELESS_TEST_HTTP_ROOT"]
+    body = data(9 * MIB + 5, 7)
+    name = f"py-{os.getpid()}.bin"
+    for folder in ["ranges", "noranges"]:
+        served = os.path.join(root, folder, name)
+        with open(served, "wb") as f:
+            f.write(body)
+        try:
+            url = f"{origin}/{folder}/{name}"
+            assert bytes(cacheless.read_file(url)) == body
+            got = disk / folder
+            rep = cacheless.copy(url, got)
+            assert rep["transfers"][0]["ranged"] == (folder == "ranges")
+            assert got.read_bytes() == body
+        finally:
+            os.unlink(served)
+
+
+def test_pack_to_s3_and_extract_from_s3_as_tarfile_reads_it(aws, disk):
+    pre = prefix("archive")
+    src = disk / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "big.bin").write_bytes(data(12 * MIB, 1))
+    for i in range(100):
+        (src / "d" / f"f{i}").write_bytes(data(i * 31, i))
+    url = f"s3://{aws}/{pre}t.tar"
+    cacheless.pack(url, ["src"], directory=disk, frame_size="1M")
+    local = disk / "t.tar"
+    cacheless.copy(url, local)
+    with tarfile.open(local) as t:
+        names = sorted(m.name for m in t.getmembers())
+    assert "src/big.bin" in names and "src/d/f99" in names
+    out = disk / "out"
+    out.mkdir()
+    cacheless.extract(url, out)
+    assert subprocess.run(["diff", "-r", str(src), str(out / "src")]).returncode == 0
+
+
+def test_errors_name_the_url_and_leave_nothing(aws, disk, monkeypatch):
+    pre = prefix("errors")
+    missing = f"s3://{aws}/{pre}nothing"
+    with pytest.raises(FileNotFoundError, match=missing):
+        cacheless.copy(missing, disk / "x")
+    with pytest.raises(FileNotFoundError, match=missing):
+        cacheless.read_file(missing)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(PermissionError, match="AWS_SECRET_ACCESS_KEY"):
+        cacheless.hash(missing)
+    assert list(disk.iterdir()) == []
