@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use cacheless::{AlignedBuf, Budget, Error, IoOptions, Progress, Result};
-use cacheless_remote::{is_url, Location, ObjectInfo, Remote, RemoteOptions, Sink};
+use cacheless::{Budget, Error, IoOptions, Progress, Result};
+use cacheless_remote::{is_url, Location, ObjectInfo, Remote, RemoteOptions};
 use cacheless_safetensors::arena::Arena;
 
 /// `p` as a URL, when it is written as one.
@@ -30,18 +30,7 @@ pub fn read_whole(url: &str, budget: &Budget, cancel: &AtomicBool, progress: &Pr
     let len = cacheless::conv::usize_of(info.size);
     let mut arena = Arena::whole(len).ok_or_else(|| Error::new(cacheless::ErrorKind::InvalidInput, "read", url, format!("{len} B do not fit in memory")))?;
     progress.add_total_bytes(info.size);
-    struct Fill<'a>(&'a mut [u8]);
-    impl Sink for Fill<'_> {
-        fn put(&mut self, offset: u64, buf: AlignedBuf, len: usize) -> Result<()> {
-            let at = cacheless::conv::usize_of(offset);
-            self.0[at..at + len].copy_from_slice(&buf[..len]);
-            Ok(())
-        }
-        fn release(&mut self) -> Result<bool> {
-            Ok(false)
-        }
-    }
-    let r = cacheless_remote::fetch(&remote, &info, budget, 0, cancel, Some(progress), &mut Fill(arena.bytes_mut()))?;
+    let r = cacheless_remote::fetch(&remote, &info, budget, 0, cancel, Some(progress), &mut cacheless_remote::Fill(arena.bytes_mut()))?;
     let how = if r.ranged { format!("{} ranged GETs, {} in flight", r.ranges, r.in_flight) } else { "one stream: the server does not do ranges".into() };
     Ok((arena, how))
 }

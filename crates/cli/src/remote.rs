@@ -213,8 +213,7 @@ pub fn describe(url: &Path, io: &IoOptions, flags: &RemoteFlags) -> Result<Objec
     let remote = Remote::connect(&loc, &opts)?;
     let info = remote.head(&loc)?;
     let ranges = remote.ranges(&info)?;
-    let page = cacheless::sys::page_size();
-    let part = cacheless::round_up(opts.part_size.max(page), page);
+    let part = opts.range_size();
     let requests = if ranges { info.size.div_ceil(part as u64) } else { 1 };
     let fit = (io.budget.limit() / part).max(1);
     let in_flight = if ranges { opts.concurrency.min(fit).min(usize::try_from(requests).unwrap_or(usize::MAX)).max(1) } else { 1 };

@@ -44,6 +44,14 @@ pub struct RemoteOptions {
     pub storage_options: Vec<(String, String)>,
 }
 
+impl RemoteOptions {
+    /// The bytes one ranged GET asks for: the part size in whole pages.
+    pub fn range_size(&self) -> usize {
+        let page = cacheless::sys::page_size();
+        cacheless::round_up(self.part_size.max(page), page)
+    }
+}
+
 impl Default for RemoteOptions {
     fn default() -> Self {
         RemoteOptions {
@@ -193,11 +201,6 @@ impl Remote {
             Err(e) if not_partial(&e) => Ok(false),
             Err(e) => Err(remote_error("read", &info.location, &e)),
         }
-    }
-
-    /// Removes the object (tests and cleanup; no error for a missing one on S3).
-    pub fn delete(&self, loc: &Location) -> Result<()> {
-        self.rt.block_on(self.store.delete(&Remote::path(loc))).map_err(|e| remote_error("delete", loc, &e))
     }
 }
 

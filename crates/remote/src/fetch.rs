@@ -77,7 +77,7 @@ pub fn fetch(
         return Ok(report);
     }
     let page = cacheless::sys::page_size();
-    let chunk = cacheless::round_up(remote.opts.part_size.max(page), page);
+    let chunk = remote.opts.range_size();
     let chunks = usize::try_from(size.div_ceil(chunk as u64)).unwrap_or(usize::MAX);
     let want = remote.opts.concurrency.max(1).min(chunks);
     let lease = budget.lease(LeaseRequest::buffers(chunk.min(round_len(size, page)), want + sink_holds).aligned(page));
@@ -117,18 +117,7 @@ pub fn fetch(
         if active == 0 {
             break;
         }
-        let (idx, buf, res) = loop {
-            if cancel.load(Ordering::Relaxed) {
-                return Err(Error::new(ErrorKind::Interrupted, "download", info.location.to_string(), "interrupted"));
-            }
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(d) => break d,
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(Error::new(ErrorKind::Io, "download", info.location.to_string(), "a request's task ended without an answer"));
-                }
-            }
-        };
+        let (idx, buf, res) = receive(&rx, cancel, "download", &info.location)?;
         active -= 1;
         let range = span(idx, chunk, size);
         match res {
@@ -179,7 +168,7 @@ fn stream_whole(
     report: &mut FetchReport,
 ) -> Result<()> {
     let page = cacheless::sys::page_size();
-    let chunk = cacheless::round_up(remote.opts.part_size.max(page), page);
+    let chunk = remote.opts.range_size();
     let lease = budget.lease(LeaseRequest::buffers(chunk.min(round_len(info.size, page)), 2).aligned(page));
     let loc = &info.location;
     let opts = GetOptions { if_match: info.etag.clone(), ..GetOptions::default() };
@@ -234,6 +223,23 @@ fn stream_whole(
     }
     report.bytes = at;
     Ok(())
+}
+
+/// The next answer on `rx` from a transfer's tasks, checking `cancel` every 100 ms: an
+/// `Interrupted` error once it is set, an `Io` error should every task be gone.
+pub(crate) fn receive<T>(rx: &mpsc::Receiver<T>, cancel: &AtomicBool, op: &'static str, loc: &Location) -> Result<T> {
+    loop {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(Error::new(ErrorKind::Interrupted, op, loc.to_string(), "interrupted"));
+        }
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(d) => return Ok(d),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(Error::new(ErrorKind::Io, op, loc.to_string(), "a request's task ended without an answer"))
+            }
+        }
+    }
 }
 
 /// `len` rounded up to `page`, at least one page (the largest buffer a small object needs).
@@ -351,13 +357,24 @@ impl<F: FnMut(&[u8]) -> Result<()>> Sink for Ordered<F> {
     }
 }
 
-/// Reads a whole object into memory, in order (small objects: a safetensors header, `cat`).
-pub fn read_all(remote: &Remote, info: &ObjectInfo, budget: &Budget, cancel: &AtomicBool) -> Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(usize::try_from(info.size).unwrap_or(0));
-    let mut sink = Ordered::new(|b: &[u8]| {
-        out.extend_from_slice(b);
+/// A sink that copies each range into its place in one buffer the size of the object.
+pub struct Fill<'a>(pub &'a mut [u8]);
+
+impl Sink for Fill<'_> {
+    fn put(&mut self, offset: u64, buf: AlignedBuf, len: usize) -> Result<()> {
+        let at = cacheless::conv::usize_of(offset);
+        self.0[at..at + len].copy_from_slice(&buf[..len]);
         Ok(())
-    });
-    fetch(remote, info, budget, remote.opts.concurrency, cancel, None, &mut sink)?;
+    }
+
+    fn release(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// Reads a whole object into memory, each range copied into its place as it arrives.
+pub fn read_all(remote: &Remote, info: &ObjectInfo, budget: &Budget, cancel: &AtomicBool) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; cacheless::conv::usize_of(info.size)];
+    fetch(remote, info, budget, 0, cancel, None, &mut Fill(&mut out))?;
     Ok(out)
 }

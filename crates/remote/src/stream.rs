@@ -11,8 +11,8 @@ use std::time::Duration;
 use cacheless::{AlignedBuf, Budget, Error, ErrorKind, Lease, LeaseRequest, Result};
 use object_store::{MultipartUpload, ObjectStoreExt};
 
-use crate::client::{remote_error, ObjectInfo, Remote, MIN_PART_SIZE};
-use crate::fetch::{fetch, Ordered, Tasks};
+use crate::client::{remote_error, ObjectInfo, Remote};
+use crate::fetch::{fetch, receive, Ordered, Tasks};
 use crate::location::Location;
 
 /// A streamed transfer's share of `budget` (its ranges or parts in flight, at most a quarter
@@ -133,7 +133,8 @@ pub struct UploadHandle(Arc<Mutex<Inner>>);
 /// `cancel` makes the next write or the finish fail (`Interrupted`), and the upload is aborted.
 pub fn upload_stream(remote: Arc<Remote>, dest: &Location, budget: &Budget, cancel: Arc<AtomicBool>) -> (ObjectWriter, UploadHandle) {
     let page = cacheless::sys::page_size();
-    let part = cacheless::round_up(remote.opts.part_size.max(MIN_PART_SIZE), 1 << 20);
+    // The size is unknown: the smallest part the options allow.
+    let part = crate::transfer::part_size(0, remote.opts.part_size);
     let want = remote.opts.concurrency.max(1) + 1;
     let lease = budget.lease(LeaseRequest::buffers(part, want).aligned(page));
     let in_flight = lease.count().saturating_sub(1).max(1);
@@ -173,16 +174,7 @@ impl Inner {
 
     /// Waits for one part in flight; its error is the upload's.
     fn wait_one(&mut self) -> Result<()> {
-        let r = loop {
-            self.interrupted()?;
-            match self.rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(r) => break r,
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(Error::new(ErrorKind::Io, "upload", self.dest.to_string(), "a part's task ended without an answer"));
-                }
-            }
-        };
+        let r = receive(&self.rx, &self.cancel, "upload", &self.dest)?;
         self.active -= 1;
         r.map_err(|e| self.err(&e).with_note("a part failed; the upload was aborted"))
     }

@@ -16,7 +16,7 @@ use md5::{Digest, Md5};
 use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 
 use crate::client::{remote_error, ObjectInfo, Remote, MAX_PARTS, MIN_PART_SIZE};
-use crate::fetch::{fetch, FetchReport, Sink};
+use crate::fetch::{fetch, receive, FetchReport, Sink};
 use crate::location::Location;
 
 /// What a download to a file did.
@@ -187,22 +187,9 @@ pub fn upload_file(
     let mut parts = 0u64;
     let mut sums = Md5::new();
     let wait = |active: &mut usize| -> Result<()> {
-        loop {
-            if cancel.load(Ordering::Relaxed) {
-                return Err(interrupted());
-            }
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok((at, res)) => {
-                    *active -= 1;
-                    res.map_err(|e| remote_error("upload", dest, &e).with_note(format!("the part at byte {at} failed; the upload was aborted")))?;
-                    return Ok(());
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(Error::new(ErrorKind::Io, "upload", url.clone(), "a part's task ended without an answer"))
-                }
-            }
-        }
+        let (at, res) = receive(&rx, cancel, "upload", dest)?;
+        *active -= 1;
+        res.map_err(|e| remote_error("upload", dest, &e).with_note(format!("the part at byte {at} failed; the upload was aborted")))
     };
     while off < size {
         if cancel.load(Ordering::Relaxed) {
