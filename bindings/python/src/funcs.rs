@@ -76,13 +76,6 @@ pub fn read_file<'py>(
 ) -> PyResult<(PyArena, (String, String))> {
     let ao = opts::arena(opts::io(mode, backend, memory, block_size, queue_depth)?, threads);
     let p = Progress::new();
-    if let Some(url) = remote::url(&path) {
-        let cancel = p.cancel_flag();
-        let (arena, how) =
-            job::run(py, &p, opts::callback(&progress), || remote::read_whole(url, &ao.read.io.budget, &cancel, &p))?.map_err(|e| errors::engine(&e))?;
-        let len = arena.len();
-        return Ok((PyArena::new(Arc::new(arena), len), ("remote".to_string(), how)));
-    }
     let (arena, sr) = job::run(py, &p, opts::callback(&progress), || read_whole(&path, &ao, &p))?.map_err(errors::safetensors)?;
     let len = arena.len();
     let d = sr.decision();

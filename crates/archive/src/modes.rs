@@ -30,7 +30,7 @@ impl ModeCounter {
             Taken::Direct => 0,
             Taken::DontCache => 1,
             Taken::DropBehind => 2,
-            Taken::Buffered | Taken::NoData => 3,
+            Taken::Buffered | Taken::NoData | Taken::Remote => 3,
         };
         self.0[i].fetch_add(1, Ordering::Relaxed);
     }

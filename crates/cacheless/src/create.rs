@@ -1119,7 +1119,7 @@ impl Draft {
             Taken::Direct => self.write_direct(data, off)?,
             Taken::DontCache => self.write_dontcache(data, off)?,
             Taken::DropBehind => self.write_behind(data, off)?,
-            Taken::Buffered | Taken::NoData => sys::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?,
+            Taken::Buffered | Taken::NoData | Taken::Remote => sys::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?,
         }
         self.end = self.end.max(off + data.len() as u64);
         Ok(())

@@ -82,12 +82,17 @@ pub enum Taken {
     /// copies attributes only. Reports say `auto`, the word they have always given it.
     #[serde(rename = "auto")]
     NoData,
+    /// Fetched from an `s3://` or `http(s)://` object (ranged GETs), not read from a file.
+    Remote,
 }
 
 impl Taken {
     /// The name reports give it ([`Mode::name`] of the same mode).
     pub fn name(self) -> &'static str {
-        Mode::from(self).name()
+        match self {
+            Taken::Remote => "remote",
+            t => Mode::from(t).name(),
+        }
     }
 }
 
@@ -98,7 +103,7 @@ impl From<Taken> for Mode {
             Taken::DontCache => Mode::DontCache,
             Taken::DropBehind => Mode::DropBehind,
             Taken::Buffered => Mode::Buffered,
-            Taken::NoData => Mode::Auto,
+            Taken::NoData | Taken::Remote => Mode::Auto,
         }
     }
 }

@@ -117,6 +117,11 @@ pub enum Reason {
     Reflinked,
     /// A copy of attributes only.
     AttributesOnly,
+    /// Bytes fetched from a remote object: how (the requests, the version they were pinned to).
+    Fetched {
+        /// The requests, in words.
+        how: String,
+    },
 }
 
 impl Eq for Reason {}
@@ -156,6 +161,7 @@ impl fmt::Display for Reason {
             Reason::Streamed => f.write_str("not a regular file, or on a filesystem that makes its sizes up (proc, sysfs): read to its end as a stream"),
             Reason::Reflinked => f.write_str("FICLONE: extents shared with the source, no data written"),
             Reason::AttributesOnly => f.write_str("--attributes-only: no data read"),
+            Reason::Fetched { how } => f.write_str(how),
         }
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cacheless::{AlignedBuf, Budget, Error, ErrorKind, LeaseRequest, Progress, Result};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, ObjectStore};
 
 use crate::client::{not_partial, remote_error, ObjectInfo, Remote};
@@ -377,4 +377,198 @@ pub fn read_all(remote: &Remote, info: &ObjectInfo, budget: &Budget, cancel: &At
     let mut out = vec![0u8; cacheless::conv::usize_of(info.size)];
     fetch(remote, info, budget, 0, cancel, None, &mut Fill(&mut out))?;
     Ok(out)
+}
+
+/// Downloads object bytes straight into the caller's memory: each piece `(offset, buf)` gets
+/// the object's bytes `[offset, offset + buf.len())`, as ranged GETs of at most the part size,
+/// `concurrency` in flight, every one pinned to `info`'s ETag, each response copied into its
+/// place as it arrives (no buffer between). A server that answers a range with the whole object
+/// (checked with the first range alone, on HTTP) is read as one stream, each piece taken as it
+/// passes. Failed and short ranges are retried as [`fetch`] retries them; stops with an
+/// `Interrupted` error when `cancel` is set.
+pub fn fetch_into(remote: &Remote, info: &ObjectInfo, pieces: Vec<(u64, &mut [u8])>, cancel: &AtomicBool, progress: Option<&Progress>) -> Result<FetchReport> {
+    let start = Instant::now();
+    let loc = &info.location;
+    let chunk = remote.opts.range_size();
+    let mut work: Vec<(u64, &mut [u8])> = Vec::with_capacity(pieces.len());
+    for (mut off, mut rest) in pieces {
+        if off.checked_add(rest.len() as u64).is_none_or(|end| end > info.size) {
+            let msg = format!("bytes {off}+{} asked for, past the object's end ({} B)", rest.len(), info.size);
+            return Err(Error::new(ErrorKind::InvalidInput, "download", loc.to_string(), msg));
+        }
+        while !rest.is_empty() {
+            let n = chunk.min(rest.len());
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            work.push((off, mine));
+            off += n as u64;
+            rest = tail;
+        }
+    }
+    let mut report = FetchReport { ranged: true, ..FetchReport::default() };
+    if work.is_empty() {
+        return Ok(report);
+    }
+    work.sort_unstable_by_key(|p| p.0);
+    let path = Remote::path(loc);
+    let etag = info.etag.as_deref();
+    let retried = std::sync::atomic::AtomicU64::new(0);
+    let ctx = Piece { remote, path: &path, etag, progress, retried: &retried };
+    let fail = |(range, e): (Range<u64>, RangeError)| range_error(loc, &range, etag, e);
+    let interrupted = || Error::new(ErrorKind::Interrupted, "download", loc.to_string(), "interrupted");
+    report.ranges = work.len() as u64;
+    report.in_flight = remote.opts.concurrency.max(1).min(work.len());
+    // Over HTTP, the first range alone: a 200 says the server does not do ranges.
+    let mut skip = 0;
+    if let Some(first) = work.first_mut().filter(|_| loc.scheme() == Scheme::Http) {
+        match remote.rt.block_on(until_cancelled(cancel, ctx.get(first))).ok_or_else(interrupted)? {
+            Ok(()) => skip = 1,
+            Err((_, RangeError::NotPartial)) => {
+                report.ranged = false;
+                report.ranges = 0;
+                report.in_flight = 1;
+                report.bytes = scatter(remote, info, &mut work, cancel, progress)?;
+                report.elapsed_s = start.elapsed().as_secs_f64();
+                return Ok(report);
+            }
+            Err(e) => return Err(fail(e)),
+        }
+    }
+    let all = futures::stream::iter(work[skip..].iter_mut().map(Ok)).try_for_each_concurrent(report.in_flight, |p| ctx.get(p));
+    remote.rt.block_on(until_cancelled(cancel, all)).ok_or_else(interrupted)?.map_err(fail)?;
+    report.bytes = work.iter().map(|p| p.1.len() as u64).sum();
+    report.retried = retried.into_inner();
+    report.elapsed_s = start.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// What every range of a [`fetch_into`] shares.
+struct Piece<'a> {
+    remote: &'a Remote,
+    path: &'a object_store::path::Path,
+    etag: Option<&'a str>,
+    progress: Option<&'a Progress>,
+    retried: &'a std::sync::atomic::AtomicU64,
+}
+
+impl Piece<'_> {
+    /// One piece's ranged GET, retried with backoff when it fails or comes back short.
+    async fn get(&self, p: &mut (u64, &mut [u8])) -> std::result::Result<(), (Range<u64>, RangeError)> {
+        let range = p.0..p.0 + p.1.len() as u64;
+        let mut attempt = 0usize;
+        loop {
+            match get_into(&*self.remote.store, self.path, range.clone(), self.etag, p.1).await {
+                Ok(n) => {
+                    if let Some(pr) = self.progress {
+                        pr.add_bytes(n as u64);
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    attempt += 1;
+                    let again = matches!(e, RangeError::Length(_)) || matches!(&e, RangeError::Store(object_store::Error::Generic { .. }));
+                    if !again || attempt > self.remote.opts.retries {
+                        return Err((range, e));
+                    }
+                    self.retried.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(100u64 << attempt.min(6))).await;
+                }
+            }
+        }
+    }
+}
+
+/// Reads `buf.len()` object bytes at `offset` into `buf` (one ranged GET, or a stream where the
+/// server does not do ranges): a header, a small read.
+pub fn read_into(remote: &Remote, info: &ObjectInfo, offset: u64, buf: &mut [u8], cancel: &AtomicBool) -> Result<()> {
+    fetch_into(remote, info, vec![(offset, buf)], cancel, None).map(|_| ())
+}
+
+/// `f`'s output, or `None` once `cancel` is set (checked every 100 ms; `f` is dropped then).
+async fn until_cancelled<T>(cancel: &AtomicBool, f: impl std::future::Future<Output = T>) -> Option<T> {
+    let watch = async {
+        while !cancel.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    match futures::future::select(std::pin::pin!(f), std::pin::pin!(watch)).await {
+        futures::future::Either::Left((v, _)) => Some(v),
+        futures::future::Either::Right(_) => None,
+    }
+}
+
+/// One ranged GET copied into `buf`, pinned to `etag`.
+async fn get_into(
+    store: &dyn ObjectStore,
+    path: &object_store::path::Path,
+    range: Range<u64>,
+    etag: Option<&str>,
+    buf: &mut [u8],
+) -> std::result::Result<usize, RangeError> {
+    let opts = GetOptions { range: Some(GetRange::Bounded(range)), if_match: etag.map(str::to_string), ..GetOptions::default() };
+    let r = store.get_opts(path, opts).await.map_err(|e| if not_partial(&e) { RangeError::NotPartial } else { RangeError::Store(e) })?;
+    if r.meta.e_tag.is_some() && r.meta.e_tag.as_deref() != etag {
+        return Err(RangeError::Changed(r.meta.e_tag));
+    }
+    let mut body = r.into_stream();
+    let mut at = 0usize;
+    while let Some(piece) = body.next().await {
+        let piece = piece.map_err(RangeError::Store)?;
+        let end = at + piece.len();
+        let Some(dst) = buf.get_mut(at..end) else { return Err(RangeError::Length(end)) };
+        dst.copy_from_slice(&piece);
+        at = end;
+    }
+    if at != buf.len() {
+        return Err(RangeError::Length(at));
+    }
+    Ok(at)
+}
+
+/// The whole object as one stream, each piece (sorted by offset) copied from it as it passes;
+/// returns the bytes placed.
+fn scatter(remote: &Remote, info: &ObjectInfo, work: &mut [(u64, &mut [u8])], cancel: &AtomicBool, progress: Option<&Progress>) -> Result<u64> {
+    let loc = &info.location;
+    let opts = GetOptions { if_match: info.etag.clone(), ..GetOptions::default() };
+    let path = Remote::path(loc);
+    let res = remote.rt.block_on(remote.store.get_opts(&path, opts)).map_err(|e| remote_error("download", loc, &e))?;
+    if res.meta.e_tag.is_some() && res.meta.e_tag != info.etag {
+        return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Changed(res.meta.e_tag)));
+    }
+    let mut body = res.into_stream();
+    let (mut at, mut i, mut placed) = (0u64, 0usize, 0u64);
+    while i < work.len() {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(Error::new(ErrorKind::Interrupted, "download", loc.to_string(), "interrupted"));
+        }
+        let Some(piece) = remote.rt.block_on(body.next()) else { break };
+        let piece = piece.map_err(|e| remote_error("download", loc, &e))?;
+        let end = at + piece.len() as u64;
+        // Every piece that overlaps [at, end) takes its part; those that end here are done.
+        let mut j = i;
+        while j < work.len() && work[j].0 < end {
+            let (off, ref mut dst) = work[j];
+            let lo = off.max(at);
+            let hi = (off + dst.len() as u64).min(end);
+            if lo < hi {
+                let n = usize::try_from(hi - lo).unwrap_or(usize::MAX);
+                let s = usize::try_from(lo - at).unwrap_or(usize::MAX);
+                let d = usize::try_from(lo - off).unwrap_or(usize::MAX);
+                dst[d..d + n].copy_from_slice(&piece[s..s + n]);
+                placed += n as u64;
+                if let Some(p) = progress {
+                    p.add_bytes(n as u64);
+                }
+            }
+            if off + dst.len() as u64 <= end && j == i {
+                i += 1;
+            }
+            j += 1;
+        }
+        at = end;
+    }
+    let want: u64 = work.iter().map(|p| p.1.len() as u64).sum();
+    if placed != want {
+        return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Length(usize::try_from(at).unwrap_or(usize::MAX))));
+    }
+    Ok(placed)
 }

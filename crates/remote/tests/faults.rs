@@ -8,8 +8,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use cacheless::{Budget, ErrorKind, IoOptions, WriteOptions};
-use cacheless_remote::{download_file, upload_file, Location, Remote, RemoteOptions};
-use cacheless_testkit::proxy::{Fault, FaultProxy};
+use cacheless_remote::{download_file, fetch_into, upload_file, Location, Remote, RemoteOptions};
+use cacheless_testkit::proxy::{Fault, FaultProxy, Request};
 use cacheless_testkit::servers::{self, S3};
 
 const MIB: usize = 1 << 20;
@@ -31,32 +31,42 @@ fn client(s3: &S3, endpoint: &str, part: usize, retries: usize) -> Remote {
     Remote::connect(&Location::parse(&s3.url("")).unwrap(), &opts).unwrap()
 }
 
+/// The ranged GETs numbered 1 to 5 each meet one fault: a reset, a cut body, 500, 503, a stall.
+fn one_fault_each(r: &Request) -> Fault {
+    if !r.ranged() {
+        return Fault::Pass;
+    }
+    match r.index {
+        1 => Fault::Reset(300_000),
+        2 => Fault::Truncate(500_000),
+        3 => Fault::Status(500),
+        4 => Fault::Status(503),
+        5 => Fault::Stall(100_000, Duration::from_secs(4)),
+        _ => Fault::Pass,
+    }
+}
+
+/// `len` random bytes (from `seed`) uploaded to `key` (in a scratch folder as `src` too): the
+/// folder, the bytes, the object, and a client that reaches the server directly.
+fn uploaded(s3: &S3, key: &str, len: usize, seed: u64) -> (tempfile::TempDir, Vec<u8>, Location, Remote) {
+    let d = cacheless_testkit::scratch();
+    let body = data(len, seed);
+    let src = d.path().join("src");
+    std::fs::write(&src, &body).unwrap();
+    let direct = client(s3, &s3.endpoint, MIB, 5);
+    let loc = Location::parse(&s3.url(key)).unwrap();
+    upload_file(&direct, &src, &loc, &io(), false, &AtomicBool::new(false), None).unwrap();
+    (d, body, loc, direct)
+}
+
 #[test]
 fn resets_cut_and_stalled_bodies_and_server_errors_are_retried_to_a_byte_exact_file() {
     let Some(s3) = servers::s3() else { return };
     let key = format!("faults-{}/obj", std::process::id());
-    let d = cacheless_testkit::scratch();
-    let body = data(12 * MIB + 11, 5);
+    let (d, body, loc, direct) = uploaded(&s3, &key, 12 * MIB + 11, 5);
     let src = d.path().join("src");
-    std::fs::write(&src, &body).unwrap();
     let no = AtomicBool::new(false);
-    let direct = client(&s3, &s3.endpoint, MIB, 5);
-    let loc = Location::parse(&s3.url(&key)).unwrap();
-    upload_file(&direct, &src, &loc, &io(), false, &no, None).unwrap();
-    // The ranged GETs numbered 1 to 5 each meet one fault.
-    let proxy = FaultProxy::start(&s3.endpoint, |r| {
-        if !r.ranged() {
-            return Fault::Pass;
-        }
-        match r.index {
-            1 => Fault::Reset(300_000),
-            2 => Fault::Truncate(500_000),
-            3 => Fault::Status(500),
-            4 => Fault::Status(503),
-            5 => Fault::Stall(100_000, Duration::from_secs(4)),
-            _ => Fault::Pass,
-        }
-    });
+    let proxy = FaultProxy::start(&s3.endpoint, one_fault_each);
     let remote = client(&s3, &proxy.url(), MIB, 5);
     let info = remote.head(&loc).unwrap();
     let dst = d.path().join("dst");
@@ -157,4 +167,43 @@ fn an_object_replaced_mid_download_is_an_error_never_a_mix() {
     assert_eq!(e.kind(), ErrorKind::Changed, "{e}");
     assert_eq!(cacheless_testkit::names(d.path()), ["other", "src"]);
     std::fs::remove_file(&served).unwrap();
+}
+
+#[test]
+fn fetches_straight_into_memory_retry_the_same_faults_and_refuse_a_replaced_object() {
+    let Some(s3) = servers::s3() else { return };
+    let key = format!("into-{}/obj", std::process::id());
+    let (d, body, loc, direct) = uploaded(&s3, &key, 9 * MIB + 5, 9);
+    let no = AtomicBool::new(false);
+    let proxy = FaultProxy::start(&s3.endpoint, one_fault_each);
+    let remote = client(&s3, &proxy.url(), MIB, 5);
+    let info = remote.head(&loc).unwrap();
+    // Two pieces at odd offsets, each cut into 1 MiB ranges.
+    let (mut a, mut b) = (vec![0u8; 3 * MIB + 7], vec![0u8; 4 * MIB]);
+    let rep = fetch_into(&remote, &info, vec![(5 * MIB as u64 + 5, &mut b[..]), (11, &mut a[..])], &no, None).unwrap();
+    assert_eq!(proxy.faults().len(), 5, "{:?}", proxy.faults());
+    assert_eq!(rep.bytes, (a.len() + b.len()) as u64);
+    assert_eq!((a.as_slice(), b.as_slice()), (&body[11..11 + a.len()], &body[5 * MIB + 5..]));
+    // Past the end: refused before any request.
+    let mut c = [0u8; 16];
+    let e = fetch_into(&remote, &info, vec![(body.len() as u64 - 8, &mut c[..])], &no, None).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    // Replaced at the third ranged GET: an error, whatever was placed is not to be used.
+    let (s3b, locb) = (s3.clone(), loc.clone());
+    let other = d.path().join("other");
+    std::fs::write(&other, data(9 * MIB + 5, 10)).unwrap();
+    let proxy = FaultProxy::start(&s3.endpoint, move |r| {
+        if r.ranged() && r.index == 3 {
+            let c = client(&s3b, &s3b.endpoint, MIB, 5);
+            upload_file(&c, &other, &locb, &io(), false, &AtomicBool::new(false), None).unwrap();
+        }
+        Fault::Pass
+    });
+    let remote = client(&s3, &proxy.url(), MIB, 5);
+    let mut all = vec![0u8; body.len()];
+    let e = fetch_into(&remote, &info, vec![(0, &mut all[..])], &no, None).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Changed, "{e}");
+    // A cancelled fetch stops with Interrupted.
+    let e = fetch_into(&direct, &direct.head(&loc).unwrap(), vec![(0, &mut all[..])], &AtomicBool::new(true), None).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Interrupted, "{e}");
 }

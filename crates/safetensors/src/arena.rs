@@ -1,5 +1,6 @@
 //! One aligned buffer holding chosen byte ranges of a file at their own alignment, filled with
-//! parallel reads in the mode the engine chose for the file.
+//! parallel reads in the mode the engine chose for the file, or with parallel ranged GETs
+//! straight into it where the file is an `s3://` or `http(s)://` object.
 //!
 //! Each range (a [`Segment`]) starts at an offset of the file and of the arena that are both
 //! multiples of the alignment (the page size, or O_DIRECT's alignment if larger), so a byte's
@@ -10,11 +11,12 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use cacheless::conv::usize_of;
+use cacheless::conv::{fit, usize_of};
 use cacheless::{round_up, Lease};
-use cacheless::{AlignedBuf, BackendChoice, Budget, Decision, ErrorKind, Progress, ReadOptions, Reader};
+use cacheless::{AlignedBuf, BackendChoice, Budget, Decision, ErrorKind, Progress, ReadOptions, Reader, Reason, Taken};
+use cacheless_remote::{is_url, Location, ObjectInfo, Remote, RemoteOptions};
 
 use crate::error::Result;
 
@@ -119,35 +121,60 @@ pub struct ArenaOptions {
     pub threads: usize,
     /// Size of the pieces a fill is cut into.
     pub piece: usize,
+    /// How `s3://` and `http(s)://` objects are fetched (range size, ranges in flight,
+    /// credentials); local files ignore it.
+    pub remote: RemoteOptions,
 }
 
 impl ArenaOptions {
     /// Defaults: auto mode and backend, the engine's request size and depth, 2 threads.
     pub fn new(budget: Budget) -> ArenaOptions {
-        ArenaOptions { read: ReadOptions::new(budget), threads: 2, piece: DEFAULT_PIECE }
+        ArenaOptions { read: ReadOptions::new(budget), threads: 2, piece: DEFAULT_PIECE, remote: RemoteOptions::default() }
     }
 }
 
-/// A file opened for reading ranges into arenas: the mode is decided once, from the whole
-/// file's residency (a mostly cached file is read buffered and stays cached), and every worker
-/// reads in that mode.
+/// A file opened for reading ranges into arenas: a local file, whose mode is decided once from
+/// the whole file's residency (a mostly cached file is read buffered and stays cached) and every
+/// worker reads in that mode; or an `s3://` or `http(s)://` object (a `path` written as such a
+/// URL), whose ranges are fetched with ranged GETs pinned to the ETag seen at open.
 pub struct SpanReader {
-    file: File,
     path: PathBuf,
+    align: usize,
+    piece: usize,
+    source: Source,
+}
+
+enum Source {
+    Local(Box<Local>),
+    Remote(RemoteObject),
+}
+
+struct Local {
+    file: File,
     primary: Reader,
     worker: ReadOptions,
     threads: usize,
-    align: usize,
-    piece: usize,
     /// The share of the caller's budget this reader's requests in flight are counted against,
     /// held until it is dropped. Taken whole before any reader opens, so concurrent loads
     /// sharing a budget never wait on each other while holding part of it.
     _admission: Lease,
 }
 
+struct RemoteObject {
+    remote: Arc<Remote>,
+    info: ObjectInfo,
+    decision: Decision,
+}
+
 impl SpanReader {
-    /// Opens `path` and decides its mode.
+    /// Opens `path` and decides its mode; a `path` written as an `s3://` or `http(s)://` URL
+    /// is that object (a client is started for it; [`SpanReader::open_object`] shares one).
     pub fn open(path: &Path, opts: &ArenaOptions) -> Result<SpanReader> {
+        if let Some(url) = path.to_str().filter(|s| is_url(s)) {
+            let loc = Location::parse(url)?;
+            let remote = Arc::new(Remote::connect(&loc, &opts.remote)?);
+            return SpanReader::open_object(remote, &loc);
+        }
         let page = cacheless::sys::page_size();
         let ro = &opts.read;
         let admission = ro.io.budget.lease(cacheless::LeaseRequest::buffers(ro.io.block_size.max(page), ro.io.queue_depth.max(1)).aligned(page));
@@ -166,46 +193,85 @@ impl SpanReader {
         let align = primary.plan().buffer_align();
         each.io.mode = primary.decision().mode.into();
         Ok(SpanReader {
-            file,
             path: path.to_path_buf(),
-            primary,
-            worker: each,
-            threads,
             align,
             piece: round_up(opts.piece.max(1), align),
-            _admission: admission,
+            source: Source::Local(Box::new(Local { file, primary, worker: each, threads, _admission: admission })),
         })
+    }
+
+    /// Opens the object at `loc` through `remote` (a HEAD: its size and ETag, which every
+    /// later range is pinned to). Its ranges are fetched straight into arenas, the client's
+    /// range size and ranges in flight; nothing is leased from the budget (the arena is the
+    /// only memory).
+    pub fn open_object(remote: Arc<Remote>, loc: &Location) -> Result<SpanReader> {
+        let info = remote.head(loc)?;
+        Ok(SpanReader::from_object(remote, info))
+    }
+
+    /// The object `info` describes (a HEAD's answer), read through `remote` as
+    /// [`SpanReader::open_object`] reads it.
+    pub fn from_object(remote: Arc<Remote>, info: ObjectInfo) -> SpanReader {
+        let how = format!(
+            "ranged GETs of {} MiB, {} in flight, pinned to ETag {}",
+            remote.options().range_size() >> 20,
+            remote.options().concurrency,
+            info.etag.as_deref().unwrap_or("none (Last-Modified and size)")
+        );
+        let page = cacheless::sys::page_size();
+        SpanReader {
+            path: PathBuf::from(info.location.to_string()),
+            align: page,
+            piece: round_up(remote.options().range_size(), page),
+            source: Source::Remote(RemoteObject { remote, info, decision: Decision { mode: Taken::Remote, reason: Reason::Fetched { how } } }),
+        }
     }
 
     /// The file's length when opened.
     pub fn len(&self) -> u64 {
-        self.primary.len()
+        match &self.source {
+            Source::Local(l) => l.primary.len(),
+            Source::Remote(r) => r.info.size,
+        }
     }
     /// True for an empty file.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// The path opened.
+    /// The path opened (a URL for an object).
     pub fn path(&self) -> &Path {
         &self.path
     }
-    /// The mode chosen and why.
+    /// The mode chosen and why (`remote` for an object).
     pub fn decision(&self) -> &Decision {
-        self.primary.decision()
+        match &self.source {
+            Source::Local(l) => l.primary.decision(),
+            Source::Remote(r) => &r.decision,
+        }
     }
-    /// The backend of the first reader, once it has queued a request.
+    /// The backend of the first reader, once it has queued a request (none for an object).
     pub fn backend(&self) -> Option<&BackendChoice> {
-        self.primary.backend()
+        match &self.source {
+            Source::Local(l) => l.primary.backend(),
+            Source::Remote(_) => None,
+        }
     }
     /// The alignment of arena layouts (page size, or O_DIRECT's if larger).
     pub fn align(&self) -> usize {
         self.align
     }
 
-    /// Reads into any buffer at any offset (the engine's `read_at`): for small reads such as
-    /// a header.
+    /// Reads into any buffer at any offset (the engine's `read_at`; one ranged GET for an
+    /// object): for small reads such as a header. Returns the bytes read, short at the end.
     pub fn read_at(&mut self, buf: &mut [u8], off: u64) -> Result<usize> {
-        Ok(self.primary.read_at(buf, off)?)
+        match &mut self.source {
+            Source::Local(l) => Ok(l.primary.read_at(buf, off)?),
+            Source::Remote(r) => {
+                let n = fit(r.info.size.saturating_sub(off), buf.len());
+                cacheless_remote::read_into(&r.remote, &r.info, off, &mut buf[..n], &AtomicBool::new(false))?;
+                Ok(n)
+            }
+        }
     }
 
     /// An arena laid out for the file ranges `spans` (`(start, end)` offsets; empty ones are
@@ -273,11 +339,20 @@ impl SpanReader {
             rest = tail;
             base = at + n;
         }
-        let threads = self.threads.min(jobs.len()).max(1);
+        let path = self.path.as_path();
+        let l = match &mut self.source {
+            Source::Local(l) => l,
+            Source::Remote(r) => {
+                let cancel = progress.cancel_flag();
+                cacheless_remote::fetch_into(&r.remote, &r.info, jobs, &cancel, Some(progress))?;
+                return Ok(hi.max(lo));
+            }
+        };
+        let threads = l.threads.min(jobs.len()).max(1);
         let queue = Mutex::new(jobs.into_iter());
         let stop = AtomicBool::new(false);
-        let SpanReader { file, path, primary, worker, .. } = self;
-        let (file, path, worker) = (&*file, path.as_path(), &*worker);
+        let Local { file, primary, worker, .. } = &mut **l;
+        let (file, worker) = (&*file, &*worker);
         let first = std::thread::scope(|s| {
             let helpers: Vec<_> = (1..threads)
                 .map(|_| {
@@ -301,7 +376,7 @@ impl SpanReader {
             Some(e) => Err(e),
             // A file extended or rewritten meanwhile would mix two versions in the arena.
             None => {
-                self.primary.check_unchanged()?;
+                primary.check_unchanged()?;
                 Ok(hi.max(lo))
             }
         }
@@ -310,7 +385,7 @@ impl SpanReader {
 
 impl std::fmt::Debug for SpanReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpanReader").field("path", &self.path).field("mode", &self.decision().mode).field("threads", &self.threads).finish()
+        f.debug_struct("SpanReader").field("path", &self.path).field("mode", &self.decision().mode).finish_non_exhaustive()
     }
 }
 
@@ -341,12 +416,17 @@ fn drain(r: &mut Reader, queue: &Jobs<'_>, progress: &Progress, stop: &AtomicBoo
     res
 }
 
-/// Reads a whole file into one arena (arena byte `i` is file byte `i`).
+/// Reads a whole file (or object, `path` written as a URL) into one arena (arena byte `i` is
+/// file byte `i`).
 pub fn read_whole(path: &Path, opts: &ArenaOptions, progress: &Progress) -> Result<(Arena, SpanReader)> {
     let mut sr = SpanReader::open(path, opts)?;
-    if sr.primary.streams() {
-        // Its size says nothing (a proc or sysfs file, a FIFO): read to its end, then laid out.
-        let all = sr.primary.read_all()?;
+    // A file whose size says nothing (a proc or sysfs file, a FIFO): read to its end, then
+    // laid out.
+    let streamed = match &mut sr.source {
+        Source::Local(l) if l.primary.streams() => Some(l.primary.read_all()?),
+        _ => None,
+    };
+    if let Some(all) = streamed {
         progress.add_total_bytes(all.len() as u64);
         let mut arena = sr.layout(&[(0, all.len() as u64)])?;
         arena.buf[..all.len()].copy_from_slice(&all);

@@ -80,14 +80,20 @@ fn read_header(sr: &mut SpanReader) -> Result<Header> {
 }
 
 /// Loads `path`: every tensor, or only those named in `keys` (then only their byte spans are
-/// read). The header is validated before any data is read; `progress` counts bytes and
+/// read). A `path` written as an `s3://` or `http(s)://` URL is fetched: the header first,
+/// then the spans as ranged GETs in parallel straight into the arena. The header is validated before any data is read; `progress` counts bytes and
 /// cancels.
 pub fn load(path: &Path, keys: Option<&[String]>, opts: &LoadOptions, progress: &Progress) -> Result<Loaded> {
     load_counted(path, keys, opts, progress, true)
 }
 
-pub(crate) fn load_counted(path: &Path, keys: Option<&[String]>, opts: &LoadOptions, progress: &Progress, count_total: bool) -> Result<Loaded> {
-    let mut sr = SpanReader::open(path, opts)?;
+fn load_counted(path: &Path, keys: Option<&[String]>, opts: &LoadOptions, progress: &Progress, count_total: bool) -> Result<Loaded> {
+    load_from(SpanReader::open(path, opts)?, keys, progress, count_total)
+}
+
+/// [`load`] from a reader already open (a shard of a model).
+pub(crate) fn load_from(mut sr: SpanReader, keys: Option<&[String]>, progress: &Progress, count_total: bool) -> Result<Loaded> {
+    let path = &sr.path().to_path_buf();
     let len = sr.len();
     let (header, arena, bytes_read) = match keys {
         None => {

@@ -3,13 +3,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 use cacheless::Progress;
+use cacheless_remote::{is_url, Location, ObjectInfo, Remote, Scheme};
 use serde::Deserialize;
 
+use crate::arena::SpanReader;
 use crate::error::{Error, Result};
-use crate::load::{load_counted, LoadOptions, Loaded};
+use crate::load::{load_from, LoadOptions, Loaded};
 
 /// The index of a sharded checkpoint (or a stand-in for a single file or a folder of them).
 #[derive(Debug, Clone)]
@@ -40,6 +43,11 @@ impl ModelIndex {
     /// `.safetensors` file, or a folder holding either (an index is preferred; without one,
     /// every `.safetensors` file in it is a shard).
     pub fn open(path: &Path) -> Result<ModelIndex> {
+        if let Some(url) = url_of(path) {
+            let loc = Location::parse(url)?;
+            let remote = Remote::connect(&loc, &Default::default())?;
+            return ModelIndex::open_remote(&remote, &loc).map(|(index, _)| index);
+        }
         let meta = std::fs::metadata(path).map_err(|e| io("stat", path, e))?;
         if !meta.is_dir() {
             if path.to_string_lossy().ends_with(".json") {
@@ -73,10 +81,82 @@ impl ModelIndex {
         }
     }
 
+    /// Finds the checkpoint at the URL `loc` (through `remote`) as [`ModelIndex::open`] finds
+    /// one in a folder: an index object, a `.safetensors` object, or a prefix (`s3://b/p/`,
+    /// `https://host/p/`) holding either. An S3 prefix is listed (the objects directly under
+    /// it); a web server has no listing, so a prefix there must hold
+    /// `model.safetensors.index.json`. Returns the shards' sizes and ETags too (`path`s are
+    /// the URLs).
+    pub fn open_remote(remote: &Remote, loc: &Location) -> Result<(ModelIndex, Vec<ObjectInfo>)> {
+        let here = PathBuf::from(loc.to_string());
+        let (index, infos) = if !loc.is_prefix() {
+            if loc.key().ends_with(".json") {
+                let info = remote.head(loc)?;
+                let mut text = vec![0u8; cacheless::conv::usize_of(info.size)];
+                cacheless_remote::read_into(remote, &info, 0, &mut text, &AtomicBool::new(false))?;
+                (ModelIndex::from_json(&here, &text)?, None)
+            } else {
+                let info = remote.head(loc)?;
+                (ModelIndex { index: None, shards: vec![here], weight_map: BTreeMap::new(), metadata: None }, Some(vec![info]))
+            }
+        } else if loc.scheme() == Scheme::Http {
+            let index = loc.with_key(format!("{}model.safetensors.index.json", loc.key()));
+            let info = remote.head(&index).map_err(|e| {
+                Error::from(
+                    e.with_note("a web server has no listing: a folder URL must hold model.safetensors.index.json, or name the index or the .safetensors file"),
+                )
+            })?;
+            let mut text = vec![0u8; cacheless::conv::usize_of(info.size)];
+            cacheless_remote::read_into(remote, &info, 0, &mut text, &AtomicBool::new(false))?;
+            (ModelIndex::from_json(Path::new(&index.to_string()), &text)?, None)
+        } else {
+            let all = remote.list(loc)?;
+            // The objects directly under the prefix (not in deeper "folders").
+            let here_only: Vec<ObjectInfo> =
+                all.into_iter().filter(|o| o.location.key().strip_prefix(loc.key()).is_some_and(|rest| !rest.contains('/'))).collect();
+            let indexes: Vec<&ObjectInfo> = here_only.iter().filter(|o| o.location.key().ends_with(".safetensors.index.json")).collect();
+            let files: Vec<ObjectInfo> = here_only.iter().filter(|o| o.location.key().ends_with(".safetensors")).cloned().collect();
+            let preferred = format!("{}model.safetensors.index.json", loc.key());
+            let chosen = match indexes.len() {
+                0 if files.is_empty() => return Err(Error::invalid(&here, "no *.safetensors.index.json and no *.safetensors object under this prefix")),
+                0 => None,
+                1 => Some(indexes[0]),
+                _ => match indexes.iter().find(|o| o.location.key() == preferred) {
+                    Some(o) => Some(*o),
+                    None => {
+                        let names = indexes.iter().map(|o| o.location.to_string()).collect::<Vec<_>>().join(", ");
+                        return Err(Error::invalid(&here, format!("several index objects ({names}): name the one to load")));
+                    }
+                },
+            };
+            match chosen {
+                Some(info) => {
+                    let mut text = vec![0u8; cacheless::conv::usize_of(info.size)];
+                    cacheless_remote::read_into(remote, info, 0, &mut text, &AtomicBool::new(false))?;
+                    (ModelIndex::from_json(Path::new(&info.location.to_string()), &text)?, None)
+                }
+                None => {
+                    let shards = files.iter().map(|o| PathBuf::from(o.location.to_string())).collect();
+                    (ModelIndex { index: None, shards, weight_map: BTreeMap::new(), metadata: None }, Some(files))
+                }
+            }
+        };
+        let infos = match infos {
+            Some(i) => i,
+            None => index.shards.iter().map(|s| remote.head(&Location::parse(&s.to_string_lossy())?)).collect::<cacheless::Result<Vec<_>>>()?,
+        };
+        Ok((index, infos))
+    }
+
     /// Reads an index file; its shard names must stay inside its folder.
     pub fn from_index(index: &Path) -> Result<ModelIndex> {
         let text = std::fs::read(index).map_err(|e| io("read", index, e))?;
-        let j: IndexJson = serde_json::from_slice(&text)
+        ModelIndex::from_json(index, &text)
+    }
+
+    /// An index file's contents (`index` names it); its shard names must stay inside its folder.
+    fn from_json(index: &Path, text: &[u8]) -> Result<ModelIndex> {
+        let j: IndexJson = serde_json::from_slice(text)
             .map_err(|e| Error::invalid(index, format!("not a safetensors index (expected {{\"weight_map\": {{tensor: shard}}}}): {e}")))?;
         let dir = index.parent().unwrap_or(Path::new("."));
         let mut names: Vec<&String> = j.weight_map.values().collect();
@@ -115,16 +195,39 @@ impl ModelIndex {
     }
 }
 
-/// Loads every shard of the checkpoint at `path` (see [`ModelIndex::open`]), `parallel` at a
-/// time, all under `opts`' one memory budget, and checks them against the index. Returns the
-/// shards in [`ModelIndex::shards`] order. The first failure stops the others (it cancels
-/// `progress`) and is returned.
+/// The URL a `path` is written as (`s3://`, `http(s)://`), if it is one.
+pub(crate) fn url_of(path: &Path) -> Option<&str> {
+    path.to_str().filter(|s| is_url(s))
+}
+
+/// Loads every shard of the checkpoint at `path` (see [`ModelIndex::open`]; a URL: see
+/// [`ModelIndex::open_remote`], every shard through one client), `parallel` at a time, all
+/// under `opts`' one memory budget, and checks them against the index. Returns the shards in
+/// [`ModelIndex::shards`] order. The first failure stops the others (it cancels `progress`)
+/// and is returned.
 pub fn load_model(path: &Path, opts: &LoadOptions, parallel: usize, progress: &Progress) -> Result<(ModelIndex, Vec<Loaded>)> {
-    let index = ModelIndex::open(path)?;
-    for s in &index.shards {
-        let len = std::fs::metadata(s).map_err(|e| io("stat", s, e))?.len();
-        progress.add_total_bytes(len);
+    let (index, objects) = match url_of(path) {
+        Some(url) => {
+            let loc = Location::parse(url)?;
+            let remote = Arc::new(Remote::connect(&loc, &opts.remote)?);
+            let (index, infos) = ModelIndex::open_remote(&remote, &loc)?;
+            (index, Some((remote, infos)))
+        }
+        None => (ModelIndex::open(path)?, None),
+    };
+    match &objects {
+        Some((_, infos)) => progress.add_total_bytes(infos.iter().map(|i| i.size).sum()),
+        None => {
+            for s in &index.shards {
+                let len = std::fs::metadata(s).map_err(|e| io("stat", s, e))?.len();
+                progress.add_total_bytes(len);
+            }
+        }
     }
+    let open = |i: usize, shard: &Path| match &objects {
+        Some((remote, infos)) => Ok(SpanReader::from_object(remote.clone(), infos[i].clone())),
+        None => SpanReader::open(shard, opts),
+    };
     let queue = Mutex::new(index.shards.iter().enumerate());
     let results: Mutex<Vec<Option<Loaded>>> = Mutex::new((0..index.shards.len()).map(|_| None).collect());
     let first: Mutex<Option<Error>> = Mutex::new(None);
@@ -137,7 +240,7 @@ pub fn load_model(path: &Path, opts: &LoadOptions, parallel: usize, progress: &P
                 if progress.is_cancelled() {
                     return;
                 }
-                match load_counted(shard, None, opts, progress, false) {
+                match open(i, shard).and_then(|sr| load_from(sr, None, progress, false)) {
                     Ok(l) => results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(l),
                     Err(e) => {
                         let mut f = first.lock().unwrap_or_else(|e| e.into_inner());

@@ -40,16 +40,28 @@ class _File(io.RawIOBase):
 
     def fileno(self) -> int:
         self._checkClosed()
+        if not hasattr(self._n, "fileno"):
+            raise io.UnsupportedOperation(f"{self._path}: an object in a store has no file descriptor")
         return self._n.fileno()
 
     def __repr__(self) -> str:
         return f"<cacheless.{type(self).__name__} name={self._path!r} mode={self._access!r} closed={self.closed}>"
 
 
+def _is_url(p: str) -> bool:
+    return any(p[: len(s)].lower() == s and len(p) > len(s) for s in ("s3://", "http://", "https://"))
+
+
 class CachelessReader(_File):
     """A file open for reading: ``readinto`` fills any writable buffer, straight from the device
     (zero-copy) when the buffer is large and its address and the position are aligned, else
-    from the read-ahead. Seekable; ``io.BufferedReader(f)`` works too."""
+    from the read-ahead. Seekable; ``io.BufferedReader(f)`` works too.
+
+    An ``s3://`` or ``http(s)://`` URL is read with ranged GETs pinned to the ETag seen at open
+    (an object replaced meanwhile is an error, never a mix): a large read lands in the caller's
+    buffer as parallel ranges, small ones come through a read-ahead window (the part size times
+    the requests in flight, within ``memory=``). ``mode=`` and the tuning keywords are for local
+    files; ``fileno()`` is ``io.UnsupportedOperation``."""
 
     _access = "rb"
 
@@ -64,6 +76,9 @@ class CachelessReader(_File):
         queue_depth: Optional[int] = None,
     ) -> None:
         p = os.fspath(path)
+        if _is_url(p):
+            super().__init__(_native.RemoteReader(p, memory=memory), p)
+            return
         super().__init__(_native.Reader(p, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth), p)
 
     def readable(self) -> bool:
@@ -111,7 +126,13 @@ class CachelessWriter(_File):
     which writes the rest, fsyncs (unless ``sync=False``) and renames it into place. An
     exception inside a ``with`` block, ``discard()``, or dropping the object unclosed removes
     the temporary and leaves the destination as it was. Sequential: ``seek`` only to the
-    current position."""
+    current position.
+
+    An ``s3://`` URL is a multipart upload: parts are sent as they fill (the part size times
+    the requests in flight, within ``memory=``), and the object appears under its key only at
+    ``close()``; an exception in the ``with`` block, ``discard()``, a failed write or Ctrl-C
+    aborts the upload, leaving no object and no parts. ``mode=``, ``size_hint=``, ``sync=`` and
+    the tuning keywords are for local files."""
 
     _access = "wb"
 
@@ -128,7 +149,10 @@ class CachelessWriter(_File):
         sync: bool = True,
     ) -> None:
         p = os.fspath(path)
-        n = _native.Writer(p, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, size_hint=size_hint, sync=sync)
+        if _is_url(p):
+            n: Any = _native.RemoteWriter(p, memory=memory)
+        else:
+            n = _native.Writer(p, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, size_hint=size_hint, sync=sync)
         super().__init__(n, p)
         self.report: Optional[Dict[str, Any]] = None
 
@@ -197,7 +221,9 @@ def open(
     writing, ``size_hint`` (the final size, if known) picks the mode and preallocates, and
     ``sync=False`` skips the fsync before the rename. ``backend=``, ``block_size=`` and
     ``queue_depth=`` tune the engine. Binary only: wrap in
-    ``io.TextIOWrapper(io.BufferedReader(f))`` for text.
+    ``io.TextIOWrapper(io.BufferedReader(f))`` for text. ``path`` may be an ``s3://`` or
+    ``http(s)://`` URL (a ``str``; writing: ``s3://`` only): see :class:`CachelessReader` and
+    :class:`CachelessWriter`.
     """
     tuning = dict(backend=backend, block_size=block_size, queue_depth=queue_depth)
     if access in ("rb", "br"):

@@ -239,6 +239,12 @@ def map_whole(fd: int) -> Optional[Tuple[np.ndarray, List[_Entry]]]:
     return whole, entries
 
 
+def is_url(path: str) -> bool:
+    """Whether ``path`` is written as a URL the engine fetches (``s3://``, ``http://``,
+    ``https://``) rather than a local path (a local file of such a name: ``./s3://...``)."""
+    return any(path[: len(p)].lower() == p and len(path) > len(p) for p in ("s3://", "http://", "https://"))
+
+
 def resident(path: str, mode: str, backend: str, progress: Progress) -> Optional[Tuple[np.ndarray, List[_Entry]]]:
     """A file that auto reads buffered because it is already resident in the page cache, mapped
     (:func:`map_whole`): its tensors are then the page cache's own pages, as with the safetensors
@@ -249,7 +255,7 @@ def resident(path: str, mode: str, backend: str, progress: Progress) -> Optional
     A mapping sees the file as it is on disk: a file replaced by rename (as every save here
     does) keeps the old contents mapped, but one truncated in place by another program faults
     (SIGBUS) where a loaded copy would not; the safetensors package's default has the same trait."""
-    if mode != "auto":
+    if mode != "auto" or is_url(path):
         return None
     r = call(_native.Reader, path, mode=mode, backend=backend)
     try:
@@ -263,7 +269,8 @@ def resident(path: str, mode: str, backend: str, progress: Progress) -> Optional
 
 def load_path(b: Builder, path: str, keys: Optional[Sequence[str]], backend: str, mode: str, memory: Memory, progress: Progress, options: Dict[str, Any]) -> Dict[str, Any]:
     """``load_file`` of either framework: a resident file mapped (see :func:`resident`), any
-    other read into one arena (only the spans of ``keys`` when given). ``options``: the tuning
+    other read into one arena (only the spans of ``keys`` when given). A URL's header is fetched
+    first, then its tensors' ranges in parallel straight into the arena. ``options``: the tuning
     keywords given (see :func:`tuning`); a file read with them is read, never mapped."""
     engine = engine_backend(backend)
     if keys is None and not options:
