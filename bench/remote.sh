@@ -18,7 +18,9 @@
 #   load     the sharded model (FILES safetensors shards and their index, SIZE_MIB in all) into torch CPU
 #            tensors from S3: cacheless.safetensors.load_model(s3://.../, "pt"); Run:ai Model Streamer's
 #            SafetensorsStreamer (runai-model-streamer-s3, its defaults); safetensors.torch.load_file of each
-#            shard after aws s3 cp --recursive; and the limit as for object
+#            shard after aws s3 cp --recursive; and the limit as for object. Two floors of any loader in $PY,
+#            for what the limit leaves out: startup (importing torch and cacheless) and touch (that, then a
+#            torch tensor of SIZE_MIB made and filled: first touching the memory a model lands in)
 #   upload   the object's file up: cacheless cp FILE s3://; aws s3 cp; rclone copyto
 #   pack     the shards' folder packed to s3://.../pack.tar.zst: cacheless pack -o s3://...; tar -I zstd -c |
 #            aws s3 cp - s3://...
@@ -189,7 +191,11 @@ sd = {}
 for f in sorted(glob.glob('$L/model/*.safetensors')):
     sd.update(load_file(f))
 assert len(sd)\""
+CMD[load/startup]="$PY -c \"import torch, cacheless.safetensors\""
+CMD[load/touch]="$PY -c \"import torch, cacheless.safetensors; t = torch.ones($((SIZE_MIB << 20)), dtype=torch.uint8); assert t.numel()\""
 LANDED[load/limit]=$L/none
+LANDED[load/startup]=$L/none
+LANDED[load/touch]=$L/none
 LANDED[load/cacheless]=$L/none
 LANDED[load/runai]=$L/none
 LANDED[load/aws-safetensors]=$L/model
@@ -213,7 +219,7 @@ for scen in $SCENARIOS; do
     folder) tools=(cacheless aws rclone) ;;
     extract) tools=(cacheless curl-tar) ;;
     upload) tools=(cacheless aws rclone) ;;
-    load) tools=(limit cacheless runai aws-safetensors) ;;
+    load) tools=(limit startup touch cacheless runai aws-safetensors) ;;
     pack) tools=(cacheless tar-aws) ;;
     *) echo "unknown scenario $scen" >&2; exit 2 ;;
     esac

@@ -88,7 +88,8 @@ pub struct CpRemote<'a> {
     pub recursive: bool,
     /// `-n`: skip what exists.
     pub no_clobber: bool,
-    /// `-u`: skip what exists with the same size and a time no older.
+    /// `-u`: skip what exists with the same size and the ETag it landed with (else a time no
+    /// older).
     pub update: bool,
     pub verbose: bool,
     pub json: bool,

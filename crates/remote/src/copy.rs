@@ -322,7 +322,13 @@ fn skipped(source: String, destination: String, download: bool, etag: Option<Str
 fn one_download(c: &CopyOptions, remote: &Remote, info: &ObjectInfo, to: &Path, cancel: &AtomicBool, progress: &Progress) -> Result<Transfer> {
     let source = info.location.to_string();
     if let Ok(m) = std::fs::metadata(to) {
-        let same = m.len() == info.size && m.modified().is_ok_and(|t| t >= info.last_modified);
+        // The same version: the ETag the file landed with, or where it has none (landed by
+        // another tool, or on a filesystem without user attributes), its size and time.
+        let same = m.len() == info.size
+            && match (crate::transfer::landed_etag(to), &info.etag) {
+                (Some(have), Some(want)) => have == *want,
+                _ => m.modified().is_ok_and(|t| t >= info.last_modified),
+            };
         if c.no_clobber || (c.update && same) {
             return Ok(skipped(source, text(to), true, info.etag.clone()));
         }

@@ -31,4 +31,4 @@ pub use copy::{copy, CopyOptions, CopyReport, OnDone, OnError, Transfer};
 pub use fetch::{fetch, fetch_into, read_all, read_into, FetchReport, Fill, Ordered, Sink};
 pub use location::{is_url, Location, Scheme};
 pub use stream::{split_budget, upload_stream, ObjectReader, ObjectWriter, StreamReport, UploadHandle};
-pub use transfer::{download_file, etag_is_md5, part_size, upload_file, verify_download, DownloadReport, UploadReport, Verified};
+pub use transfer::{download_file, etag_is_md5, landed_etag, part_size, upload_file, verify_download, DownloadReport, UploadReport, Verified, ETAG_XATTR};

@@ -3,6 +3,7 @@
 //! durable; an upload reads the file with the engine's [`Reader`] and sends it as one PUT or
 //! as a multipart upload that is completed only when every part is in, and aborted otherwise.
 
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -28,10 +29,21 @@ pub struct DownloadReport {
     pub write: WriteReport,
 }
 
+/// The extended attribute a downloaded file keeps its object's ETag in (what `cp -u` compares).
+pub const ETAG_XATTR: &str = "user.cacheless.etag";
+
+/// The ETag a file landed by [`download_file`] keeps ([`ETAG_XATTR`]), if it has one.
+pub fn landed_etag(path: &Path) -> Option<String> {
+    let f = std::fs::File::open(path).ok()?;
+    let v = cacheless::sys::xattr_get(cacheless::sys::XattrAt::Fd(f.as_fd()), ETAG_XATTR).ok()?;
+    String::from_utf8(v).ok()
+}
+
 /// Downloads `info`'s object to `dest`: ranges in flight as [`fetch`] runs them, each written
 /// at its offset as it arrives, the file named only when complete (and durable, unless
-/// `wo.sync` is off). Its modification time is the object's unless `wo.mtime` says otherwise.
-/// On any error, or when `cancel` is set, the partial file is removed.
+/// `wo.sync` is off). Its modification time is the object's unless `wo.mtime` says otherwise,
+/// and it keeps the object's ETag in [`ETAG_XATTR`] (where the filesystem takes user
+/// attributes). On any error, or when `cancel` is set, the partial file is removed.
 pub fn download_file(
     remote: &Remote,
     info: &ObjectInfo,
@@ -56,6 +68,11 @@ pub fn download_file(
     let f = fetch(remote, info, &wo.io.budget, wo.io.queue_depth.max(1), cancel, progress, &mut Land(&mut w))?;
     if cancel.load(Ordering::Relaxed) {
         return Err(Error::new(ErrorKind::Interrupted, "download", info.location.to_string(), "interrupted"));
+    }
+    if let Some(etag) = &info.etag {
+        // Set before the rename, so the name never shows without it. A filesystem without user
+        // attributes keeps none, and `cp -u` compares sizes and times there instead.
+        let _ = cacheless::sys::xattr_set(cacheless::sys::XattrAt::Fd(w.file().as_fd()), ETAG_XATTR, etag.as_bytes());
     }
     let write = w.finish()?;
     Ok(DownloadReport { fetch: f, write })
