@@ -125,6 +125,17 @@ fn cp_cat_hash_and_info_over_http_with_and_without_ranges() {
         assert!(err.contains(&url) && err.contains("no such object"), "{err}");
         assert!(!missing.exists());
     }
+    // A web server takes no uploads: cp and pack refuse, exit 1, nothing served under the name.
+    let src = d.path().join("src");
+    std::fs::write(&src, &body).unwrap();
+    let up = format!("{}/ranges/up-{name}", http.origin);
+    for args in [vec!["cp", s(&src), up.as_str()], vec!["pack", "-C", s(d.path()), "-o", up.as_str(), "src"]] {
+        let o = run(cacheless_testkit::cacheless().args(&args));
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&up) && err.contains("uploads go to s3://"), "{err}");
+        assert!(!http.root.join("ranges").join(format!("up-{name}")).exists());
+    }
 }
 
 #[test]

@@ -245,6 +245,7 @@ impl PyRemoteWriter {
             let e = Error::new(ErrorKind::InvalidInput, "upload", url, "names a prefix (ends in /), not an object");
             return Err(errors::engine(&e));
         }
+        cacheless_remote::check_writable(&loc).map_err(|e| errors::engine(&e))?;
         let remote = Remote::connect(&loc, &RemoteOptions::default()).map_err(|e| errors::engine(&e))?;
         let progress = Progress::new();
         let pair = cacheless_remote::upload_stream(Arc::new(remote), &loc, &budget, progress.cancel_flag());

@@ -158,3 +158,6 @@ def test_open_reads_and_writes_objects(aws, disk):
     with pytest.raises(FileNotFoundError, match="aborted"):
         cacheless.open(bad)
     assert open_uploads(pre) == []
+    # A web server takes no uploads: refused at open, naming the URL.
+    with pytest.raises(cacheless.UnsupportedError, match="s3://"):
+        cacheless.open(f"{os.environ['CACHELESS_TEST_HTTP']}/ranges/new", "wb")

@@ -208,6 +208,15 @@ fn info_of(location: Location, m: &object_store::ObjectMeta) -> ObjectInfo {
     ObjectInfo { location, size: m.size, etag: m.e_tag.clone(), last_modified: SystemTime::from(m.last_modified), version: m.version.clone() }
 }
 
+/// An `Unsupported` error unless `loc` can be uploaded to: uploads go to S3 (a web server takes
+/// none here).
+pub fn check_writable(loc: &Location) -> Result<()> {
+    match loc.scheme() {
+        Scheme::S3 => Ok(()),
+        Scheme::Http => Err(Error::new(ErrorKind::Unsupported, "upload", loc.to_string(), "uploads go to s3:// URLs; a web server takes none")),
+    }
+}
+
 /// Whether `e` says the server answered a ranged GET with the whole object: object_store's
 /// words for it (its HTTP client checks the server's Accept-Ranges first; the generic one, the
 /// status).

@@ -26,7 +26,7 @@ mod location;
 mod stream;
 mod transfer;
 
-pub use client::{ObjectInfo, Remote, RemoteOptions, DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MAX_PARTS, MIN_PART_SIZE};
+pub use client::{check_writable, ObjectInfo, Remote, RemoteOptions, DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MAX_PARTS, MIN_PART_SIZE};
 pub use copy::{copy, CopyOptions, CopyReport, OnDone, OnError, Transfer};
 pub use fetch::{fetch, fetch_into, read_all, read_into, FetchReport, Fill, Ordered, Sink};
 pub use location::{is_url, Location, Scheme};

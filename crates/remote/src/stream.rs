@@ -11,7 +11,7 @@ use std::time::Duration;
 use cacheless::{AlignedBuf, Budget, Error, ErrorKind, Lease, LeaseRequest, Result};
 use object_store::{MultipartUpload, ObjectStoreExt};
 
-use crate::client::{remote_error, ObjectInfo, Remote};
+use crate::client::{check_writable, remote_error, ObjectInfo, Remote};
 use crate::fetch::{fetch, receive, Ordered, Tasks};
 use crate::location::Location;
 
@@ -166,6 +166,7 @@ impl Inner {
     }
 
     fn interrupted(&self) -> Result<()> {
+        check_writable(&self.dest)?;
         if self.cancel.load(Ordering::Relaxed) {
             return Err(Error::new(ErrorKind::Interrupted, "upload", self.dest.to_string(), "interrupted"));
         }

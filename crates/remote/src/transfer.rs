@@ -16,7 +16,7 @@ use cacheless::{
 use md5::{Digest, Md5};
 use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 
-use crate::client::{remote_error, ObjectInfo, Remote, MAX_PARTS, MIN_PART_SIZE};
+use crate::client::{check_writable, remote_error, ObjectInfo, Remote, MAX_PARTS, MIN_PART_SIZE};
 use crate::fetch::{fetch, receive, FetchReport, Sink};
 use crate::location::Location;
 
@@ -162,6 +162,7 @@ pub fn upload_file(
     cancel: &AtomicBool,
     progress: Option<&Progress>,
 ) -> Result<UploadReport> {
+    check_writable(dest)?;
     let start = Instant::now();
     let page = cacheless::sys::page_size();
     // The reader's share of the budget apart from the parts', so neither waits on the other.
