@@ -81,8 +81,8 @@ fn read_header(sr: &mut SpanReader) -> Result<Header> {
 
 /// Loads `path`: every tensor, or only those named in `keys` (then only their byte spans are
 /// read). A `path` written as an `s3://` or `http(s)://` URL is fetched: the header first,
-/// then the spans as ranged GETs in parallel straight into the arena. The header is validated before any data is read; `progress` counts bytes and
-/// cancels.
+/// then the spans as ranged GETs in parallel straight into the arena. The header is validated
+/// before any data is read; `progress` counts bytes and cancels.
 pub fn load(path: &Path, keys: Option<&[String]>, opts: &LoadOptions, progress: &Progress) -> Result<Loaded> {
     load_counted(path, keys, opts, progress, true)
 }

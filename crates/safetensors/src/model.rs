@@ -92,9 +92,7 @@ impl ModelIndex {
         let (index, infos) = if !loc.is_prefix() {
             if loc.key().ends_with(".json") {
                 let info = remote.head(loc)?;
-                let mut text = vec![0u8; cacheless::conv::usize_of(info.size)];
-                cacheless_remote::read_into(remote, &info, 0, &mut text, &AtomicBool::new(false))?;
-                (ModelIndex::from_json(&here, &text)?, None)
+                (ModelIndex::from_json(&here, &index_text(remote, &info)?)?, None)
             } else {
                 let info = remote.head(loc)?;
                 (ModelIndex { index: None, shards: vec![here], weight_map: BTreeMap::new(), metadata: None }, Some(vec![info]))
@@ -106,9 +104,7 @@ impl ModelIndex {
                     e.with_note("a web server has no listing: a folder URL must hold model.safetensors.index.json, or name the index or the .safetensors file"),
                 )
             })?;
-            let mut text = vec![0u8; cacheless::conv::usize_of(info.size)];
-            cacheless_remote::read_into(remote, &info, 0, &mut text, &AtomicBool::new(false))?;
-            (ModelIndex::from_json(Path::new(&index.to_string()), &text)?, None)
+            (ModelIndex::from_json(Path::new(&index.to_string()), &index_text(remote, &info)?)?, None)
         } else {
             let all = remote.list(loc)?;
             // The objects directly under the prefix (not in deeper "folders").
@@ -130,11 +126,7 @@ impl ModelIndex {
                 },
             };
             match chosen {
-                Some(info) => {
-                    let mut text = vec![0u8; cacheless::conv::usize_of(info.size)];
-                    cacheless_remote::read_into(remote, info, 0, &mut text, &AtomicBool::new(false))?;
-                    (ModelIndex::from_json(Path::new(&info.location.to_string()), &text)?, None)
-                }
+                Some(info) => (ModelIndex::from_json(Path::new(&info.location.to_string()), &index_text(remote, info)?)?, None),
                 None => {
                     let shards = files.iter().map(|o| PathBuf::from(o.location.to_string())).collect();
                     (ModelIndex { index: None, shards, weight_map: BTreeMap::new(), metadata: None }, Some(files))
@@ -193,6 +185,21 @@ impl ModelIndex {
         }
         Ok(())
     }
+}
+
+/// An index object larger than this is refused rather than read (the largest checkpoints'
+/// indexes are a few MiB).
+const MAX_INDEX: u64 = 64 << 20;
+
+/// The bytes of the index object `info` describes.
+fn index_text(remote: &Remote, info: &ObjectInfo) -> Result<Vec<u8>> {
+    if info.size > MAX_INDEX {
+        let here = PathBuf::from(info.location.to_string());
+        return Err(Error::invalid(&here, format!("{} B is too large for a safetensors index (at most {MAX_INDEX} B)", info.size)));
+    }
+    let mut text = vec![0u8; cacheless::conv::usize_of(info.size)];
+    cacheless_remote::read_into(remote, info, 0, &mut text, &AtomicBool::new(false))?;
+    Ok(text)
 }
 
 /// The URL a `path` is written as (`s3://`, `http(s)://`), if it is one.
