@@ -135,7 +135,7 @@ pub fn copy<'py>(
     let sparse: Sparse = opts::word("sparse", sparse)?;
     let verify: Option<cacheless::digest::Algo> = verify.map(|a| opts::word("verify", a)).transpose()?;
     let bwlimit = bwlimit.and_then(|r| r.0);
-    if remote::url(&src).is_some() || remote::url(&dst).is_some() {
+    if cacheless_remote::url_of(&src).is_some() || cacheless_remote::url_of(&dst).is_some() {
         // A download or an upload (docs/remote.md): `recursive`/`archive` copy a prefix or a
         // folder whole; `verify` checks against the server's ETag.
         let p = Arc::new(Progress::new());
@@ -221,7 +221,7 @@ pub fn hash<'py>(
     let algo: cacheless::digest::Algo = opts::word("algo", algo)?;
     let ro = ReadOptions::from(opts::io(mode, backend, memory, block_size, queue_depth)?);
     let p = Progress::new();
-    if let Some(url) = remote::url(&path) {
+    if let Some(url) = cacheless_remote::url_of(&path) {
         let cancel = p.cancel_flag();
         let work = || -> cacheless::Result<(String, String)> {
             let mut h = cacheless::digest::Hasher::new(algo);
@@ -277,7 +277,7 @@ pub fn extract<'py>(
     let callback = progress;
     let progress = Arc::new(Progress::new());
     eo.progress = Some(progress.clone());
-    let input = match remote::url(&archive) {
+    let input = match cacheless_remote::url_of(&archive) {
         // A URL: its download reads ahead into a share of the budget of its own.
         Some(url) => {
             let (fetch, rest) = remote::split(&eo.io.budget);
@@ -398,11 +398,11 @@ pub fn pack<'py>(
     // A URL: the archive is uploaded as it is written (its frames sent as parts), out of a
     // share of the budget of its own, and appears only when the upload completes.
     let mut upload = None;
-    let output = match remote::url(&archive) {
+    let output = match cacheless_remote::url_of(&archive) {
         Some(url) => {
             let (share, rest) = remote::split(&io.budget);
             io.budget = rest;
-            let (writer, handle) = remote::archive_output(url, &share, progress.cancel_flag()).map_err(|e| errors::engine(&e))?;
+            let (writer, handle) = remote::upload(url, &share, progress.cancel_flag()).map_err(|e| errors::engine(&e))?;
             upload = Some(handle);
             cacheless_archive::Output::Stream(Box::new(writer))
         }

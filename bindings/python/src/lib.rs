@@ -30,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<st::PySafeFile>()?;
     m.add_class::<remote::PyRemoteReader>()?;
     m.add_class::<remote::PyRemoteWriter>()?;
+    m.add_function(wrap_pyfunction!(remote::is_url, m)?)?;
     m.add_function(wrap_pyfunction!(funcs::info, m)?)?;
     m.add_function(wrap_pyfunction!(funcs::residency, m)?)?;
     m.add_function(wrap_pyfunction!(funcs::evict, m)?)?;

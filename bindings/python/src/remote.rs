@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use cacheless::{Budget, Error, ErrorKind, IoOptions, Progress, Result};
-use cacheless_remote::{is_url, Location, ObjectInfo, Remote, RemoteOptions};
+use cacheless_remote::{Location, ObjectInfo, Remote, RemoteOptions};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -18,9 +18,11 @@ use crate::job;
 use crate::opts::{self, Memory, Size};
 use crate::pybuf::Pinned;
 
-/// `p` as a URL, when it is written as one.
-pub fn url(p: &Path) -> Option<&str> {
-    p.to_str().filter(|s| is_url(s))
+/// Whether `path` is written as a URL the engine fetches (`s3://`, `http://`, `https://`)
+/// rather than a local path (a local file of such a name is written `./s3://...`).
+#[pyfunction]
+pub fn is_url(path: &str) -> bool {
+    cacheless_remote::is_url(path)
 }
 
 /// The client for `url`, and what the server says of the object.
@@ -55,11 +57,12 @@ pub fn archive_input(url: &str, budget: &Budget) -> Result<cacheless_archive::In
     Ok(cacheless_archive::Input::Named { reader: Box::new(reader), mode: "remote".into(), reason, len })
 }
 
-/// `pack(URL, ...)`: the upload the archive is written to, and the handle that completes it.
-pub fn archive_output(url: &str, budget: &Budget, cancel: Arc<AtomicBool>) -> Result<(cacheless_remote::ObjectWriter, cacheless_remote::UploadHandle)> {
+/// An upload to `url` fed by writes (`pack(URL, ...)`, `open(URL, "wb")`), and the handle that
+/// completes it.
+pub fn upload(url: &str, budget: &Budget, cancel: Arc<AtomicBool>) -> Result<(cacheless_remote::ObjectWriter, cacheless_remote::UploadHandle)> {
     let loc = Location::parse(url)?;
     let remote = Remote::connect(&loc, &RemoteOptions::default())?;
-    Ok(cacheless_remote::upload_stream(Arc::new(remote), &loc, budget, cancel))
+    cacheless_remote::upload_stream(Arc::new(remote), &loc, budget, cancel)
 }
 
 /// `copy` with a URL on either side.
@@ -240,15 +243,12 @@ impl PyRemoteWriter {
     #[pyo3(signature = (url, *, memory = None))]
     fn new(url: &str, memory: Option<Size<Memory>>) -> PyResult<Self> {
         let budget = opts::io("auto", "auto", memory, None, None)?.budget;
-        let loc = Location::parse(url).map_err(|e| errors::engine(&e))?;
-        if loc.is_prefix() {
+        if Location::parse(url).map_err(|e| errors::engine(&e))?.is_prefix() {
             let e = Error::new(ErrorKind::InvalidInput, "upload", url, "names a prefix (ends in /), not an object");
             return Err(errors::engine(&e));
         }
-        cacheless_remote::check_writable(&loc).map_err(|e| errors::engine(&e))?;
-        let remote = Remote::connect(&loc, &RemoteOptions::default()).map_err(|e| errors::engine(&e))?;
         let progress = Progress::new();
-        let pair = cacheless_remote::upload_stream(Arc::new(remote), &loc, &budget, progress.cancel_flag());
+        let pair = upload(url, &budget, progress.cancel_flag()).map_err(|e| errors::engine(&e))?;
         Ok(PyRemoteWriter { state: Mutex::new(Some(pair)), failed: Mutex::new(None), progress, url: url.to_string(), written: Default::default() })
     }
 

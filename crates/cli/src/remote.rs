@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use cacheless::{Error, ErrorKind, IoOptions, Progress};
-use cacheless_remote::{copy, is_url, CopyOptions, Location, Remote, RemoteOptions, Transfer};
+use cacheless_remote::{copy, CopyOptions, Location, Remote, RemoteOptions, Transfer};
 use clap::Args;
 
 use crate::ui;
@@ -78,7 +78,7 @@ impl RemoteFlags {
 
 /// Whether an operand is a URL.
 pub fn is_remote(p: &Path) -> bool {
-    p.to_str().is_some_and(is_url)
+    cacheless_remote::url_of(p).is_some()
 }
 
 /// What `cp` was asked, for the URL transfers.
@@ -299,7 +299,7 @@ pub fn archive_output(
         return Err(Error::new(ErrorKind::InvalidInput, "pack", loc.to_string(), "an archive needs a key, not a prefix (a URL ending in /)"));
     }
     let remote = Arc::new(Remote::connect(&loc, &flags.options())?);
-    Ok(cacheless_remote::upload_stream(remote, &loc, budget, cancel))
+    cacheless_remote::upload_stream(remote, &loc, budget, cancel)
 }
 
 /// `cacheless bench-helper fetch URL`: the object's ranges fetched and dropped as they arrive,

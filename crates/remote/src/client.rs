@@ -210,7 +210,7 @@ fn info_of(location: Location, m: &object_store::ObjectMeta) -> ObjectInfo {
 
 /// An `Unsupported` error unless `loc` can be uploaded to: uploads go to S3 (a web server takes
 /// none here).
-pub fn check_writable(loc: &Location) -> Result<()> {
+pub(crate) fn check_writable(loc: &Location) -> Result<()> {
     match loc.scheme() {
         Scheme::S3 => Ok(()),
         Scheme::Http => Err(Error::new(ErrorKind::Unsupported, "upload", loc.to_string(), "uploads go to s3:// URLs; a web server takes none")),

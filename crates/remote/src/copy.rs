@@ -11,7 +11,7 @@ use cacheless::{Error, ErrorKind, IoOptions, Progress, Result, WriteOptions};
 use serde::Serialize;
 
 use crate::client::{ObjectInfo, Remote, RemoteOptions};
-use crate::location::{is_url, Location};
+use crate::location::{url_of, Location};
 use crate::transfer::{download_file, upload_file, verify_download};
 
 /// A callback with a failed transfer, or a finished one.
@@ -97,7 +97,7 @@ fn text(p: &Path) -> String {
 }
 
 fn is_remote(p: &Path) -> bool {
-    p.to_str().is_some_and(is_url)
+    url_of(p).is_some()
 }
 
 /// One client per bucket or origin, made when first needed.

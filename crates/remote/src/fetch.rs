@@ -56,6 +56,19 @@ enum RangeError {
     Changed(Option<String>),
 }
 
+impl RangeError {
+    /// Whether fetching the range again may mend it: a body cut short or run long, or a
+    /// failure the client gave up retrying (a reset, a stall).
+    fn retryable(&self) -> bool {
+        matches!(self, RangeError::Length(_) | RangeError::Store(object_store::Error::Generic { .. }))
+    }
+}
+
+/// The wait before a range's `attempt`-th retry (from 1): 200 ms, doubling, at most 6.4 s.
+fn backoff(attempt: usize) -> Duration {
+    Duration::from_millis(100u64 << attempt.min(6))
+}
+
 type Done = (usize, AlignedBuf, std::result::Result<usize, RangeError>);
 
 /// Downloads `info`'s object into `sink`: ranges of `remote`'s part size, `concurrency` in
@@ -141,13 +154,12 @@ pub fn fetch(
             Err(e) => {
                 let n = attempts.entry(idx).or_insert(0);
                 *n += 1;
-                let again = matches!(e, RangeError::Length(_)) || matches!(&e, RangeError::Store(object_store::Error::Generic { .. }));
-                if !again || *n > remote.opts.retries {
+                if !e.retryable() || *n > remote.opts.retries {
                     return Err(range_error(&info.location, &range, info.etag.as_deref(), e));
                 }
                 drop(buf);
                 report.retried += 1;
-                std::thread::sleep(Duration::from_millis(100u64 << (*n).min(6)));
+                std::thread::sleep(backoff(*n));
                 retry.push(idx);
             }
         }
@@ -171,14 +183,7 @@ fn stream_whole(
     let chunk = remote.opts.range_size();
     let lease = budget.lease(LeaseRequest::buffers(chunk.min(round_len(info.size, page)), 2).aligned(page));
     let loc = &info.location;
-    let opts = GetOptions { if_match: info.etag.clone(), ..GetOptions::default() };
-    let store = remote.store.clone();
-    let path = Remote::path(loc);
-    let res = remote.rt.block_on(store.get_opts(&path, opts)).map_err(|e| remote_error("download", loc, &e))?;
-    if res.meta.e_tag.is_some() && res.meta.e_tag != info.etag {
-        return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Changed(res.meta.e_tag)));
-    }
-    let mut body = res.into_stream();
+    let mut body = whole_body(remote, info)?;
     let mut at = 0u64;
     let mut cur: Option<(AlignedBuf, usize)> = None;
     loop {
@@ -223,6 +228,17 @@ fn stream_whole(
     }
     report.bytes = at;
     Ok(())
+}
+
+/// The whole object in one GET (a server without ranges), pinned to `info`'s ETag: its body.
+fn whole_body(remote: &Remote, info: &ObjectInfo) -> Result<futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>> {
+    let loc = &info.location;
+    let opts = GetOptions { if_match: info.etag.clone(), ..GetOptions::default() };
+    let res = remote.rt.block_on(remote.store.get_opts(&Remote::path(loc), opts)).map_err(|e| remote_error("download", loc, &e))?;
+    if res.meta.e_tag.is_some() && res.meta.e_tag != info.etag {
+        return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Changed(res.meta.e_tag)));
+    }
+    Ok(res.into_stream())
 }
 
 /// The next answer on `rx` from a transfer's tasks, checking `cancel` every 100 ms: an
@@ -282,29 +298,8 @@ async fn get_range(
     idx: usize,
     tx: mpsc::Sender<Done>,
 ) {
-    let want = usize::try_from(range.end - range.start).unwrap_or(usize::MAX);
-    let res = async {
-        let opts = GetOptions { range: Some(GetRange::Bounded(range.clone())), if_match: etag.clone(), ..GetOptions::default() };
-        let r = store.get_opts(&path, opts).await.map_err(|e| if not_partial(&e) { RangeError::NotPartial } else { RangeError::Store(e) })?;
-        if r.meta.e_tag.is_some() && r.meta.e_tag != etag {
-            return Err(RangeError::Changed(r.meta.e_tag));
-        }
-        let mut body = r.into_stream();
-        let mut at = 0usize;
-        while let Some(piece) = body.next().await {
-            let piece = piece.map_err(RangeError::Store)?;
-            if at + piece.len() > want {
-                return Err(RangeError::Length(at + piece.len()));
-            }
-            buf[at..at + piece.len()].copy_from_slice(&piece);
-            at += piece.len();
-        }
-        if at != want {
-            return Err(RangeError::Length(at));
-        }
-        Ok(at)
-    }
-    .await;
+    let want = usize::try_from(range.end - range.start).unwrap_or(usize::MAX).min(buf.capacity());
+    let res = get_into(&*store, &path, range, etag.as_deref(), &mut buf[..want]).await;
     let _ = tx.send((idx, buf, res));
 }
 
@@ -357,25 +352,10 @@ impl<F: FnMut(&[u8]) -> Result<()>> Sink for Ordered<F> {
     }
 }
 
-/// A sink that copies each range into its place in one buffer the size of the object.
-pub struct Fill<'a>(pub &'a mut [u8]);
-
-impl Sink for Fill<'_> {
-    fn put(&mut self, offset: u64, buf: AlignedBuf, len: usize) -> Result<()> {
-        let at = cacheless::conv::usize_of(offset);
-        self.0[at..at + len].copy_from_slice(&buf[..len]);
-        Ok(())
-    }
-
-    fn release(&mut self) -> Result<bool> {
-        Ok(false)
-    }
-}
-
-/// Reads a whole object into memory, each range copied into its place as it arrives.
-pub fn read_all(remote: &Remote, info: &ObjectInfo, budget: &Budget, cancel: &AtomicBool) -> Result<Vec<u8>> {
+/// Reads a whole object into memory, its ranges fetched in parallel straight into their places.
+pub fn read_all(remote: &Remote, info: &ObjectInfo, cancel: &AtomicBool) -> Result<Vec<u8>> {
     let mut out = vec![0u8; cacheless::conv::usize_of(info.size)];
-    fetch(remote, info, budget, 0, cancel, None, &mut Fill(&mut out))?;
+    read_into(remote, info, 0, &mut out, cancel)?;
     Ok(out)
 }
 
@@ -465,12 +445,11 @@ impl Piece<'_> {
                 }
                 Err(e) => {
                     attempt += 1;
-                    let again = matches!(e, RangeError::Length(_)) || matches!(&e, RangeError::Store(object_store::Error::Generic { .. }));
-                    if !again || attempt > self.remote.opts.retries {
+                    if !e.retryable() || attempt > self.remote.opts.retries {
                         return Err((range, e));
                     }
                     self.retried.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(100u64 << attempt.min(6))).await;
+                    tokio::time::sleep(backoff(attempt)).await;
                 }
             }
         }
@@ -528,13 +507,7 @@ async fn get_into(
 /// returns the bytes placed.
 fn scatter(remote: &Remote, info: &ObjectInfo, work: &mut [(u64, &mut [u8])], cancel: &AtomicBool, progress: Option<&Progress>) -> Result<u64> {
     let loc = &info.location;
-    let opts = GetOptions { if_match: info.etag.clone(), ..GetOptions::default() };
-    let path = Remote::path(loc);
-    let res = remote.rt.block_on(remote.store.get_opts(&path, opts)).map_err(|e| remote_error("download", loc, &e))?;
-    if res.meta.e_tag.is_some() && res.meta.e_tag != info.etag {
-        return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Changed(res.meta.e_tag)));
-    }
-    let mut body = res.into_stream();
+    let mut body = whole_body(remote, info)?;
     let (mut at, mut i, mut placed) = (0u64, 0usize, 0u64);
     while i < work.len() {
         if cancel.load(Ordering::Relaxed) {

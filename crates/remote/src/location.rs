@@ -30,6 +30,11 @@ pub fn is_url(s: &str) -> bool {
     ["s3://", "http://", "https://"].iter().any(|p| s.len() > p.len() && s[..p.len()].eq_ignore_ascii_case(p))
 }
 
+/// The URL an operand given as a path is written as (see [`is_url`]), if it is one.
+pub fn url_of(p: &std::path::Path) -> Option<&str> {
+    p.to_str().filter(|s| is_url(s))
+}
+
 impl Location {
     /// Parses `s3://bucket/key`, `s3://bucket/prefix/`, `s3://bucket` or an `http(s)://` URL.
     pub fn parse(text: &str) -> Result<Location> {

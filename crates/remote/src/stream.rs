@@ -131,7 +131,10 @@ pub struct UploadHandle(Arc<Mutex<Inner>>);
 
 /// An upload to `dest` fed by writes: the writer, and the handle that completes it. Setting
 /// `cancel` makes the next write or the finish fail (`Interrupted`), and the upload is aborted.
-pub fn upload_stream(remote: Arc<Remote>, dest: &Location, budget: &Budget, cancel: Arc<AtomicBool>) -> (ObjectWriter, UploadHandle) {
+/// An `Unsupported` error for an `http(s)://` destination (uploads go to S3), before anything
+/// is sent.
+pub fn upload_stream(remote: Arc<Remote>, dest: &Location, budget: &Budget, cancel: Arc<AtomicBool>) -> Result<(ObjectWriter, UploadHandle)> {
+    check_writable(dest)?;
     let page = cacheless::sys::page_size();
     // The size is unknown: the smallest part the options allow.
     let part = crate::transfer::part_size(0, remote.opts.part_size);
@@ -157,7 +160,7 @@ pub fn upload_stream(remote: Arc<Remote>, dest: &Location, budget: &Budget, canc
         cancel,
     };
     let shared = Arc::new(Mutex::new(inner));
-    (ObjectWriter(shared.clone()), UploadHandle(shared))
+    Ok((ObjectWriter(shared.clone()), UploadHandle(shared)))
 }
 
 impl Inner {
@@ -166,7 +169,6 @@ impl Inner {
     }
 
     fn interrupted(&self) -> Result<()> {
-        check_writable(&self.dest)?;
         if self.cancel.load(Ordering::Relaxed) {
             return Err(Error::new(ErrorKind::Interrupted, "upload", self.dest.to_string(), "interrupted"));
         }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use cacheless::conv::{fit, usize_of};
 use cacheless::{round_up, Lease};
 use cacheless::{AlignedBuf, BackendChoice, Budget, Decision, ErrorKind, Progress, ReadOptions, Reader, Reason, Taken};
-use cacheless_remote::{is_url, Location, ObjectInfo, Remote, RemoteOptions};
+use cacheless_remote::{url_of, Location, ObjectInfo, Remote, RemoteOptions};
 
 use crate::error::Result;
 
@@ -53,21 +53,6 @@ impl Arena {
         let mut buf = AlignedBuf::try_new(len.max(1), cacheless::sys::page_size())?;
         let addr = buf.as_mut_ptr() as usize;
         Some(Arena { buf, addr, segments, len })
-    }
-
-    /// An arena for a whole file's `len` bytes (arena byte `i` is file byte `i`) that come from
-    /// elsewhere than a local file (a download), zeroed until [`Arena::bytes_mut`] fills them;
-    /// `None` where that size cannot be allocated.
-    pub fn whole(len: usize) -> Option<Arena> {
-        let cap = round_up(len.max(1), cacheless::sys::page_size());
-        let mut a = Arena::new(vec![Segment { file: 0, at: 0, len: cap }], cap)?;
-        a.len = len;
-        Some(a)
-    }
-
-    /// The bytes held, to fill (see [`Arena::whole`]).
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[..self.len]
     }
 
     /// Bytes held (the sum of the segments' lengths).
@@ -170,7 +155,7 @@ impl SpanReader {
     /// Opens `path` and decides its mode; a `path` written as an `s3://` or `http(s)://` URL
     /// is that object (a client is started for it; [`SpanReader::open_object`] shares one).
     pub fn open(path: &Path, opts: &ArenaOptions) -> Result<SpanReader> {
-        if let Some(url) = path.to_str().filter(|s| is_url(s)) {
+        if let Some(url) = url_of(path) {
             let loc = Location::parse(url)?;
             let remote = Arc::new(Remote::connect(&loc, &opts.remote)?);
             return SpanReader::open_object(remote, &loc);
@@ -218,11 +203,11 @@ impl SpanReader {
             remote.options().concurrency,
             info.etag.as_deref().unwrap_or("none (Last-Modified and size)")
         );
-        let page = cacheless::sys::page_size();
         SpanReader {
             path: PathBuf::from(info.location.to_string()),
-            align: page,
-            piece: round_up(remote.options().range_size(), page),
+            align: cacheless::sys::page_size(),
+            // One ranged GET per piece (the range size is whole pages).
+            piece: remote.options().range_size(),
             source: Source::Remote(RemoteObject { remote, info, decision: Decision { mode: Taken::Remote, reason: Reason::Fetched { how } } }),
         }
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use cacheless::Progress;
-use cacheless_remote::{is_url, Location, ObjectInfo, Remote, Scheme};
+use cacheless_remote::{url_of, Location, ObjectInfo, Remote, Scheme};
 use serde::Deserialize;
 
 use crate::arena::SpanReader;
@@ -200,11 +200,6 @@ fn index_text(remote: &Remote, info: &ObjectInfo) -> Result<Vec<u8>> {
     let mut text = vec![0u8; cacheless::conv::usize_of(info.size)];
     cacheless_remote::read_into(remote, info, 0, &mut text, &AtomicBool::new(false))?;
     Ok(text)
-}
-
-/// The URL a `path` is written as (`s3://`, `http(s)://`), if it is one.
-pub(crate) fn url_of(path: &Path) -> Option<&str> {
-    path.to_str().filter(|s| is_url(s))
 }
 
 /// Loads every shard of the checkpoint at `path` (see [`ModelIndex::open`]; a URL: see

@@ -48,10 +48,6 @@ class _File(io.RawIOBase):
         return f"<cacheless.{type(self).__name__} name={self._path!r} mode={self._access!r} closed={self.closed}>"
 
 
-def _is_url(p: str) -> bool:
-    return any(p[: len(s)].lower() == s and len(p) > len(s) for s in ("s3://", "http://", "https://"))
-
-
 class CachelessReader(_File):
     """A file open for reading: ``readinto`` fills any writable buffer, straight from the device
     (zero-copy) when the buffer is large and its address and the position are aligned, else
@@ -76,7 +72,7 @@ class CachelessReader(_File):
         queue_depth: Optional[int] = None,
     ) -> None:
         p = os.fspath(path)
-        if _is_url(p):
+        if _native.is_url(p):
             super().__init__(_native.RemoteReader(p, memory=memory), p)
             return
         super().__init__(_native.Reader(p, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth), p)
@@ -149,7 +145,7 @@ class CachelessWriter(_File):
         sync: bool = True,
     ) -> None:
         p = os.fspath(path)
-        if _is_url(p):
+        if _native.is_url(p):
             n: Any = _native.RemoteWriter(p, memory=memory)
         else:
             n = _native.Writer(p, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, size_hint=size_hint, sync=sync)

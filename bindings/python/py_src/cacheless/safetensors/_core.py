@@ -239,12 +239,6 @@ def map_whole(fd: int) -> Optional[Tuple[np.ndarray, List[_Entry]]]:
     return whole, entries
 
 
-def is_url(path: str) -> bool:
-    """Whether ``path`` is written as a URL the engine fetches (``s3://``, ``http://``,
-    ``https://``) rather than a local path (a local file of such a name: ``./s3://...``)."""
-    return any(path[: len(p)].lower() == p and len(path) > len(p) for p in ("s3://", "http://", "https://"))
-
-
 def resident(path: str, mode: str, backend: str, progress: Progress) -> Optional[Tuple[np.ndarray, List[_Entry]]]:
     """A file that auto reads buffered because it is already resident in the page cache, mapped
     (:func:`map_whole`): its tensors are then the page cache's own pages, as with the safetensors
@@ -255,7 +249,7 @@ def resident(path: str, mode: str, backend: str, progress: Progress) -> Optional
     A mapping sees the file as it is on disk: a file replaced by rename (as every save here
     does) keeps the old contents mapped, but one truncated in place by another program faults
     (SIGBUS) where a loaded copy would not; the safetensors package's default has the same trait."""
-    if mode != "auto" or is_url(path):
+    if mode != "auto" or _native.is_url(path):
         return None
     r = call(_native.Reader, path, mode=mode, backend=backend)
     try:

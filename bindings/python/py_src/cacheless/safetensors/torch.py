@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Uni
 import torch
 
 from .. import _native
-from ._core import Builder, Memory, PathLike, Progress, SafetensorError, Size, engine_backend, is_url, load_path, save_to, specs, tuning
+from ._core import Builder, Memory, PathLike, Progress, SafetensorError, Size, engine_backend, load_path, save_to, specs, tuning
 
 __all__ = ["SafetensorError", "load", "load_file", "load_model", "save", "save_file", "save_model", "storage_ptr", "storage_size"]
 
@@ -258,7 +258,7 @@ def load_model(
     ``*.safetensors.index.json`` or a folder of shards), read shards in parallel."""
     path = os.fspath(filename)
     opts = {"memory": memory, "mode": mode, "progress": progress, "block_size": block_size, "queue_depth": queue_depth, "threads": threads}
-    if os.path.isdir(path) or path.endswith(".index.json") or (is_url(path) and path.endswith("/")):
+    if os.path.isdir(path) or path.endswith(".index.json") or (_native.is_url(path) and path.endswith("/")):
         from . import load_model as load_shards
 
         state = load_shards(path, "pt", device, backend=backend, **opts)
