@@ -275,6 +275,13 @@ fn pack_to_s3_then_extract_from_s3_and_http_gives_what_gnu_tar_extracts() {
     let o = run(cmd(&s3, None).args(["pack", "-v", "--frame-size", "1M", "--part-size", "5M", "-o", &url, "-C", s(d.path()), "src"]));
     ok(&o);
     assert!(String::from_utf8_lossy(&o.stderr).contains("parts"), "{}", String::from_utf8_lossy(&o.stderr));
+    // A prefix is no object's key: refused, naming it, with no upload started.
+    let folder = s3.url(&format!("{pre}folder/"));
+    let o = run(cmd(&s3, None).args(["pack", "-o", &folder, "-C", s(d.path()), "src"]));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&folder) && err.contains("not a prefix"), "{err}");
+    assert!(s3.open_uploads(&pre).is_empty(), "{:?}", s3.open_uploads(&pre));
     // GNU tar's extraction of the same bytes is the oracle.
     let local = d.path().join("t.tar.zst");
     ok(&run(cmd(&s3, None).args(["cp", &url, s(&local)])));

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use cacheless::{Budget, Error, ErrorKind, IoOptions, Progress, Result};
+use cacheless::{Budget, Error, IoOptions, Progress, Result};
 use cacheless_remote::{Location, ObjectInfo, Remote, RemoteOptions};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -243,10 +243,6 @@ impl PyRemoteWriter {
     #[pyo3(signature = (url, *, memory = None))]
     fn new(url: &str, memory: Option<Size<Memory>>) -> PyResult<Self> {
         let budget = opts::io("auto", "auto", memory, None, None)?.budget;
-        if Location::parse(url).map_err(|e| errors::engine(&e))?.is_prefix() {
-            let e = Error::new(ErrorKind::InvalidInput, "upload", url, "names a prefix (ends in /), not an object");
-            return Err(errors::engine(&e));
-        }
         let progress = Progress::new();
         let pair = upload(url, &budget, progress.cancel_flag()).map_err(|e| errors::engine(&e))?;
         Ok(PyRemoteWriter { state: Mutex::new(Some(pair)), failed: Mutex::new(None), progress, url: url.to_string(), written: Default::default() })

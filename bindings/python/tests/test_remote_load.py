@@ -158,6 +158,15 @@ def test_open_reads_and_writes_objects(aws, disk):
     with pytest.raises(FileNotFoundError, match="aborted"):
         cacheless.open(bad)
     assert open_uploads(pre) == []
+    # A prefix (a URL ending in /) is no object's key: open and pack refuse it, naming it, and
+    # start no upload.
+    folder = f"s3://{aws}/{pre}folder/"
+    (disk / "one").write_bytes(body[:100])
+    with pytest.raises(ValueError, match=f"{folder}.*not a prefix"):
+        cacheless.open(folder, "wb")
+    with pytest.raises(ValueError, match=f"{folder}.*not a prefix"):
+        cacheless.pack(folder, ["one"], directory=disk)
+    assert open_uploads(pre) == []
     # A web server takes no uploads: refused at open, naming the URL.
     with pytest.raises(cacheless.UnsupportedError, match="s3://"):
         cacheless.open(f"{os.environ['CACHELESS_TEST_HTTP']}/ranges/new", "wb")

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use cacheless::{Error, ErrorKind, IoOptions, Progress};
+use cacheless::{Error, IoOptions, Progress};
 use cacheless_remote::{copy, CopyOptions, Location, Remote, RemoteOptions, Transfer};
 use clap::Args;
 
@@ -295,9 +295,6 @@ pub fn archive_output(
     cancel: Arc<AtomicBool>,
 ) -> Result<(cacheless_remote::ObjectWriter, cacheless_remote::UploadHandle), Error> {
     let loc = Location::parse(&text(url))?;
-    if loc.is_prefix() {
-        return Err(Error::new(ErrorKind::InvalidInput, "pack", loc.to_string(), "an archive needs a key, not a prefix (a URL ending in /)"));
-    }
     let remote = Arc::new(Remote::connect(&loc, &flags.options())?);
     cacheless_remote::upload_stream(remote, &loc, budget, cancel)
 }

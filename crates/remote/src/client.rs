@@ -208,9 +208,12 @@ fn info_of(location: Location, m: &object_store::ObjectMeta) -> ObjectInfo {
     ObjectInfo { location, size: m.size, etag: m.e_tag.clone(), last_modified: SystemTime::from(m.last_modified), version: m.version.clone() }
 }
 
-/// An `Unsupported` error unless `loc` can be uploaded to: uploads go to S3 (a web server takes
-/// none here).
+/// An error unless `loc` can be uploaded to: an object's key (`InvalidInput` for a prefix), on
+/// S3 (`Unsupported` for a web server, which takes none here).
 pub(crate) fn check_writable(loc: &Location) -> Result<()> {
+    if loc.is_prefix() {
+        return Err(Error::new(ErrorKind::InvalidInput, "upload", loc.to_string(), "an upload needs an object's key, not a prefix (a URL ending in /)"));
+    }
     match loc.scheme() {
         Scheme::S3 => Ok(()),
         Scheme::Http => Err(Error::new(ErrorKind::Unsupported, "upload", loc.to_string(), "uploads go to s3:// URLs; a web server takes none")),

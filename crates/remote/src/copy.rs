@@ -358,10 +358,14 @@ fn one_download(c: &CopyOptions, remote: &Remote, info: &ObjectInfo, to: &Path, 
 }
 
 fn one_upload(c: &CopyOptions, remote: &Remote, from: &Path, dst: &Location, cancel: &AtomicBool, progress: &Progress) -> Result<Transfer> {
+    let meta = std::fs::metadata(from);
     if c.no_clobber || c.update {
         match remote.head(dst) {
             Ok(existing) => {
-                let m = std::fs::metadata(from).map_err(|e| Error::io("stat", from, e))?;
+                let m = match meta {
+                    Ok(ref m) => m,
+                    Err(e) => return Err(Error::io("stat", from, e)),
+                };
                 let same = m.len() == existing.size && m.modified().is_ok_and(|t| existing.last_modified >= t);
                 if c.no_clobber || same {
                     return Ok(skipped(text(from), dst.to_string(), false, existing.etag));
@@ -371,7 +375,7 @@ fn one_upload(c: &CopyOptions, remote: &Remote, from: &Path, dst: &Location, can
             Err(e) => return Err(e),
         }
     }
-    if let Ok(m) = std::fs::metadata(from) {
+    if let Ok(m) = meta {
         progress.add_total_bytes(m.len());
     }
     let r = upload_file(remote, from, dst, &c.io, c.verify, cancel, Some(progress))?;
