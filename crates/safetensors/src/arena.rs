@@ -11,11 +11,16 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+#[cfg(feature = "remote")]
+use std::sync::Arc;
+use std::sync::Mutex;
 
-use cacheless::conv::{fit, usize_of};
+use cacheless::conv::usize_of;
+#[cfg(feature = "remote")]
+use cacheless::{conv::fit, Reason, Taken};
 use cacheless::{round_up, Lease};
-use cacheless::{AlignedBuf, BackendChoice, Budget, Decision, ErrorKind, Progress, ReadOptions, Reader, Reason, Taken};
+use cacheless::{AlignedBuf, BackendChoice, Budget, Decision, ErrorKind, Progress, ReadOptions, Reader};
+#[cfg(feature = "remote")]
 use cacheless_remote::{url_of, Location, ObjectInfo, Remote, RemoteOptions};
 
 use crate::error::Result;
@@ -107,14 +112,21 @@ pub struct ArenaOptions {
     /// Size of the pieces a fill is cut into.
     pub piece: usize,
     /// How `s3://` and `http(s)://` objects are fetched (range size, ranges in flight,
-    /// credentials); local files ignore it.
+    /// credentials); local files ignore it. (With the `remote` feature, on by default.)
+    #[cfg(feature = "remote")]
     pub remote: RemoteOptions,
 }
 
 impl ArenaOptions {
     /// Defaults: auto mode and backend, the engine's request size and depth, 2 threads.
     pub fn new(budget: Budget) -> ArenaOptions {
-        ArenaOptions { read: ReadOptions::new(budget), threads: 2, piece: DEFAULT_PIECE, remote: RemoteOptions::default() }
+        ArenaOptions {
+            read: ReadOptions::new(budget),
+            threads: 2,
+            piece: DEFAULT_PIECE,
+            #[cfg(feature = "remote")]
+            remote: RemoteOptions::default(),
+        }
     }
 }
 
@@ -131,6 +143,7 @@ pub struct SpanReader {
 
 enum Source {
     Local(Box<Local>),
+    #[cfg(feature = "remote")]
     Remote(RemoteObject),
 }
 
@@ -145,6 +158,7 @@ struct Local {
     _admission: Lease,
 }
 
+#[cfg(feature = "remote")]
 struct RemoteObject {
     remote: Arc<Remote>,
     info: ObjectInfo,
@@ -153,8 +167,10 @@ struct RemoteObject {
 
 impl SpanReader {
     /// Opens `path` and decides its mode; a `path` written as an `s3://` or `http(s)://` URL
-    /// is that object (a client is started for it; [`SpanReader::open_object`] shares one).
+    /// is that object (a client is started for it; [`SpanReader::open_object`] shares one),
+    /// with the `remote` feature (on by default).
     pub fn open(path: &Path, opts: &ArenaOptions) -> Result<SpanReader> {
+        #[cfg(feature = "remote")]
         if let Some(url) = url_of(path) {
             let loc = Location::parse(url)?;
             let remote = Arc::new(Remote::connect(&loc, &opts.remote)?);
@@ -189,6 +205,7 @@ impl SpanReader {
     /// later range is pinned to). Its ranges are fetched straight into arenas, the client's
     /// range size and ranges in flight; nothing is leased from the budget (the arena is the
     /// only memory).
+    #[cfg(feature = "remote")]
     pub fn open_object(remote: Arc<Remote>, loc: &Location) -> Result<SpanReader> {
         let info = remote.head(loc)?;
         Ok(SpanReader::from_object(remote, info))
@@ -196,6 +213,7 @@ impl SpanReader {
 
     /// The object `info` describes (a HEAD's answer), read through `remote` as
     /// [`SpanReader::open_object`] reads it.
+    #[cfg(feature = "remote")]
     pub fn from_object(remote: Arc<Remote>, info: ObjectInfo) -> SpanReader {
         let how = format!(
             "ranged GETs of {} MiB, {} in flight, pinned to ETag {}",
@@ -216,6 +234,7 @@ impl SpanReader {
     pub fn len(&self) -> u64 {
         match &self.source {
             Source::Local(l) => l.primary.len(),
+            #[cfg(feature = "remote")]
             Source::Remote(r) => r.info.size,
         }
     }
@@ -231,6 +250,7 @@ impl SpanReader {
     pub fn decision(&self) -> &Decision {
         match &self.source {
             Source::Local(l) => l.primary.decision(),
+            #[cfg(feature = "remote")]
             Source::Remote(r) => &r.decision,
         }
     }
@@ -238,6 +258,7 @@ impl SpanReader {
     pub fn backend(&self) -> Option<&BackendChoice> {
         match &self.source {
             Source::Local(l) => l.primary.backend(),
+            #[cfg(feature = "remote")]
             Source::Remote(_) => None,
         }
     }
@@ -251,6 +272,7 @@ impl SpanReader {
     pub fn read_at(&mut self, buf: &mut [u8], off: u64) -> Result<usize> {
         match &mut self.source {
             Source::Local(l) => Ok(l.primary.read_at(buf, off)?),
+            #[cfg(feature = "remote")]
             Source::Remote(r) => {
                 let n = fit(r.info.size.saturating_sub(off), buf.len());
                 cacheless_remote::read_into(&r.remote, &r.info, off, &mut buf[..n], &AtomicBool::new(false))?;
@@ -325,8 +347,11 @@ impl SpanReader {
             base = at + n;
         }
         let path = self.path.as_path();
+        // One arm without the `remote` feature.
+        #[allow(clippy::infallible_destructuring_match)]
         let l = match &mut self.source {
             Source::Local(l) => l,
+            #[cfg(feature = "remote")]
             Source::Remote(r) => {
                 let cancel = progress.cancel_flag();
                 cacheless_remote::fetch_into(&r.remote, &r.info, jobs, &cancel, Some(progress))?;

@@ -3,10 +3,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
+#[cfg(feature = "remote")]
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+#[cfg(feature = "remote")]
+use std::sync::Arc;
+use std::sync::Mutex;
 
 use cacheless::Progress;
+#[cfg(feature = "remote")]
 use cacheless_remote::{url_of, Location, ObjectInfo, Remote, Scheme};
 use serde::Deserialize;
 
@@ -43,6 +47,7 @@ impl ModelIndex {
     /// `.safetensors` file, or a folder holding either (an index is preferred; without one,
     /// every `.safetensors` file in it is a shard).
     pub fn open(path: &Path) -> Result<ModelIndex> {
+        #[cfg(feature = "remote")]
         if let Some(url) = url_of(path) {
             let loc = Location::parse(url)?;
             let remote = Remote::connect(&loc, &Default::default())?;
@@ -87,6 +92,7 @@ impl ModelIndex {
     /// it); a web server has no listing, so a prefix there must hold
     /// `model.safetensors.index.json`. Returns the shards' sizes and ETags too (`path`s are
     /// the URLs).
+    #[cfg(feature = "remote")]
     pub fn open_remote(remote: &Remote, loc: &Location) -> Result<(ModelIndex, Vec<ObjectInfo>)> {
         let here = PathBuf::from(loc.to_string());
         let (index, infos) = if !loc.is_prefix() {
@@ -189,9 +195,11 @@ impl ModelIndex {
 
 /// An index object larger than this is refused rather than read (the largest checkpoints'
 /// indexes are a few MiB).
+#[cfg(feature = "remote")]
 const MAX_INDEX: u64 = 64 << 20;
 
 /// The bytes of the index object `info` describes.
+#[cfg(feature = "remote")]
 fn index_text(remote: &Remote, info: &ObjectInfo) -> Result<Vec<u8>> {
     if info.size > MAX_INDEX {
         let here = PathBuf::from(info.location.to_string());
@@ -208,28 +216,30 @@ fn index_text(remote: &Remote, info: &ObjectInfo) -> Result<Vec<u8>> {
 /// [`ModelIndex::shards`] order. The first failure stops the others (it cancels `progress`)
 /// and is returned.
 pub fn load_model(path: &Path, opts: &LoadOptions, parallel: usize, progress: &Progress) -> Result<(ModelIndex, Vec<Loaded>)> {
-    let (index, objects) = match url_of(path) {
-        Some(url) => {
-            let loc = Location::parse(url)?;
-            let remote = Arc::new(Remote::connect(&loc, &opts.remote)?);
-            let (index, infos) = ModelIndex::open_remote(&remote, &loc)?;
-            (index, Some((remote, infos)))
-        }
-        None => (ModelIndex::open(path)?, None),
-    };
-    match &objects {
-        Some((_, infos)) => progress.add_total_bytes(infos.iter().map(|i| i.size).sum()),
-        None => {
-            for s in &index.shards {
-                let len = std::fs::metadata(s).map_err(|e| io("stat", s, e))?.len();
-                progress.add_total_bytes(len);
-            }
-        }
+    #[cfg(feature = "remote")]
+    if let Some(url) = url_of(path) {
+        let loc = Location::parse(url)?;
+        let remote = Arc::new(Remote::connect(&loc, &opts.remote)?);
+        let (index, infos) = ModelIndex::open_remote(&remote, &loc)?;
+        progress.add_total_bytes(infos.iter().map(|i| i.size).sum());
+        return load_shards(path, index, parallel, progress, |i, _| Ok(SpanReader::from_object(remote.clone(), infos[i].clone())));
     }
-    let open = |i: usize, shard: &Path| match &objects {
-        Some((remote, infos)) => Ok(SpanReader::from_object(remote.clone(), infos[i].clone())),
-        None => SpanReader::open(shard, opts),
-    };
+    let index = ModelIndex::open(path)?;
+    for s in &index.shards {
+        let len = std::fs::metadata(s).map_err(|e| io("stat", s, e))?.len();
+        progress.add_total_bytes(len);
+    }
+    load_shards(path, index, parallel, progress, |_, shard| SpanReader::open(shard, opts))
+}
+
+/// Loads `index`'s shards, each opened by `open` (its position and path), `parallel` at a time.
+fn load_shards(
+    path: &Path,
+    index: ModelIndex,
+    parallel: usize,
+    progress: &Progress,
+    open: impl Fn(usize, &Path) -> Result<SpanReader> + Sync,
+) -> Result<(ModelIndex, Vec<Loaded>)> {
     let queue = Mutex::new(index.shards.iter().enumerate());
     let results: Mutex<Vec<Option<Loaded>>> = Mutex::new((0..index.shards.len()).map(|_| None).collect());
     let first: Mutex<Option<Error>> = Mutex::new(None);
