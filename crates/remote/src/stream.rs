@@ -131,8 +131,8 @@ pub struct UploadHandle(Arc<Mutex<Inner>>);
 
 /// An upload to `dest` fed by writes: the writer, and the handle that completes it. Setting
 /// `cancel` makes the next write or the finish fail (`Interrupted`), and the upload is aborted.
-/// An `Unsupported` error for an `http(s)://` destination (uploads go to S3), before anything
-/// is sent.
+/// An error before anything is sent where `dest` takes no upload: a prefix (`InvalidInput`) or
+/// an `http(s)://` URL (`Unsupported`; uploads go to S3).
 pub fn upload_stream(remote: Arc<Remote>, dest: &Location, budget: &Budget, cancel: Arc<AtomicBool>) -> Result<(ObjectWriter, UploadHandle)> {
     check_writable(dest)?;
     let page = cacheless::sys::page_size();
