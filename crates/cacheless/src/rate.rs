@@ -41,24 +41,32 @@ impl RateLimit {
         self.rate as f64 / 10.0
     }
 
+    /// Accounts for `n` bytes and returns how long they take at the rate beyond what the
+    /// bucket holds (zero when it holds them): the wait before they may move, for a caller that
+    /// waits its own way (an async task). Callers share the bucket: together they move at most
+    /// the rate.
+    pub fn reserve(&self, n: u64) -> Duration {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(s.at).as_secs_f64();
+        s.at = now;
+        s.tokens = (s.tokens + elapsed * self.rate as f64).min(self.burst()) - n as f64;
+        if s.tokens >= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64((-s.tokens / self.rate as f64).min(1e9))
+    }
+
     /// Accounts for `n` bytes, sleeping as long as they take at the rate beyond what the
-    /// bucket holds. Threads share the bucket: together they move at most the rate. The sleep
-    /// is cut into slices of at most [`SLICE`] and ends early once `cancelled` says so (a
-    /// job's cancel flag), so that a slow limit (`1k` of a 4 MiB chunk is over an hour) never
-    /// holds up Ctrl-C.
+    /// bucket holds (see [`RateLimit::reserve`]). The sleep is cut into slices of at most
+    /// [`SLICE`] and ends early once `cancelled` says so (a job's cancel flag), so that a slow
+    /// limit (`1k` of a 4 MiB chunk is over an hour) never holds up Ctrl-C.
     pub fn take(&self, n: u64, cancelled: impl Fn() -> bool) {
-        let wait = {
-            let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            let now = Instant::now();
-            let elapsed = now.saturating_duration_since(s.at).as_secs_f64();
-            s.at = now;
-            s.tokens = (s.tokens + elapsed * self.rate as f64).min(self.burst()) - n as f64;
-            if s.tokens >= 0.0 {
-                return;
-            }
-            -s.tokens / self.rate as f64
-        };
-        let until = Instant::now() + Duration::from_secs_f64(wait.min(1e9));
+        let wait = self.reserve(n);
+        if wait.is_zero() {
+            return;
+        }
+        let until = Instant::now() + wait;
         loop {
             let now = Instant::now();
             if now >= until || cancelled() {

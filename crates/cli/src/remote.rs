@@ -60,7 +60,7 @@ impl RemoteFlags {
         }
         o.no_sign_request = self.no_sign_request;
         if let Some(e) = &self.endpoint_url {
-            o.storage_options.push(("aws_endpoint_url".into(), e.clone()));
+            o.endpoint = Some(e.clone());
         }
         o
     }

@@ -261,7 +261,7 @@ fn plan(srcs: &[PathBuf], dst_path: &Path, c: &CopyOptions, clients: &mut Client
                 jobs.push(Job::Download(o, to));
             }
         } else {
-            let to = if dst_dir { dst_path.join(src.file_name().unwrap_or("index.html")) } else { dst_path.to_path_buf() };
+            let to = if dst_dir { dst_path.join(src.file_name().unwrap_or_else(|| "index.html".into())) } else { dst_path.to_path_buf() };
             jobs.push(Job::Download(clients.of(&src)?.head(&src)?, to));
         }
     }

@@ -1,22 +1,22 @@
 //! Downloads: many ranged GETs in flight, each into a buffer leased from the job's budget,
 //! handed to a sink as they arrive (in any order), every range pinned to the object's ETag.
 //!
-//! The ranges are scheduled here rather than by object_store's `get_ranges`, which merges
-//! neighbouring ranges into one request: a large object would then come down one connection,
-//! and its memory would not be bounded by our buffers.
+//! Every answer is held to what was asked: a range comes back as 206 with the Content-Range
+//! asked for and exactly its bytes (a 200 for a range, on HTTP, turns the download into one
+//! stream, whose length must be the object's), with the ETag it is pinned to; a download ends
+//! in success only once every byte of the object has been handed on.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cacheless::{AlignedBuf, Budget, Error, ErrorKind, LeaseRequest, Progress, Result};
-use futures::{StreamExt, TryStreamExt};
-use object_store::{GetOptions, GetRange, ObjectStore};
+use futures::TryStreamExt;
+use reqwest::StatusCode;
 
-use crate::client::{not_partial, remote_error, ObjectInfo, Remote};
+use crate::client::{backoff, content_range, header, Conn, Failure, ObjectInfo, Remote};
 use crate::location::{Location, Scheme};
 
 /// Where downloaded bytes go.
@@ -46,34 +46,43 @@ pub struct FetchReport {
 }
 
 /// Why one range failed.
-enum RangeError {
-    Store(object_store::Error),
+pub(crate) enum RangeError {
+    Failed(Failure),
     /// The server ignored the Range header (200 with the whole object).
     NotPartial,
     /// Fewer or more bytes than asked.
     Length(usize),
     /// A response for another version of the object.
     Changed(Option<String>),
+    /// An answer for other bytes than those asked (its Content-Range), or from an object of
+    /// another size than the server said: no retry mends it.
+    Mismatch(String),
 }
 
 impl RangeError {
     /// Whether fetching the range again may mend it: a body cut short or run long, or a
-    /// failure the client gave up retrying (a reset, a stall).
+    /// failure that may pass (a reset, a stall, a 5xx).
     fn retryable(&self) -> bool {
-        matches!(self, RangeError::Length(_) | RangeError::Store(object_store::Error::Generic { .. }))
+        match self {
+            RangeError::Length(_) => true,
+            RangeError::Failed(f) => f.transient(),
+            RangeError::NotPartial | RangeError::Changed(_) | RangeError::Mismatch(_) => false,
+        }
     }
 }
 
-/// The wait before a range's `attempt`-th retry (from 1): 200 ms, doubling, at most 6.4 s.
-fn backoff(attempt: usize) -> Duration {
-    Duration::from_millis(100u64 << attempt.min(6))
+/// Whether range `idx` may be tried again after `attempts` tries that began at `start`.
+fn may_retry(remote: &Remote, e: &RangeError, attempts: usize, start: Instant) -> bool {
+    e.retryable() && attempts <= remote.opts.retries && start.elapsed() + backoff(attempts) <= remote.opts.retry_time
 }
 
 type Done = (usize, AlignedBuf, std::result::Result<usize, RangeError>);
 
-/// Downloads `info`'s object into `sink`: ranges of `remote`'s part size, `concurrency` in
-/// flight, each in a buffer leased from `budget` (the sink may hold up to `sink_holds` of them
-/// at once, in writes in flight). Stops with an `Interrupted` error when `cancel` is set.
+/// Downloads `info`'s object into `sink`: ranges of `remote`'s part size (at most half of
+/// `budget`), `concurrency` in flight, each in a buffer leased from `budget` (the sink may hold
+/// up to `sink_holds` of them at once, in writes in flight). Succeeds only once every byte of
+/// the object has been handed to the sink; stops with an `Interrupted` error when `cancel` is
+/// set.
 pub fn fetch(
     remote: &Remote,
     info: &ObjectInfo,
@@ -90,25 +99,23 @@ pub fn fetch(
         return Ok(report);
     }
     let page = cacheless::sys::page_size();
-    let chunk = remote.opts.range_size();
+    let chunk = range_size(remote, budget);
     let chunks = usize::try_from(size.div_ceil(chunk as u64)).unwrap_or(usize::MAX);
     let want = remote.opts.concurrency.max(1).min(chunks);
     let lease = budget.lease(LeaseRequest::buffers(chunk.min(round_len(size, page)), want + sink_holds).aligned(page));
-    let in_flight = want.min(lease.count());
+    let in_flight = want.min(lease.count()).max(1);
     report.in_flight = in_flight;
     let (tx, rx) = mpsc::channel::<Done>();
     let mut tasks = Tasks::default();
-    let path = Remote::path(&info.location);
-    // An HTTP server may not do ranges: the first range goes alone, and a 200 turns the
-    // download into one stream.
-    let probe = info.location.scheme() == Scheme::Http;
+    // An HTTP server may not do ranges: the first range goes alone (and again alone while it
+    // is retried), and a 200 turns the download into one stream.
+    let mut probed = info.location.scheme() != Scheme::Http;
     let mut next = 0usize;
-    let mut probed = !probe;
     let mut active = 0usize;
-    let mut attempts: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut attempts: BTreeMap<usize, (usize, Instant)> = BTreeMap::new();
     let mut retry: Vec<usize> = Vec::new();
     loop {
-        while active < in_flight && (probed || (active == 0 && next == 0)) && (!retry.is_empty() || next < chunks) {
+        while active < in_flight && (probed || active == 0) && (!retry.is_empty() || next < chunks) {
             let Some(buf) = lease.get() else {
                 if active == 0 && !sink.release()? {
                     return Err(Error::new(ErrorKind::Io, "download", info.location.to_string(), "no buffer to receive into"));
@@ -123,7 +130,14 @@ pub fn fetch(
                 next - 1
             });
             let range = span(idx, chunk, size);
-            tasks.spawn(remote, get_range(remote.store.clone(), path.clone(), range, info.etag.clone(), buf, idx, tx.clone()));
+            let conn = remote.conn.clone();
+            let (loc, etag, tx) = (info.location.clone(), info.etag.clone(), tx.clone());
+            tasks.spawn(remote, async move {
+                let mut buf = buf;
+                let want = usize::try_from(range.end - range.start).unwrap_or(usize::MAX).min(buf.capacity());
+                let res = get_into(&conn, &loc, range, size, etag.as_deref(), &mut buf[..want]).await;
+                let _ = tx.send((idx, buf, res));
+            });
             report.ranges += 1;
             active += 1;
         }
@@ -152,24 +166,49 @@ pub fn fetch(
                 break;
             }
             Err(e) => {
-                let n = attempts.entry(idx).or_insert(0);
+                let (n, first) = attempts.entry(idx).or_insert((0, Instant::now()));
                 *n += 1;
-                if !e.retryable() || *n > remote.opts.retries {
-                    return Err(range_error(&info.location, &range, info.etag.as_deref(), e));
+                if !may_retry(remote, &e, *n, *first) {
+                    return Err(range_error(remote, &info.location, &range, info.etag.as_deref(), e, *n));
                 }
                 drop(buf);
                 report.retried += 1;
-                std::thread::sleep(backoff(*n));
+                sleep_unless(cancel, backoff(*n));
                 retry.push(idx);
             }
         }
+    }
+    if report.bytes != size {
+        // Never a success with less than the object: whatever the way here, it is an error.
+        let msg = format!("{} B of the object's {size} B came", report.bytes);
+        return Err(Error::new(ErrorKind::Io, "download", info.location.to_string(), msg));
     }
     report.elapsed_s = start.elapsed().as_secs_f64();
     Ok(report)
 }
 
+/// The bytes one ranged GET asks for: the part size, within half of `budget` (two ranges in
+/// flight at least, whatever `--part-size` says), in whole pages.
+pub(crate) fn range_size(remote: &Remote, budget: &Budget) -> usize {
+    let page = cacheless::sys::page_size();
+    let half = (budget.limit() / 2) / page * page;
+    remote.opts.range_size().min(half.max(page))
+}
+
+/// Sleeps `d`, in slices, ending early once `cancel` is set.
+fn sleep_unless(cancel: &AtomicBool, d: Duration) {
+    let until = Instant::now() + d;
+    while !cancel.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        std::thread::sleep((until - now).min(Duration::from_millis(50)));
+    }
+}
+
 /// The server sends the whole object in one response (no ranges): its bytes go to the sink
-/// in buffers of the part size, in order.
+/// in buffers of the range size, in order; there must be exactly the object's size of them.
 fn stream_whole(
     remote: &Remote,
     info: &ObjectInfo,
@@ -180,7 +219,7 @@ fn stream_whole(
     report: &mut FetchReport,
 ) -> Result<()> {
     let page = cacheless::sys::page_size();
-    let chunk = remote.opts.range_size();
+    let chunk = range_size(remote, budget);
     let lease = budget.lease(LeaseRequest::buffers(chunk.min(round_len(info.size, page)), 2).aligned(page));
     let loc = &info.location;
     let mut body = whole_body(remote, info)?;
@@ -190,11 +229,16 @@ fn stream_whole(
         if cancel.load(Ordering::Relaxed) {
             return Err(Error::new(ErrorKind::Interrupted, "download", loc.to_string(), "interrupted"));
         }
-        let Some(piece) = remote.rt.block_on(body.next()) else { break };
-        let mut piece = &piece.map_err(|e| remote_error("download", loc, &e))?[..];
+        let piece = match remote.rt.block_on(until_cancelled(cancel, next_piece(&remote.conn, &mut body))) {
+            None => return Err(Error::new(ErrorKind::Interrupted, "download", loc.to_string(), "interrupted")),
+            Some(Ok(Some(p))) => p,
+            Some(Ok(None)) => break,
+            Some(Err(e)) => return Err(range_error(remote, loc, &(0..info.size), info.etag.as_deref(), e, 1)),
+        };
+        let mut piece = &piece[..];
         while !piece.is_empty() {
             if at + piece.len() as u64 > info.size {
-                return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Length(usize::MAX)));
+                return Err(range_error(remote, loc, &(0..info.size), info.etag.as_deref(), RangeError::Length(usize::MAX), 1));
             }
             let (mut buf, mut len) = match cur.take() {
                 Some(c) => c,
@@ -224,21 +268,41 @@ fn stream_whole(
         }
     }
     if at != info.size {
-        return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Length(usize::try_from(at).unwrap_or(usize::MAX))));
+        return Err(range_error(remote, loc, &(0..info.size), info.etag.as_deref(), RangeError::Length(usize::try_from(at).unwrap_or(usize::MAX)), 1));
     }
     report.bytes = at;
     Ok(())
 }
 
-/// The whole object in one GET (a server without ranges), pinned to `info`'s ETag: its body.
-fn whole_body(remote: &Remote, info: &ObjectInfo) -> Result<futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>> {
-    let loc = &info.location;
-    let opts = GetOptions { if_match: info.etag.clone(), ..GetOptions::default() };
-    let res = remote.rt.block_on(remote.store.get_opts(&Remote::path(loc), opts)).map_err(|e| remote_error("download", loc, &e))?;
-    if res.meta.e_tag.is_some() && res.meta.e_tag != info.etag {
-        return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Changed(res.meta.e_tag)));
+/// The next piece of a body, rate-limited; `None` at its end.
+async fn next_piece(conn: &Conn, body: &mut reqwest::Response) -> std::result::Result<Option<bytes::Bytes>, RangeError> {
+    match body.chunk().await {
+        Ok(Some(p)) => {
+            if let Some(rate) = &conn.rate {
+                tokio::time::sleep(rate.reserve(p.len() as u64)).await;
+            }
+            Ok(Some(p))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => Err(RangeError::Failed(conn.transport(e))),
     }
-    Ok(res.into_stream())
+}
+
+/// The whole object in one GET (a server without ranges), pinned to `info`'s ETag: the
+/// response, its body still to read.
+fn whole_body(remote: &Remote, info: &ObjectInfo) -> Result<reqwest::Response> {
+    let loc = &info.location;
+    let r = remote.rt.block_on(remote.conn.get(loc, None, info.etag.as_deref())).map_err(|f| remote.conn.error("download", loc, f))?;
+    let etag = header(r.headers(), reqwest::header::ETAG).map(str::to_string);
+    if etag.is_some() && info.etag.is_some() && etag != info.etag {
+        return Err(range_error(remote, loc, &(0..info.size), info.etag.as_deref(), RangeError::Changed(etag), 1));
+    }
+    let len = header(r.headers(), reqwest::header::CONTENT_LENGTH).and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(len) = len.filter(|&l| l != info.size) {
+        let m = format!("the server sends {len} B for the whole object, whose size it said was {} B", info.size);
+        return Err(range_error(remote, loc, &(0..info.size), info.etag.as_deref(), RangeError::Mismatch(m), 1));
+    }
+    Ok(r)
 }
 
 /// The next answer on `rx` from a transfer's tasks, checking `cancel` every 100 ms: an
@@ -269,15 +333,30 @@ fn span(idx: usize, chunk: usize, size: u64) -> Range<u64> {
     start..(start + chunk as u64).min(size)
 }
 
-fn range_error(loc: &Location, range: &Range<u64>, etag: Option<&str>, e: RangeError) -> Error {
+fn range_error(remote: &Remote, loc: &Location, range: &Range<u64>, etag: Option<&str>, e: RangeError, attempts: usize) -> Error {
     let at = format!("bytes {}-{}", range.start, range.end.saturating_sub(1));
+    let tries = if attempts > 1 { format!(" (all {attempts} attempts)") } else { String::new() };
     match e {
-        RangeError::Store(e) => remote_error("download", loc, &e),
-        RangeError::NotPartial => Error::new(ErrorKind::Io, "download", loc.to_string(), format!("{at}: the server sent the whole object for a range")),
-        RangeError::Length(got) => {
-            Error::new(ErrorKind::Io, "download", loc.to_string(), format!("{at}: the server sent {got} B, not the range's {} B", range.end - range.start))
-                .with_note("the body was cut short or ran long, and retries did not mend it")
+        RangeError::Failed(mut f) => {
+            if let Failure::Status { attempts: a, .. } | Failure::Transport { attempts: a, .. } = &mut f {
+                *a = attempts;
+            }
+            remote.conn.error("download", loc, f)
         }
+        RangeError::NotPartial => Error::new(ErrorKind::Io, "download", loc.to_string(), format!("{at}: the server sent the whole object for a range")),
+        RangeError::Length(got) => Error::new(
+            ErrorKind::Io,
+            "download",
+            loc.to_string(),
+            format!(
+                "{at}: the server sent {} B, not the range's {} B{tries}",
+                if got == usize::MAX { "more".to_string() } else { got.to_string() },
+                range.end - range.start
+            ),
+        )
+        .with_note("the body was cut short or ran long, and retries did not mend it"),
+        RangeError::Mismatch(m) => Error::new(ErrorKind::Io, "download", loc.to_string(), format!("{at}: {m}"))
+            .with_note("the server's answers do not agree with each other: nothing was kept"),
         RangeError::Changed(now) => Error::new(
             ErrorKind::Changed,
             "download",
@@ -286,21 +365,6 @@ fn range_error(loc: &Location, range: &Range<u64>, etag: Option<&str>, e: RangeE
         )
         .with_note("run it again to fetch the new version; nothing of the old one was kept"),
     }
-}
-
-/// One ranged GET into `buf`, pinned to `etag`; sends the buffer back whatever happens.
-async fn get_range(
-    store: Arc<dyn ObjectStore>,
-    path: object_store::path::Path,
-    range: Range<u64>,
-    etag: Option<String>,
-    mut buf: AlignedBuf,
-    idx: usize,
-    tx: mpsc::Sender<Done>,
-) {
-    let want = usize::try_from(range.end - range.start).unwrap_or(usize::MAX).min(buf.capacity());
-    let res = get_into(&*store, &path, range, etag.as_deref(), &mut buf[..want]).await;
-    let _ = tx.send((idx, buf, res));
 }
 
 /// The transfer's tasks on the runtime: aborted when the transfer ends early.
@@ -389,11 +453,10 @@ pub fn fetch_into(remote: &Remote, info: &ObjectInfo, pieces: Vec<(u64, &mut [u8
         return Ok(report);
     }
     work.sort_unstable_by_key(|p| p.0);
-    let path = Remote::path(loc);
     let etag = info.etag.as_deref();
     let retried = std::sync::atomic::AtomicU64::new(0);
-    let ctx = Piece { remote, path: &path, etag, progress, retried: &retried };
-    let fail = |(range, e): (Range<u64>, RangeError)| range_error(loc, &range, etag, e);
+    let ctx = Piece { remote, loc, size: info.size, etag, progress, retried: &retried };
+    let fail = |(range, e, n): (Range<u64>, RangeError, usize)| range_error(remote, loc, &range, etag, e, n);
     let interrupted = || Error::new(ErrorKind::Interrupted, "download", loc.to_string(), "interrupted");
     report.ranges = work.len() as u64;
     report.in_flight = remote.opts.concurrency.max(1).min(work.len());
@@ -402,7 +465,7 @@ pub fn fetch_into(remote: &Remote, info: &ObjectInfo, pieces: Vec<(u64, &mut [u8
     if let Some(first) = work.first_mut().filter(|_| loc.scheme() == Scheme::Http) {
         match remote.rt.block_on(until_cancelled(cancel, ctx.get(first))).ok_or_else(interrupted)? {
             Ok(()) => skip = 1,
-            Err((_, RangeError::NotPartial)) => {
+            Err((_, RangeError::NotPartial, _)) => {
                 report.ranged = false;
                 report.ranges = 0;
                 report.in_flight = 1;
@@ -424,7 +487,8 @@ pub fn fetch_into(remote: &Remote, info: &ObjectInfo, pieces: Vec<(u64, &mut [u8
 /// What every range of a [`fetch_into`] shares.
 struct Piece<'a> {
     remote: &'a Remote,
-    path: &'a object_store::path::Path,
+    loc: &'a Location,
+    size: u64,
     etag: Option<&'a str>,
     progress: Option<&'a Progress>,
     retried: &'a std::sync::atomic::AtomicU64,
@@ -432,11 +496,12 @@ struct Piece<'a> {
 
 impl Piece<'_> {
     /// One piece's ranged GET, retried with backoff when it fails or comes back short.
-    async fn get(&self, p: &mut (u64, &mut [u8])) -> std::result::Result<(), (Range<u64>, RangeError)> {
+    async fn get(&self, p: &mut (u64, &mut [u8])) -> std::result::Result<(), (Range<u64>, RangeError, usize)> {
         let range = p.0..p.0 + p.1.len() as u64;
         let mut attempt = 0usize;
+        let first = Instant::now();
         loop {
-            match get_into(&*self.remote.store, self.path, range.clone(), self.etag, p.1).await {
+            match get_into(&self.remote.conn, self.loc, range.clone(), self.size, self.etag, p.1).await {
                 Ok(n) => {
                     if let Some(pr) = self.progress {
                         pr.add_bytes(n as u64);
@@ -445,8 +510,8 @@ impl Piece<'_> {
                 }
                 Err(e) => {
                     attempt += 1;
-                    if !e.retryable() || attempt > self.remote.opts.retries {
-                        return Err((range, e));
+                    if !may_retry(self.remote, &e, attempt, first) {
+                        return Err((range, e, attempt));
                     }
                     self.retried.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(backoff(attempt)).await;
@@ -475,23 +540,34 @@ async fn until_cancelled<T>(cancel: &AtomicBool, f: impl std::future::Future<Out
     }
 }
 
-/// One ranged GET copied into `buf`, pinned to `etag`.
-async fn get_into(
-    store: &dyn ObjectStore,
-    path: &object_store::path::Path,
-    range: Range<u64>,
-    etag: Option<&str>,
-    buf: &mut [u8],
-) -> std::result::Result<usize, RangeError> {
-    let opts = GetOptions { range: Some(GetRange::Bounded(range)), if_match: etag.map(str::to_string), ..GetOptions::default() };
-    let r = store.get_opts(path, opts).await.map_err(|e| if not_partial(&e) { RangeError::NotPartial } else { RangeError::Store(e) })?;
-    if r.meta.e_tag.is_some() && r.meta.e_tag.as_deref() != etag {
-        return Err(RangeError::Changed(r.meta.e_tag));
+/// One ranged GET of an object of `size` bytes copied into `buf`, pinned to `etag`: the answer
+/// must be 206 for exactly `range` (its Content-Range, the object's size, the ETag), with
+/// exactly `buf.len()` bytes.
+async fn get_into(conn: &Conn, loc: &Location, range: Range<u64>, size: u64, etag: Option<&str>, buf: &mut [u8]) -> std::result::Result<usize, RangeError> {
+    let mut r = conn.get(loc, Some(range.clone()), etag).await.map_err(|f| match f {
+        Failure::Status { status, .. } if status == StatusCode::RANGE_NOT_SATISFIABLE => {
+            RangeError::Mismatch(format!("the server has no such range: the object is shorter than the {size} B it said"))
+        }
+        Failure::Status { status, .. } if status == StatusCode::PRECONDITION_FAILED => RangeError::Changed(None),
+        f => RangeError::Failed(f),
+    })?;
+    if r.status() != StatusCode::PARTIAL_CONTENT {
+        return Err(RangeError::NotPartial);
     }
-    let mut body = r.into_stream();
+    let got = header(r.headers(), reqwest::header::ETAG).map(str::to_string);
+    if got.is_some() && etag.is_some() && got.as_deref() != etag {
+        return Err(RangeError::Changed(got));
+    }
+    match content_range(r.headers()) {
+        Some((a, b, total)) if a == range.start && b + 1 == range.end && total.is_none_or(|t| t == size) => {}
+        Some((a, b, total)) => {
+            let of = total.map_or("*".to_string(), |t| t.to_string());
+            return Err(RangeError::Mismatch(format!("the server answered with bytes {a}-{b}/{of} (the object's size was {size} B)")));
+        }
+        None => return Err(RangeError::Mismatch("the server answered a range without saying which (no Content-Range)".into())),
+    }
     let mut at = 0usize;
-    while let Some(piece) = body.next().await {
-        let piece = piece.map_err(RangeError::Store)?;
+    while let Some(piece) = next_piece(conn, &mut r).await? {
         let end = at + piece.len();
         let Some(dst) = buf.get_mut(at..end) else { return Err(RangeError::Length(end)) };
         dst.copy_from_slice(&piece);
@@ -510,11 +586,12 @@ fn scatter(remote: &Remote, info: &ObjectInfo, work: &mut [(u64, &mut [u8])], ca
     let mut body = whole_body(remote, info)?;
     let (mut at, mut i, mut placed) = (0u64, 0usize, 0u64);
     while i < work.len() {
-        if cancel.load(Ordering::Relaxed) {
-            return Err(Error::new(ErrorKind::Interrupted, "download", loc.to_string(), "interrupted"));
-        }
-        let Some(piece) = remote.rt.block_on(body.next()) else { break };
-        let piece = piece.map_err(|e| remote_error("download", loc, &e))?;
+        let piece = match remote.rt.block_on(until_cancelled(cancel, next_piece(&remote.conn, &mut body))) {
+            None => return Err(Error::new(ErrorKind::Interrupted, "download", loc.to_string(), "interrupted")),
+            Some(Ok(Some(p))) => p,
+            Some(Ok(None)) => break,
+            Some(Err(e)) => return Err(range_error(remote, loc, &(0..info.size), info.etag.as_deref(), e, 1)),
+        };
         let end = at + piece.len() as u64;
         // Every piece that overlaps [at, end) takes its part; those that end here are done.
         let mut j = i;
@@ -541,7 +618,7 @@ fn scatter(remote: &Remote, info: &ObjectInfo, work: &mut [(u64, &mut [u8])], ca
     }
     let want: u64 = work.iter().map(|p| p.1.len() as u64).sum();
     if placed != want {
-        return Err(range_error(loc, &(0..info.size), info.etag.as_deref(), RangeError::Length(usize::try_from(at).unwrap_or(usize::MAX))));
+        return Err(range_error(remote, loc, &(0..info.size), info.etag.as_deref(), RangeError::Length(usize::try_from(at).unwrap_or(usize::MAX)), 1));
     }
     Ok(placed)
 }

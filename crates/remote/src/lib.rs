@@ -1,8 +1,8 @@
 //! `s3://` and `http(s)://` objects for cacheless: downloads as many ranged GETs in flight,
 //! each into a buffer leased from the job's memory budget and landed with direct I/O at its
 //! offset; uploads read with direct I/O and sent as multipart uploads that appear only when
-//! complete. The client is Apache Arrow's `object_store` (SigV4, the AWS credential chain,
-//! retries), run on a small private tokio runtime behind blocking calls.
+//! complete. Requests are reqwest's, signed with object_store's SigV4 over its AWS credential
+//! chain, run on a small private tokio runtime behind blocking calls.
 //!
 //! ```no_run
 //! use std::sync::atomic::AtomicBool;
@@ -23,10 +23,11 @@ mod client;
 mod copy;
 mod fetch;
 mod location;
+mod s3;
 mod stream;
 mod transfer;
 
-pub use client::{ObjectInfo, Remote, RemoteOptions, DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MAX_PARTS, MIN_PART_SIZE};
+pub use client::{Credentials, ObjectInfo, Remote, RemoteOptions, DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MAX_PARTS, MIN_PART_SIZE};
 pub use copy::{copy, CopyOptions, CopyReport, OnDone, OnError, Transfer};
 pub use fetch::{fetch, fetch_into, read_all, read_into, FetchReport, Ordered, Sink};
 pub use location::{is_url, url_of, Location, Scheme};

@@ -9,9 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cacheless::{AlignedBuf, Budget, Error, ErrorKind, Lease, LeaseRequest, Result};
-use object_store::{MultipartUpload, ObjectStoreExt};
 
-use crate::client::{check_writable, remote_error, ObjectInfo, Remote};
+use crate::client::{check_writable, Failure, Multipart, ObjectInfo, Remote};
 use crate::fetch::{fetch, receive, Ordered, Tasks};
 use crate::location::Location;
 
@@ -109,10 +108,10 @@ struct Inner {
     part: usize,
     lease: Lease,
     cur: Option<(AlignedBuf, usize)>,
-    upload: Option<Box<dyn MultipartUpload>>,
+    upload: Option<Multipart>,
     tasks: Tasks,
-    tx: SyncSender<object_store::Result<()>>,
-    rx: Receiver<object_store::Result<()>>,
+    tx: SyncSender<std::result::Result<(), Failure>>,
+    rx: Receiver<std::result::Result<(), Failure>>,
     active: usize,
     in_flight: usize,
     parts: u64,
@@ -136,8 +135,9 @@ pub struct UploadHandle(Arc<Mutex<Inner>>);
 pub fn upload_stream(remote: Arc<Remote>, dest: &Location, budget: &Budget, cancel: Arc<AtomicBool>) -> Result<(ObjectWriter, UploadHandle)> {
     check_writable(dest)?;
     let page = cacheless::sys::page_size();
-    // The size is unknown: the smallest part the options allow.
-    let part = crate::transfer::part_size(0, remote.opts.part_size);
+    // The size is unknown: the part size asked for, within the budget.
+    let part = crate::transfer::part_size(0, remote.opts.part_size.min(budget.limit() >> 20 << 20));
+    crate::transfer::check_fits(part, budget, dest)?;
     let want = remote.opts.concurrency.max(1) + 1;
     let lease = budget.lease(LeaseRequest::buffers(part, want).aligned(page));
     let in_flight = lease.count().saturating_sub(1).max(1);
@@ -164,8 +164,8 @@ pub fn upload_stream(remote: Arc<Remote>, dest: &Location, budget: &Budget, canc
 }
 
 impl Inner {
-    fn err(&self, e: &object_store::Error) -> Error {
-        remote_error("upload", &self.dest, e)
+    fn err(&self, f: Failure) -> Error {
+        self.remote.conn.error("upload", &self.dest, f)
     }
 
     fn interrupted(&self) -> Result<()> {
@@ -179,7 +179,7 @@ impl Inner {
     fn wait_one(&mut self) -> Result<()> {
         let r = receive(&self.rx, &self.cancel, "upload", &self.dest)?;
         self.active -= 1;
-        r.map_err(|e| self.err(&e).with_note("a part failed; the upload was aborted"))
+        r.map_err(|f| self.err(f).with_note("a part failed; the upload was aborted"))
     }
 
     fn buffer(&mut self) -> Result<AlignedBuf> {
@@ -198,15 +198,13 @@ impl Inner {
 
     fn send(&mut self, buf: AlignedBuf, len: usize) -> Result<()> {
         if self.upload.is_none() {
-            let path = Remote::path(&self.dest);
-            let up = self.remote.rt.block_on(self.remote.store.put_multipart(&path)).map_err(|e| self.err(&e))?;
-            self.upload = Some(up);
+            self.upload = Some(Multipart::start(&self.remote, &self.dest)?);
         }
         while self.active >= self.in_flight {
             self.wait_one()?;
         }
         let Some(up) = self.upload.as_mut() else { return Ok(()) };
-        let sent = up.put_part(crate::transfer::payload(buf, len));
+        let sent = up.part(crate::transfer::payload(buf, len));
         let tx = self.tx.clone();
         self.tasks.spawn(&self.remote, async move {
             let _ = tx.send(sent.await);
@@ -249,9 +247,9 @@ impl Inner {
                 Some(c) => c,
                 None => (self.buffer()?, 0),
             };
-            let path = Remote::path(&self.dest);
-            let put = self.remote.rt.block_on(self.remote.store.put(&path, crate::transfer::payload(buf, len))).map_err(|e| self.err(&e))?;
-            return Ok(StreamReport { bytes: self.bytes, parts: 0, etag: put.e_tag });
+            let put = self.remote.rt.block_on(self.remote.conn.put(&self.dest, crate::transfer::payload(buf, len)));
+            let etag = put.map_err(|f| self.err(f))?;
+            return Ok(StreamReport { bytes: self.bytes, parts: 0, etag });
         }
         if let Some((buf, len)) = self.cur.take() {
             self.send(buf, len)?;
@@ -260,16 +258,11 @@ impl Inner {
             self.wait_one()?;
         }
         self.interrupted()?;
-        let Some(mut up) = self.upload.take() else {
+        let Some(up) = self.upload.take() else {
             return Err(Error::new(ErrorKind::Io, "upload", self.dest.to_string(), "the upload was closed already"));
         };
-        match self.remote.rt.block_on(up.complete()) {
-            Ok(put) => Ok(StreamReport { bytes: self.bytes, parts: self.parts, etag: put.e_tag }),
-            Err(e) => {
-                let _ = self.remote.rt.block_on(up.abort());
-                Err(self.err(&e).with_note("completing the upload failed; it was aborted"))
-            }
-        }
+        let etag = up.complete()?;
+        Ok(StreamReport { bytes: self.bytes, parts: self.parts, etag })
     }
 }
 
@@ -278,7 +271,7 @@ impl Drop for Inner {
         // The parts in flight first, then the upload: the server keeps nothing.
         self.tasks = Tasks::default();
         if let Some(mut up) = self.upload.take() {
-            let _ = self.remote.rt.block_on(up.abort());
+            up.abort();
         }
     }
 }
@@ -304,7 +297,7 @@ impl UploadHandle {
         if r.is_err() {
             inner.tasks = Tasks::default();
             if let Some(mut up) = inner.upload.take() {
-                let _ = inner.remote.rt.block_on(up.abort());
+                up.abort();
             }
         }
         r

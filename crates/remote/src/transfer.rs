@@ -14,9 +14,8 @@ use cacheless::{
     AlignedBuf, Budget, Decision, Error, ErrorKind, IoOptions, LeaseRequest, Progress, ReadOptions, Reader, Result, WriteOptions, WriteReport, Writer,
 };
 use md5::{Digest, Md5};
-use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 
-use crate::client::{check_writable, remote_error, ObjectInfo, Remote, MAX_PARTS, MIN_PART_SIZE};
+use crate::client::{check_writable, Failure, Multipart, ObjectInfo, Remote, MAX_PARTS, MIN_PART_SIZE};
 use crate::fetch::{fetch, receive, FetchReport, Sink};
 use crate::location::Location;
 
@@ -166,17 +165,19 @@ pub fn upload_file(
     let start = Instant::now();
     let page = cacheless::sys::page_size();
     // The reader's share of the budget apart from the parts', so neither waits on the other.
-    let shares = io.budget.split(&[io.block_size.max(page) * 2, io.budget.limit().saturating_sub(io.block_size.max(page) * 2).max(MIN_PART_SIZE)]);
+    let reading = (io.block_size.max(page) * 2).min(io.budget.limit() / 4);
+    let shares = io.budget.split(&[reading, io.budget.limit().saturating_sub(reading).max(page)]);
     let mut ro = ReadOptions::from(IoOptions { budget: shares.part(0).clone(), queue_depth: 1, ..io.clone() });
     ro.extra_buffers = 0;
     let mut r = Reader::open(src, &ro)?;
     let size = r.len();
     let read = r.decision().clone();
-    let part = part_size(size, remote.opts.part_size);
-    let path = Remote::path(dest);
+    let parts_budget: &Budget = shares.part(1);
+    // The part size asked for, within the budget (S3's floor and the 10,000 parts permitting).
+    let part = part_size(size, remote.opts.part_size.min(parts_budget.limit() >> 20 << 20));
+    check_fits(part.min(cacheless::round_up(usize::try_from(size).unwrap_or(usize::MAX).max(1), page)), parts_budget, dest)?;
     let url = dest.to_string();
     let interrupted = || Error::new(ErrorKind::Interrupted, "upload", url.clone(), "interrupted");
-    let parts_budget: &Budget = shares.part(1);
     if size <= part as u64 {
         let len = usize::try_from(size).unwrap_or(usize::MAX);
         let lease = parts_budget.lease(LeaseRequest::one(cacheless::round_up(len.max(1), page)).aligned(page));
@@ -187,27 +188,25 @@ pub fn upload_file(
         if cancel.load(Ordering::Relaxed) {
             return Err(interrupted());
         }
-        let put = remote.rt.block_on(remote.store.put(&path, payload(buf, len))).map_err(|e| remote_error("upload", dest, &e))?;
+        let etag = remote.rt.block_on(remote.conn.put(dest, payload(buf, len))).map_err(|f| remote.conn.error("upload", dest, f))?;
         if let Some(p) = progress {
             p.add_bytes(size);
         }
-        let verified = check(expected, put.e_tag.as_deref(), dest)?;
-        return Ok(UploadReport { bytes: size, parts: 0, etag: put.e_tag, read, elapsed_s: start.elapsed().as_secs_f64(), verified });
+        let verified = check(expected, etag.as_deref(), dest)?;
+        return Ok(UploadReport { bytes: size, parts: 0, etag, read, elapsed_s: start.elapsed().as_secs_f64(), verified });
     }
     let lease = parts_budget.lease(LeaseRequest::buffers(part, remote.opts.concurrency.max(1) + 1).aligned(page));
-    let in_flight = remote.opts.concurrency.max(1).min(lease.count());
-    let upload = remote.rt.block_on(remote.store.put_multipart(&path)).map_err(|e| remote_error("upload", dest, &e))?;
-    let mut guard = Open { remote, upload: Some(upload) };
-    let (tx, rx) = mpsc::channel::<(u64, object_store::Result<()>)>();
+    let in_flight = remote.opts.concurrency.max(1).min(lease.count()).max(1);
+    let mut up = Multipart::start(remote, dest)?;
+    let (tx, rx) = mpsc::channel::<(u64, std::result::Result<(), Failure>)>();
     let mut tasks = crate::fetch::Tasks::default();
     let mut active = 0usize;
     let mut off = 0u64;
-    let mut parts = 0u64;
     let mut sums = Md5::new();
     let wait = |active: &mut usize| -> Result<()> {
         let (at, res) = receive(&rx, cancel, "upload", dest)?;
         *active -= 1;
-        res.map_err(|e| remote_error("upload", dest, &e).with_note(format!("the part at byte {at} failed; the upload was aborted")))
+        res.map_err(|f| remote.conn.error("upload", dest, f).with_note(format!("the part at byte {at} failed; the upload was aborted")))
     };
     while off < size {
         if cancel.load(Ordering::Relaxed) {
@@ -231,14 +230,12 @@ pub fn upload_file(
         if verify {
             sums.update(Md5::digest(&buf[..len]));
         }
-        let Some(up) = guard.upload.as_mut() else { break };
-        let sent = up.put_part(payload(buf, len));
+        let sent = up.part(payload(buf, len));
         let (tx, at) = (tx.clone(), off);
         tasks.spawn(remote, async move {
             let _ = tx.send((at, sent.await));
         });
         active += 1;
-        parts += 1;
         off += len as u64;
         if let Some(p) = progress {
             p.add_bytes(len as u64);
@@ -248,10 +245,26 @@ pub fn upload_file(
         wait(&mut active)?;
     }
     r.check_unchanged()?;
-    let put = guard.complete(dest)?;
+    let parts = up.count();
+    let etag = up.complete()?;
     let expected = verify.then(|| format!("{}-{parts}", hex(&sums.finalize())));
-    let verified = check(expected, put.e_tag.as_deref(), dest)?;
-    Ok(UploadReport { bytes: size, parts, etag: put.e_tag, read, elapsed_s: start.elapsed().as_secs_f64(), verified })
+    let verified = check(expected, etag.as_deref(), dest)?;
+    Ok(UploadReport { bytes: size, parts, etag, read, elapsed_s: start.elapsed().as_secs_f64(), verified })
+}
+
+/// An error unless a part of `part` bytes fits `budget`: S3's parts are at least 5 MiB, and a
+/// large object's larger (10,000 parts at most), so a budget below one part cannot upload it
+/// (rather than exceed the budget).
+pub(crate) fn check_fits(part: usize, budget: &Budget, dest: &Location) -> Result<()> {
+    if part <= budget.limit() {
+        return Ok(());
+    }
+    let m = format!(
+        "a part of {} does not fit in the memory budget's {} for parts",
+        cacheless::human_bytes(part as f64),
+        cacheless::human_bytes(budget.limit() as f64)
+    );
+    Err(Error::new(ErrorKind::InvalidInput, "upload", dest.to_string(), m).with_note("raise --memory, or lower --part-size (parts are at least 5 MiB)"))
 }
 
 /// Compares the ETag the bytes make with the server's.
@@ -289,42 +302,12 @@ fn read_part(r: &mut Reader, buf: &mut AlignedBuf, off: u64, len: usize) -> Resu
 
 /// `buf[..len]` as a request body, without a copy: the buffer returns to its lease when the
 /// client drops the body (after the part is sent, retries included).
-pub(crate) fn payload(buf: AlignedBuf, len: usize) -> PutPayload {
+pub(crate) fn payload(buf: AlignedBuf, len: usize) -> Bytes {
     struct Part(AlignedBuf, usize);
     impl AsRef<[u8]> for Part {
         fn as_ref(&self) -> &[u8] {
             &self.0[..self.1]
         }
     }
-    PutPayload::from(Bytes::from_owner(Part(buf, len)))
-}
-
-/// A multipart upload not yet completed: aborted when dropped, so that an error, Ctrl-C or
-/// SIGTERM leaves no parts behind.
-struct Open<'a> {
-    remote: &'a Remote,
-    upload: Option<Box<dyn MultipartUpload>>,
-}
-
-impl Open<'_> {
-    fn complete(&mut self, dest: &Location) -> Result<object_store::PutResult> {
-        let Some(mut up) = self.upload.take() else {
-            return Err(Error::new(ErrorKind::Io, "upload", dest.to_string(), "the upload was closed already"));
-        };
-        match self.remote.rt.block_on(up.complete()) {
-            Ok(r) => Ok(r),
-            Err(e) => {
-                let _ = self.remote.rt.block_on(up.abort());
-                Err(remote_error("upload", dest, &e).with_note("completing the upload failed; it was aborted"))
-            }
-        }
-    }
-}
-
-impl Drop for Open<'_> {
-    fn drop(&mut self) {
-        if let Some(mut up) = self.upload.take() {
-            let _ = self.remote.rt.block_on(up.abort());
-        }
-    }
+    Bytes::from_owner(Part(buf, len))
 }

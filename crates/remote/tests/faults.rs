@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use cacheless::{Budget, ErrorKind, IoOptions, WriteOptions};
-use cacheless_remote::{download_file, fetch_into, upload_file, Location, Remote, RemoteOptions};
+use cacheless_remote::{download_file, fetch_into, upload_file, Credentials, Location, Remote, RemoteOptions};
 use cacheless_testkit::proxy::{Fault, FaultProxy, Request};
 use cacheless_testkit::servers::{self, S3};
 
@@ -24,10 +24,16 @@ fn io() -> IoOptions {
 
 /// A client of `s3` through `endpoint` (the proxy), with 1 MiB ranges and a 1 s stall limit.
 fn client(s3: &S3, endpoint: &str, part: usize, retries: usize) -> Remote {
-    let mut o = s3.options();
-    o.retain(|(k, _)| k != "aws_endpoint_url");
-    o.push(("aws_endpoint_url".into(), endpoint.to_string()));
-    let opts = RemoteOptions { part_size: part, storage_options: o, stall: Duration::from_secs(1), retries, ..RemoteOptions::default() };
+    let credentials = Some(Credentials { key_id: s3.key.clone(), secret: s3.secret.clone(), token: None });
+    let opts = RemoteOptions {
+        part_size: part,
+        endpoint: Some(endpoint.to_string()),
+        region: Some("us-east-1".into()),
+        credentials,
+        stall: Duration::from_secs(1),
+        retries,
+        ..RemoteOptions::default()
+    };
     Remote::connect(&Location::parse(&s3.url("")).unwrap(), &opts).unwrap()
 }
 

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cacheless::{Budget, ErrorKind, IoOptions, WriteOptions};
-use cacheless_remote::{copy, download_file, landed_etag, read_all, upload_file, verify_download, CopyOptions, Location, Remote, RemoteOptions, ETAG_XATTR};
+use cacheless_remote::{
+    copy, download_file, landed_etag, read_all, upload_file, verify_download, CopyOptions, Credentials, Location, Remote, RemoteOptions, ETAG_XATTR,
+};
 use cacheless_testkit::servers::{self, S3};
 
 const MIB: usize = 1 << 20;
@@ -22,8 +24,14 @@ fn prefix(test: &str) -> String {
     format!("{test}-{}/", std::process::id())
 }
 
+/// The settings that reach `s3`: its endpoint, region and keys.
+fn s3_options(s3: &S3) -> RemoteOptions {
+    let credentials = Some(Credentials { key_id: s3.key.clone(), secret: s3.secret.clone(), token: None });
+    RemoteOptions { endpoint: Some(s3.endpoint.clone()), region: Some("us-east-1".into()), credentials, ..RemoteOptions::default() }
+}
+
 fn client(s3: &S3, part: usize) -> Remote {
-    let opts = RemoteOptions { part_size: part, storage_options: s3.options(), ..RemoteOptions::default() };
+    let opts = RemoteOptions { part_size: part, ..s3_options(s3) };
     Remote::connect(&Location::parse(&s3.url("")).unwrap(), &opts).unwrap()
 }
 
@@ -109,14 +117,12 @@ fn s3_failures_name_the_url_and_leave_nothing() {
     assert!(e.to_string().contains(&missing.to_string()), "{e}");
     // A missing bucket.
     let nob = Location::parse("s3://no-such-bucket-cacheless/x").unwrap();
-    let r = Remote::connect(&nob, &RemoteOptions { storage_options: s3.options(), ..RemoteOptions::default() }).unwrap();
+    let r = Remote::connect(&nob, &s3_options(&s3)).unwrap();
     let e = r.head(&nob).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     // Wrong credentials.
-    let mut wrong = s3.options();
-    wrong.retain(|(k, _)| k != "aws_secret_access_key");
-    wrong.push(("aws_secret_access_key".into(), "not-the-secret".into()));
-    let r = Remote::connect(&missing, &RemoteOptions { storage_options: wrong, ..RemoteOptions::default() }).unwrap();
+    let wrong = Some(Credentials { key_id: s3.key.clone(), secret: "not-the-secret".into(), token: None });
+    let r = Remote::connect(&missing, &RemoteOptions { credentials: wrong, ..s3_options(&s3) }).unwrap();
     let e = r.head(&missing).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
     assert!(e.note().unwrap_or_default().contains("AWS_SECRET_ACCESS_KEY"), "{e:?}");
@@ -128,10 +134,8 @@ fn s3_failures_name_the_url_and_leave_nothing() {
     assert_eq!(remote.head(&dest).unwrap_err().kind(), ErrorKind::NotFound);
     // A server that is down: a closed port.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut down = s3.options();
-    down.retain(|(k, _)| k != "aws_endpoint_url");
-    down.push(("aws_endpoint_url".into(), format!("http://127.0.0.1:{closed}")));
-    let r = Remote::connect(&missing, &RemoteOptions { storage_options: down, retries: 1, ..RemoteOptions::default() }).unwrap();
+    let down = Some(format!("http://127.0.0.1:{closed}"));
+    let r = Remote::connect(&missing, &RemoteOptions { endpoint: down, retries: 1, ..s3_options(&s3) }).unwrap();
     let e = r.head(&missing).unwrap_err();
     assert!(e.to_string().contains("cannot reach the server"), "{e}");
     assert!(e.note().unwrap_or_default().contains("AWS_ENDPOINT_URL"), "{e:?}");
@@ -217,21 +221,18 @@ fn http_downloads_use_ranges_where_the_server_has_them_and_one_stream_where_not(
 
 #[test]
 fn the_open_upload_check_sees_an_open_upload() {
-    use object_store::{ObjectStoreExt, PutPayload};
+    use std::io::Write;
     let Some(s3) = servers::s3() else { return };
     let pre = prefix("open");
-    let mut b = object_store::aws::AmazonS3Builder::new().with_bucket_name(&s3.bucket).with_allow_http(true);
-    for (k, v) in s3.options() {
-        b = b.with_config(k.parse().unwrap(), v);
-    }
-    let store = b.build().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let path = object_store::path::Path::from(format!("{pre}obj"));
-    let mut up = rt.block_on(store.put_multipart(&path)).unwrap();
-    rt.block_on(up.put_part(PutPayload::from(vec![7u8; 5 * MIB]))).unwrap();
+    let remote = Arc::new(client(&s3, 5 * MIB));
+    let loc = Location::parse(&s3.url(&format!("{pre}obj"))).unwrap();
+    let (mut w, handle) = cacheless_remote::upload_stream(remote, &loc, &Budget::new(32 * MIB), Arc::new(AtomicBool::new(false))).unwrap();
+    w.write_all(&vec![7u8; 6 * MIB]).unwrap();
+    // The first part is on its way once the second begins; give the server a moment to see it.
+    std::thread::sleep(std::time::Duration::from_millis(500));
     assert_eq!(s3.open_uploads(&pre), [format!("{pre}obj")]);
     assert!(s3.open_uploads("elsewhere/").is_empty());
-    rt.block_on(up.abort()).unwrap();
+    drop((w, handle));
     assert!(s3.open_uploads(&pre).is_empty());
 }
 
@@ -251,7 +252,7 @@ fn update_compares_the_etag_a_file_landed_with_and_falls_back_to_size_and_time()
         upload_file(&remote, &src, &loc, &io(), false, &no, None).unwrap();
     };
     let dst = d.path().join("dst");
-    let mut o = CopyOptions::new(io(), RemoteOptions { part_size: MIB, storage_options: s3.options(), ..RemoteOptions::default() });
+    let mut o = CopyOptions::new(io(), RemoteOptions { part_size: MIB, ..s3_options(&s3) });
     o.update = true;
     let fetched = |o: &CopyOptions| {
         let r = copy(&[std::path::PathBuf::from(&url)], &dst, o, &no, &cacheless::Progress::new()).unwrap();

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 use cacheless::{Budget, ErrorKind, IoOptions, Progress, Taken};
-use cacheless_remote::{upload_file, Location, Remote, RemoteOptions};
+use cacheless_remote::{upload_file, Credentials, Location, Remote, RemoteOptions};
 use cacheless_safetensors::{load, load_model, serialize, Dtype, Error, LoadOptions, Loaded, SafeFile, TensorData};
 use cacheless_testkit::servers;
 
@@ -42,7 +42,8 @@ fn contents(l: &Loaded) -> Vec<(String, Vec<u8>)> {
 }
 
 fn s3_options(s3: &servers::S3) -> RemoteOptions {
-    RemoteOptions { part_size: MIB, storage_options: s3.options(), ..RemoteOptions::default() }
+    let credentials = Some(Credentials { key_id: s3.key.clone(), secret: s3.secret.clone(), token: None });
+    RemoteOptions { part_size: MIB, endpoint: Some(s3.endpoint.clone()), region: Some("us-east-1".into()), credentials, ..RemoteOptions::default() }
 }
 
 fn put(s3: &servers::S3, key: &str, local: &Path) -> String {

@@ -30,11 +30,6 @@ impl S3 {
         ]
     }
 
-    /// The same as object_store settings (`storage_options`), for in-process clients.
-    pub fn options(&self) -> Vec<(String, String)> {
-        self.env().into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect()
-    }
-
     /// `s3://BUCKET/KEY`.
     pub fn url(&self, key: &str) -> String {
         format!("s3://{}/{key}", self.bucket)
