@@ -205,7 +205,7 @@ fn failures_exit_1_naming_the_url_and_what_to_try_and_leave_nothing() {
     check(&run(cmd(&s3, Some(&down)).args(["cp", &missing, s(&out)])), &missing, &["cannot reach the server", "AWS_ENDPOINT_URL"]);
     check(&run(cmd(&s3, Some(&down)).args(["cp", s(&src), &up])), &up, &["cannot reach the server"]);
     // A prefix without -r; copying between URLs.
-    check(&run(cmd(&s3, None).args(["cp", &s3.url(&pre), s(&out)])), &s3.url(&pre), &["needs -r"]);
+    check(&run(cmd(&s3, None).args(["cp", &s3.url(&pre), s(&out)])), &s3.url(&pre), &["-r not specified; omitting directory"]);
     let o = run(cmd(&s3, None).args(["cp", &missing, &up]));
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not supported"));

@@ -1,10 +1,11 @@
 //! Module-level calls: info, residency, evict, read_file, write_file, copy, extract, pack, hash.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use cacheless::tree::{copy_tree, TreeOptions};
-use cacheless::{CopyOptions, CreateOptions, Durability, FileAttrs, FileCreator, Progress, ReadOptions, Reflink, Sparse};
+use cacheless::{CreateOptions, Durability, FileAttrs, FileCreator, Progress, ReadOptions, Reflink, Sparse};
+use cacheless_cp::{CpOptions, Existing};
 use cacheless_safetensors::arena::read_whole;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -13,7 +14,9 @@ use serde::Serialize;
 use crate::arena::PyArena;
 use crate::errors;
 use crate::job::{self, Measure};
-use crate::opts::{self, to_py, BlockSize, Callback, Count, DecompressThreads, FrameSize, Memory, QueueDepth, Rate, ReadThreads, Size, Threads};
+use crate::opts::{
+    self, to_py, BlockSize, Callback, Concurrency, Count, DecompressThreads, FrameSize, Memory, PartSize, QueueDepth, Rate, ReadThreads, Retries, Size, Threads,
+};
 use crate::pybuf::Pinned;
 use crate::remote;
 
@@ -100,112 +103,147 @@ pub fn write_file<'py>(py: Python<'py>, path: PathBuf, data: &Bound<'py, PyAny>,
     to_py(py, &rep)
 }
 
-/// Copies a file (durable and atomic; a reflink where the filesystem has them, holes kept,
-/// optionally verified from the disk, optionally rate-limited) and returns its report; into
-/// `dst` when that is a directory. A directory source (with `recursive` or `archive`), or any of
-/// `recursive`, `archive`, `no_clobber` and `update`, runs the engine's tree copy instead, as
-/// `cacheless cp` does, and returns the tree's report; items that failed raise the `OSError`
-/// of the first, with the report in its `report` attribute.
+/// `cacheless cp` from Python: one source to `dst`, with GNU cp's options as keywords (the
+/// command line's names), through the same copy job (`cacheless_cp::copy`) for local paths and
+/// URLs alike; returns the job's report (`cacheless cp --json`'s). Items that failed raise the
+/// `OSError` of the first, with the report in its `report` attribute; an option the operands
+/// cannot honour raises `ValueError` before anything moves.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
-#[pyo3(signature = (src, dst, reflink = "auto", sparse = "auto", verify = None, bwlimit = None, recursive = false, archive = false, no_clobber = false, update = false, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, progress = None, sync = true, threads = None))]
+#[pyo3(signature = (src, dst, *, recursive = false, archive = false, no_clobber = false, update = false, interactive = None, force = false, remove_destination = false, backup = None, suffix = None, preserve = None, no_preserve = None, attributes_only = false, parents = false, link = false, symbolic_link = false, dereference = None, one_file_system = false, copy_contents = false, no_target_directory = false, inplace = false, reflink = "auto", sparse = "auto", verify = None, bwlimit = None, threads = None, sync = true, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, progress = None, endpoint_url = None, region = None, no_sign_request = false, concurrency = None, part_size = None, ca_bundle = None, retries = None, read_timeout = None))]
 pub fn copy<'py>(
     py: Python<'py>,
     src: PathBuf,
     dst: PathBuf,
-    reflink: &str,
-    sparse: &str,
-    verify: Option<&str>,
-    bwlimit: Option<Rate>,
     recursive: bool,
     archive: bool,
     no_clobber: bool,
     update: bool,
+    interactive: Option<Bound<'py, PyAny>>,
+    force: bool,
+    remove_destination: bool,
+    backup: Option<&str>,
+    suffix: Option<String>,
+    preserve: Option<Vec<String>>,
+    no_preserve: Option<Vec<String>>,
+    attributes_only: bool,
+    parents: bool,
+    link: bool,
+    symbolic_link: bool,
+    dereference: Option<&str>,
+    one_file_system: bool,
+    copy_contents: bool,
+    no_target_directory: bool,
+    inplace: bool,
+    reflink: &str,
+    sparse: &str,
+    verify: Option<&str>,
+    bwlimit: Option<Rate>,
+    threads: Option<Count<Threads>>,
+    sync: bool,
     mode: &str,
     backend: &str,
     memory: Option<Size<Memory>>,
     block_size: Option<Size<BlockSize>>,
     queue_depth: Option<Count<QueueDepth>>,
     progress: Option<Callback<'py>>,
-    sync: bool,
-    threads: Option<Count<Threads>>,
+    endpoint_url: Option<String>,
+    region: Option<String>,
+    no_sign_request: bool,
+    concurrency: Option<Count<Concurrency>>,
+    part_size: Option<Size<PartSize>>,
+    ca_bundle: Option<PathBuf>,
+    retries: Option<Count<Retries>>,
+    read_timeout: Option<f64>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let io = opts::io(mode, backend, memory, block_size, queue_depth)?;
-    let reflink: Reflink = opts::word("reflink", reflink)?;
-    let sparse: Sparse = opts::word("sparse", sparse)?;
-    let verify: Option<cacheless::digest::Algo> = verify.map(|a| opts::word("verify", a)).transpose()?;
-    let bwlimit = bwlimit.and_then(|r| r.0);
-    if cacheless_remote::url_of(&src).is_some() || cacheless_remote::url_of(&dst).is_some() {
-        // A download or an upload (docs/remote.md): `recursive`/`archive` copy a prefix or a
-        // folder whole; `verify` checks against the server's ETag.
-        let p = Arc::new(Progress::new());
-        let cancel = p.cancel_flag();
-        let flags = (recursive || archive, no_clobber, update, verify.is_some(), sync);
-        let rep = job::run(py, &p, opts::callback(&progress), || remote::copy(&src, &dst, io, flags, &cancel, &p))?.map_err(|e| errors::engine(&e))?;
-        return to_py(py, &rep);
+    let mut o = CpOptions::new(opts::io(mode, backend, memory, block_size, queue_depth)?);
+    if archive {
+        o = o.archive();
     }
-    // What copies one file, for one file or each of a tree's.
-    let mut co = CopyOptions::new();
-    co.reflink = reflink;
-    co.sparse = sparse;
-    co.verify = verify;
-    co.rate = bwlimit.map(|r| Arc::new(cacheless::RateLimit::new(r)));
-    if recursive || archive || no_clobber || update || src.is_dir() {
-        // `recursive` is `cp -r` (mode and times kept, as this function keeps them for a file),
-        // `archive` is `cp -a`.
-        let mut t = TreeOptions::new(io.clone());
-        if archive {
-            t = t.archive();
-        }
-        t.recursive |= recursive;
-        t.preserve.mode = true;
-        t.preserve.timestamps = true;
+    o.recursive |= recursive;
+    o.copy.reflink = opts::word("reflink", reflink)?;
+    o.copy.sparse = opts::word("sparse", sparse)?;
+    if o.copy.reflink == Reflink::Always && o.copy.sparse != Sparse::Auto {
+        return Err(PyValueError::new_err("reflink=\"always\" can be used only with sparse=\"auto\" (as cp's --reflink and --sparse)"));
+    }
+    o.copy.verify = verify.map(|a| opts::word("verify", a)).transpose()?;
+    o.copy.rate = bwlimit.and_then(|r| r.0).map(|r| Arc::new(cacheless::RateLimit::new(r)));
+    // -n, -i, -u: whichever of -n and -i the caller gives, as cp's last one wins.
+    if no_clobber && interactive.is_some() {
+        return Err(PyValueError::new_err("no_clobber= and interactive= each say what to do with an existing destination: give one"));
+    }
+    if no_clobber {
+        o.existing = Existing::Keep;
+    } else if let Some(ask) = interactive {
+        o.existing = Existing::Ask(opts::ask(ask)?);
+    }
+    o.update = update && !no_clobber;
+    o.force = force;
+    o.remove_destination = remove_destination;
+    if let Some(control) = backup {
         if no_clobber {
-            t.existing = cacheless::tree::Existing::Keep;
+            return Err(PyValueError::new_err("backup= and no_clobber= are mutually exclusive (as cp's --backup and --no-clobber)"));
         }
-        t.update = update && !no_clobber;
-        t.copy = co;
-        t.threads = opts::count(threads);
-        t.sync = sync;
-        t.count_totals = true;
-        let p = Arc::new(Progress::new());
-        let rep = job::run(py, &p, opts::callback(&progress), || copy_tree(std::slice::from_ref(&src), &dst, &t, &p))?.map_err(|e| errors::engine(&e))?;
-        let report = opts::with_leftovers(to_py(py, &rep)?)?;
-        if let Some(e) = &rep.first_error {
-            let err = errors::engine(e);
-            err.value(py).setattr("report", report)?;
-            return Err(err);
+        let kind = cacheless_cp::BackupKind::from_control(control).map_err(|e| PyValueError::new_err(format!("backup=: {e}")))?;
+        let suffix = suffix.or_else(|| std::env::var("SIMPLE_BACKUP_SUFFIX").ok()).filter(|s| !s.is_empty() && !s.contains('/'));
+        o.backup = kind.map(|k| (k, suffix.unwrap_or_else(|| "~".into())));
+    } else if suffix.is_some() {
+        return Err(PyValueError::new_err("suffix= names simple backups: give backup= too"));
+    }
+    for (list, on) in [(preserve, true), (no_preserve, false)] {
+        for w in list.unwrap_or_default() {
+            let attr = opts::word::<cacheless_cp::Attr>(if on { "preserve" } else { "no_preserve" }, w.trim())?;
+            o.set_preserve(attr, on).map_err(|e| PyValueError::new_err(format!("{}=: {e}", if on { "preserve" } else { "no_preserve" })))?;
         }
-        return Ok(report);
     }
-    let (ro, wo) = (ReadOptions::from(io.clone()), opts::write(io, sync, None));
-    let dst = cacheless::tree::target(&src, &dst, dst.is_dir());
-    // A symlink given as the destination is written through, as `cacheless cp`, GNU cp and
-    // shutil.copy write through it: its target gets the copy, the link stays. A dangling one
-    // is refused, as GNU cp refuses it.
-    let dst = match std::fs::symlink_metadata(&dst) {
-        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(&dst)
-            .map_err(|_| errors::engine(&cacheless::Error::new(cacheless::ErrorKind::NotFound, "copy", &dst, "not writing through dangling symlink")))?,
-        _ => dst,
+    o.attributes_only = attributes_only;
+    o.parents = parents;
+    o.link = match (link, symbolic_link) {
+        (true, true) => return Err(PyValueError::new_err("link= and symbolic_link=: cannot make both hard and symbolic links")),
+        (true, false) => cacheless_cp::Link::Hard,
+        (false, true) => cacheless_cp::Link::Symbolic,
+        (false, false) => cacheless_cp::Link::Copy,
     };
-    let p = Progress::new();
-    if let Ok(m) = std::fs::metadata(&src) {
-        p.add_total_bytes(m.len());
+    if let Some(d) = dereference {
+        o.deref = opts::word("dereference", d)?;
     }
-    let stage = || -> cacheless::Result<cacheless::Staged> {
-        let (dir, name) = cacheless::open_parent(&dst)?;
-        cacheless::stage_copy(&src, &dir, &name, &dst, &ro, &wo, &co, None, &p)
-    };
-    let staged = job::run(py, &p, opts::callback(&progress), stage)?.map_err(|e| errors::engine(&e))?;
-    // Named only if no Ctrl-C came meanwhile (see `job::commit`).
-    let mut rep = None;
-    job::commit(py, staged, |s| s.commit().map(|r| rep = Some(r)))?;
-    opts::with_leftovers(to_py(py, &rep)?)
+    o.one_file_system = one_file_system;
+    o.copy_contents = copy_contents;
+    o.inplace = inplace;
+    o.target = if no_target_directory { cacheless_cp::Target::File } else { cacheless_cp::Target::Auto };
+    o.open_dangling = std::env::var_os("POSIXLY_CORRECT").is_some();
+    o.threads = opts::count(threads);
+    o.sync = sync;
+    o.count_totals = true;
+    o.remote = opts::remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)?;
+    let p = Arc::new(Progress::new());
+    // The progress callback's last call comes before the last copy takes its name: one that
+    // raises leaves it unnamed (as every other call's does).
+    let (last_made, raised) = (Arc::new(AtomicBool::new(false)), Arc::new(std::sync::Mutex::new(None)));
+    if let Some(cb) = &progress {
+        o.before_naming = Some(job::last_call_gate(cb.0.clone().unbind(), p.clone(), last_made.clone(), raised.clone()));
+    }
+    let work = || cacheless_cp::copy(std::slice::from_ref(&src), &dst, &o, &p);
+    let rep = job::run_with(py, &p, Measure::Output, opts::callback(&progress), Some(&last_made), work)?;
+    if let Some(e) = raised.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        return Err(e);
+    }
+    let rep = rep.map_err(|e| errors::engine(&e))?;
+    let report = opts::with_leftovers(to_py(py, &rep)?)?;
+    if let Some(e) = &rep.first_error {
+        let err = errors::engine(e);
+        err.value(py).setattr("report", report)?;
+        return Err(err);
+    }
+    if rep.interrupted {
+        return Err(pyo3::exceptions::PyKeyboardInterrupt::new_err("interrupted; files not yet finished were removed"));
+    }
+    Ok(report)
 }
 
 /// Checksum of a file, read without leaving it cached: (hex digest, mode).
 #[pyfunction]
-#[pyo3(signature = (path, algo = "sha256", *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, progress = None))]
+#[pyo3(signature = (path, algo = "sha256", *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, progress = None, endpoint_url = None, region = None, no_sign_request = false, concurrency = None, part_size = None, ca_bundle = None, retries = None, read_timeout = None))]
 #[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
 pub fn hash<'py>(
     py: Python<'py>,
@@ -217,15 +255,24 @@ pub fn hash<'py>(
     block_size: Option<Size<BlockSize>>,
     queue_depth: Option<Count<QueueDepth>>,
     progress: Option<Callback<'py>>,
+    endpoint_url: Option<String>,
+    region: Option<String>,
+    no_sign_request: bool,
+    concurrency: Option<Count<Concurrency>>,
+    part_size: Option<Size<PartSize>>,
+    ca_bundle: Option<PathBuf>,
+    retries: Option<Count<Retries>>,
+    read_timeout: Option<f64>,
 ) -> PyResult<(String, String)> {
     let algo: cacheless::digest::Algo = opts::word("algo", algo)?;
+    let ropts = opts::remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)?;
     let ro = ReadOptions::from(opts::io(mode, backend, memory, block_size, queue_depth)?);
     let p = Progress::new();
     if let Some(url) = cacheless_remote::url_of(&path) {
         let cancel = p.cancel_flag();
         let work = || -> cacheless::Result<(String, String)> {
             let mut h = cacheless::digest::Hasher::new(algo);
-            remote::stream(url, &ro.io.budget, &cancel, &p, |b| {
+            remote::stream(url, &ropts, &ro.io.budget, &cancel, &p, |b| {
                 h.update(b);
                 Ok(())
             })?;
@@ -246,7 +293,7 @@ pub fn hash<'py>(
 /// truncated archive is a `ValueError`; members that could not be written an `OSError` whose
 /// report is in its `report` attribute.
 #[pyfunction]
-#[pyo3(signature = (archive, dest, strip_components = 0, keep_old_files = false, *, mode = "auto", memory = None, threads = None, decompress_threads = None, progress = None, sync = true))]
+#[pyo3(signature = (archive, dest, strip_components = 0, keep_old_files = false, *, mode = "auto", memory = None, threads = None, decompress_threads = None, progress = None, sync = true, endpoint_url = None, region = None, no_sign_request = false, concurrency = None, part_size = None, ca_bundle = None, retries = None, read_timeout = None))]
 #[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
 pub fn extract<'py>(
     py: Python<'py>,
@@ -260,7 +307,16 @@ pub fn extract<'py>(
     decompress_threads: Option<Count<DecompressThreads>>,
     progress: Option<Callback<'py>>,
     sync: bool,
+    endpoint_url: Option<String>,
+    region: Option<String>,
+    no_sign_request: bool,
+    concurrency: Option<Count<Concurrency>>,
+    part_size: Option<Size<PartSize>>,
+    ca_bundle: Option<PathBuf>,
+    retries: Option<Count<Retries>>,
+    read_timeout: Option<f64>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let ropts = opts::remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)?;
     let mut eo = cacheless_archive::ExtractOptions::new(&dest);
     eo.io = opts::io(mode, "auto", memory, None, None)?;
     eo.sync = sync;
@@ -280,9 +336,9 @@ pub fn extract<'py>(
     let input = match cacheless_remote::url_of(&archive) {
         // A URL: its download reads ahead into a share of the budget of its own.
         Some(url) => {
-            let (fetch, rest) = remote::split(&eo.io.budget);
+            let (fetch, rest) = remote::split(&eo.io.budget, &ropts);
             eo.io.budget = rest;
-            job::run(py, &progress, None, || remote::archive_input(url, &fetch))?.map_err(|e| errors::engine(&e))?
+            job::run(py, &progress, None, || remote::archive_input(url, &ropts, &fetch))?.map_err(|e| errors::engine(&e))?
         }
         None => cacheless_archive::Input::Path(archive.clone()),
     };
@@ -363,7 +419,7 @@ fn pack_owner(v: &Bound<'_, PyAny>, group: bool) -> PyResult<cacheless_archive::
 /// that could not be read, or changed while read, raise an `OSError` whose report is in its
 /// `report` attribute (the archive is complete without them).
 #[pyfunction]
-#[pyo3(signature = (archive, paths, directory = None, compression = None, level = None, frame_size = None, sort = "none", mtime = None, owner = None, group = None, numeric_owner = false, exclude = Vec::new(), one_file_system = false, xattrs = false, read_threads = None, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, threads = None, progress = None, sync = true))]
+#[pyo3(signature = (archive, paths, directory = None, compression = None, level = None, frame_size = None, sort = "none", mtime = None, owner = None, group = None, numeric_owner = false, exclude = Vec::new(), one_file_system = false, xattrs = false, read_threads = None, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, threads = None, progress = None, sync = true, endpoint_url = None, region = None, no_sign_request = false, concurrency = None, part_size = None, ca_bundle = None, retries = None, read_timeout = None))]
 #[allow(clippy::too_many_arguments)] // One keyword argument of the Python call each.
 pub fn pack<'py>(
     py: Python<'py>,
@@ -390,8 +446,17 @@ pub fn pack<'py>(
     threads: Option<Count<Threads>>,
     progress: Option<Callback<'py>>,
     sync: bool,
+    endpoint_url: Option<String>,
+    region: Option<String>,
+    no_sign_request: bool,
+    concurrency: Option<Count<Concurrency>>,
+    part_size: Option<Size<PartSize>>,
+    ca_bundle: Option<PathBuf>,
+    retries: Option<Count<Retries>>,
+    read_timeout: Option<f64>,
 ) -> PyResult<Bound<'py, PyAny>> {
     use cacheless_archive::pack::{compression_for_name, parse_compression, SortOrder};
+    let ropts = opts::remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)?;
     let mut io = opts::io(mode, backend, memory, block_size, queue_depth)?;
     let progress_cb = progress;
     let progress = Arc::new(Progress::new());
@@ -400,9 +465,9 @@ pub fn pack<'py>(
     let mut upload = None;
     let output = match cacheless_remote::url_of(&archive) {
         Some(url) => {
-            let (share, rest) = remote::split(&io.budget);
+            let (share, rest) = remote::split(&io.budget, &ropts);
             io.budget = rest;
-            let (writer, handle) = remote::upload(url, &share, progress.cancel_flag()).map_err(|e| errors::engine(&e))?;
+            let (writer, handle) = remote::upload(url, &ropts, &share, progress.cancel_flag()).map_err(|e| errors::engine(&e))?;
             upload = Some(handle);
             cacheless_archive::Output::Stream(Box::new(writer))
         }

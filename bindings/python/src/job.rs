@@ -4,8 +4,9 @@
 //! raising cancels the work through its cancel flag; the call returns only once the worker has
 //! stopped, so nothing it borrowed (buffers, files) is released under it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, RecvTimeoutError};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cacheless::Progress;
@@ -50,6 +51,24 @@ where
 /// either cancels `progress`, whose flag the work checks. The callback also gets a
 /// last call when the work succeeded.
 pub fn run_measured<T, F>(py: Python<'_>, progress: &Progress, measure: Measure, callback: Option<&Bound<'_, PyAny>>, work: F) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce() -> T + Send,
+{
+    run_with(py, progress, measure, callback, None, work)
+}
+
+/// [`run_measured`], where the work may have made the callback's last call itself (set in
+/// `last_made`: a job that calls it before it names its files, see [`last_call_gate`]): then
+/// it is not made again.
+pub fn run_with<T, F>(
+    py: Python<'_>,
+    progress: &Progress,
+    measure: Measure,
+    callback: Option<&Bound<'_, PyAny>>,
+    last_made: Option<&AtomicBool>,
+    work: F,
+) -> PyResult<T>
 where
     T: Send,
     F: FnOnce() -> T + Send,
@@ -100,9 +119,37 @@ where
     }
     let out = out.map_err(|_| errors::panicked("an I/O worker"))?;
     if let Some(cb) = callback {
-        cb.call1(measure.counts(progress))?;
+        if !last_made.is_some_and(|m| m.load(Ordering::Relaxed)) {
+            cb.call1(measure.counts(progress))?;
+        }
     }
     Ok(out)
+}
+
+/// The callback's last call, made by the work before it names what it wrote (a copy job's
+/// gate, `cacheless_cp::Gate`): once every byte is done, `callback(done, total)` is called
+/// (holding the GIL, from the work's thread) and `last_made` set; should it raise, its exception
+/// is kept in `raised` and the gate says no, so that nothing more is named and the call raises
+/// it. Before the last byte the gate says yes without a call.
+pub fn last_call_gate(
+    callback: Py<PyAny>,
+    progress: Arc<Progress>,
+    last_made: Arc<AtomicBool>,
+    raised: Arc<Mutex<Option<PyErr>>>,
+) -> Arc<dyn Fn() -> bool + Send + Sync> {
+    Arc::new(move || {
+        let (done, total) = (progress.bytes(), progress.total_bytes());
+        if done < total || last_made.swap(true, Ordering::Relaxed) {
+            return true;
+        }
+        Python::attach(|py| match callback.call1(py, (done, total)) {
+            Ok(_) => true,
+            Err(e) => {
+                *raised.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                false
+            }
+        })
+    })
 }
 
 /// Names what a job staged (`commit(staged)`: a rename or link), unless a signal came since the

@@ -70,6 +70,12 @@ keys! {
     ReadThreads = "read_threads", limits::threads;
     /// `frame_size=`: bytes of tar per compressed frame.
     FrameSize = "frame_size", limits::frame_size;
+    /// `part_size=`: bytes per ranged GET and per uploaded part.
+    PartSize = "part_size", cacheless_remote::limits::part_size;
+    /// `concurrency=`: requests in flight per transfer, and objects at a time.
+    Concurrency = "concurrency", cacheless_remote::limits::concurrency;
+    /// `retries=`: retries of a request that failed in a way that may pass.
+    Retries = "retries", cacheless_remote::limits::retries;
 }
 
 /// A size keyword: bytes as an int, or a size such as "512M".
@@ -199,4 +205,58 @@ pub fn with_leftovers<'py>(report: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyA
 /// `--json`, built directly.
 pub fn to_py<'py>(py: Python<'py>, v: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
     pythonize::pythonize(py, v).map_err(|e| PyValueError::new_err(format!("internal error: report does not convert: {e}")))
+}
+
+/// The transfers' keywords (the command line's flags, by the same names): each over the
+/// environment's value (`CACHELESS_PART_SIZE`, ..., and the AWS variables, read where a client
+/// is made), else the default.
+#[allow(clippy::too_many_arguments)] // One per keyword.
+pub fn remote(
+    endpoint_url: Option<String>,
+    region: Option<String>,
+    no_sign_request: bool,
+    concurrency: Option<Count<Concurrency>>,
+    part_size: Option<Size<PartSize>>,
+    ca_bundle: Option<std::path::PathBuf>,
+    retries: Option<Count<Retries>>,
+    read_timeout: Option<f64>,
+) -> PyResult<cacheless_remote::RemoteOptions> {
+    let mut o = cacheless_remote::RemoteOptions::from_env().map_err(|e| crate::errors::engine(&e))?;
+    if endpoint_url.is_some() {
+        o.endpoint = endpoint_url;
+    }
+    if region.is_some() {
+        o.region = region;
+    }
+    o.no_sign_request |= no_sign_request;
+    if let Some(c) = concurrency {
+        o.concurrency = c.0;
+    }
+    if let Some(p) = part_size {
+        o.part_size = p.0;
+    }
+    if ca_bundle.is_some() {
+        o.ca_bundle = ca_bundle;
+    }
+    if let Some(r) = retries {
+        o.retries = r.0;
+    }
+    if let Some(t) = read_timeout {
+        o.stall = cacheless_remote::limits::read_timeout("read_timeout=", t).map_err(PyValueError::new_err)?;
+    }
+    Ok(o)
+}
+
+/// `interactive=`: a callable asked before an existing destination is replaced, as `cp -i`
+/// asks: called with the destination (a `str`), replaced only where it returns true. It runs
+/// on the copy's thread, holding the GIL while it runs; one that raises is a "no".
+pub fn ask(f: Bound<'_, PyAny>) -> PyResult<cacheless_cp::Ask> {
+    if !f.is_callable() {
+        return Err(PyTypeError::new_err("interactive= must be a callable taking the destination and returning whether to replace it"));
+    }
+    let f: Py<PyAny> = f.unbind();
+    Ok(std::sync::Arc::new(move |q: &cacheless_cp::Question<'_>| {
+        let dst = q.dst.to_string_lossy().into_owned();
+        Python::attach(|py| f.call1(py, (dst,)).and_then(|r| r.is_truthy(py)).unwrap_or(false))
+    }))
 }

@@ -3,11 +3,11 @@
 //! `cacheless_safetensors`, whose readers open URLs), through the engine's `cacheless-remote` crate
 //! (credentials and endpoint from the AWS environment; docs/remote.md).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use cacheless::{Budget, Error, IoOptions, Progress, Result};
+use cacheless::{Budget, Error, Progress, Result};
 use cacheless_remote::{Location, ObjectInfo, Remote, RemoteOptions};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
@@ -15,7 +15,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::errors;
 use crate::job;
-use crate::opts::{self, Memory, Size};
+use crate::opts::{self, Concurrency, Count, Memory, PartSize, Retries, Size};
 use crate::pybuf::Pinned;
 
 /// Whether `path` is written as a URL the engine fetches (`s3://`, `http://`, `https://`)
@@ -26,16 +26,16 @@ pub fn is_url(path: &str) -> bool {
 }
 
 /// The client for `url`, and what the server says of the object.
-pub fn open(url: &str) -> Result<(Remote, ObjectInfo)> {
+pub fn open(url: &str, opts: &RemoteOptions) -> Result<(Remote, ObjectInfo)> {
     let loc = Location::parse(url)?;
-    let remote = Remote::connect(&loc, &RemoteOptions::default())?;
+    let remote = Remote::connect(&loc, opts)?;
     let info = remote.head(&loc)?;
     Ok((remote, info))
 }
 
 /// The object's bytes in order to `out` (a checksum).
-pub fn stream(url: &str, budget: &Budget, cancel: &AtomicBool, progress: &Progress, out: impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
-    let (remote, info) = open(url)?;
+pub fn stream(url: &str, opts: &RemoteOptions, budget: &Budget, cancel: &AtomicBool, progress: &Progress, out: impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    let (remote, info) = open(url, opts)?;
     progress.add_total_bytes(info.size);
     let mut sink = cacheless_remote::Ordered::new(out);
     cacheless_remote::fetch(&remote, &info, budget, remote.options().concurrency, cancel, Some(progress), &mut sink)?;
@@ -43,14 +43,14 @@ pub fn stream(url: &str, budget: &Budget, cancel: &AtomicBool, progress: &Progre
 }
 
 /// A streamed transfer's share of `budget`, and the rest (see `cacheless_remote::split_budget`).
-pub fn split(budget: &Budget) -> (Budget, Budget) {
-    cacheless_remote::split_budget(budget, &RemoteOptions::default())
+pub fn split(budget: &Budget, opts: &RemoteOptions) -> (Budget, Budget) {
+    cacheless_remote::split_budget(budget, opts)
 }
 
 /// `extract(URL, ...)`: the object as the archive, read in order while its ranges download
 /// ahead into `budget`.
-pub fn archive_input(url: &str, budget: &Budget) -> Result<cacheless_archive::Input> {
-    let (remote, info) = open(url)?;
+pub fn archive_input(url: &str, opts: &RemoteOptions, budget: &Budget) -> Result<cacheless_archive::Input> {
+    let (remote, info) = open(url, opts)?;
     let reason = format!("ranged GETs pinned to ETag {}", info.etag.as_deref().unwrap_or("none"));
     let len = Some(info.size);
     let reader = cacheless_remote::ObjectReader::open(Arc::new(remote), info, budget.clone())?;
@@ -59,30 +59,15 @@ pub fn archive_input(url: &str, budget: &Budget) -> Result<cacheless_archive::In
 
 /// An upload to `url` fed by writes (`pack(URL, ...)`, `open(URL, "wb")`), and the handle that
 /// completes it.
-pub fn upload(url: &str, budget: &Budget, cancel: Arc<AtomicBool>) -> Result<(cacheless_remote::ObjectWriter, cacheless_remote::UploadHandle)> {
+pub fn upload(
+    url: &str,
+    opts: &RemoteOptions,
+    budget: &Budget,
+    cancel: Arc<AtomicBool>,
+) -> Result<(cacheless_remote::ObjectWriter, cacheless_remote::UploadHandle)> {
     let loc = Location::parse(url)?;
-    let remote = Remote::connect(&loc, &RemoteOptions::default())?;
+    let remote = Remote::connect(&loc, opts)?;
     cacheless_remote::upload_stream(Arc::new(remote), &loc, budget, cancel)
-}
-
-/// `copy` with a URL on either side.
-pub fn copy(
-    src: &Path,
-    dst: &Path,
-    io: IoOptions,
-    flags: (bool, bool, bool, bool, bool),
-    cancel: &AtomicBool,
-    progress: &Progress,
-) -> Result<cacheless_remote::CopyReport> {
-    let (recursive, no_clobber, update, verify, sync) = flags;
-    let mut o = cacheless_remote::CopyOptions::new(io, RemoteOptions::default());
-    o.recursive = recursive;
-    o.no_clobber = no_clobber;
-    o.update = update && !no_clobber;
-    o.verify = verify;
-    o.sync = sync;
-    let srcs: Vec<PathBuf> = vec![src.to_path_buf()];
-    cacheless_remote::copy(&srcs, dst, &o, cancel, progress)
 }
 
 /// What `cacheless.open(URL, "rb")` reads through: the client, the object (pinned to the ETag
@@ -156,10 +141,24 @@ impl PyRemoteReader {
 #[pymethods]
 impl PyRemoteReader {
     #[new]
-    #[pyo3(signature = (url, *, memory = None))]
-    fn new(py: Python<'_>, url: &str, memory: Option<Size<Memory>>) -> PyResult<Self> {
+    #[pyo3(signature = (url, *, memory = None, endpoint_url = None, region = None, no_sign_request = false, concurrency = None, part_size = None, ca_bundle = None, retries = None, read_timeout = None))]
+    #[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        memory: Option<Size<Memory>>,
+        endpoint_url: Option<String>,
+        region: Option<String>,
+        no_sign_request: bool,
+        concurrency: Option<Count<Concurrency>>,
+        part_size: Option<Size<PartSize>>,
+        ca_bundle: Option<PathBuf>,
+        retries: Option<Count<Retries>>,
+        read_timeout: Option<f64>,
+    ) -> PyResult<Self> {
         let budget = opts::io("auto", "auto", memory, None, None)?.budget;
-        let (remote, info) = py.detach(|| open(url)).map_err(|e| errors::engine(&e))?;
+        let ropts = opts::remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)?;
+        let (remote, info) = py.detach(|| open(url, &ropts)).map_err(|e| errors::engine(&e))?;
         // The window: the ranges in flight at once, within the memory budget.
         let o = remote.options();
         let window = (o.range_size() * o.concurrency.max(1)).min(budget.limit()).max(1 << 20);
@@ -240,11 +239,24 @@ impl PyRemoteWriter {
 #[pymethods]
 impl PyRemoteWriter {
     #[new]
-    #[pyo3(signature = (url, *, memory = None))]
-    fn new(url: &str, memory: Option<Size<Memory>>) -> PyResult<Self> {
+    #[pyo3(signature = (url, *, memory = None, endpoint_url = None, region = None, no_sign_request = false, concurrency = None, part_size = None, ca_bundle = None, retries = None, read_timeout = None))]
+    #[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
+    fn new(
+        url: &str,
+        memory: Option<Size<Memory>>,
+        endpoint_url: Option<String>,
+        region: Option<String>,
+        no_sign_request: bool,
+        concurrency: Option<Count<Concurrency>>,
+        part_size: Option<Size<PartSize>>,
+        ca_bundle: Option<PathBuf>,
+        retries: Option<Count<Retries>>,
+        read_timeout: Option<f64>,
+    ) -> PyResult<Self> {
         let budget = opts::io("auto", "auto", memory, None, None)?.budget;
+        let ropts = opts::remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)?;
         let progress = Progress::new();
-        let pair = upload(url, &budget, progress.cancel_flag()).map_err(|e| errors::engine(&e))?;
+        let pair = upload(url, &ropts, &budget, progress.cancel_flag()).map_err(|e| errors::engine(&e))?;
         Ok(PyRemoteWriter { state: Mutex::new(Some(pair)), failed: Mutex::new(None), progress, url: url.to_string(), written: Default::default() })
     }
 

@@ -206,18 +206,21 @@ def test_copy_keeps_holes_verifies_and_refuses_bad_keywords(disk):
         f.seek(8 << 20)
         f.write(b"y" * 4096)
     data = p.read_bytes()
+    # The job's report (as `cacheless cp --json`), each file's copy in "files".
     rep = cacheless.copy(p, disk / "h2.bin", verify="sha256", bwlimit="1G")
     assert (disk / "h2.bin").read_bytes() == data
-    assert rep["verify"]["digest"] == hashlib.sha256(data).hexdigest()
-    assert rep["method"] in ("sparse", "reflink"), rep
-    if rep["method"] == "sparse":
+    assert rep["copied"] == 1 and rep["errors"] == 0 and len(rep["files"]) == 1, rep
+    one = rep["files"][0]
+    assert one["verify"]["digest"] == hashlib.sha256(data).hexdigest()
+    assert one["method"] in ("sparse", "reflink"), rep
+    if one["method"] == "sparse":
         assert os.stat(disk / "h2.bin").st_blocks * 512 < 1 << 20, "the hole was filled"
-        assert "FICLONE" in rep["reflink_fallback"]
+        assert "FICLONE" in one["reflink_fallback"]
         with pytest.raises(OSError, match="reflink=always"):
             cacheless.copy(p, disk / "h3.bin", reflink="always")
         assert not (disk / "h3.bin").exists()
     dense = cacheless.copy(p, disk / "h4.bin", sparse="never", reflink="never")
-    assert dense["method"] == "copy" and os.stat(disk / "h4.bin").st_blocks * 512 >= len(data)
+    assert dense["files"][0]["method"] == "copy" and os.stat(disk / "h4.bin").st_blocks * 512 >= len(data)
     with pytest.raises(ValueError, match="reflink="):
         cacheless.copy(p, disk / "x", reflink="sometimes")
     with pytest.raises(ValueError, match="verify="):
@@ -233,7 +236,7 @@ def test_read_file_copy_and_hash(disk):
     assert bytes(cacheless.read_file(disk / "r.bin", mode="buffered")) == data
     seen = []
     rep = cacheless.copy(p, disk / "c.bin", progress=lambda d, t: seen.append((d, t)))
-    assert (disk / "c.bin").read_bytes() == data and rep["write"]["bytes"] == len(data)
+    assert (disk / "c.bin").read_bytes() == data and rep["files"][0]["write"]["bytes"] == len(data)
     assert seen[-1] == (len(data), len(data))
     sub = disk / "sub"
     sub.mkdir()

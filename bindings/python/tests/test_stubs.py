@@ -106,6 +106,7 @@ RUST_TYPES = {
     "u32": "int",
     "i32": "int",
     "i64": "int",
+    "f64": "float",
     "Rate": "_Rate",
     "Callback": "_Progress",
     "Time": "Union[int, float, str]",

@@ -118,7 +118,7 @@ pub struct CopyOptions {
     /// and sticky bits are left out of the mode.
     pub strict_owner: bool,
     /// What the copy takes from the file it replaces (see [`Carry`]).
-    pub(crate) carry: Option<Arc<Carry>>,
+    pub carry: Option<Arc<Carry>>,
     /// Files up to this size are written whole by a [`FileCreator`] (one read, one write);
     /// larger ones stream through a [`Writer`]. Default [`policy::SMALL_WRITE`].
     pub small_file: u64,
@@ -127,11 +127,11 @@ pub struct CopyOptions {
     /// The destination's directory is one the tree copy made, so that nothing in it is the
     /// source, and has no default ACL, so that a new file in it inherits none: the check for
     /// a copy onto itself and the look for an inherited ACL to remove are left out.
-    pub(crate) plain_dir: bool,
+    pub plain_dir: bool,
     /// The caller looked already whether the destination is the source (the tree copy's walk,
     /// as GNU cp does): the copy does not look again (the destination may be a symlink to the
     /// source that it replaces).
-    pub(crate) same_checked: bool,
+    pub same_checked: bool,
 }
 
 impl CopyOptions {
@@ -374,7 +374,7 @@ pub fn open_parent(dst: &Path) -> Result<(Arc<OwnedFd>, OsString)> {
 /// when another user's process writes a file), its access time, and its extended attributes
 /// and ACLs (not `security.capability`, which the kernel drops on any write).
 #[derive(Debug)]
-pub(crate) struct Carry {
+pub struct Carry {
     file: File,
     uid: u32,
     gid: u32,
@@ -391,7 +391,7 @@ impl Carry {
     /// What to carry over from `old` (with status `st`), or `None` where this user could not
     /// give a new file all of it (another owner or group, an attribute only a privileged
     /// process may set): the file is then written in place.
-    pub(crate) fn of(old: &File, st: &rustix::fs::Stat, root: bool) -> Option<Carry> {
+    pub fn of(old: &File, st: &rustix::fs::Stat, root: bool) -> Option<Carry> {
         let (euid, in_group) = (sys::euid(), sys::in_group);
         if !root && (st.st_uid != euid || !in_group(st.st_gid)) {
             return None;
@@ -441,7 +441,7 @@ pub fn copy_file_with(src: &Path, dst: &Path, ro: &ReadOptions, wo: &WriteOption
 }
 
 /// Where a copy's data comes from.
-pub(crate) enum Source {
+pub enum Source {
     /// A regular file, read at the offsets its size says (unless its filesystem makes sizes
     /// up: proc, sysfs and the like, read to their end as a stream), with its status when the
     /// caller has it.
@@ -481,7 +481,7 @@ pub fn stage_copy(
 
 /// [`stage_copy`] from a source already open.
 #[allow(clippy::too_many_arguments)] // As stage_copy.
-pub(crate) fn stage_copy_from(
+pub fn stage_copy_from(
     source: Source,
     src: &Path,
     dir: &Arc<OwnedFd>,
@@ -502,7 +502,7 @@ pub(crate) fn stage_copy_from(
 /// the attributes set. Durable when `wo.sync` is set (a regular file). An interrupted or failed
 /// copy leaves the file as far as it got, as GNU cp's does.
 #[allow(clippy::too_many_arguments)] // As stage_copy.
-pub(crate) fn copy_in_place(
+pub fn copy_in_place(
     source: Source,
     src: &Path,
     dst_file: File,

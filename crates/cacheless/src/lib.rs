@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+pub mod backup;
 mod buf;
 pub mod caps;
 pub mod conv;
@@ -61,14 +62,14 @@ pub mod sys;
 #[path = "sys/temps.rs"]
 pub mod temps;
 
-pub mod tree;
 mod units;
 mod write;
 
 pub use backend::{BackendChoice, BackendKind};
 pub use buf::{round_up, AlignedBuf, Budget, Lease, LeaseRequest, Shares};
 pub use copy::{
-    copy_file, copy_file_with, copy_xattrs, open_parent, stage_copy, CopyOptions, CopyReport, Method, Reflink, Sparse, Staged, VerifyHook, VerifyReport,
+    copy_file, copy_file_with, copy_in_place, copy_xattrs, open_parent, stage_copy, stage_copy_from, Carry, CopyOptions, CopyReport, Method, Reflink, Source,
+    Sparse, Staged, VerifyHook, VerifyReport,
 };
 pub use create::{sync_filesystem, CreateOptions, Durability, FileAttrs, FileCreator, NewFile, Published};
 pub use create_queue::{CreateQueue, CreateTicket};

@@ -264,3 +264,66 @@ fn syncing_a_filesystem_that_went_read_only_fails() {
     assert_eq!(e.op(), "syncfs");
     assert!(e.to_string().contains(&fs.path().display().to_string()), "{e}");
 }
+
+/// The entries of `dir`, sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+/// A small copy staged through a creator that names files after their syncfs (as a tree copy
+/// batches its small files) has no name until it is committed: without O_TMPFILE it waits
+/// under a temporary name, never under its final one. Committed after a syncfs, it is
+/// byte-exact with the mode and times asked for; it replaces a file of its name; dropped
+/// uncommitted, it leaves nothing.
+#[test]
+fn a_staged_small_copy_takes_its_name_only_when_committed_and_leaves_nothing_when_dropped() {
+    use cacheless::{open_parent, stage_copy, sync_filesystem, Budget, CopyOptions, Progress, ReadOptions, WriteOptions};
+
+    let d = scratch();
+    let (a, data_a) = random_file(d.path(), "a", 5000, 61);
+    let (b, data_b) = random_file(d.path(), "b", 3000, 62);
+    let out = d.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let creator = FileCreator::new(CreateOptions { durability: Durability::NamedAfterSync { write_back: None }, ..CreateOptions::default() });
+    let budget = Budget::new(16 << 20);
+    let mut wo = WriteOptions::new(budget.clone());
+    wo.sync = false;
+    wo.permissions = Some(0o640);
+    wo.mtime = Some(UNIX_EPOCH + Duration::new(1_234_567_890, 123_456_789));
+    wo.atime = wo.mtime;
+    let ro = ReadOptions::new(budget.clone());
+    let co = CopyOptions::new();
+    let progress = Progress::new();
+    let dst = out.join("f");
+    let (dir, name) = open_parent(&dst).unwrap();
+    let stage = |src: &Path| stage_copy(src, &dir, &name, &dst, &ro, &wo, &co, Some(&creator), &progress).unwrap();
+
+    let staged = stage(&a);
+    let waiting = entries(&out);
+    if creator.naming().unwrap().contains("without a name") {
+        assert!(waiting.is_empty(), "an unnamed copy shows in its directory: {waiting:?}");
+    } else {
+        assert!(waiting.iter().all(|n| n.starts_with(".f.cacheless-")), "a staged copy took a name: {waiting:?}");
+    }
+    sync_filesystem(dir.as_fd(), &out).unwrap();
+    staged.commit().unwrap();
+    assert_eq!(entries(&out), ["f"]);
+    assert!(std::fs::read(&dst).unwrap() == data_a);
+    let m = std::fs::metadata(&dst).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.mtime(), m.mtime_nsec()), (0o640, 1_234_567_890, 123_456_789));
+
+    // Dropped uncommitted: nothing left, the file of that name untouched.
+    drop(stage(&b));
+    assert_eq!(entries(&out), ["f"]);
+    assert!(std::fs::read(&dst).unwrap() == data_a);
+
+    // Over the file of its name: replaced, no temporary left.
+    let staged = stage(&b);
+    sync_filesystem(dir.as_fd(), &out).unwrap();
+    staged.commit().unwrap();
+    assert_eq!(entries(&out), ["f"]);
+    assert!(std::fs::read(&dst).unwrap() == data_b);
+    assert_eq!(budget.used(), 0, "buffers not returned to the budget");
+}

@@ -241,11 +241,14 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     opts.io = common.io();
     // A URL's download reads ahead into a share of the memory budget of its own (the
     // extraction's writers hold the rest: neither waits on memory the other holds).
-    let fetch_budget = crate::remote::is_remote(&args.archive).then(|| {
-        let (fetch, rest) = crate::remote::split_budget(&opts.io.budget, &common.remote);
-        opts.io.budget = rest;
-        fetch
-    });
+    let fetch_budget = match crate::remote::is_remote(&args.archive) {
+        true => {
+            let (fetch, rest) = crate::remote::split_budget(&opts.io.budget, &common.remote).with_context(|| format!("extract {}", args.archive.display()))?;
+            opts.io.budget = rest;
+            Some(fetch)
+        }
+        false => None,
+    };
     opts.sync = !args.no_sync;
     opts.keep_old_files = args.keep_old_files;
     opts.skip_old_files = args.skip_old_files;

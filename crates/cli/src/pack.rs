@@ -111,7 +111,7 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
     let output = if to_stdout {
         Output::Stream(Box::new(std::io::stdout()))
     } else if crate::remote::is_remote(&args.output) {
-        let (share, rest) = crate::remote::split_budget(&io.budget, &common.remote);
+        let (share, rest) = crate::remote::split_budget(&io.budget, &common.remote).with_context(|| format!("pack {}", args.output.display()))?;
         io.budget = rest;
         let (writer, handle) = crate::remote::archive_output(&args.output, &share, &common.remote, progress.cancel_flag())
             .with_context(|| format!("pack {}", args.output.display()))?;

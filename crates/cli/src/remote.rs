@@ -1,26 +1,26 @@
-//! URLs on the command line (`s3://`, `http://`, `https://`): `cp` downloads and uploads, and
-//! `cat`, `hash` and `info` of an object. The transfers are the remote crate's; this module
-//! maps operands to transfers as `aws s3 cp` does (a prefix to a folder, a folder to a prefix),
-//! says what it did as cp does, and exits as cp does.
+//! URLs on the command line (`s3://`, `http://`, `https://`): the transfers' flags, and `cat`,
+//! `hash`, `info`, `extract` and `pack` of an object. `cp` with URLs is the copy job's
+//! (`cacheless_cp`), as every `cp` is.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use cacheless::{Error, IoOptions, Progress};
-use cacheless_remote::{copy, CopyOptions, Location, Remote, RemoteOptions, Transfer};
+use cacheless::{Error, IoOptions};
+use cacheless_remote::{limits, Location, Remote, RemoteOptions};
 use clap::Args;
 
 use crate::ui;
 
-/// The flags of transfers to and from URLs (every command that takes one).
+/// The flags of transfers to and from URLs (every command that takes one): each over its
+/// environment variable, by the AWS CLI's names where it has one.
 #[derive(Args, Debug, Clone, Default)]
 pub struct RemoteFlags {
-    /// Bytes per ranged GET and per uploaded part [default: 8M; parts at least 5M].
+    /// Bytes per ranged GET and per uploaded part [default: 8M; parts at least 5M; within
+    /// --memory].
     #[arg(long, global = true, value_parser = parse_part_size)]
     pub part_size: Option<usize>,
-    /// Requests in flight per transfer [default: 8].
+    /// Requests in flight per transfer, and objects at a time [default: 8].
     #[arg(long, global = true, value_parser = parse_concurrency)]
     pub concurrency: Option<usize>,
     /// Send S3 requests unsigned (a public bucket).
@@ -29,40 +29,66 @@ pub struct RemoteFlags {
     /// The S3 endpoint (in place of AWS_ENDPOINT_URL), addressed path-style.
     #[arg(long, global = true, value_name = "URL")]
     pub endpoint_url: Option<String>,
+    /// The S3 region (in place of AWS_REGION) [default: us-east-1].
+    #[arg(long, global = true)]
+    pub region: Option<String>,
+    /// Certificates (PEM) trusted for S3 beside the system's (in place of AWS_CA_BUNDLE).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub ca_bundle: Option<PathBuf>,
+    /// Retries of a request that failed in a way that may pass [default: 5].
+    #[arg(long, global = true, value_parser = parse_retries)]
+    pub retries: Option<usize>,
+    /// Seconds a response may send nothing before it is cut and retried [default: 20].
+    #[arg(long, global = true, value_parser = parse_read_timeout, value_name = "SECONDS")]
+    pub read_timeout: Option<f64>,
 }
 
 /// `--part-size`: 64 KiB to 5 GiB (S3's largest part).
 pub fn parse_part_size(s: &str) -> Result<usize, String> {
     let v = cacheless::parse_size(s).map_err(|e| e.to_string())?;
-    if !(64 << 10..=5 << 30).contains(&v) {
-        return Err(format!("invalid value '{s}' for '--part-size': from 64K to 5G"));
-    }
-    usize::try_from(v).map_err(|e| e.to_string())
+    limits::part_size("--part-size", v)
 }
 
 /// `--concurrency`: 1 to 256.
 pub fn parse_concurrency(s: &str) -> Result<usize, String> {
-    match s.trim().parse::<usize>() {
-        Ok(v) if (1..=256).contains(&v) => Ok(v),
-        _ => Err(format!("invalid value '{s}' for '--concurrency': a whole number from 1 to 256")),
-    }
+    limits::concurrency("--concurrency", s.trim().parse::<u64>().map_err(|_| format!("--concurrency {s}: not a whole number"))?)
+}
+
+/// `--retries`: 0 to 100.
+pub fn parse_retries(s: &str) -> Result<usize, String> {
+    limits::retries("--retries", s.trim().parse::<u64>().map_err(|_| format!("--retries {s}: not a whole number"))?)
+}
+
+/// `--read-timeout`: seconds, 0.1 to 3600.
+pub fn parse_read_timeout(s: &str) -> Result<f64, String> {
+    let v = s.trim().parse::<f64>().map_err(|_| format!("--read-timeout {s}: not a number of seconds"))?;
+    limits::read_timeout("--read-timeout", v).map(|_| v)
 }
 
 impl RemoteFlags {
-    /// The transfers' options.
-    pub fn options(&self) -> RemoteOptions {
-        let mut o = RemoteOptions::default();
+    /// The transfers' options (what is not given: the environment's, else the defaults); an
+    /// error names a bad environment variable.
+    pub fn options(&self) -> Result<RemoteOptions, Error> {
+        let mut o = RemoteOptions::from_env()?;
         if let Some(p) = self.part_size {
             o.part_size = p;
         }
         if let Some(c) = self.concurrency {
             o.concurrency = c;
         }
-        o.no_sign_request = self.no_sign_request;
-        if let Some(e) = &self.endpoint_url {
-            o.endpoint = Some(e.clone());
+        if let Some(r) = self.retries {
+            o.retries = r;
         }
-        o
+        if let Some(t) = self.read_timeout {
+            o.stall = std::time::Duration::from_secs_f64(t);
+        }
+        o.no_sign_request |= self.no_sign_request;
+        o.endpoint.clone_from(&self.endpoint_url);
+        o.region.clone_from(&self.region);
+        if self.ca_bundle.is_some() {
+            o.ca_bundle.clone_from(&self.ca_bundle);
+        }
+        Ok(o)
     }
 
     /// These flags, with `over`'s where it gives them.
@@ -72,6 +98,10 @@ impl RemoteFlags {
             concurrency: over.concurrency.or(self.concurrency),
             no_sign_request: self.no_sign_request || over.no_sign_request,
             endpoint_url: over.endpoint_url.clone().or_else(|| self.endpoint_url.clone()),
+            region: over.region.clone().or_else(|| self.region.clone()),
+            ca_bundle: over.ca_bundle.clone().or_else(|| self.ca_bundle.clone()),
+            retries: over.retries.or(self.retries),
+            read_timeout: over.read_timeout.or(self.read_timeout),
         }
     }
 }
@@ -81,106 +111,15 @@ pub fn is_remote(p: &Path) -> bool {
     cacheless_remote::url_of(p).is_some()
 }
 
-/// What `cp` was asked, for the URL transfers.
-pub struct CpRemote<'a> {
-    pub srcs: &'a [PathBuf],
-    pub dst: &'a Path,
-    pub recursive: bool,
-    /// `-n`: skip what exists.
-    pub no_clobber: bool,
-    /// `-u`: skip what exists with the same size and the ETag it landed with (else a time no
-    /// older).
-    pub update: bool,
-    pub verbose: bool,
-    pub json: bool,
-    pub verify: bool,
-    pub sync: bool,
-    pub io: IoOptions,
-    pub flags: RemoteFlags,
-    pub prog: &'a str,
-}
-
 fn text(p: &Path) -> String {
     p.to_string_lossy().into_owned()
-}
-
-/// `cacheless cp` with a URL among its operands.
-pub fn cp(c: &CpRemote<'_>) -> ExitCode {
-    let progress = Arc::new(Progress::new());
-    let signals = ui::Signals::register(&progress);
-    let cancel = progress.cancel_flag();
-    let mut o = CopyOptions::new(c.io.clone(), c.flags.options());
-    o.recursive = c.recursive;
-    o.no_clobber = c.no_clobber;
-    o.update = c.update;
-    o.verify = c.verify;
-    o.sync = c.sync;
-    let prog = c.prog.to_string();
-    o.on_error = Some(Arc::new(move |e: &Error| print(&prog, e)));
-    let (prog, verbose, verify) = (c.prog.to_string(), c.verbose && !c.json, c.verify);
-    o.on_done = Some(Arc::new(move |t: &Transfer| said(&prog, t, verbose, verify)));
-    let result = {
-        let _bar = (!c.json).then(|| ui::Bar::start(&progress, c.json, ui::Measure::Output));
-        copy(c.srcs, c.dst, &o, &cancel, &progress)
-    };
-    if let Some(code) = signals.exit_code() {
-        eprintln!("{}: interrupted; nothing unfinished was left under a final name or key", c.prog);
-        return code;
-    }
-    let failed = match result {
-        Ok(r) => {
-            if c.json {
-                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
-            }
-            r.errors > 0 || progress.errors() > 0
-        }
-        Err(e) => {
-            print(c.prog, &e);
-            true
-        }
-    };
-    if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    }
-}
-
-/// What `-v` says of a transfer, as cp says it (`'a' -> 'b'`) and how it went; with `--verify`,
-/// a transfer that could not be checked.
-fn said(prog: &str, t: &Transfer, verbose: bool, verify: bool) {
-    if verify && t.download && !t.skipped && t.verified.is_none() {
-        eprintln!("{prog}: {}: not verified: its ETag is no MD5 of its bytes (a multipart upload's), and the server gives no other checksum", t.source);
-    }
-    if !verbose || t.skipped {
-        return;
-    }
-    println!("{} -> {}", cacheless::quote::quote(Path::new(&t.source)), cacheless::quote::quote(Path::new(&t.destination)));
-    let how = match (t.download, t.ranged, t.requests) {
-        (true, true, n) => format!("{n} ranges"),
-        (true, false, _) => "one stream: the server does not do ranges".to_string(),
-        (false, _, 0) => "one PUT".to_string(),
-        (false, _, n) => format!("{n} parts"),
-    };
-    let (mode, reason) = (t.mode.as_deref().unwrap_or(""), t.reason.as_deref().unwrap_or(""));
-    let what = if t.download { "written" } else { "read" };
-    let url = if t.download { &t.source } else { &t.destination };
-    eprintln!("{prog}: {url}: {} in {how}; {what} {mode} ({reason})", ui::size(t.bytes));
-}
-
-/// A failed transfer, as cp prints one, with what to try on the next line.
-fn print(prog: &str, e: &Error) {
-    eprintln!("{prog}: {}", ui::printable(&e.to_string()));
-    if let Some(n) = e.note() {
-        eprintln!("{prog}: {n}");
-    }
 }
 
 /// The object at `url`, its bytes passed to `out` in order (`cat`, `hash`): ranges in flight as
 /// a download runs them, those that arrive early held in their buffers (the budget bounds them).
 pub fn stream(url: &Path, io: &IoOptions, flags: &RemoteFlags, cancel: &AtomicBool, out: impl FnMut(&[u8]) -> Result<(), Error>) -> Result<(), Error> {
     let loc = Location::parse(&text(url))?;
-    let remote = Remote::connect(&loc, &flags.options())?;
+    let remote = Remote::connect(&loc, &flags.options()?)?;
     let info = remote.head(&loc)?;
     let mut sink = cacheless_remote::Ordered::new(out);
     // Ranges that arrive before the one awaited wait in buffers of their own, as many as are in
@@ -210,7 +149,7 @@ pub struct ObjectReport {
 /// `info URL`: the object's size and identity, whether ranges work, and what a download would do.
 pub fn describe(url: &Path, io: &IoOptions, flags: &RemoteFlags) -> Result<ObjectReport, Error> {
     let loc = Location::parse(&text(url))?;
-    let opts = flags.options();
+    let opts = flags.options()?;
     let remote = Remote::connect(&loc, &opts)?;
     let info = remote.head(&loc)?;
     let ranges = remote.ranges(&info)?;
@@ -267,15 +206,15 @@ fn utc(secs: f64) -> String {
 }
 
 /// A streamed transfer's share of `budget`, and the rest (see `cacheless_remote::split_budget`).
-pub fn split_budget(budget: &cacheless::Budget, flags: &RemoteFlags) -> (cacheless::Budget, cacheless::Budget) {
-    cacheless_remote::split_budget(budget, &flags.options())
+pub fn split_budget(budget: &cacheless::Budget, flags: &RemoteFlags) -> Result<(cacheless::Budget, cacheless::Budget), Error> {
+    Ok(cacheless_remote::split_budget(budget, &flags.options()?))
 }
 
 /// `extract URL`: the object as the archive's input, read in order while its ranges download
 /// ahead into `budget`.
 pub fn archive_input(url: &Path, budget: &cacheless::Budget, flags: &RemoteFlags) -> Result<cacheless_archive::Input, Error> {
     let loc = Location::parse(&text(url))?;
-    let opts = flags.options();
+    let opts = flags.options()?;
     let remote = Arc::new(Remote::connect(&loc, &opts)?);
     let info = remote.head(&loc)?;
     let in_flight = opts.concurrency.min((budget.limit() / opts.part_size.max(1)).max(1));
@@ -295,7 +234,7 @@ pub fn archive_output(
     cancel: Arc<AtomicBool>,
 ) -> Result<(cacheless_remote::ObjectWriter, cacheless_remote::UploadHandle), Error> {
     let loc = Location::parse(&text(url))?;
-    let remote = Arc::new(Remote::connect(&loc, &flags.options())?);
+    let remote = Arc::new(Remote::connect(&loc, &flags.options()?)?);
     cacheless_remote::upload_stream(remote, &loc, budget, cancel)
 }
 
@@ -313,7 +252,7 @@ pub fn discard(url: &Path, io: &IoOptions, flags: &RemoteFlags) -> Result<u64, E
         }
     }
     let loc = Location::parse(&text(url))?;
-    let remote = Remote::connect(&loc, &flags.options())?;
+    let remote = Remote::connect(&loc, &flags.options()?)?;
     let info = remote.head(&loc)?;
     let r = cacheless_remote::fetch(&remote, &info, &io.budget, 0, &AtomicBool::new(false), None, &mut Drop)?;
     Ok(r.bytes)

@@ -4,12 +4,12 @@
 //!   replaces a file, then creates a new one (sizes with an unaligned tail, over a
 //!   write-behind window).
 //! - `copy-file`: [`copy_file_with`] of one large file over an existing one.
-//! - `copy-tree`: [`copy_tree`] of a small tree (a large file, small batched files, a
+//! - `copy-tree`: [`copy_tree`](cacheless_cp::copy) of a small tree (a large file, small batched files, a
 //!   subfolder, a symlink, a hard link) with `archive`; `copy-tree-file` and
 //!   `copy-tree-symlink`: of one small file, of one symlink.
 //! - `copy-tree-noreflink`: the same tree with `reflink = never` (`cp -a --reflink=never`), into
 //!   an existing folder through `SRC/.`.
-//! - `copy-tree-replace`: [`copy_tree`] of a file over an existing one (`cp SRC DST`): replaced
+//! - `copy-tree-replace`: [`copy_tree`](cacheless_cp::copy) of a file over an existing one (`cp SRC DST`): replaced
 //!   by a complete copy that keeps the old one's permission bits, atomic.
 //! - `copy-tree-inplace`: the same over an existing file with a second name, which GNU cp
 //!   writes in place (so both names see the new data): not atomic, both names promised the new
@@ -35,12 +35,12 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cacheless::tree::{copy_tree, TreeOptions};
 use cacheless::{
     copy_file_with, CopyOptions, CreateOptions, Durability, FileAttrs, FileCreator, IoOptions, Mode, Progress, ReadOptions, Reflink, WriteOptions, Writer,
 };
 use cacheless_archive::pack::SortOrder;
 use cacheless_archive::{ExtractOptions, Input, Output, PackOptions};
+use cacheless_cp::{copy as copy_tree, CpOptions as TreeOptions};
 use cacheless_safetensors::{Dtype, TensorData};
 use rand::{RngCore, SeedableRng};
 

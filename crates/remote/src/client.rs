@@ -313,7 +313,7 @@ impl Remote {
 /// An error unless `loc` can be uploaded to: an object's key (`InvalidInput` for a prefix, or a
 /// key no request can name exactly), on S3 (`Unsupported` for a web server, which takes none
 /// here).
-pub(crate) fn check_writable(loc: &Location) -> Result<()> {
+pub fn check_writable(loc: &Location) -> Result<()> {
     if loc.is_prefix() {
         return Err(Error::new(ErrorKind::InvalidInput, "upload", loc.to_string(), "an upload needs an object's key, not a prefix (a URL ending in /)"));
     }

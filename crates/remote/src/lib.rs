@@ -20,16 +20,17 @@
 #![warn(missing_docs)]
 
 mod client;
-mod copy;
 mod fetch;
+pub mod limits;
 mod location;
 mod s3;
 mod stream;
 mod transfer;
 
-pub use client::{Credentials, ObjectInfo, Remote, RemoteOptions, DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MAX_PARTS, MIN_PART_SIZE};
-pub use copy::{copy, CopyOptions, CopyReport, OnDone, OnError, Transfer};
+pub use client::{check_writable, Credentials, ObjectInfo, Remote, RemoteOptions, DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, MAX_PARTS, MIN_PART_SIZE};
 pub use fetch::{fetch, fetch_into, read_all, read_into, FetchReport, Ordered, Sink};
 pub use location::{is_url, url_of, Location, Scheme};
 pub use stream::{split_budget, upload_stream, ObjectReader, ObjectWriter, StreamReport, UploadHandle};
-pub use transfer::{download_file, etag_is_md5, landed_etag, part_size, upload_file, verify_download, DownloadReport, UploadReport, Verified, ETAG_XATTR};
+pub use transfer::{
+    download_file, download_into, etag_is_md5, landed_etag, part_size, upload_file, verify_download, DownloadReport, UploadReport, Verified, ETAG_XATTR,
+};

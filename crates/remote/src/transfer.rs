@@ -3,10 +3,12 @@
 //! durable; an upload reads the file with the engine's [`Reader`] and sends it as one PUT or
 //! as a multipart upload that is completed only when every part is in, and aborted otherwise.
 
-use std::os::fd::AsFd;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -51,10 +53,27 @@ pub fn download_file(
     cancel: &AtomicBool,
     progress: Option<&Progress>,
 ) -> Result<DownloadReport> {
+    let (dir, name) = cacheless::sys::open_parent(dest)?;
+    download_into(remote, info, Arc::new(dir), name, dest, wo, cancel, progress)
+}
+
+/// [`download_file`] into the entry `name` of the open folder `dir` (`display`: its path in
+/// messages): a folder the caller holds, so that nothing between is looked up again.
+#[allow(clippy::too_many_arguments)] // download_file's, and where the file goes.
+pub fn download_into(
+    remote: &Remote,
+    info: &ObjectInfo,
+    dir: Arc<OwnedFd>,
+    name: &OsStr,
+    display: &Path,
+    wo: &WriteOptions,
+    cancel: &AtomicBool,
+    progress: Option<&Progress>,
+) -> Result<DownloadReport> {
     let mut wo = wo.clone();
     wo.size_hint = Some(info.size);
     wo.mtime.get_or_insert(info.last_modified);
-    let mut w = Writer::create(dest, &wo)?;
+    let mut w = Writer::create_in_shared(dir, name, display, &wo)?;
     struct Land<'a>(&'a mut Writer);
     impl Sink for Land<'_> {
         fn put(&mut self, offset: u64, buf: AlignedBuf, len: usize) -> Result<()> {

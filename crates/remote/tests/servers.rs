@@ -8,9 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cacheless::{Budget, ErrorKind, IoOptions, WriteOptions};
-use cacheless_remote::{
-    copy, download_file, landed_etag, read_all, upload_file, verify_download, CopyOptions, Credentials, Location, Remote, RemoteOptions, ETAG_XATTR,
-};
+use cacheless_remote::{download_file, read_all, upload_file, verify_download, Credentials, Location, Remote, RemoteOptions};
 use cacheless_testkit::servers::{self, S3};
 
 const MIB: usize = 1 << 20;
@@ -234,47 +232,4 @@ fn the_open_upload_check_sees_an_open_upload() {
     assert!(s3.open_uploads("elsewhere/").is_empty());
     drop((w, handle));
     assert!(s3.open_uploads(&pre).is_empty());
-}
-
-#[test]
-fn update_compares_the_etag_a_file_landed_with_and_falls_back_to_size_and_time() {
-    let Some(s3) = servers::s3() else { return };
-    let pre = prefix("update");
-    let remote = client(&s3, MIB);
-    let no = AtomicBool::new(false);
-    let d = cacheless_testkit::scratch();
-    let (first, second) = (data(MIB + 3, 21), data(MIB + 3, 22));
-    let src = d.path().join("src");
-    let url = s3.url(&format!("{pre}obj"));
-    let loc = Location::parse(&url).unwrap();
-    let put = |body: &[u8]| {
-        std::fs::write(&src, body).unwrap();
-        upload_file(&remote, &src, &loc, &io(), false, &no, None).unwrap();
-    };
-    let dst = d.path().join("dst");
-    let mut o = CopyOptions::new(io(), RemoteOptions { part_size: MIB, ..s3_options(&s3) });
-    o.update = true;
-    let fetched = |o: &CopyOptions| {
-        let r = copy(&[std::path::PathBuf::from(&url)], &dst, o, &no, &cacheless::Progress::new()).unwrap();
-        !r.transfers[0].skipped
-    };
-    put(&first);
-    assert!(fetched(&o), "nothing there yet");
-    let etag = remote.head(&loc).unwrap().etag.unwrap();
-    assert_eq!(landed_etag(&dst).as_deref(), Some(etag.as_str()));
-    // Same ETag: skipped, though the file's time is older than the object's.
-    let f = std::fs::File::options().write(true).open(&dst).unwrap();
-    f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000)).unwrap();
-    assert!(!fetched(&o), "the same version");
-    // Another version of the same size: fetched, though the file's time is newer.
-    put(&second);
-    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(3_600)).unwrap();
-    assert!(fetched(&o), "a new version");
-    assert_eq!(std::fs::read(&dst).unwrap(), second);
-    // Without the attribute (another tool's download): size and time, as before.
-    let f = std::fs::File::options().write(true).open(&dst).unwrap();
-    cacheless::sys::xattr_remove(cacheless::sys::XattrAt::Fd(std::os::fd::AsFd::as_fd(&f)), ETAG_XATTR).unwrap();
-    assert!(!fetched(&o), "same size, the object's time");
-    f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000)).unwrap();
-    assert!(fetched(&o), "older than the object");
 }

@@ -144,7 +144,7 @@ pub struct SpanReader {
 enum Source {
     Local(Box<Local>),
     #[cfg(feature = "remote")]
-    Remote(RemoteObject),
+    Remote(Box<RemoteObject>),
 }
 
 struct Local {
@@ -226,7 +226,7 @@ impl SpanReader {
             align: cacheless::sys::page_size(),
             // One ranged GET per piece (the range size is whole pages).
             piece: remote.options().range_size(),
-            source: Source::Remote(RemoteObject { remote, info, decision: Decision { mode: Taken::Remote, reason: Reason::Fetched { how } } }),
+            source: Source::Remote(Box::new(RemoteObject { remote, info, decision: Decision { mode: Taken::Remote, reason: Reason::Fetched { how } } })),
         }
     }
 

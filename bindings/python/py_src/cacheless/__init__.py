@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Union
 import numpy as np
 
 from . import _native
-from ._files import CachelessReader, CachelessWriter, open
+from ._files import CachelessReader, CachelessWriter, _only_for_files, _only_for_urls, open
 from ._native import UnsupportedError, __version__
 from ._patch import SafetensorsPatch, patch_safetensors
 
@@ -125,72 +125,140 @@ def copy(
     src: PathLike,
     dst: PathLike,
     *,
-    mode: str = "auto",
-    memory: Memory = None,
-    progress: Progress = None,
-    sync: bool = True,
-    reflink: str = "auto",
-    sparse: str = "auto",
-    verify: Optional[str] = None,
-    bwlimit: Union[int, str, None] = None,
     recursive: bool = False,
     archive: bool = False,
     no_clobber: bool = False,
     update: bool = False,
+    interactive: Optional[Callable[[str], bool]] = None,
+    force: bool = False,
+    remove_destination: bool = False,
+    backup: Optional[str] = None,
+    suffix: Optional[str] = None,
+    preserve: Union[str, Iterable[str], None] = None,
+    no_preserve: Union[str, Iterable[str], None] = None,
+    attributes_only: bool = False,
+    parents: bool = False,
+    link: bool = False,
+    symbolic_link: bool = False,
+    dereference: Optional[str] = None,
+    one_file_system: bool = False,
+    copy_contents: bool = False,
+    no_target_directory: bool = False,
+    inplace: bool = False,
+    reflink: str = "auto",
+    sparse: str = "auto",
+    verify: Optional[str] = None,
+    bwlimit: Union[int, str, None] = None,
     threads: Optional[int] = None,
+    sync: bool = True,
+    mode: str = "auto",
     backend: str = "auto",
+    memory: Memory = None,
     block_size: Size = None,
     queue_depth: Optional[int] = None,
+    progress: Progress = None,
+    endpoint_url: Optional[str] = None,
+    region: Optional[str] = None,
+    no_sign_request: bool = False,
+    concurrency: Optional[int] = None,
+    part_size: Size = None,
+    ca_bundle: Optional[PathLike] = None,
+    retries: Optional[int] = None,
+    read_timeout: Optional[float] = None,
 ) -> Dict[str, Any]:
-    """Copies the file ``src`` to ``dst`` (into it, if ``dst`` is a directory), like ``shutil.copy``;
-    with ``recursive`` or ``archive``, a whole tree, like ``cacheless cp -r`` / ``cp -a``.
+    """``cacheless cp SRC DST`` from Python: the same copy job, with GNU cp's options as keywords.
 
-    The copy is written under a temporary name beside ``dst``, fsync'ed (unless
-    ``sync=False``) and renamed into place, so an interrupted copy never leaves a partial file.
-    ``reflink`` ("auto", "always", "never", as GNU cp): clone the extents (FICLONE) where the
-    filesystem can; "always" raises OSError where it cannot. ``sparse`` ("auto", "always",
-    "never"): keep holes. ``verify`` ("xxh3", "sha256" or "blake3"): read the durable copy back
-    from the disk and compare digests; a mismatch raises OSError and leaves ``dst`` as it was.
-    ``bwlimit`` (bytes per second, or "200M"): limit the copy's rate. Copying a file onto itself
-    raises ``shutil.SameFileError``. Returns the report (the method: reflink, copy or sparse; how
-    each side was read and written, and why; the verification).
+    With no keyword it does what ``cp SRC DST`` does: a file is copied to ``dst`` (into it, if
+    ``dst`` is a directory) with the source's mode less the umask (``shutil.copy`` gives the
+    same mode to a new file under the usual umask 022) and a new time; ``preserve="mode,timestamps"``
+    keeps both (``shutil.copy2``'s result); ``archive=True`` is ``cp -a``. The copy is written
+    under a temporary name beside ``dst``, made durable (unless ``sync=False``) and renamed into
+    place: an interrupted copy never leaves a partial file. Copying a file onto itself raises
+    ``shutil.SameFileError``; a directory without ``recursive`` raises ``IsADirectoryError``.
+
+    GNU cp's options, by their long names: ``recursive`` (-R), ``archive`` (-a), ``no_clobber``
+    (-n), ``update`` (-u), ``interactive`` (-i: a callable asked ``interactive(dst)`` before an
+    existing destination is replaced, which is replaced only where it returns true), ``force``
+    (-f), ``remove_destination``, ``backup`` (a CONTROL word: "numbered", "existing", "simple",
+    "none") and ``suffix`` (-S), ``preserve`` and ``no_preserve`` (a list, or words separated
+    by commas: mode, timestamps, ownership, links, xattr, all), ``attributes_only``,
+    ``parents``, ``link`` (-l), ``symbolic_link`` (-s), ``dereference`` ("always" -L, "never"
+    -P, "command-line" -H), ``one_file_system`` (-x), ``copy_contents``,
+    ``no_target_directory`` (-T). cacheless's own: ``inplace``, ``reflink`` and ``sparse``
+    ("auto", "always", "never"), ``verify`` (read the durable copy back from the disk and
+    compare: "xxh3", "sha256" or "blake3"; with a URL "etag", the server's checksum),
+    ``bwlimit`` (bytes per second, or "200M"), ``threads``.
 
     An ``s3://`` or ``http(s)://`` URL (a ``str``) on either side downloads or uploads, as
-    ``cacheless cp`` does (docs/remote.md); ``recursive`` then copies a prefix or a folder whole.
+    ``cacheless cp`` does (docs/remote.md): every option above works with GNU's meaning or is
+    refused (``ValueError``, naming it) before anything is sent. The store's settings are the
+    command line's flags by the same names: ``endpoint_url``, ``region``, ``no_sign_request``,
+    ``concurrency``, ``part_size``, ``ca_bundle``, ``retries``, ``read_timeout`` (each over the
+    environment: ``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_CA_BUNDLE``, ``CACHELESS_PART_SIZE``,
+    ...); given with local paths only, they are refused.
 
-    Trees, with the keywords of ``cacheless cp``: ``recursive`` copies directories (symlinks in
-    them as symlinks), keeping permission bits and times as ``shutil.copytree`` does (``cp -r
-    --preserve=mode,timestamps``); ``archive`` also keeps hard links, symlinks' times, ownership
-    (as root), extended attributes and ACLs (``cp -a``); ``no_clobber`` leaves existing files
-    alone (``-n``); ``update`` skips files whose copy is not older than its source (``-u``);
-    ``threads`` copy files in parallel. An existing file is replaced by a complete copy that
-    keeps its owner, mode and attributes, or written in place where it has other hard links
-    (GNU cp's result). Sources
-    land where GNU cp puts them (``SRC/.`` copies the contents of ``SRC`` into ``dst``). A
-    directory without ``recursive`` raises ``IsADirectoryError``. A tree copy (a directory
-    source, or any of those keywords) returns the report of ``cacheless cp --json``; items that
-    failed raise the ``OSError`` of the first, with that report in its ``report`` attribute.
+    Returns the report of ``cacheless cp --json``: ``copied``, ``skipped``, ``errors``,
+    ``files`` (each local file's copy: how it was read and written, and why), ``transfers``
+    (each download or upload). Items that failed raise the ``OSError`` of the first, with that
+    report in its ``report`` attribute (403 is a ``PermissionError``, a missing object a
+    ``FileNotFoundError``).
     """
+    s, d = os.fspath(src), os.fspath(dst)
+    _only_for_urls(s, d, endpoint_url=endpoint_url, region=region, no_sign_request=no_sign_request, concurrency=concurrency,
+                   part_size=part_size, ca_bundle=ca_bundle, retries=retries, read_timeout=read_timeout)
     return _native.copy(
-        os.fspath(src),
-        os.fspath(dst),
-        reflink=reflink,
-        sparse=sparse,
-        verify=verify,
-        bwlimit=bwlimit,
+        s,
+        d,
         recursive=recursive,
         archive=archive,
         no_clobber=no_clobber,
         update=update,
-        mode=mode,
-        memory=memory,
-        progress=progress,
-        sync=sync,
+        interactive=interactive,
+        force=force,
+        remove_destination=remove_destination,
+        backup=backup,
+        suffix=suffix,
+        preserve=_words(preserve),
+        no_preserve=_words(no_preserve),
+        attributes_only=attributes_only,
+        parents=parents,
+        link=link,
+        symbolic_link=symbolic_link,
+        dereference=dereference,
+        one_file_system=one_file_system,
+        copy_contents=copy_contents,
+        no_target_directory=no_target_directory,
+        inplace=inplace,
+        reflink=reflink,
+        sparse=sparse,
+        verify=verify,
+        bwlimit=bwlimit,
         threads=threads,
+        sync=sync,
+        mode=mode,
         backend=backend,
+        memory=memory,
         block_size=block_size,
         queue_depth=queue_depth,
+        progress=progress,
+        endpoint_url=endpoint_url,
+        region=region,
+        no_sign_request=no_sign_request,
+        concurrency=concurrency,
+        part_size=part_size,
+        ca_bundle=None if ca_bundle is None else os.fspath(ca_bundle),
+        retries=retries,
+        read_timeout=read_timeout,
     )
+
+
+def _words(v: Union[str, Iterable[str], None]) -> Optional[list]:
+    """A list of words given as one string (separated by commas, as ``--preserve=`` takes them) or as words."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return [w for w in v.split(",")]
+    return [str(w) for w in v]
 
 
 def extract(
@@ -205,11 +273,19 @@ def extract(
     sync: bool = True,
     threads: Optional[int] = None,
     decompress_threads: Optional[int] = None,
+    endpoint_url: Optional[str] = None,
+    region: Optional[str] = None,
+    no_sign_request: bool = False,
+    concurrency: Optional[int] = None,
+    part_size: Size = None,
+    ca_bundle: Optional[PathLike] = None,
+    retries: Optional[int] = None,
+    read_timeout: Optional[float] = None,
 ) -> Dict[str, Any]:
     """Unpacks a tar archive (zstd, gzip, xz, lz4, bzip2 or none, detected from its bytes) into ``dest``.
 
     ``archive`` may be an ``s3://`` or ``http(s)://`` URL (a ``str``): it is extracted while it
-    downloads (docs/remote.md).
+    downloads (docs/remote.md), with the store's keywords of :func:`copy`.
 
     Members are never created outside ``dest`` or through a symlink. Returns the report (as
     ``cacheless extract --json``). A corrupt or truncated archive raises ``ValueError``; members
@@ -219,8 +295,12 @@ def extract(
     ``pack`` write) in parallel (default one per CPU, at most 8; 1 decodes on one thread). The
     report's ``source`` says how many frames were decoded on how many threads.
     """
+    a = os.fspath(archive)
+    remote = dict(endpoint_url=endpoint_url, region=region, no_sign_request=no_sign_request, concurrency=concurrency, part_size=part_size,
+                  ca_bundle=None if ca_bundle is None else os.fspath(ca_bundle), retries=retries, read_timeout=read_timeout)
+    _only_for_urls(a, **remote)
     return _native.extract(
-        os.fspath(archive),
+        a,
         os.fspath(dest),
         strip_components,
         keep_old_files,
@@ -230,6 +310,7 @@ def extract(
         sync=sync,
         threads=threads,
         decompress_threads=decompress_threads,
+        **remote,
     )
 
 
@@ -258,11 +339,19 @@ def pack(
     backend: str = "auto",
     block_size: Size = None,
     queue_depth: Optional[int] = None,
+    endpoint_url: Optional[str] = None,
+    region: Optional[str] = None,
+    no_sign_request: bool = False,
+    concurrency: Optional[int] = None,
+    part_size: Size = None,
+    ca_bundle: Optional[PathLike] = None,
+    retries: Optional[int] = None,
+    read_timeout: Optional[float] = None,
 ) -> Dict[str, Any]:
     """Creates the tar archive ``archive`` from ``paths`` (files and directories, recursively), as ``cacheless pack``.
 
     ``archive`` may be an ``s3://`` URL (a ``str``): the archive is uploaded as it is written and
-    appears only when complete (docs/remote.md).
+    appears only when complete (docs/remote.md), with the store's keywords of :func:`copy`.
 
     ``paths`` (one path or several) are relative to ``directory`` (like ``tar -C``; default the
     working directory) and become the member names. ``compression`` is "zstd", "gzip", "xz",
@@ -290,8 +379,12 @@ def pack(
         exclude = [exclude]
     if mtime is not None and hasattr(mtime, "timestamp"):
         mtime = mtime.timestamp()
+    a = os.fspath(archive)
+    remote = dict(endpoint_url=endpoint_url, region=region, no_sign_request=no_sign_request, concurrency=concurrency, part_size=part_size,
+                  ca_bundle=None if ca_bundle is None else os.fspath(ca_bundle), retries=retries, read_timeout=read_timeout)
+    _only_for_urls(a, **remote)
     return _native.pack(
-        os.fspath(archive),
+        a,
         [os.fspath(p) for p in paths],
         None if directory is None else os.fspath(directory),
         compression,
@@ -314,6 +407,7 @@ def pack(
         backend=backend,
         block_size=block_size,
         queue_depth=queue_depth,
+        **remote,
     )
 
 
@@ -327,12 +421,27 @@ def hash(
     block_size: Size = None,
     queue_depth: Optional[int] = None,
     progress: Progress = None,
+    endpoint_url: Optional[str] = None,
+    region: Optional[str] = None,
+    no_sign_request: bool = False,
+    concurrency: Optional[int] = None,
+    part_size: Size = None,
+    ca_bundle: Optional[PathLike] = None,
+    retries: Optional[int] = None,
+    read_timeout: Optional[float] = None,
 ) -> str:
     """The file's checksum in hex, as ``sha256sum`` (``algo="sha256"``), ``b3sum`` ("blake3") or ``xxhsum -H3`` ("xxh3") print it.
 
-    An ``s3://`` or ``http(s)://`` URL (a ``str``) is hashed as it downloads (docs/remote.md).
+    An ``s3://`` or ``http(s)://`` URL (a ``str``) is hashed as it downloads (docs/remote.md), with
+    the store's keywords of :func:`copy` (``mode=`` and the tuning keywords are refused there:
+    nothing local is read).
     """
+    p = os.fspath(path)
+    remote = dict(endpoint_url=endpoint_url, region=region, no_sign_request=no_sign_request, concurrency=concurrency, part_size=part_size,
+                  ca_bundle=None if ca_bundle is None else os.fspath(ca_bundle), retries=retries, read_timeout=read_timeout)
+    _only_for_urls(p, **remote)
+    _only_for_files(p, "a checksum", mode=mode, backend=backend, block_size=block_size, queue_depth=queue_depth)
     digest, _mode = _native.hash(
-        os.fspath(path), algo, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, progress=progress
+        p, algo, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, progress=progress, **remote
     )
     return digest

@@ -48,6 +48,31 @@ class _File(io.RawIOBase):
         return f"<cacheless.{type(self).__name__} name={self._path!r} mode={self._access!r} closed={self.closed}>"
 
 
+def _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout) -> Dict[str, Any]:
+    """The store's keywords, as the native calls take them."""
+    return dict(endpoint_url=endpoint_url, region=region, no_sign_request=no_sign_request, concurrency=concurrency, part_size=part_size,
+                ca_bundle=None if ca_bundle is None else os.fspath(ca_bundle), retries=retries, read_timeout=read_timeout)
+
+
+def _only_for_urls(*paths: str, **remote: Any) -> None:
+    """Refuses the store's keywords where no operand is a URL: they would change nothing."""
+    if any(_native.is_url(p) for p in paths):
+        return
+    given = [k for k, v in remote.items() if v not in (None, False)]
+    if given:
+        raise ValueError(f"{given[0]}= applies to s3:// and http(s):// URLs, and no operand is one")
+
+
+def _only_for_files(path: str, what: str, **local: Any) -> None:
+    """Refuses the local I/O keywords where the operand is a URL: nothing local is read or written."""
+    if not _native.is_url(path):
+        return
+    defaults = {"mode": "auto", "backend": "auto", "block_size": None, "queue_depth": None, "size_hint": None, "sync": True}
+    given = [k for k, v in local.items() if v != defaults.get(k)]
+    if given:
+        raise ValueError(f"{given[0]}= applies to local files: {what} of a URL reads or writes none")
+
+
 class CachelessReader(_File):
     """A file open for reading: ``readinto`` fills any writable buffer, straight from the device
     (zero-copy) when the buffer is large and its address and the position are aligned, else
@@ -56,8 +81,10 @@ class CachelessReader(_File):
     An ``s3://`` or ``http(s)://`` URL is read with ranged GETs pinned to the ETag seen at open
     (an object replaced meanwhile is an error, never a mix): a large read lands in the caller's
     buffer as parallel ranges, small ones come through a read-ahead window (the part size times
-    the requests in flight, within ``memory=``). ``mode=`` and the tuning keywords are for local
-    files; ``fileno()`` is ``io.UnsupportedOperation``."""
+    the requests in flight, within ``memory=``), with the store's keywords of
+    :func:`cacheless.copy` (``endpoint_url=``, ``part_size=``, ...). ``mode=`` and the tuning
+    keywords are for local files, and refused with a URL; ``fileno()`` is
+    ``io.UnsupportedOperation``."""
 
     _access = "rb"
 
@@ -70,10 +97,21 @@ class CachelessReader(_File):
         memory: Union[int, str, None] = None,
         block_size: Union[int, str, None] = None,
         queue_depth: Optional[int] = None,
+        endpoint_url: Optional[str] = None,
+        region: Optional[str] = None,
+        no_sign_request: bool = False,
+        concurrency: Optional[int] = None,
+        part_size: Union[int, str, None] = None,
+        ca_bundle: Union[str, "os.PathLike[str]", None] = None,
+        retries: Optional[int] = None,
+        read_timeout: Optional[float] = None,
     ) -> None:
         p = os.fspath(path)
+        remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
+        _only_for_urls(p, **remote)
+        _only_for_files(p, "reading", mode=mode, backend=backend, block_size=block_size, queue_depth=queue_depth)
         if _native.is_url(p):
-            super().__init__(_native.RemoteReader(p, memory=memory), p)
+            super().__init__(_native.RemoteReader(p, memory=memory, **remote), p)
             return
         super().__init__(_native.Reader(p, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth), p)
 
@@ -127,8 +165,9 @@ class CachelessWriter(_File):
     An ``s3://`` URL is a multipart upload: parts are sent as they fill (the part size times
     the requests in flight, within ``memory=``), and the object appears under its key only at
     ``close()``; an exception in the ``with`` block, ``discard()``, a failed write or Ctrl-C
-    aborts the upload, leaving no object and no parts. ``mode=``, ``size_hint=``, ``sync=`` and
-    the tuning keywords are for local files."""
+    aborts the upload, leaving no object and no parts. The store's keywords are those of
+    :func:`cacheless.copy`; ``mode=``, ``size_hint=``, ``sync=`` and the tuning keywords are for
+    local files, and refused with a URL."""
 
     _access = "wb"
 
@@ -143,10 +182,21 @@ class CachelessWriter(_File):
         queue_depth: Optional[int] = None,
         size_hint: Optional[int] = None,
         sync: bool = True,
+        endpoint_url: Optional[str] = None,
+        region: Optional[str] = None,
+        no_sign_request: bool = False,
+        concurrency: Optional[int] = None,
+        part_size: Union[int, str, None] = None,
+        ca_bundle: Union[str, "os.PathLike[str]", None] = None,
+        retries: Optional[int] = None,
+        read_timeout: Optional[float] = None,
     ) -> None:
         p = os.fspath(path)
+        remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
+        _only_for_urls(p, **remote)
+        _only_for_files(p, "an upload", mode=mode, backend=backend, block_size=block_size, queue_depth=queue_depth, size_hint=size_hint, sync=sync)
         if _native.is_url(p):
-            n: Any = _native.RemoteWriter(p, memory=memory)
+            n: Any = _native.RemoteWriter(p, memory=memory, **remote)
         else:
             n = _native.Writer(p, mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, size_hint=size_hint, sync=sync)
         super().__init__(n, p)
@@ -210,6 +260,14 @@ def open(
     backend: str = "auto",
     block_size: Union[int, str, None] = None,
     queue_depth: Optional[int] = None,
+    endpoint_url: Optional[str] = None,
+    region: Optional[str] = None,
+    no_sign_request: bool = False,
+    concurrency: Optional[int] = None,
+    part_size: Union[int, str, None] = None,
+    ca_bundle: Union[str, "os.PathLike[str]", None] = None,
+    retries: Optional[int] = None,
+    read_timeout: Optional[float] = None,
 ) -> Union[CachelessReader, CachelessWriter]:
     """Opens a file for reading (``"rb"``) or writing (``"wb"``) as an ``io.RawIOBase``.
 
@@ -218,10 +276,11 @@ def open(
     ``sync=False`` skips the fsync before the rename. ``backend=``, ``block_size=`` and
     ``queue_depth=`` tune the engine. Binary only: wrap in
     ``io.TextIOWrapper(io.BufferedReader(f))`` for text. ``path`` may be an ``s3://`` or
-    ``http(s)://`` URL (a ``str``; writing: ``s3://`` only): see :class:`CachelessReader` and
-    :class:`CachelessWriter`.
+    ``http(s)://`` URL (a ``str``; writing: ``s3://`` only), with the store's keywords of
+    :func:`cacheless.copy`: see :class:`CachelessReader` and :class:`CachelessWriter`.
     """
-    tuning = dict(backend=backend, block_size=block_size, queue_depth=queue_depth)
+    tuning = dict(backend=backend, block_size=block_size, queue_depth=queue_depth, endpoint_url=endpoint_url, region=region, no_sign_request=no_sign_request,
+                  concurrency=concurrency, part_size=part_size, ca_bundle=ca_bundle, retries=retries, read_timeout=read_timeout)
     if access in ("rb", "br"):
         return CachelessReader(path, mode=mode, memory=memory, **tuning)
     if access in ("wb", "bw"):

@@ -68,7 +68,7 @@ class Writer:
     def decision(self) -> Tuple[str, str]: ...
 
 class RemoteReader:
-    def __init__(self, url: str, *, memory: Optional[_Size] = None) -> None: ...
+    def __init__(self, url: str, *, memory: Optional[_Size] = None, endpoint_url: Optional[str] = None, region: Optional[str] = None, no_sign_request: bool = False, concurrency: Optional[int] = None, part_size: Optional[_Size] = None, ca_bundle: Optional[str] = None, retries: Optional[int] = None, read_timeout: Optional[float] = None) -> None: ...
     def readinto(self, buf: Any) -> int: ...
     def readall(self) -> bytes: ...
     def seek(self, pos: int) -> int: ...
@@ -78,7 +78,7 @@ class RemoteReader:
     def close(self) -> None: ...
 
 class RemoteWriter:
-    def __init__(self, url: str, *, memory: Optional[_Size] = None) -> None: ...
+    def __init__(self, url: str, *, memory: Optional[_Size] = None, endpoint_url: Optional[str] = None, region: Optional[str] = None, no_sign_request: bool = False, concurrency: Optional[int] = None, part_size: Optional[_Size] = None, ca_bundle: Optional[str] = None, retries: Optional[int] = None, read_timeout: Optional[float] = None) -> None: ...
     def write(self, buf: Any) -> int: ...
     def tell(self) -> int: ...
     def commit(self) -> Dict[str, Any]: ...
@@ -115,23 +115,47 @@ def write_file(path: str, data: Any, *, mode: str = "auto", sync: bool = True) -
 def copy(
     src: str,
     dst: str,
-    reflink: str = "auto",
-    sparse: str = "auto",
-    verify: Optional[str] = None,
-    bwlimit: Optional[_Rate] = None,
+    *,
     recursive: bool = False,
     archive: bool = False,
     no_clobber: bool = False,
     update: bool = False,
-    *,
+    interactive: Optional[Any] = None,
+    force: bool = False,
+    remove_destination: bool = False,
+    backup: Optional[str] = None,
+    suffix: Optional[str] = None,
+    preserve: Optional[List[str]] = None,
+    no_preserve: Optional[List[str]] = None,
+    attributes_only: bool = False,
+    parents: bool = False,
+    link: bool = False,
+    symbolic_link: bool = False,
+    dereference: Optional[str] = None,
+    one_file_system: bool = False,
+    copy_contents: bool = False,
+    no_target_directory: bool = False,
+    inplace: bool = False,
+    reflink: str = "auto",
+    sparse: str = "auto",
+    verify: Optional[str] = None,
+    bwlimit: Optional[_Rate] = None,
+    threads: Optional[int] = None,
+    sync: bool = True,
     mode: str = "auto",
     backend: str = "auto",
     memory: Optional[_Size] = None,
     block_size: Optional[_Size] = None,
     queue_depth: Optional[int] = None,
     progress: Optional[_Progress] = None,
-    sync: bool = True,
-    threads: Optional[int] = None,
+    endpoint_url: Optional[str] = None,
+    region: Optional[str] = None,
+    no_sign_request: bool = False,
+    concurrency: Optional[int] = None,
+    part_size: Optional[_Size] = None,
+    ca_bundle: Optional[str] = None,
+    retries: Optional[int] = None,
+    read_timeout: Optional[float] = None,
 ) -> Dict[str, Any]: ...
 def hash(
     path: str,
@@ -143,6 +167,14 @@ def hash(
     block_size: Optional[_Size] = None,
     queue_depth: Optional[int] = None,
     progress: Optional[_Progress] = None,
+    endpoint_url: Optional[str] = None,
+    region: Optional[str] = None,
+    no_sign_request: bool = False,
+    concurrency: Optional[int] = None,
+    part_size: Optional[_Size] = None,
+    ca_bundle: Optional[str] = None,
+    retries: Optional[int] = None,
+    read_timeout: Optional[float] = None,
 ) -> Tuple[str, str]: ...
 def extract(
     archive: str,
@@ -156,6 +188,14 @@ def extract(
     decompress_threads: Optional[int] = None,
     progress: Optional[_Progress] = None,
     sync: bool = True,
+    endpoint_url: Optional[str] = None,
+    region: Optional[str] = None,
+    no_sign_request: bool = False,
+    concurrency: Optional[int] = None,
+    part_size: Optional[_Size] = None,
+    ca_bundle: Optional[str] = None,
+    retries: Optional[int] = None,
+    read_timeout: Optional[float] = None,
 ) -> Dict[str, Any]: ...
 def pack(
     archive: str,
@@ -182,6 +222,14 @@ def pack(
     threads: Optional[int] = None,
     progress: Optional[_Progress] = None,
     sync: bool = True,
+    endpoint_url: Optional[str] = None,
+    region: Optional[str] = None,
+    no_sign_request: bool = False,
+    concurrency: Optional[int] = None,
+    part_size: Optional[_Size] = None,
+    ca_bundle: Optional[str] = None,
+    retries: Optional[int] = None,
+    read_timeout: Optional[float] = None,
 ) -> Dict[str, Any]: ...
 def st_load(
     path: str,

@@ -542,7 +542,7 @@ impl Ctx<'_> {
         &mut self,
         e: &Entry,
         rel: &RelPath,
-        kind: cacheless::tree::BackupKind,
+        kind: cacheless::backup::BackupKind,
         suffix: &str,
     ) -> Result<Option<(Arc<OwnedFd>, OsString, OsString)>, Fail> {
         let Some((parent, name)) = rel.split() else { return Ok(None) };
@@ -555,7 +555,7 @@ impl Ctx<'_> {
             Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => return Ok(None),
             Ok(_) => {}
         }
-        let to = cacheless::tree::backup_name_in(&pfd, &name, kind, suffix).map_err(|er| io("cannot name a backup", er))?;
+        let to = cacheless::backup::backup_name_in(pfd.as_fd(), &name, kind, suffix).map_err(|er| io("cannot name a backup", er))?;
         sys::renameat(&pfd, &name, &pfd, &to).map_err(|er| {
             let why = std::io::Error::new(std::io::Error::from(er).kind(), format!("cannot rename to {}: {}", to.to_string_lossy(), std::io::Error::from(er)));
             io("backup", why)

@@ -25,9 +25,9 @@ pub struct ExtractOptions {
     pub skip_old_files: bool,
     /// Before a member takes the name of an existing entry that is not a folder (as `stat`
     /// sees it, a symlink followed), that entry is renamed to its backup name (GNU tar
-    /// `--backup`, with GNU's naming: `cacheless::tree::backup_name_in`), said under `list`.
+    /// `--backup`, with GNU's naming: `cacheless::backup::backup_name_in`), said under `list`.
     /// Where the member then fails before its file is written, the backup takes its name back.
-    pub backup: Option<(cacheless::tree::BackupKind, String)>,
+    pub backup: Option<(cacheless::backup::BackupKind, String)>,
     /// A regular file already where a file member goes is written in place (its inode, and so
     /// its other hard links, get the new data), as GNU tar `--overwrite` writes it; a symlink
     /// there is replaced unless `dereference`. Default: the member replaces it (a new inode,

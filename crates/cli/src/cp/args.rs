@@ -5,8 +5,8 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
 use cacheless::digest::Algo;
-use cacheless::tree::{BackupKind, Deref, Link, Preserve, Target, TreeOptions};
 use cacheless::{BackendKind, Mode, Reflink, Sparse};
+use cacheless_cp::{Attr, BackupKind, CpOptions, Deref, Link, Target};
 
 use crate::common;
 use crate::getopt::{self, argmatch, Found, HasArg, LongOpt};
@@ -43,6 +43,10 @@ mod id {
     pub const CONCURRENCY: u32 = 314;
     pub const NO_SIGN_REQUEST: u32 = 315;
     pub const ENDPOINT_URL: u32 = 316;
+    pub const REGION: u32 = 317;
+    pub const CA_BUNDLE: u32 = 318;
+    pub const RETRIES: u32 = 319;
+    pub const READ_TIMEOUT: u32 = 320;
 }
 
 /// GNU cp's short options (getopt's string).
@@ -106,6 +110,10 @@ const LONGS: &[LongOpt] = &[
     own("concurrency", HasArg::Required, id::CONCURRENCY),
     own("no-sign-request", HasArg::No, id::NO_SIGN_REQUEST),
     own("endpoint-url", HasArg::Required, id::ENDPOINT_URL),
+    own("region", HasArg::Required, id::REGION),
+    own("ca-bundle", HasArg::Required, id::CA_BUNDLE),
+    own("retries", HasArg::Required, id::RETRIES),
+    own("read-timeout", HasArg::Required, id::READ_TIMEOUT),
 ];
 
 /// Whether `--interactive` or `--no-clobber` was given last.
@@ -117,13 +125,13 @@ pub enum Interactive {
     No,
 }
 
-/// What the command line asks for: the engine's tree-copy options, set as GNU's options are
-/// read, and what only the command line has.
+/// What the command line asks for: the copy job's options, set as GNU's options are read, and
+/// what only the command line has.
 #[derive(Debug, Default)]
 pub struct CpArgs {
-    /// GNU's options and cacheless's that the engine takes (its I/O settings are the
-    /// defaults here: see the fields below).
-    pub tree: TreeOptions,
+    /// GNU's options and cacheless's that the copy job takes (its I/O and transfer settings
+    /// are the defaults here: see the fields below).
+    pub cp: CpOptions,
     /// `-i` or `-n`, whichever came last.
     pub interactive: Interactive,
     pub strip_trailing_slashes: bool,
@@ -137,6 +145,8 @@ pub struct CpArgs {
     pub queue_depth: Option<usize>,
     pub memory: Option<usize>,
     pub json: bool,
+    /// `--verify-algo` was given (a URL is verified against its ETag: no other checksum).
+    pub verify_algo: bool,
     /// Transfers to and from URLs.
     pub remote: crate::remote::RemoteFlags,
     /// The operands (sources, then the destination unless `-t`).
@@ -170,14 +180,14 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
     for Found { id, arg } in found {
         let arg_ref = arg.as_deref();
         match id {
-            id::SPARSE => a.tree.copy.sparse = choose("--sparse", arg_ref, &[("never", Sparse::Never), ("auto", Sparse::Auto), ("always", Sparse::Always)])?,
+            id::SPARSE => a.cp.copy.sparse = choose("--sparse", arg_ref, &[("never", Sparse::Never), ("auto", Sparse::Auto), ("always", Sparse::Always)])?,
             id::REFLINK => {
-                a.tree.copy.reflink = match arg_ref {
+                a.cp.copy.reflink = match arg_ref {
                     None => Reflink::Always,
                     Some(v) => choose("--reflink", Some(v), &[("auto", Reflink::Auto), ("always", Reflink::Always), ("never", Reflink::Never)])?,
                 }
             }
-            x if x == c(b'a') => a.tree = std::mem::take(&mut a.tree).archive(),
+            x if x == c(b'a') => a.cp = std::mem::take(&mut a.cp).archive(),
             x if x == c(b'b') => make_backups = true,
             id::BACKUP => {
                 make_backups = true;
@@ -185,33 +195,32 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
                     version_control = arg;
                 }
             }
-            id::ATTRIBUTES_ONLY => a.tree.attributes_only = true,
-            id::COPY_CONTENTS => a.tree.copy_contents = true,
+            id::ATTRIBUTES_ONLY => a.cp.attributes_only = true,
+            id::COPY_CONTENTS => a.cp.copy_contents = true,
             x if x == c(b'd') => {
-                a.tree.preserve.links = true;
-                a.tree.deref = Deref::Never;
+                a.cp.preserve.links = true;
+                a.cp.deref = Deref::Never;
             }
-            x if x == c(b'f') => a.tree.force = true,
-            x if x == c(b'H') => a.tree.deref = Deref::CommandLine,
+            x if x == c(b'f') => a.cp.force = true,
+            x if x == c(b'H') => a.cp.deref = Deref::CommandLine,
             x if x == c(b'i') => a.interactive = Interactive::Ask,
             x if x == c(b'l') => hard = true,
-            x if x == c(b'L') => a.tree.deref = Deref::Always,
+            x if x == c(b'L') => a.cp.deref = Deref::Always,
             x if x == c(b'n') => a.interactive = Interactive::No,
-            x if x == c(b'P') => a.tree.deref = Deref::Never,
+            x if x == c(b'P') => a.cp.deref = Deref::Never,
             id::NO_PRESERVE => preserve_list(&mut a, arg_ref.unwrap_or_default(), false)?,
             id::PRESERVE if arg.is_some() => {
                 preserve_list(&mut a, arg_ref.unwrap_or_default(), true)?;
-                a.tree.require_preserve = true;
             }
             x if x == id::PRESERVE || x == c(b'p') => {
-                a.tree.preserve.ownership = true;
-                a.tree.preserve.mode = true;
-                a.tree.preserve.timestamps = true;
-                a.tree.require_preserve = true;
+                a.cp.preserve.ownership = true;
+                a.cp.preserve.mode = true;
+                a.cp.preserve.timestamps = true;
+                a.cp.require_preserve = true;
             }
-            id::PARENTS => a.tree.parents = true,
-            x if x == c(b'r') || x == c(b'R') => a.tree.recursive = true,
-            id::REMOVE_DESTINATION => a.tree.remove_destination = true,
+            id::PARENTS => a.cp.parents = true,
+            x if x == c(b'r') || x == c(b'R') => a.cp.recursive = true,
+            id::REMOVE_DESTINATION => a.cp.remove_destination = true,
             id::STRIP_TRAILING_SLASHES => a.strip_trailing_slashes = true,
             x if x == c(b's') => symbolic = true,
             x if x == c(b't') => {
@@ -221,9 +230,9 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
                 a.target_directory = arg.map(PathBuf::from);
             }
             x if x == c(b'T') => a.no_target_directory = true,
-            x if x == c(b'u') => a.tree.update = true,
+            x if x == c(b'u') => a.cp.update = true,
             x if x == c(b'v') => a.verbose = true,
-            x if x == c(b'x') => a.tree.one_file_system = true,
+            x if x == c(b'x') => a.cp.one_file_system = true,
             x if x == c(b'Z') => {}
             id::CONTEXT => {
                 if arg.is_some() {
@@ -240,15 +249,18 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
                 a.debug = true;
                 a.verbose = true;
             }
-            id::INPLACE => a.tree.inplace = true,
+            id::INPLACE => a.cp.inplace = true,
             id::VERIFY => verify = true,
-            id::VERIFY_ALGO => verify_algo = own_value("--verify-algo", arg_ref)?,
+            id::VERIFY_ALGO => {
+                verify_algo = own_value("--verify-algo", arg_ref)?;
+                a.verify_algo = true;
+            }
             id::BWLIMIT => {
                 let rate = bounded("--bwlimit", arg_ref, |s| cacheless::limits::parse_rate("--bwlimit", s))?;
-                a.tree.copy.rate = rate.map(|r| std::sync::Arc::new(cacheless::RateLimit::new(r)));
+                a.cp.copy.rate = rate.map(|r| std::sync::Arc::new(cacheless::RateLimit::new(r)));
             }
-            id::THREADS => a.tree.threads = Some(bounded("--threads", arg_ref, common::parse_threads)?),
-            id::NO_SYNC => a.tree.sync = false,
+            id::THREADS => a.cp.threads = Some(bounded("--threads", arg_ref, common::parse_threads)?),
+            id::NO_SYNC => a.cp.sync = false,
             id::MODE => a.mode = Some(own_value("--mode", arg_ref)?),
             id::BACKEND => a.backend = Some(own_value("--backend", arg_ref)?),
             id::BLOCK_SIZE => a.block_size = Some(bounded("--block-size", arg_ref, common::parse_block_size)?),
@@ -259,27 +271,31 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
             id::CONCURRENCY => a.remote.concurrency = Some(bounded("--concurrency", arg_ref, crate::remote::parse_concurrency)?),
             id::NO_SIGN_REQUEST => a.remote.no_sign_request = true,
             id::ENDPOINT_URL => a.remote.endpoint_url = arg.map(|v| v.to_string_lossy().into_owned()),
+            id::REGION => a.remote.region = arg.map(|v| v.to_string_lossy().into_owned()),
+            id::CA_BUNDLE => a.remote.ca_bundle = arg.map(PathBuf::from),
+            id::RETRIES => a.remote.retries = Some(bounded("--retries", arg_ref, crate::remote::parse_retries)?),
+            id::READ_TIMEOUT => a.remote.read_timeout = Some(bounded("--read-timeout", arg_ref, crate::remote::parse_read_timeout)?),
             _ => return Err(Stop::Usage(None, true)),
         }
     }
     if hard && symbolic {
         return Err(Stop::Usage(Some("cannot make both hard and symbolic links".into()), true));
     }
-    a.tree.link = if hard {
+    a.cp.link = if hard {
         Link::Hard
     } else if symbolic {
         Link::Symbolic
     } else {
         Link::Copy
     };
-    a.tree.copy.verify = verify.then_some(verify_algo);
+    a.cp.copy.verify = verify.then_some(verify_algo);
     if a.interactive == Interactive::No {
-        a.tree.update = false;
+        a.cp.update = false;
     }
     if make_backups && a.interactive == Interactive::No {
         return Err(Stop::Usage(Some("options --backup and --no-clobber are mutually exclusive".into()), true));
     }
-    if a.tree.copy.reflink == Reflink::Always && a.tree.copy.sparse != Sparse::Auto {
+    if a.cp.copy.reflink == Reflink::Always && a.cp.copy.sparse != Sparse::Auto {
         return Err(Stop::Usage(Some("--reflink can be used only with --sparse=auto".into()), true));
     }
     if make_backups {
@@ -288,56 +304,20 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
         // gnulib: a suffix that is empty or holds a slash is not used.
         let suffix = suffix.filter(|s| !s.is_empty() && !s.as_encoded_bytes().contains(&b'/')).map(|s| s.to_string_lossy().into_owned());
         if let Some(kind) = kind {
-            a.tree.backup = Some((kind, suffix.unwrap_or_else(|| "~".into())));
+            a.cp.backup = Some((kind, suffix.unwrap_or_else(|| "~".into())));
         }
     }
     Ok(a)
 }
 
-/// `--preserve=LIST` / `--no-preserve=LIST`.
+/// `--preserve=LIST` / `--no-preserve=LIST`: GNU's words (abbreviations allowed, as GNU's
+/// argmatch allows them), each applied as the copy job applies it.
 fn preserve_list(a: &mut CpArgs, list: &OsStr, on: bool) -> Result<(), Stop> {
-    #[derive(Clone, Copy, PartialEq)]
-    enum P {
-        Mode,
-        Timestamps,
-        Ownership,
-        Links,
-        Context,
-        Xattr,
-        All,
-    }
-    let words = [
-        ("mode", P::Mode),
-        ("timestamps", P::Timestamps),
-        ("ownership", P::Ownership),
-        ("links", P::Links),
-        ("context", P::Context),
-        ("xattr", P::Xattr),
-        ("all", P::All),
-    ];
     let what = if on { "--preserve" } else { "--no-preserve" };
     for w in list.as_encoded_bytes().split(|&b| b == b',') {
         let w = <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(w);
-        let t = &mut a.tree;
-        match choose(what, Some(w), &words)? {
-            P::Mode => {
-                t.preserve.mode = on;
-                t.no_preserve_mode = !on;
-            }
-            P::Timestamps => t.preserve.timestamps = on,
-            P::Ownership => t.preserve.ownership = on,
-            P::Links => t.preserve.links = on,
-            P::Context => {
-                if on {
-                    return Err(Stop::Usage(Some("cannot preserve security context without an SELinux-enabled kernel".into()), false));
-                }
-            }
-            P::Xattr => t.preserve.xattr = on,
-            P::All => {
-                t.preserve = if on { Preserve::ALL } else { Preserve::default() };
-                t.no_preserve_mode = !on;
-            }
-        }
+        let attr = choose(what, Some(w), &Attr::WORDS)?;
+        a.cp.set_preserve(attr, on).map_err(|e| Stop::Usage(Some(e), false))?;
     }
     Ok(())
 }

@@ -20,9 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use cacheless::quote::quote;
-use cacheless::tree::{copy_tree, TreeOptions};
-use cacheless::tree::{Existing, Note, Question};
 use cacheless::{Budget, CopyReport, Method, Progress};
+use cacheless_cp::{CpOptions, Existing, Note, Question, Transfer};
 use clap::Args;
 
 use crate::common::CommonOpts;
@@ -133,26 +132,37 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
         }
     }
     // URLs (`cacheless cp` only: run as `cp`, an operand is always a path).
-    if !AS_CP.load(Ordering::Relaxed) && (crate::remote::is_remote(&dst) || srcs.iter().any(|s| crate::remote::is_remote(s))) {
-        let flags = common.map(|c| c.remote.clone()).unwrap_or_default().or(&a.remote);
-        let (recursive, no_clobber, update, verbose, json) = (a.tree.recursive, a.interactive == Interactive::No, a.tree.update, a.verbose, a.json);
-        let (verify, sync) = (a.tree.copy.verify.is_some(), a.tree.sync);
-        let io = options(&mut a, common).io;
-        let prog = prog();
-        let c = crate::remote::CpRemote { srcs: &srcs, dst: &dst, recursive, no_clobber, update, verbose, json, verify, sync, io, flags, prog };
-        return crate::remote::cp(&c);
+    let urls = !AS_CP.load(Ordering::Relaxed) && (cacheless_cp::is_url(&dst) || srcs.iter().any(|s| cacheless_cp::is_url(s)));
+    if urls && a.verify_algo {
+        return usage_exit(
+            Some("--verify-algo cannot be honoured with a URL operand: a transfer is verified against the object's ETag (an MD5), whatever the algorithm"),
+            false,
+        );
     }
-    if a.tree.parents && a.target_directory.is_none() && srcs.len() == 1 && !dst.is_dir() {
+    if !urls && a.cp.parents && a.target_directory.is_none() && srcs.len() == 1 && !dst.is_dir() {
         return usage_exit(Some("with --parents, the destination must be a directory"), true);
     }
     let progress = Arc::new(Progress::new());
     let signals = ui::Signals::register(&progress);
-    let verify = a.tree.copy.verify.is_some();
-    let o = options(&mut a, common);
+    let verify = a.cp.copy.verify.is_some();
+    let mut o = options(&mut a, common);
+    if urls {
+        // As an operand means the same with any door: an URL's flags also come before `cp`.
+        let flags = common.map(|c| c.remote.clone()).unwrap_or_default().or(&a.remote);
+        o.remote = match flags.options() {
+            Ok(r) => r,
+            Err(e) => {
+                print_error(&e);
+                return ExitCode::from(1);
+            }
+        };
+        let (prog, debug) = (prog().to_string(), a.debug);
+        o.on_transfer = Some(Arc::new(move |t: &Transfer| said(&prog, t, debug, verify)));
+    }
     let show_bar = !AS_CP.load(Ordering::Relaxed) && a.interactive != Interactive::Ask;
     let report = {
         let _bar = show_bar.then(|| ui::Bar::start(&progress, a.json, ui::Measure::Output));
-        copy_tree(&srcs, &dst, &o, &progress)
+        cacheless_cp::copy(&srcs, &dst, &o, &progress)
     };
     let report = match report {
         Ok(r) => r,
@@ -171,6 +181,7 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
         let v = serde_json::json!({
             "leftovers_removed": leftovers,
             "files": r.files,
+            "transfers": r.transfers,
             "copied": r.copied,
             "reflinked": r.reflinked,
             "in_place": r.in_place,
@@ -212,7 +223,7 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
 }
 
 /// The engine's options from the command line (and the flags given before `cp`).
-fn options(a: &mut CpArgs, common: Option<&CommonOpts>) -> TreeOptions {
+fn options(a: &mut CpArgs, common: Option<&CommonOpts>) -> CpOptions {
     let mut io = common.map(CommonOpts::io).unwrap_or_default();
     if let Some(m) = a.mode {
         io.mode = m;
@@ -229,7 +240,7 @@ fn options(a: &mut CpArgs, common: Option<&CommonOpts>) -> TreeOptions {
     if let Some(m) = a.memory {
         io.budget = Budget::new(m);
     }
-    let mut o = std::mem::take(&mut a.tree);
+    let mut o = std::mem::take(&mut a.cp);
     o.io = io;
     o.existing = match a.interactive {
         Interactive::No => Existing::Keep,
@@ -305,8 +316,16 @@ fn gnu_text(e: &cacheless::Error) -> String {
     format!("{head}: {tail}")
 }
 
-/// Prints a failure: GNU's line, then (as `cacheless cp`) the engine's note and hint.
+/// Prints a failure: GNU's line, then (as `cacheless cp`) the engine's note and hint. A
+/// transfer's failure names its URL and what the server said, the note on a line of its own.
 fn print_error(e: &cacheless::Error) {
+    if cacheless_cp::is_url(e.path()) && !e.is_message() {
+        eprintln!("{}: {}: {}", prog(), ui::printable(&e.what()), ui::printable(&e.io_error().to_string()));
+        if let Some(n) = e.note() {
+            eprintln!("{}: hint: {n}", prog());
+        }
+        return;
+    }
     let mut line = format!("{}: {}", prog(), gnu_text(e));
     if !AS_CP.load(Ordering::Relaxed) {
         if let Some(n) = e.note() {
@@ -392,6 +411,27 @@ fn ask(q: &Question<'_>) -> bool {
         Ok(_) => line.starts_with(['y', 'Y']),
         Err(_) => false,
     }
+}
+
+/// A transfer to or from a URL: with `--debug`, how it went (requests, how the local file was
+/// read or written, and why); with `--verify`, a download that could not be checked.
+fn said(prog: &str, t: &Transfer, debug: bool, verify: bool) {
+    if verify && t.download && !t.skipped && t.verified.is_none() && t.mode.is_some() {
+        eprintln!("{prog}: {}: not verified: its ETag is no MD5 of its bytes (a multipart upload's), and the server gives no other checksum", t.source);
+    }
+    if !debug || t.skipped {
+        return;
+    }
+    let how = match (t.download, t.ranged, t.requests) {
+        (true, true, n) => format!("{n} ranges"),
+        (true, false, _) => "one stream: the server does not do ranges".to_string(),
+        (false, _, 0) => "one PUT".to_string(),
+        (false, _, n) => format!("{n} parts"),
+    };
+    let (mode, reason) = (t.mode.as_deref().unwrap_or(""), t.reason.as_deref().unwrap_or(""));
+    let what = if t.download { "written" } else { "read" };
+    let url = if t.download { &t.source } else { &t.destination };
+    eprintln!("{prog}: {url}: {} in {how}; {what} {mode} ({reason})", ui::size(t.bytes));
 }
 
 /// `--debug`: how one file was copied, and why.

@@ -18,16 +18,16 @@ use std::time::{Duration, SystemTime};
 
 use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 
-use super::options::{Note, OnNote, Preserve};
 use super::Sink;
-use crate::copy::{copy_in_place, stage_copy_from, Carry, CopyOptions, CopyReport, Method, Source, Staged};
-use crate::create::FileCreator;
-use crate::error::{Error, ErrorKind};
-use crate::pool::Work;
-use crate::quote::quote;
-use crate::read::ReadOptions;
-use crate::sys;
-use crate::write::WriteOptions;
+use crate::options::{Gate, Note, OnNote, Preserve};
+use cacheless::pool::Work;
+use cacheless::quote::quote;
+use cacheless::sys;
+use cacheless::FileCreator;
+use cacheless::ReadOptions;
+use cacheless::WriteOptions;
+use cacheless::{copy_in_place, stage_copy_from, Carry, CopyOptions, CopyReport, Method, Source, Staged};
+use cacheless::{Error, ErrorKind};
 
 /// `S_IFMT` of a mode.
 pub(super) fn kind(mode: u32) -> u32 {
@@ -101,6 +101,8 @@ pub(super) struct Copier {
     pub rules: Rules,
     /// Told of what is done (`--verbose`).
     pub on_note: Option<OnNote>,
+    /// Asked before each copy takes its name (see `CpOptions::before_naming`).
+    pub before_naming: Option<Gate>,
 }
 
 /// The options that decide a file's attributes and how it is opened, from the tree's.
@@ -117,6 +119,27 @@ pub(super) struct Rules {
 }
 
 impl Copier {
+    /// Whether a copy may take its name now: no cancel, and the gate, if any, says yes (a no
+    /// cancels the job: this copy is removed, as every one not yet named is).
+    fn may_name(&self) -> bool {
+        if self.sink.progress.is_cancelled() {
+            return false;
+        }
+        if self.before_naming.as_ref().is_some_and(|g| !g()) {
+            self.sink.progress.cancel();
+            return false;
+        }
+        true
+    }
+
+    /// Names a staged copy, where it may (else drops it, which removes it).
+    fn name(&self, staged: Staged) -> Result<Option<CopyReport>, Error> {
+        if !self.may_name() {
+            return Ok(None);
+        }
+        staged.commit().map(Some)
+    }
+
     fn done(&self, r: CopyReport) {
         self.sink.copied(&r);
         if r.method == Method::Reflink {
@@ -224,8 +247,9 @@ impl Copier {
                     wo.create_mode = Some(c.mode & 0o700);
                     co.carry = Some(Arc::new(c));
                     let staged = stage_copy_from(source, &job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, &co, None, &self.sink.progress)?;
-                    let rep = staged.commit()?;
-                    self.done(rep);
+                    if let Some(rep) = self.name(staged)? {
+                        self.done(rep);
+                    }
                 }
                 None => {
                     let rep = copy_in_place(source, &job.src, old, &job.dir, &job.name, &job.dst, &self.ro, &wo, &co, &self.sink.progress)?;
@@ -266,8 +290,9 @@ impl Copier {
         };
         let staged = stage_copy_from(source, &job.src, &job.dir, &job.name, &job.dst, &self.ro, &wo, &co, Some(creator), &self.sink.progress)?;
         if !batch {
-            let rep = staged.commit()?;
-            self.done(rep);
+            if let Some(rep) = self.name(staged)? {
+                self.done(rep);
+            }
             return Ok(());
         }
         let full = {
@@ -330,8 +355,9 @@ impl Copier {
             }
         }
         for s in files {
-            match s.commit() {
-                Ok(r) => self.done(r),
+            match self.name(s) {
+                Ok(Some(r)) => self.done(r),
+                Ok(None) => {}
                 Err(e) => self.sink.fail(e),
             }
         }
@@ -358,7 +384,7 @@ impl Work for Copier {
             // Each file's panic is its own failure; the others still go.
             let name = job.dst.display().to_string();
             if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.copy(job))) {
-                self.panicked(name, crate::pool::panic_message(&*p));
+                self.panicked(name, cacheless::pool::panic_message(&*p));
             }
         }
     }

@@ -20,13 +20,14 @@ use std::sync::Arc;
 use rustix::fs::{AtFlags, Mode as FMode, OFlags, Stat};
 
 use super::files::{kind, Copier, FileJob, Jobs, JOB_FILES};
-use super::options::{BackupKind, Deref, Existing, Link, Note, Question};
-use super::TreeOptions;
-use crate::copy::copy_xattrs;
-use crate::error::{Error, ErrorKind};
-use crate::pool::Pool;
-use crate::quote::quote;
-use crate::sys::{self, default_acl};
+use crate::options::CpOptions;
+use crate::options::{Deref, Existing, Link, Note, Question};
+use cacheless::backup::BackupKind;
+use cacheless::copy_xattrs;
+use cacheless::pool::Pool;
+use cacheless::quote::quote;
+use cacheless::sys::{self, default_acl};
+use cacheless::{Error, ErrorKind};
 
 fn is_dir(mode: u32) -> bool {
     kind(mode) == libc::S_IFDIR
@@ -191,7 +192,7 @@ pub(super) enum Outcome {
 
 /// The walk on the caller's thread.
 pub(super) struct Walker<'a> {
-    pub o: &'a TreeOptions,
+    pub o: &'a CpOptions,
     pub deref: Deref,
     pub copier: Arc<Copier>,
     /// The workers, started when the first file is handed to them (a copy of directories and
@@ -667,7 +668,7 @@ impl Walker<'_> {
             if let Ok(l) = at.stat(false) {
                 if is_lnk(l.st_mode) {
                     if !self.o.open_dangling {
-                        return self.message(ErrorKind::InvalidInput, dst, format!("not writing through dangling symlink {}", quote(dst)));
+                        return self.message(ErrorKind::NotFound, dst, format!("not writing through dangling symlink {}", quote(dst)));
                     }
                     // POSIXLY_CORRECT: the file the link names is created.
                     match std::fs::read_link(at_path_full(at)) {
@@ -1079,7 +1080,7 @@ impl Walker<'_> {
 
 /// The error text of an errno, as strerror words it.
 pub(super) fn strerror(e: rustix::io::Errno) -> String {
-    crate::error::strerror(e.raw_os_error())
+    cacheless::strerror(e.raw_os_error())
 }
 
 /// The path of `at` as one path (for calls that take no directory descriptor).
@@ -1148,45 +1149,13 @@ fn make_backup(at: At<'_>, kind: BackupKind, suffix: &str) -> io::Result<PathBuf
     Ok(path)
 }
 
-/// The name a backup of `at` gets (GNU's `find_backup_file_name`): relative to `at`'s
-/// directory descriptor, and as a path for messages.
-pub(super) fn backup_name(at: At<'_>, kind: BackupKind, suffix: &str) -> io::Result<(OsString, PathBuf)> {
-    let name = at.name.as_bytes();
-    let (dir_part, base) = match name.iter().rposition(|&b| b == b'/') {
-        Some(i) => (&name[..=i], &name[i + 1..]),
-        None => (&b""[..], name),
-    };
-    let parent = if dir_part.is_empty() { OsStr::new(".") } else { OsStr::from_bytes(dir_part) };
-    let numbered = || -> io::Result<u64> {
-        // The highest N among BASE.~N~ in the directory.
-        let dir = sys::lookat(at.fd(), parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC)?;
-        let mut best = 0u64;
-        let mut prefix = base.to_vec();
-        prefix.extend_from_slice(b".~");
-        for n in sys::entry_names(&dir)? {
-            let n = n.as_bytes();
-            if let Some(rest) = n.strip_prefix(&prefix[..]).and_then(|r| r.strip_suffix(b"~")) {
-                if !rest.is_empty() && rest[0] != b'0' && rest.iter().all(u8::is_ascii_digit) {
-                    if let Ok(v) = std::str::from_utf8(rest).unwrap_or("0").parse::<u64>() {
-                        best = best.max(v);
-                    }
-                }
-            }
-        }
-        Ok(best)
-    };
-    let highest = match kind {
-        BackupKind::Simple => None,
-        BackupKind::Numbered => Some(numbered()?),
-        BackupKind::Existing => Some(numbered()?).filter(|&n| n > 0),
-    };
-    let tail = match highest {
-        Some(n) => format!(".~{}~", n + 1).into_bytes(),
-        None => suffix.as_bytes().to_vec(),
-    };
-    let mut rel = name.to_vec();
-    rel.extend_from_slice(&tail);
+/// The name a backup of `at` gets (GNU's `find_backup_file_name`, the engine's
+/// [`cacheless::backup::backup_name_in`]): relative to `at`'s directory descriptor, and as a
+/// path for messages.
+pub(crate) fn backup_name(at: At<'_>, kind: BackupKind, suffix: &str) -> io::Result<(OsString, PathBuf)> {
+    let rel = cacheless::backup::backup_name_in(at.fd(), at.name, kind, suffix)?;
+    let tail = &rel.as_bytes()[at.name.len()..];
     let mut path = at.path.as_os_str().as_bytes().to_vec();
-    path.extend_from_slice(&tail);
-    Ok((OsStr::from_bytes(&rel).to_os_string(), PathBuf::from(OsStr::from_bytes(&path))))
+    path.extend_from_slice(tail);
+    Ok((rel, PathBuf::from(OsStr::from_bytes(&path))))
 }

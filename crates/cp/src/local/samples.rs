@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::progress::Progress;
+use cacheless::Progress;
 
 /// Samples the bytes done once a second from the first byte on, on a thread of its own.
 pub(super) struct Sampler {

@@ -1,6 +1,8 @@
-//! What a tree copy is asked to do, and what it reports. The options are GNU cp's (see
-//! `cacheless cp --help`): a tree copy gives GNU cp's results, with each file written off the
-//! page cache.
+//! What a copy is asked to do, and what it reports: GNU cp's options (see `cacheless cp
+//! --help`), read once into these types by each door (the command line, Python), cacheless's own
+//! beside them, and the settings of transfers to and from URLs. A copy of local paths gives GNU
+//! cp's results, with each file written off the page cache; with URLs, each option works with
+//! GNU's meaning or is refused before anything moves (see [`crate::copy`]).
 
 use std::fmt;
 use std::path::Path;
@@ -8,9 +10,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::copy::{CopyOptions, CopyReport};
-use crate::error::Error;
-use crate::options::IoOptions;
+use cacheless::backup::BackupKind;
+use cacheless::{CopyOptions, CopyReport, Error, IoOptions};
+use cacheless_remote::RemoteOptions;
 
 /// Called with each item that failed (the job goes on with the rest).
 pub type OnError = Arc<dyn Fn(&Error) + Send + Sync>;
@@ -20,6 +22,12 @@ pub type OnCopied = Arc<dyn Fn(&CopyReport) + Send + Sync>;
 pub type OnNote = Arc<dyn Fn(&Note<'_>) + Send + Sync>;
 /// Asked before an existing destination is replaced under `--interactive`: true to replace it.
 pub type Ask = Arc<dyn Fn(&Question<'_>) -> bool + Send + Sync>;
+/// Called with each transfer to or from a URL once it is done: its requests, how the local file
+/// was read or written, and why.
+pub type OnTransfer = Arc<dyn Fn(&Transfer) + Send + Sync>;
+/// Asked before a local copy takes its name: false stops the job as a cancel does (that copy,
+/// and every one not yet named, removed).
+pub type Gate = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Which symbolic links among the sources are followed (GNU cp's `-P`, `-H`, `-L`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -58,6 +66,61 @@ impl Preserve {
     pub const ALL: Preserve = Preserve { mode: true, ownership: true, timestamps: true, links: true, xattr: true };
 }
 
+/// One word of GNU cp's `--preserve=LIST` and `--no-preserve=LIST`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attr {
+    /// `mode`.
+    Mode,
+    /// `timestamps`.
+    Timestamps,
+    /// `ownership`.
+    Ownership,
+    /// `links`.
+    Links,
+    /// `context` (SELinux: refused to keep, as GNU cp refuses it without SELinux).
+    Context,
+    /// `xattr`.
+    Xattr,
+    /// `all`.
+    All,
+}
+
+impl Attr {
+    /// The words, as GNU cp lists them.
+    pub const WORDS: [(&'static str, Attr); 7] = [
+        ("mode", Attr::Mode),
+        ("timestamps", Attr::Timestamps),
+        ("ownership", Attr::Ownership),
+        ("links", Attr::Links),
+        ("context", Attr::Context),
+        ("xattr", Attr::Xattr),
+        ("all", Attr::All),
+    ];
+}
+
+impl std::str::FromStr for Attr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Attr, String> {
+        Attr::WORDS
+            .iter()
+            .find(|(w, _)| *w == s)
+            .map(|(_, a)| *a)
+            .ok_or_else(|| format!("{s:?} is no attribute: one of {}", Attr::WORDS.iter().map(|(w, _)| *w).collect::<Vec<_>>().join(", ")))
+    }
+}
+
+impl std::str::FromStr for Deref {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Deref, String> {
+        match s {
+            "always" => Ok(Deref::Always),
+            "never" => Ok(Deref::Never),
+            "command-line" => Ok(Deref::CommandLine),
+            _ => Err(format!("{s:?}: always (-L), never (-P) or command-line (-H)")),
+        }
+    }
+}
+
 /// What to do with a destination that exists (GNU cp's `-n`, `-i`).
 #[derive(Clone, Default)]
 pub enum Existing {
@@ -91,18 +154,6 @@ pub enum Link {
     Hard,
     /// Symbolic links to the sources (`-s`).
     Symbolic,
-}
-
-/// How backups of replaced destinations are named (GNU's `--backup=CONTROL`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BackupKind {
-    /// `NAME` + suffix (`simple`, `never`).
-    Simple,
-    /// `NAME.~N~` (`numbered`, `t`).
-    Numbered,
-    /// Numbered where numbered backups exist, else simple (`existing`, `nil`).
-    Existing,
 }
 
 /// Where the sources go (GNU cp's `-t`, `-T`).
@@ -167,10 +218,10 @@ pub struct Question<'a> {
     pub replace: bool,
 }
 
-/// What a tree copy is asked to do: GNU cp's options, cacheless's own, and the engine's I/O
-/// settings.
+/// What a copy is asked to do: GNU cp's options, cacheless's own, the engine's I/O settings and
+/// the transfers' (URLs).
 #[derive(Clone)]
-pub struct TreeOptions {
+pub struct CpOptions {
     /// Mode, backend, request size and depth, and the memory budget of every read and write.
     pub io: IoOptions,
     /// Copy directories (`-r`). Without it a directory source is an error.
@@ -234,13 +285,20 @@ pub struct TreeOptions {
     pub on_copied: Option<OnCopied>,
     /// Told of what is done (`--verbose`) and of warnings.
     pub on_note: Option<OnNote>,
+    /// Transfers to and from URLs: the store, its credentials, requests in flight, part size.
+    pub remote: RemoteOptions,
+    /// Told of each transfer to or from a URL.
+    pub on_transfer: Option<OnTransfer>,
+    /// Asked before each local copy takes its name (Python's last progress call, which may
+    /// raise: then nothing more is named).
+    pub before_naming: Option<Gate>,
 }
 
-impl TreeOptions {
+impl CpOptions {
     /// A plain copy of files (not recursive, no attribute preserved), durable, reflink and
     /// sparse auto, with `io`: GNU cp with no option.
-    pub fn new(io: IoOptions) -> TreeOptions {
-        TreeOptions {
+    pub fn new(io: IoOptions) -> CpOptions {
+        CpOptions {
             io,
             recursive: false,
             deref: Deref::Default,
@@ -268,17 +326,46 @@ impl TreeOptions {
             on_error: None,
             on_copied: None,
             on_note: None,
+            remote: RemoteOptions::default(),
+            on_transfer: None,
+            before_naming: None,
         }
     }
 
     /// Archive mode (`-a`): recursive, symlinks copied as symlinks, every attribute preserved.
-    pub fn archive(mut self) -> TreeOptions {
+    pub fn archive(mut self) -> CpOptions {
         self.recursive = true;
         self.deref = Deref::Never;
         self.preserve = Preserve::ALL;
         self.require_preserve = true;
         self.reduce_diagnostics = true;
         self
+    }
+
+    /// Keeps (`on`) or drops one attribute, as a word of `--preserve=` or `--no-preserve=`
+    /// does (`--preserve` also makes a failure to keep one an error). `context` cannot be
+    /// kept (no SELinux): the error says so.
+    pub fn set_preserve(&mut self, attr: Attr, on: bool) -> Result<(), String> {
+        match attr {
+            Attr::Mode => {
+                self.preserve.mode = on;
+                self.no_preserve_mode = !on;
+            }
+            Attr::Timestamps => self.preserve.timestamps = on,
+            Attr::Ownership => self.preserve.ownership = on,
+            Attr::Links => self.preserve.links = on,
+            Attr::Context if on => return Err("cannot preserve security context without an SELinux-enabled kernel".into()),
+            Attr::Context => {}
+            Attr::Xattr => self.preserve.xattr = on,
+            Attr::All => {
+                self.preserve = if on { Preserve::ALL } else { Preserve::default() };
+                self.no_preserve_mode = !on;
+            }
+        }
+        if on {
+            self.require_preserve = true;
+        }
+        Ok(())
     }
 
     /// Which symlinks are followed, GNU's default resolved.
@@ -312,16 +399,16 @@ impl TreeOptions {
     }
 }
 
-impl Default for TreeOptions {
-    /// [`TreeOptions::new`] with the default I/O settings.
-    fn default() -> TreeOptions {
-        TreeOptions::new(IoOptions::default())
+impl Default for CpOptions {
+    /// [`CpOptions::new`] with the default I/O settings.
+    fn default() -> CpOptions {
+        CpOptions::new(IoOptions::default())
     }
 }
 
-impl fmt::Debug for TreeOptions {
+impl fmt::Debug for CpOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TreeOptions")
+        f.debug_struct("CpOptions")
             .field("io", &self.io)
             .field("recursive", &self.recursive)
             .field("deref", &self.deref)
@@ -344,16 +431,19 @@ impl fmt::Debug for TreeOptions {
             .field("threads", &self.threads)
             .field("sync", &self.sync)
             .field("count_totals", &self.count_totals)
+            .field("remote", &self.remote)
             .finish_non_exhaustive()
     }
 }
 
-/// What a tree copy did (the fields of `cacheless cp --json`).
+/// What a copy did (the fields of `cacheless cp --json`, and what Python's `copy` returns).
 #[derive(Debug, Default, Serialize)]
-pub struct TreeReport {
-    /// Each file copied, in the order they were put in place.
+pub struct CpReport {
+    /// Each local file copied, in the order they were put in place.
     pub files: Vec<CopyReport>,
-    /// Files copied (`files.len()`).
+    /// Each transfer to or from a URL, done or skipped, in the operands' order.
+    pub transfers: Vec<Transfer>,
+    /// Files copied (`files.len()`, or the transfers done).
     pub copied: u64,
     /// Of those, the ones cloned (FICLONE).
     pub reflinked: u64,
@@ -385,4 +475,35 @@ pub struct TreeReport {
     /// The first failure, if any.
     #[serde(skip)]
     pub first_error: Option<Error>,
+}
+
+/// One file's transfer to or from a URL, done or skipped.
+#[derive(Debug, Clone, Serialize)]
+pub struct Transfer {
+    /// Where from (a URL or a path).
+    pub source: String,
+    /// Where to.
+    pub destination: String,
+    /// Whether a download (else an upload).
+    pub download: bool,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Skipped by `-n`, `-i` or `-u`.
+    pub skipped: bool,
+    /// Ranged GETs (downloads) or parts (uploads; 0 for one PUT).
+    pub requests: u64,
+    /// Whether the server answered ranges (downloads).
+    pub ranged: bool,
+    /// The local file's I/O mode.
+    pub mode: Option<String>,
+    /// Why that mode.
+    pub reason: Option<String>,
+    /// The object's ETag.
+    pub etag: Option<String>,
+    /// With `verify`: checked (true), or not checkable (`None`: a multipart upload's ETag).
+    pub verified: Option<bool>,
+    /// The backup made of the destination (`--backup`).
+    pub backup: Option<String>,
+    /// Seconds it took.
+    pub seconds: f64,
 }

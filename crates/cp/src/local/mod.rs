@@ -1,13 +1,12 @@
-//! The tree copy: GNU cp for files, directories, symlinks, special files and hard links, with
-//! the attributes GNU cp's options ask for. What `cacheless cp` and Python's `copy` of a
-//! directory run.
+//! Local paths to local paths: GNU cp for files, directories, symlinks, special files and hard
+//! links, with the attributes GNU cp's options ask for.
 //!
 //! Each new file is written under a temporary name (or none) beside its destination, made
 //! durable, and renamed into place; an existing destination is replaced the same way, by a
 //! complete copy carrying what GNU cp's write in place would keep, or written in place where
-//! only that keeps what can be seen (see [`TreeOptions::inplace`]). The walk runs on the
+//! only that keeps what can be seen (see [`CpOptions::inplace`]). The walk runs on the
 //! caller's thread and makes GNU cp's decisions and every namespace operation in GNU's order;
-//! each regular file is copied by a worker of the [`pool`](crate::pool) (a reflink where
+//! each regular file is copied by a worker of the engine's [`pool`](cacheless::pool) (a reflink where
 //! possible, small files written whole by a shared [`FileCreator`], holes kept). Small files
 //! are made durable in batches, with one `syncfs` before a batch is renamed into place,
 //! instead of one fsync each; large files, and every file under `verify`, are fsync'ed one by
@@ -19,13 +18,12 @@
 //! source becomes it.
 //!
 //! Per-item failures do not stop the job: each is counted in the [`Progress`], given to
-//! [`TreeOptions::on_error`], and the first is kept in the report.
+//! [`CpOptions::on_error`], and the first is kept in the report.
 //!
-//! Layout: `options` (what is asked and reported), here the run; `walk` (the caller's thread), `files`
-//! (the workers), `samples` (the rate samples of a limited copy).
+//! Layout: here the run; `walk` (the caller's thread), `files` (the workers), `samples` (the rate
+//! samples of a limited copy).
 
 mod files;
-mod options;
 mod samples;
 mod walk;
 
@@ -41,18 +39,18 @@ use std::time::Instant;
 
 use rustix::fs::{Mode as FMode, OFlags};
 
-use crate::caps::CapsMemo;
-use crate::copy::{CopyOptions, CopyReport};
-use crate::create::{CreateOptions, Durability, FileCreator};
-use crate::error::{Error, ErrorKind, Result};
-use crate::pool::fd_plan_now;
-use crate::progress::Progress;
-use crate::quote::quote;
-use crate::read::ReadOptions;
-use crate::sys;
-use crate::write::WriteOptions;
+use crate::options::{CpOptions, CpReport, Deref, Note, OnCopied, OnError, Target};
+use cacheless::caps::CapsMemo;
+use cacheless::pool::fd_plan_now;
+use cacheless::quote::quote;
+use cacheless::sys;
+use cacheless::Progress;
+use cacheless::ReadOptions;
+use cacheless::WriteOptions;
+use cacheless::{CopyOptions, CopyReport};
+use cacheless::{CreateOptions, Durability, FileCreator};
+use cacheless::{Error, ErrorKind, Result};
 use files::{Copier, Rules};
-pub use options::{Ask, BackupKind, Deref, Existing, Link, Note, OnCopied, OnError, OnNote, Preserve, Question, Target, TreeOptions, TreeReport};
 use walk::{concat, last_component, At, Walker};
 
 /// Files a batch must be able to hold for its small files to wait without a name (each holds
@@ -134,10 +132,10 @@ fn open_target(p: &Path) -> std::io::Result<OwnedFd> {
 
 /// Copies each of `srcs` to `dst` as `o` says (GNU cp's rules: see the module documentation),
 /// counting in `progress` and stopping early when it is cancelled. Per-item failures are
-/// counted and reported (see [`TreeOptions::on_error`]), not returned; an error is returned
+/// counted and reported (see [`CpOptions::on_error`]), not returned; an error is returned
 /// only when the job cannot start, worded as GNU cp words it: the target directory cannot be
 /// opened (`-t`), several sources and a destination that is not a directory, no thread.
-pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<Progress>) -> Result<TreeReport> {
+pub(crate) fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<Progress>) -> Result<CpReport> {
     let t0 = Instant::now();
     if srcs.is_empty() {
         return Err(Error::message(ErrorKind::InvalidInput, dst, "missing file operand"));
@@ -168,7 +166,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
     let o = match &o.backup {
         Some((kind, suffix)) if o.force && target_dir.is_none() && !new_dst && srcs[0].as_os_str() == dst.as_os_str() && dst.is_file() => {
             dst_path = walk::backup_name(At::path(dst), *kind, suffix).map_err(|e| Error::io("cannot backup {}", dst, e))?.1;
-            same_name_backup = TreeOptions { backup: None, ..o.clone() };
+            same_name_backup = CpOptions { backup: None, ..o.clone() };
             &same_name_backup
         }
         _ => o,
@@ -246,6 +244,7 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
             data: o.data(),
         },
         on_note: o.on_note.clone(),
+        before_naming: o.before_naming.clone(),
     });
     let sampler = o.copy.rate.as_ref().map(|_| samples::Sampler::start(progress));
     let several = srcs.len() > 1 && target_dir.is_some();
@@ -300,7 +299,8 @@ pub fn copy_tree(srcs: &[PathBuf], dst: &Path, o: &TreeOptions, progress: &Arc<P
     let progress_samples = sampler.map(samples::Sampler::finish).unwrap_or_default();
     let files = std::mem::take(&mut *copier.reports.lock().unwrap_or_else(|e| e.into_inner()));
     let first_error = sink.first.lock().unwrap_or_else(|e| e.into_inner()).take();
-    Ok(TreeReport {
+    Ok(CpReport {
+        transfers: Vec::new(),
         copied: files.len() as u64,
         reflinked: copier.reflinked.load(Ordering::Relaxed),
         in_place: copier.in_place.load(Ordering::Relaxed),
@@ -496,15 +496,6 @@ fn finish(w: &mut Walker<'_>, dst: &Path, sync: bool) {
             sink.fail(e);
         }
     }
-}
-
-/// The name a backup of `name` (an entry of the folder `dir`) gets, GNU's
-/// `find_backup_file_name`: `name` and `suffix` (`simple`), `name.~N~` one above the highest
-/// such name there (`numbered`), or numbered where one is there already (`existing`). Shared
-/// by `cp --backup` and `extract --backup`.
-pub fn backup_name_in(dir: &Arc<OwnedFd>, name: &std::ffi::OsStr, kind: BackupKind, suffix: &str) -> std::io::Result<OsString> {
-    let at = At { dir: Some(dir), name, path: Path::new(name), plain: false };
-    Ok(walk::backup_name(at, kind, suffix)?.0)
 }
 
 #[cfg(test)]
