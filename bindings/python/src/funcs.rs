@@ -166,7 +166,24 @@ pub fn copy<'py>(
     if o.copy.reflink == Reflink::Always && o.copy.sparse != Sparse::Auto {
         return Err(PyValueError::new_err("reflink=\"always\" can be used only with sparse=\"auto\" (as cp's --reflink and --sparse)"));
     }
-    o.copy.verify = verify.map(|a| opts::word("verify", a)).transpose()?;
+    // A transfer is checked against its object's ETag (an MD5), whatever algorithm a local
+    // copy would read back with: with a URL, verify="etag"; without one, an algorithm.
+    let url = cacheless_cp::is_url(&src) || cacheless_cp::is_url(&dst);
+    o.copy.verify = match verify {
+        None => None,
+        Some("etag") if url => Some(cacheless::digest::Algo::Xxh3),
+        Some("etag") => {
+            return Err(PyValueError::new_err(
+                "verify=\"etag\" checks a transfer against its object's ETag, and no operand is a URL: give xxh3, sha256 or blake3",
+            ))
+        }
+        Some(a) if url => {
+            return Err(PyValueError::new_err(format!(
+                "verify=\"{a}\" cannot be honoured with a URL operand: a transfer is checked against the object's ETag (an MD5): give verify=\"etag\""
+            )))
+        }
+        Some(a) => Some(opts::word("verify", a)?),
+    };
     o.copy.rate = bwlimit.and_then(|r| r.0).map(|r| Arc::new(cacheless::RateLimit::new(r)));
     // -n, -i, -u: whichever of -n and -i the caller gives, as cp's last one wins.
     if no_clobber && interactive.is_some() {

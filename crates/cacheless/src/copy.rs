@@ -415,8 +415,10 @@ impl Carry {
         Some(Carry { file: old.try_clone().ok()?, uid: st.st_uid, gid: st.st_gid, mode, atime })
     }
 
-    /// Gives `dst`, the new file, the old one's owner and extended attributes.
-    fn apply(&self, dst: &File, path: &Path) -> Result<()> {
+    /// Gives `dst`, the new file, the old one's owner and extended attributes (its mode and
+    /// access time go through the [`WriteOptions`] that make it: [`Carry::mode`],
+    /// [`Carry::atime`]).
+    pub fn apply(&self, dst: &File, path: &Path) -> Result<()> {
         let st = sys::fstat(dst).map_err(|e| Error::io("fstat", path, e.into()))?;
         if (st.st_uid, st.st_gid) != (self.uid, self.gid) {
             let uid = (st.st_uid != self.uid).then_some(self.uid);

@@ -93,6 +93,23 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     raise_nofile();
+    // The transfers' flags mean nothing where no operand is a URL: refused, naming the flag,
+    // rather than ignored (cp checks its own, among its operands).
+    let urls: Option<Vec<&std::path::Path>> = match &cli.cmd {
+        Cmd::Info(a) => Some(a.paths.iter().map(|p| p.as_path()).collect()),
+        Cmd::Cat(a) => Some(a.files.iter().map(|p| p.as_path()).collect()),
+        Cmd::Hash(a) => Some(a.files.iter().map(|p| p.as_path()).collect()),
+        Cmd::Extract(a) => Some(vec![a.archive.as_path()]),
+        Cmd::Pack(a) => Some(vec![a.output.as_path()]),
+        Cmd::Evict(_) | Cmd::Bench(_) | Cmd::Clean(_) | Cmd::Demo => Some(Vec::new()),
+        Cmd::Cp(_) | Cmd::BenchHelper { .. } => None,
+    };
+    if let Some(operands) = urls {
+        if let Some(flag) = cli.common.remote.given().filter(|_| !operands.iter().any(|p| remote::is_remote(p))) {
+            eprintln!("error: {flag} applies to s3:// and http(s):// URLs, and no operand is one\n\nFor more information, try '--help'.");
+            return ExitCode::from(2);
+        }
+    }
     let r = match &cli.cmd {
         Cmd::Info(a) => info::run(a, &cli.common),
         Cmd::Cat(a) => cat::run(a, &cli.common),

@@ -91,6 +91,21 @@ impl RemoteFlags {
         Ok(o)
     }
 
+    /// The first of these flags given, by its name (none: all are the defaults).
+    pub fn given(&self) -> Option<&'static str> {
+        let set = [
+            (self.part_size.is_some(), "--part-size"),
+            (self.concurrency.is_some(), "--concurrency"),
+            (self.no_sign_request, "--no-sign-request"),
+            (self.endpoint_url.is_some(), "--endpoint-url"),
+            (self.region.is_some(), "--region"),
+            (self.ca_bundle.is_some(), "--ca-bundle"),
+            (self.retries.is_some(), "--retries"),
+            (self.read_timeout.is_some(), "--read-timeout"),
+        ];
+        set.iter().find(|(on, _)| *on).map(|(_, name)| *name)
+    }
+
     /// These flags, with `over`'s where it gives them.
     pub fn or(&self, over: &RemoteFlags) -> RemoteFlags {
         RemoteFlags {

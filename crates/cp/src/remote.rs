@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use cacheless::backup::backup_name_in;
 use cacheless::quote::quote;
-use cacheless::{sys, Error, ErrorKind, Progress, Reflink, Result, Sparse, WriteOptions};
+use cacheless::{sys, Carry, Error, ErrorKind, Progress, Reflink, Result, Sparse, WriteOptions};
 use cacheless_remote::{download_into, landed_etag, upload_file, url_of, verify_download, Location, ObjectInfo, Remote, Scheme};
 use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 
@@ -85,7 +85,7 @@ fn refuse(o: &CpOptions, upload: bool) -> Result<()> {
 enum Job {
     /// An object to a local file: where (an open folder and the name in it), and what the
     /// destination decision made.
-    Down { info: ObjectInfo, dir: Arc<OwnedFd>, name: OsString, to: PathBuf, backup: Option<OsString> },
+    Down { info: ObjectInfo, dir: Arc<OwnedFd>, name: OsString, to: PathBuf, backup: Option<OsString>, carry: Option<Arc<Carry>> },
     /// A local file to an object.
     Up { from: PathBuf, to: Location },
 }
@@ -430,6 +430,7 @@ impl Run<'_> {
         }
         let existing = sys::statat(dir.as_fd(), name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW);
         let mut backup = None;
+        let mut carry = None;
         match existing {
             Err(rustix::io::Errno::NOENT) => {}
             Err(e) => return self.fail(Error::io("cannot stat {}", &to, e.into())),
@@ -437,7 +438,7 @@ impl Run<'_> {
                 if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
                     return self.fail(Error::message(ErrorKind::AlreadyExists, &to, format!("cannot overwrite directory {} with non-directory", quote(&to))));
                 }
-                if o.update && same_version(&to, &st, &info) {
+                if o.update && not_older(&to, &st, &info) {
                     return self.skip(skipped(info.location.to_string(), text(&to), true, info.etag.clone()));
                 }
                 match &o.existing {
@@ -464,6 +465,15 @@ impl Run<'_> {
                     // Replaced by the rename that names the download: the same end, and a failure
                     // leaves what was there.
                     self.note(&Note::Removed(&to));
+                } else if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+                    // GNU writes the file in place, which keeps its inode: the download replaces
+                    // it whole with what can be seen of it kept (mode, owner, attributes), or,
+                    // where a new file could not keep that (other names, another owner), is
+                    // refused for this file.
+                    match replaced(&dir, &name, &to, &st) {
+                        Ok(c) => carry = Some(Arc::new(c)),
+                        Err(e) => return self.fail(e),
+                    }
                 }
             }
         }
@@ -471,7 +481,7 @@ impl Run<'_> {
         self.note(&Note::Copy { src: &src, dst: &to, backup: backup_path.as_deref() });
         self.progress.add_total_bytes(if o.attributes_only { 0 } else { info.size });
         self.progress.add_total_files(1);
-        jobs.push((self.seq.fetch_add(1, Ordering::Relaxed), Job::Down { info, dir, name, to, backup }));
+        jobs.push((self.seq.fetch_add(1, Ordering::Relaxed), Job::Down { info, dir, name, to, backup, carry }));
     }
 
     /// The folder and name a download to the path `p` (no folder) lands at: a symbolic link
@@ -590,7 +600,8 @@ impl Run<'_> {
                         Ok(m) => m,
                         Err(e) => return self.fail(Error::io("cannot stat {}", &from, e)),
                     };
-                    let same = m.len() == existing.size && m.modified().is_ok_and(|t| existing.last_modified >= t);
+                    // GNU's -u: an object not older than the file is left.
+                    let same = m.modified().is_ok_and(|t| existing.last_modified >= t);
                     let keep = match &o.existing {
                         Existing::Keep => true,
                         _ if o.update && same => true,
@@ -662,11 +673,11 @@ impl Run<'_> {
         let o = self.o;
         let cancel = self.progress.cancel_flag();
         match job {
-            Job::Down { info, dir, name, to, backup } => {
+            Job::Down { info, dir, name, to, backup, carry } => {
                 let Some(remote) = clients.iter().find(|r| r.serves(&info.location)) else {
                     return Done::Failed(Error::new(ErrorKind::Io, "download", info.location.to_string(), "no client for this store"));
                 };
-                let r = if o.attributes_only { attributes_only(dir, name, to, info) } else { self.download(remote, info, dir, name, to) };
+                let r = if o.attributes_only { attributes_only(dir, name, to, info) } else { self.download(remote, info, dir, name, to, carry.as_deref()) };
                 match r {
                     Ok(mut t) => {
                         t.backup = backup.as_ref().map(|b| text(&to.with_file_name(b)));
@@ -711,12 +722,19 @@ impl Run<'_> {
         }
     }
 
-    fn download(&self, remote: &Remote, info: &ObjectInfo, dir: &Arc<OwnedFd>, name: &OsStr, to: &Path) -> Result<Transfer> {
+    fn download(&self, remote: &Remote, info: &ObjectInfo, dir: &Arc<OwnedFd>, name: &OsStr, to: &Path, carry: Option<&Carry>) -> Result<Transfer> {
         let o = self.o;
         let cancel = self.progress.cancel_flag();
         let mut wo = WriteOptions::from(o.io.clone());
         wo.sync = o.sync;
-        let r = download_into(remote, info, dir.clone(), name, to, &wo, &cancel, Some(self.progress))?;
+        if let Some(c) = carry {
+            // What GNU's write in place keeps: the mode (owner-only until the owner is set),
+            // the access time.
+            wo.permissions = Some(c.mode);
+            wo.create_mode = Some(c.mode & 0o700);
+            wo.atime = Some(c.atime);
+        }
+        let r = download_into(remote, info, dir.clone(), name, to, &wo, carry, &cancel, Some(self.progress))?;
         let verified = if o.copy.verify.is_some() { verify_download(to, info, &o.io)?.map(|_| true) } else { None };
         self.progress.file_done();
         Ok(Transfer {
@@ -745,20 +763,31 @@ enum Dest<'a> {
     Path(&'a Path),
 }
 
-/// Whether the file `to` (with `st`) holds `info`'s version: the ETag it landed with, or where
-/// it has none (landed by another tool, or on a filesystem without user attributes), its size
-/// and a time no older than the object's.
-fn same_version(to: &Path, st: &rustix::fs::Stat, info: &ObjectInfo) -> bool {
-    let size = u64::try_from(st.st_size).unwrap_or(0);
-    if size != info.size {
-        return false;
+/// What a download replacing the regular file `name` (with `st`) keeps of it: what GNU's write
+/// in place keeps, where a new file can have it all; else why the download is refused for it.
+fn replaced(dir: &Arc<OwnedFd>, name: &OsStr, to: &Path, st: &rustix::fs::Stat) -> Result<Carry> {
+    let refuse = |why: &str| {
+        Error::message(ErrorKind::Unsupported, to, format!("{}: {why}: a download replaces a file whole", quote(to)))
+            .with_note("--remove-destination replaces it with a new file, --backup keeps the old one aside")
+    };
+    if st.st_nlink > 1 {
+        return Err(refuse("it has other hard links, which GNU cp's write in place would keep"));
     }
+    let fd = sys::openat(dir.as_fd(), name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty())
+        .map_err(|e| Error::io("cannot open {} for reading", to, e.into()))?;
+    Carry::of(&std::fs::File::from(fd), st, sys::is_root()).ok_or_else(|| refuse("its owner or extended attributes could not be kept by a new file"))
+}
+
+/// Whether `-u` leaves the file `to` (with `st`) as it is, GNU's rule with what a download
+/// knows besides: where the file keeps the ETag it landed with, it is left exactly when that is
+/// the object's (the object has not changed since, whatever has touched the file's time);
+/// elsewhere (landed by another tool, a filesystem without user attributes) when its
+/// modification time is not older than the object's, as GNU leaves a destination that is not
+/// older than its source.
+fn not_older(to: &Path, st: &rustix::fs::Stat, info: &ObjectInfo) -> bool {
     match (landed_etag(to), &info.etag) {
-        (Some(have), Some(want)) => have == *want,
-        _ => {
-            let t = sys::system_time(st.st_mtime, i64::try_from(st.st_mtime_nsec).unwrap_or(0));
-            t >= info.last_modified
-        }
+        (Some(have), Some(want)) => have == *want && u64::try_from(st.st_size).is_ok_and(|n| n == info.size),
+        _ => sys::system_time(st.st_mtime, i64::try_from(st.st_mtime_nsec).unwrap_or(0)) >= info.last_modified,
     }
 }
 

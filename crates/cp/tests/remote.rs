@@ -68,10 +68,16 @@ fn update_compares_the_etag_a_file_landed_with_and_falls_back_to_size_and_time()
     f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(3_600)).unwrap();
     assert!(fetched(&o), "a new version");
     assert_eq!(std::fs::read(&dst).unwrap(), second);
-    // Without the attribute (another tool's download): size and time, as before.
+    // Without the attribute (another tool's download): GNU's rule, the time alone; a file not
+    // older than the object is left, whatever its size.
     let f = std::fs::File::options().write(true).open(&dst).unwrap();
     cacheless::sys::xattr_remove(cacheless::sys::XattrAt::Fd(std::os::fd::AsFd::as_fd(&f)), ETAG_XATTR).unwrap();
-    assert!(!fetched(&o), "same size, the object's time");
+    assert!(!fetched(&o), "the object's time");
+    f.set_len(5).unwrap();
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(3_600)).unwrap();
+    assert!(!fetched(&o), "newer than the object, another size");
+    assert_eq!(std::fs::metadata(&dst).unwrap().len(), 5);
     f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000)).unwrap();
     assert!(fetched(&o), "older than the object");
+    assert_eq!(std::fs::read(&dst).unwrap(), second);
 }

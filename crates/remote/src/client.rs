@@ -134,7 +134,7 @@ pub(crate) enum Failure {
     /// where it sent one (S3), never the rest of it.
     Status { status: StatusCode, code: Option<String>, message: Option<String>, attempts: usize },
     /// No answer: no connection, a reset, a stall, a TLS failure.
-    Transport { what: String, connect: bool, timeout: bool, tls: bool, attempts: usize },
+    Transport { what: String, connect: bool, timeout: bool, tls: bool, redirect: bool, attempts: usize },
     /// No credentials could be had.
     Credentials(String),
     /// An answer that breaks the protocol (a listing that is no listing, a missing size).
@@ -146,7 +146,7 @@ impl Failure {
     pub(crate) fn transient(&self) -> bool {
         match self {
             Failure::Status { status, .. } => status.is_server_error() || *status == StatusCode::TOO_MANY_REQUESTS || *status == StatusCode::REQUEST_TIMEOUT,
-            Failure::Transport { tls, .. } => !tls,
+            Failure::Transport { tls, redirect, .. } => !tls && !redirect,
             Failure::Credentials(_) | Failure::Protocol(_) => false,
         }
     }
@@ -429,10 +429,10 @@ impl Conn {
 
     /// A transport failure, its words without the URL (which may hold a signed query).
     pub(crate) fn transport(&self, e: reqwest::Error) -> Failure {
-        let (connect, timeout) = (e.is_connect(), e.is_timeout());
+        let (connect, timeout, redirect) = (e.is_connect(), e.is_timeout(), e.is_redirect());
         let text = chain(&e.without_url());
         let tls = text.contains("certificate") || text.contains("InvalidCertificate") || text.contains("UnknownIssuer") || text.contains("tls handshake");
-        Failure::Transport { what: self.redact(&text), connect, timeout, tls, attempts: 1 }
+        Failure::Transport { what: self.redact(&text), connect, timeout, tls, redirect, attempts: 1 }
     }
 
     /// An error status: the S3 error document's code and message where the body is one (read
@@ -643,7 +643,7 @@ impl Conn {
                     err.with_note(note)
                 }
             }
-            Failure::Transport { what, connect, timeout, tls, attempts } => {
+            Failure::Transport { what, connect, timeout, tls, attempts, .. } => {
                 if tls {
                     let note = if s3 {
                         "trust its CA with --ca-bundle or AWS_CA_BUNDLE, or SSL_CERT_FILE / SSL_CERT_DIR"

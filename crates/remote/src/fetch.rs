@@ -37,6 +37,8 @@ pub struct FetchReport {
     pub ranges: u64,
     /// Requests in flight at once, at most.
     pub in_flight: usize,
+    /// Bytes one ranged GET asks for (the part size, within the memory budget).
+    pub range: usize,
     /// Whether the server answered ranged requests (206); false: one stream.
     pub ranged: bool,
     /// Ranges fetched again after a short or failed body.
@@ -105,6 +107,7 @@ pub fn fetch(
     let lease = budget.lease(LeaseRequest::buffers(chunk.min(round_len(size, page)), want + sink_holds).aligned(page));
     let in_flight = want.min(lease.count()).max(1);
     report.in_flight = in_flight;
+    report.range = chunk;
     let (tx, rx) = mpsc::channel::<Done>();
     let mut tasks = Tasks::default();
     // An HTTP server may not do ranges: the first range goes alone (and again alone while it

@@ -120,9 +120,22 @@ pub(crate) struct ErrorDoc {
     pub(crate) message: Option<String>,
 }
 
-/// The code and message of an S3 error document, if `body` is one.
+/// The code and message of an S3 error document, if `body` is one (read as XML, else, for a
+/// document that is not well formed, from its `<Code>` and `<Message>` elements as text).
 pub(crate) fn error_doc(body: &str) -> Option<ErrorDoc> {
-    let doc: ErrorDoc = quick_xml::de::from_str(body).ok()?;
+    let doc = match quick_xml::de::from_str::<ErrorDoc>(body) {
+        Ok(d) => d,
+        Err(_) if body.contains("<Error") => {
+            let element = |name: &str| {
+                let open = format!("<{name}>");
+                let start = body.find(&open)? + open.len();
+                let end = body[start..].find(&format!("</{name}>"))? + start;
+                quick_xml::escape::unescape(&body[start..end]).ok().map(|t| t.into_owned())
+            };
+            ErrorDoc { code: element("Code"), message: element("Message") }
+        }
+        Err(_) => return None,
+    };
     (doc.code.is_some() || doc.message.is_some()).then_some(doc)
 }
 
@@ -262,6 +275,8 @@ mod tests {
         let e = error_doc("<Error><Code>AccessDenied</Code><Message>Access Denied</Message><Secret>x</Secret></Error>").unwrap();
         assert_eq!((e.code.as_deref(), e.message.as_deref()), (Some("AccessDenied"), Some("Access Denied")));
         assert!(error_doc("<html>nope</html>").is_none());
+        let broken = error_doc("<Error><Code>SlowDown</Code><Message>Reduce your rate</Message><Echo>a & b</Echo></Error>").unwrap();
+        assert_eq!((broken.code.as_deref(), broken.message.as_deref()), (Some("SlowDown"), Some("Reduce your rate")));
         assert_eq!(
             upload_id("<InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><UploadId>u1</UploadId></InitiateMultipartUploadResult>").unwrap(),
             "u1"

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cacheless::{
-    AlignedBuf, Budget, Decision, Error, ErrorKind, IoOptions, LeaseRequest, Progress, ReadOptions, Reader, Result, WriteOptions, WriteReport, Writer,
+    AlignedBuf, Budget, Carry, Decision, Error, ErrorKind, IoOptions, LeaseRequest, Progress, ReadOptions, Reader, Result, WriteOptions, WriteReport, Writer,
 };
 use md5::{Digest, Md5};
 
@@ -54,11 +54,14 @@ pub fn download_file(
     progress: Option<&Progress>,
 ) -> Result<DownloadReport> {
     let (dir, name) = cacheless::sys::open_parent(dest)?;
-    download_into(remote, info, Arc::new(dir), name, dest, wo, cancel, progress)
+    download_into(remote, info, Arc::new(dir), name, dest, wo, None, cancel, progress)
 }
 
 /// [`download_file`] into the entry `name` of the open folder `dir` (`display`: its path in
-/// messages): a folder the caller holds, so that nothing between is looked up again.
+/// messages): a folder the caller holds, so that nothing between is looked up again. With
+/// `carry`, the new file takes what the file it replaces had (its owner and extended
+/// attributes; its mode and access time come through `wo`) before it is named, as a copy over
+/// an existing file keeps them.
 #[allow(clippy::too_many_arguments)] // download_file's, and where the file goes.
 pub fn download_into(
     remote: &Remote,
@@ -67,6 +70,7 @@ pub fn download_into(
     name: &OsStr,
     display: &Path,
     wo: &WriteOptions,
+    carry: Option<&Carry>,
     cancel: &AtomicBool,
     progress: Option<&Progress>,
 ) -> Result<DownloadReport> {
@@ -87,6 +91,9 @@ pub fn download_into(
     if cancel.load(Ordering::Relaxed) {
         return Err(Error::new(ErrorKind::Interrupted, "download", info.location.to_string(), "interrupted"));
     }
+    if let Some(c) = carry {
+        c.apply(w.file(), display)?;
+    }
     if let Some(etag) = &info.etag {
         // Set before the rename, so the name never shows without it. A filesystem without user
         // attributes keeps none, and `cp -u` compares sizes and times there instead.
@@ -103,6 +110,8 @@ pub struct UploadReport {
     pub bytes: u64,
     /// Parts of a multipart upload (0: one PUT).
     pub parts: u64,
+    /// Bytes per part (the part size, within the memory budget; the whole file for one PUT).
+    pub part: usize,
     /// The new object's ETag, as the server gave it.
     pub etag: Option<String>,
     /// How the file was read.
@@ -212,7 +221,7 @@ pub fn upload_file(
             p.add_bytes(size);
         }
         let verified = check(expected, etag.as_deref(), dest)?;
-        return Ok(UploadReport { bytes: size, parts: 0, etag, read, elapsed_s: start.elapsed().as_secs_f64(), verified });
+        return Ok(UploadReport { bytes: size, parts: 0, part: len, etag, read, elapsed_s: start.elapsed().as_secs_f64(), verified });
     }
     let lease = parts_budget.lease(LeaseRequest::buffers(part, remote.opts.concurrency.max(1) + 1).aligned(page));
     let in_flight = remote.opts.concurrency.max(1).min(lease.count()).max(1);
@@ -268,7 +277,7 @@ pub fn upload_file(
     let etag = up.complete()?;
     let expected = verify.then(|| format!("{}-{parts}", hex(&sums.finalize())));
     let verified = check(expected, etag.as_deref(), dest)?;
-    Ok(UploadReport { bytes: size, parts, etag, read, elapsed_s: start.elapsed().as_secs_f64(), verified })
+    Ok(UploadReport { bytes: size, parts, part, etag, read, elapsed_s: start.elapsed().as_secs_f64(), verified })
 }
 
 /// An error unless a part of `part` bytes fits `budget`: S3's parts are at least 5 MiB, and a

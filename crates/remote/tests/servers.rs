@@ -101,6 +101,37 @@ fn a_download_s_memory_is_its_budget_whatever_the_object_s_size() {
     assert_eq!(budget.used(), 0, "every buffer came back");
 }
 
+/// A part size larger than the memory budget (`--memory 16M --part-size 64M`) is clamped to
+/// it: every range in flight and every part fits the budget, both ways; an upload whose
+/// smallest possible part (S3's 5 MiB) does not fit is refused before anything is sent.
+#[test]
+fn a_part_size_past_the_budget_is_clamped_to_it_or_refused() {
+    let Some(s3) = servers::s3() else { return };
+    let pre = prefix("clamp");
+    let remote = client(&s3, 64 * MIB);
+    let no = AtomicBool::new(false);
+    let d = cacheless_testkit::scratch();
+    let body = data(40 * MIB + 3, 31);
+    let src = d.path().join("src");
+    std::fs::write(&src, &body).unwrap();
+    let loc = Location::parse(&s3.url(&format!("{pre}big"))).unwrap();
+    let budget = Budget::new(16 * MIB);
+    let up = upload_file(&remote, &src, &loc, &IoOptions::new(budget.clone()), false, &no, None).unwrap();
+    assert!(up.part <= 16 * MIB && up.parts >= 3, "parts of {} B, {} of them", up.part, up.parts);
+    let info = remote.head(&loc).unwrap();
+    let dst = d.path().join("dst");
+    let got = download_file(&remote, &info, &dst, &WriteOptions::from(IoOptions::new(budget.clone())), &no, None).unwrap();
+    assert!(got.fetch.range * got.fetch.in_flight <= 16 * MIB, "{} B ranges, {} in flight", got.fetch.range, got.fetch.in_flight);
+    assert_eq!(std::fs::read(&dst).unwrap(), body);
+    assert_eq!(budget.used(), 0, "every buffer came back");
+    // 4 MiB cannot hold S3's smallest part: refused, nothing sent.
+    let small = loc.with_key(format!("{pre}refused"));
+    let e = upload_file(&remote, &src, &small, &IoOptions::new(Budget::new(4 * MIB)), false, &no, None).unwrap_err();
+    assert!(e.to_string().contains("does not fit in the memory budget"), "{e}");
+    assert_eq!(remote.head(&small).unwrap_err().kind(), ErrorKind::NotFound);
+    assert!(s3.open_uploads(&pre).is_empty());
+}
+
 #[test]
 fn s3_failures_name_the_url_and_leave_nothing() {
     let Some(s3) = servers::s3() else { return };

@@ -133,6 +133,10 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
     }
     // URLs (`cacheless cp` only: run as `cp`, an operand is always a path).
     let urls = !AS_CP.load(Ordering::Relaxed) && (cacheless_cp::is_url(&dst) || srcs.iter().any(|s| cacheless_cp::is_url(s)));
+    let flags = common.map(|c| c.remote.clone()).unwrap_or_default().or(&a.remote);
+    if let Some(flag) = flags.given().filter(|_| !urls) {
+        return usage_exit(Some(&format!("{flag} applies to s3:// and http(s):// URLs, and no operand is one")), false);
+    }
     if urls && a.verify_algo {
         return usage_exit(
             Some("--verify-algo cannot be honoured with a URL operand: a transfer is verified against the object's ETag (an MD5), whatever the algorithm"),
@@ -147,8 +151,7 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
     let verify = a.cp.copy.verify.is_some();
     let mut o = options(&mut a, common);
     if urls {
-        // As an operand means the same with any door: an URL's flags also come before `cp`.
-        let flags = common.map(|c| c.remote.clone()).unwrap_or_default().or(&a.remote);
+        // The transfers' flags may also come before `cp`.
         o.remote = match flags.options() {
             Ok(r) => r,
             Err(e) => {
