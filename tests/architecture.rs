@@ -1,19 +1,25 @@
 //! docs/ARCHITECTURE.md held to the code: no module of any crate imports, directly or through
 //! others, a module that imports it (nor a submodule a sibling that imports it), and every
-//! module of the engine is in the floors table and imports only from floors below its own.
-//! Imports are read from the source: `crate::NAME` paths (a name the crate root re-exports
-//! counts as the module it comes from) and, between siblings, `super::NAME`; comments and
-//! test modules (what follows `#[cfg(test)]`) are left out.
+//! module of the engine is in the floors table and imports only from floors below its own; no
+//! shipped crate calls the kernel (rustix, libc) nor changes the filesystem through `std::fs`
+//! outside the engine's facade; unsafe code only where the architecture says.
+//!
+//! The sources are parsed as Rust (syn): every item counts but those under `#[cfg(test)]`,
+//! wherever they stand in a file. Imports are `crate::NAME` paths (a name the crate root
+//! re-exports counts as the module it comes from) and, between siblings, `super::NAME`, in
+//! `use` trees, expressions and types alike; calls are resolved through the file's `use`
+//! declarations (`use std::fs; fs::write(..)` is `std::fs::write`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // A failed step in a test is a failed test.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The crates whose modules are checked, by their source folder.
-const CRATES: [&str; 9] = [
+const CRATES: [&str; 10] = [
     "crates/cacheless/src",
     "crates/archive/src",
     "crates/remote/src",
+    "crates/cp/src",
     "crates/safetensors/src",
     "crates/cli/src",
     "crates/crash/src",
@@ -63,33 +69,140 @@ fn modules(dir: &Path, skip: &[&str]) -> BTreeMap<String, Vec<PathBuf>> {
     mods
 }
 
-/// The code of `file` that counts: no comment lines, nothing from its first `#[cfg(test)]` on.
-fn code(file: &Path) -> String {
-    let text = std::fs::read_to_string(file).unwrap();
-    let mut out = String::new();
-    for line in text.lines() {
-        let t = line.trim_start();
-        if t.starts_with("#[cfg(test)]") {
-            break;
-        }
-        if !t.starts_with("//") {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
+/// Whether `attrs` hold `#[cfg(test)]` (or a `cfg` that needs `test`, as `cfg(all(test, ...))`).
+fn is_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.parse_args_with(syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated).is_ok_and(|metas| {
+                fn needs_test(m: &syn::Meta) -> bool {
+                    match m {
+                        syn::Meta::Path(p) => p.is_ident("test"),
+                        syn::Meta::List(l) if l.path.is_ident("all") => l
+                            .parse_args_with(syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated)
+                            .is_ok_and(|inner| inner.iter().any(needs_test)),
+                        _ => false,
+                    }
+                }
+                metas.iter().any(needs_test)
+            })
+    })
 }
 
-/// The names `prefix` reaches in `code`: `prefix::a` and each first name of `prefix::{a, b::c}`.
-fn reached(code: &str, prefix: &str) -> BTreeSet<String> {
-    let one = regex::Regex::new(&format!(r"\b{prefix}::(\w+)")).unwrap();
-    let group = regex::Regex::new(&format!(r"\b{prefix}::\{{([^}}]*)\}}")).unwrap();
-    let first = regex::Regex::new(r"(?:^|,)\s*(\w+)").unwrap();
-    let mut out: BTreeSet<String> = one.captures_iter(code).map(|c| c[1].to_string()).collect();
-    for g in group.captures_iter(code) {
-        out.extend(first.captures_iter(&g[1]).map(|c| c[1].to_string()));
+/// The items of `file` that count: every one but those under `#[cfg(test)]` (modules, functions,
+/// impls, uses), at any depth.
+fn code(file: &Path) -> syn::File {
+    let text = std::fs::read_to_string(file).unwrap();
+    let mut f = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    fn prune(items: &mut Vec<syn::Item>) {
+        items.retain(|i| {
+            let attrs = match i {
+                syn::Item::Mod(m) => &m.attrs,
+                syn::Item::Fn(f) => &f.attrs,
+                syn::Item::Impl(x) => &x.attrs,
+                syn::Item::Use(u) => &u.attrs,
+                syn::Item::Const(c) => &c.attrs,
+                syn::Item::Static(x) => &x.attrs,
+                syn::Item::Struct(x) => &x.attrs,
+                syn::Item::Enum(x) => &x.attrs,
+                syn::Item::Trait(x) => &x.attrs,
+                syn::Item::Macro(x) => &x.attrs,
+                _ => return true,
+            };
+            !is_test(attrs)
+        });
+        for i in items.iter_mut() {
+            if let syn::Item::Mod(m) = i {
+                if let Some((_, inner)) = &mut m.content {
+                    prune(inner);
+                }
+            }
+        }
     }
-    out
+    if is_test(&f.attrs) {
+        f.items.clear();
+    }
+    prune(&mut f.items);
+    f
+}
+
+/// What a file's code says, read once: the paths it names (each as its segments, `use`
+/// trees flattened) and the functions it calls by path, both as written.
+#[derive(Default)]
+struct Names {
+    /// Every path: `use` trees, expressions, types, patterns, macros' paths.
+    paths: Vec<Vec<String>>,
+    /// The paths called as functions (`a::b::f(..)`).
+    calls: Vec<Vec<String>>,
+    /// `use` declarations: the name each brings in, to its full path.
+    uses: BTreeMap<String, Vec<String>>,
+}
+
+impl<'ast> syn::visit::Visit<'ast> for Names {
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        fn walk(t: &syn::UseTree, pre: &mut Vec<String>, out: &mut Names) {
+            match t {
+                syn::UseTree::Path(p) => {
+                    pre.push(p.ident.to_string());
+                    walk(&p.tree, pre, out);
+                    pre.pop();
+                }
+                syn::UseTree::Name(n) => {
+                    let mut full = pre.clone();
+                    if n.ident != "self" {
+                        full.push(n.ident.to_string());
+                    }
+                    out.uses.insert(full.last().cloned().unwrap_or_default(), full.clone());
+                    out.paths.push(full);
+                }
+                syn::UseTree::Rename(r) => {
+                    let mut full = pre.clone();
+                    full.push(r.ident.to_string());
+                    out.uses.insert(r.rename.to_string(), full.clone());
+                    out.paths.push(full);
+                }
+                syn::UseTree::Glob(_) => out.paths.push(pre.clone()),
+                syn::UseTree::Group(g) => {
+                    for t in &g.items {
+                        walk(t, pre, out);
+                    }
+                }
+            }
+        }
+        walk(&u.tree, &mut Vec::new(), self);
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        self.paths.push(p.segments.iter().map(|s| s.ident.to_string()).collect());
+        syn::visit::visit_path(self, p);
+    }
+
+    fn visit_expr_call(&mut self, c: &'ast syn::ExprCall) {
+        if let syn::Expr::Path(p) = &*c.func {
+            self.calls.push(p.path.segments.iter().map(|s| s.ident.to_string()).collect());
+        }
+        syn::visit::visit_expr_call(self, c);
+    }
+}
+
+fn names(file: &Path) -> Names {
+    let mut n = Names::default();
+    syn::visit::Visit::visit_file(&mut n, &code(file));
+    n
+}
+
+impl Names {
+    /// `p` with its first name resolved through the file's `use` declarations.
+    fn resolve(&self, p: &[String]) -> Vec<String> {
+        match p.first().and_then(|f| self.uses.get(f)) {
+            Some(full) if p.len() > 1 || full.len() > 1 => full.iter().cloned().chain(p[1..].iter().cloned()).collect(),
+            _ => p.to_vec(),
+        }
+    }
+}
+
+/// The names `prefix` (`crate` or `super`) reaches in a file: the name after it in each path.
+fn reached(n: &Names, prefix: &str) -> BTreeSet<String> {
+    n.paths.iter().filter(|p| p.len() > 1 && p[0] == prefix).map(|p| p[1].clone()).collect()
 }
 
 /// The items the crate root re-exports (`pub use module::{A, B}`), to the module each comes from.
@@ -116,7 +229,7 @@ fn graph(mods: &BTreeMap<String, Vec<PathBuf>>, prefix: &str, exports: &BTreeMap
         .map(|(m, files)| {
             let mut to = BTreeSet::new();
             for f in files {
-                for name in reached(&code(f), prefix) {
+                for name in reached(&names(f), prefix) {
                     let name = exports.get(&name).cloned().unwrap_or(name);
                     if &name != m && mods.contains_key(&name) {
                         to.insert(name);
@@ -198,19 +311,20 @@ fn no_crate_has_an_import_cycle() {
     assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
 }
 
-/// The check itself finds a cycle, and one through a name the root re-exports.
+/// The check itself finds a cycle, and one through a name the root re-exports; comments do not
+/// import, and an item under `#[cfg(test)]` does not either, wherever it stands in the file.
 #[test]
 fn the_cycle_check_sees_a_cycle() {
     let d = cacheless_testkit::scratch();
     std::fs::write(d.path().join("lib.rs"), "pub use b::Thing;\n").unwrap();
     std::fs::write(d.path().join("a.rs"), "use crate::Thing;\n").unwrap();
     std::fs::write(d.path().join("b.rs"), "use crate::{c::x, y};\n").unwrap();
-    std::fs::write(d.path().join("c.rs"), "// use crate::b;\nfn f() { crate::a::g() }\n#[cfg(test)]\nuse crate::b;\n").unwrap();
+    std::fs::write(d.path().join("c.rs"), "// use crate::b;\n#[cfg(test)]\nmod t { use crate::b; }\nfn f() { crate::a::g() }\n").unwrap();
     let mods = modules(d.path(), &["lib.rs"]);
     let g = graph(&mods, "crate", &root_exports(d.path()));
     assert_eq!(cycle(&g), Some(vec!["a".to_string(), "b".into(), "c".into(), "a".into()]));
-    std::fs::write(d.path().join("c.rs"), "// use crate::a;\n").unwrap();
-    assert_eq!(cycle(&graph(&modules(d.path(), &["lib.rs"]), "crate", &root_exports(d.path()))), None, "comments do not import");
+    std::fs::write(d.path().join("c.rs"), "// use crate::a;\n#[cfg(test)]\nfn t() { crate::a::g() }\nfn f() {}\n").unwrap();
+    assert_eq!(cycle(&graph(&modules(d.path(), &["lib.rs"]), "crate", &root_exports(d.path()))), None, "comments and test items do not import");
 }
 
 #[test]
@@ -245,8 +359,8 @@ fn the_engine_s_modules_stand_on_their_floors() {
 /// The crates whose kernel calls go through the engine's `sys` facade: the shipped ones. (The
 /// crash simulator, the benchmark harness and the test kit drive the kernel as tools of their
 /// own: mounts, cgroups, block devices.)
-const SHIPPED: [&str; 6] =
-    ["crates/cacheless/src", "crates/archive/src", "crates/remote/src", "crates/safetensors/src", "crates/cli/src", "bindings/python/src"];
+const SHIPPED: [&str; 7] =
+    ["crates/cacheless/src", "crates/archive/src", "crates/remote/src", "crates/cp/src", "crates/safetensors/src", "crates/cli/src", "bindings/python/src"];
 
 /// The engine's files that may name rustix or libc calls: the facade, and what sits below it or
 /// beside it on purpose (the I/O requests, the probes, the residency calls, aligned memory).
@@ -261,27 +375,61 @@ const KERNEL: [&str; 5] = [
 /// rustix's functions that make no system call (device numbers).
 const PURE: [&str; 3] = ["makedev", "major", "minor"];
 
-/// The rustix and libc calls `code` makes: `rustix::a::f(`, `libc::f(`, and functions imported
-/// from them by name (`use rustix::fs::{openat, Mode}`: a lower-case name that is no module).
-fn kernel_calls(code: &str) -> Vec<String> {
-    // Lower-case paths only: `rustix::fs::Mode::empty()` builds a value.
-    let call = regex::Regex::new(r"\b((?:rustix(?:::[a-z][a-z0-9_]*)+|libc)::([a-z_][a-z0-9_]*))\s*\(").unwrap();
-    let import = regex::Regex::new(r"\buse (rustix|libc)((?:::\w+)*)::\{([^}]*)\}|\buse (rustix|libc)((?:::\w+)*)::([a-z_][a-z0-9_]*)\s*;").unwrap();
+/// A function's name: lower case (a type, a trait or a constant is not called).
+fn is_fn(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+}
+
+/// The rustix and libc functions a file calls (`rustix::fs::openat(..)`, `libc::close(..)`,
+/// through any `use` of them or of their modules) or imports by name.
+fn kernel_calls(n: &Names) -> Vec<String> {
+    // A function of rustix's modules or of libc; `rustix::fs::Mode::empty()` builds a value.
+    let kernel = |p: &[String]| {
+        matches!(p.first().map(String::as_str), Some("rustix" | "libc"))
+            && p.len() > 1
+            && p[1..].iter().all(|s| is_fn(s))
+            && p.last().is_some_and(|l| !PURE.contains(&l.as_str()))
+    };
     let modules = ["fs", "io", "process", "param", "mm", "path", "fd", "pipe", "thread", "time", "event", "system", "net", "termios", "rand", "stdio"];
-    let mut out: Vec<String> = call.captures_iter(code).filter(|c| !PURE.contains(&&c[2])).map(|c| c[1].to_string()).collect();
-    for c in import.captures_iter(code) {
-        let names: Vec<&str> = match (c.get(3), c.get(6)) {
-            (Some(list), _) => list.as_str().split(',').map(str::trim).collect(),
-            (None, Some(one)) => vec![one.as_str()],
-            _ => continue,
-        };
-        for n in names {
-            let n = n.split_whitespace().next().unwrap_or("");
-            if n.starts_with(|ch: char| ch.is_ascii_lowercase()) && !modules.contains(&n) && n != "self" && !PURE.contains(&n) {
-                out.push(format!("use {}{}::{n}", c.get(1).or(c.get(4)).unwrap().as_str(), c.get(2).or(c.get(5)).unwrap().as_str()));
-            }
+    let mut out: Vec<String> = n.calls.iter().map(|c| n.resolve(c)).filter(|p| kernel(p)).map(|p| p.join("::")).collect();
+    for full in n.uses.values() {
+        if kernel(full) && !modules.contains(&full.last().map(String::as_str).unwrap_or("")) {
+            out.push(format!("use {}", full.join("::")));
         }
     }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The `std` calls that change the filesystem: what the facade (`cacheless::sys`) is for.
+const FS_CHANGES: [&str; 19] = [
+    "std::fs::write",
+    "std::fs::create_dir",
+    "std::fs::create_dir_all",
+    "std::fs::remove_file",
+    "std::fs::remove_dir",
+    "std::fs::remove_dir_all",
+    "std::fs::rename",
+    "std::fs::hard_link",
+    "std::fs::copy",
+    "std::fs::set_permissions",
+    "std::fs::soft_link",
+    "std::fs::File::create",
+    "std::fs::File::create_new",
+    "std::fs::File::options",
+    "std::fs::OpenOptions::new",
+    "std::fs::DirBuilder::new",
+    "std::os::unix::fs::symlink",
+    "std::os::unix::fs::chown",
+    "std::os::unix::fs::lchown",
+];
+
+/// The calls of a file that change the filesystem outside the facade.
+fn fs_changes(n: &Names) -> Vec<String> {
+    let mut out: Vec<String> = n.calls.iter().map(|c| n.resolve(c).join("::")).filter(|p| FS_CHANGES.contains(&p.as_str())).collect();
+    out.sort();
+    out.dedup();
     out
 }
 
@@ -294,18 +442,34 @@ fn kernel_calls_go_through_the_sys_facade() {
             if KERNEL.iter().any(|k| rel.starts_with(k)) {
                 continue;
             }
-            for c in kernel_calls(&code(&f)) {
+            let n = names(&f);
+            for c in kernel_calls(&n).into_iter().chain(fs_changes(&n)) {
                 found.push(format!("{rel}: {c}"));
             }
         }
     }
-    assert!(found.is_empty(), "kernel calls outside sys/, backend/, caps, residency and buf (add them to cacheless::sys):\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "kernel calls and std::fs changes outside sys/, backend/, caps, residency and buf (add them to cacheless::sys):\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
 fn the_facade_check_sees_a_call_and_an_imported_function() {
-    let code = "use rustix::fs::{Mode, openat as o, OFlags};\nuse libc::getpid;\nfn f() { rustix::fs::fchmod(x, m); libc::close(3); let d = rustix::fs::makedev(1, 2); let m = rustix::fs::Mode::empty(); }\n";
-    assert_eq!(kernel_calls(code), ["rustix::fs::fchmod", "libc::close", "use rustix::fs::openat", "use libc::getpid"]);
+    let d = cacheless_testkit::scratch();
+    let f = d.path().join("x.rs");
+    std::fs::write(
+        &f,
+        "use rustix::fs::{Mode, openat as o, OFlags};\nuse libc::getpid;\nuse std::fs;\nuse std::fs::File;\n\
+         #[cfg(test)]\nmod tests { fn t() { rustix::fs::unlink(p); std::fs::remove_file(p); } }\n\
+         fn f() { rustix::fs::fchmod(x, m); libc::close(3); let d = rustix::fs::makedev(1, 2); let m = rustix::fs::Mode::empty(); o(); \
+         fs::write(p, b); File::create(p); std::fs::read(p); }\n",
+    )
+    .unwrap();
+    let n = names(&f);
+    assert_eq!(kernel_calls(&n), ["libc::close", "rustix::fs::fchmod", "rustix::fs::openat", "use libc::getpid", "use rustix::fs::openat"]);
+    assert_eq!(fs_changes(&n), ["std::fs::File::create", "std::fs::write"], "test items are not read, a read changes nothing");
 }
 
 /// The files that may hold unsafe code (docs/ARCHITECTURE.md): the I/O requests, aligned memory,

@@ -161,7 +161,7 @@ impl Root {
     pub fn open(path: &Path, implicit_dir_mode: u32, cache_max: usize) -> Result<Root> {
         let mut made = HashSet::new();
         if !path.exists() {
-            std::fs::create_dir_all(path).map_err(|e| Error::io("mkdir", path, e))?;
+            sys::mkdir_all(path).map_err(|e| Error::io("mkdir", path, e))?;
             made.insert(Vec::new());
         }
         let fd = sys::look(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC).map_err(|e| Error::io("open", path, e))?;

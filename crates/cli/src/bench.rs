@@ -165,11 +165,14 @@ pub fn run(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<ExitCode> {
             return Err(cli_error(e));
         }
     };
+    // The report files are written as every file is: whole under their names, or not at all.
+    let write =
+        |p: &std::path::Path, data: &[u8]| cacheless::FileCreator::new(cacheless::CreateOptions::new()).replace(p, data, &cacheless::FileAttrs::default());
     if let Some(p) = &args.json_out {
-        std::fs::write(p, report.to_json()?).with_context(|| format!("write {}", p.display()))?;
+        write(p, report.to_json()?.as_bytes()).with_context(|| format!("write {}", p.display()))?;
     }
     if let Some(p) = &args.csv {
-        std::fs::write(p, report.to_csv()).with_context(|| format!("write {}", p.display()))?;
+        write(p, report.to_csv().as_bytes()).with_context(|| format!("write {}", p.display()))?;
     }
     if let Some(p) = &args.plot {
         cacheless_bench::plot::plot(&report, p).map_err(cli_error)?;

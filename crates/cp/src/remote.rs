@@ -318,7 +318,7 @@ impl Run<'_> {
         }
         // The destination folder, made where missing (as `aws s3 cp` makes it), opened once.
         let mut under = if into {
-            std::fs::create_dir_all(dst).map_err(|e| Error::io("cannot create directory {}", dst, e))?;
+            sys::mkdir_all(dst).map_err(|e| Error::io("cannot create directory {}", dst, e))?;
             let root =
                 sys::look(dst, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC).map_err(|e| Error::io("cannot open directory {}", dst, e.into()))?;
             Some(Under { root: Arc::new(root), path: dst.to_path_buf(), opened: HashMap::new() })
@@ -501,7 +501,7 @@ impl Run<'_> {
             }
         }
         if let Some(parent) = to.parent().filter(|q| !q.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| Error::io("cannot create directory {}", parent, e))?;
+            sys::mkdir_all(parent).map_err(|e| Error::io("cannot create directory {}", parent, e))?;
         }
         let (dir, name) = cacheless::open_parent(&to)?;
         Ok((dir, name, to))

@@ -17,7 +17,7 @@ use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CON
 use reqwest::{Method, StatusCode};
 
 use crate::location::{Location, Scheme};
-use crate::s3::{self, S3};
+use crate::s3::{self, chain, S3};
 
 /// Default bytes per ranged GET and per uploaded part. 8 MiB: what Run:ai's streamer and the
 /// AWS CLI use; on loopback (docs/BENCHMARKS.md) 8 MiB ranges with 8 in flight reach the
@@ -327,20 +327,6 @@ pub fn check_writable(loc: &Location) -> Result<()> {
         Scheme::S3 => Ok(()),
         Scheme::Http => Err(Error::new(ErrorKind::Unsupported, "upload", loc.to_string(), "uploads go to s3:// URLs; a web server takes none")),
     }
-}
-
-/// The error and its causes, each once ("a: b: c").
-pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur = Some(e);
-    while let Some(x) = cur {
-        let s = x.to_string();
-        if !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = x.source();
-    }
-    parts.join(": ")
 }
 
 /// A response header as text.

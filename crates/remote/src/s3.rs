@@ -14,6 +14,21 @@ use std::time::SystemTime;
 use object_store::aws::{AmazonS3Builder, AwsAuthorizer, AwsCredential, AwsCredentialProvider};
 use serde::Deserialize;
 
+/// The error and its causes, each once ("a: b: c"): the words of a failure from the
+/// credential chain, the signer or the HTTP client.
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
+    while let Some(x) = cur {
+        let s = x.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = x.source();
+    }
+    parts.join(": ")
+}
+
 /// One S3 store's addressing and signing.
 pub(crate) struct S3 {
     /// `http(s)://host[:port]` of the endpoint (AWS's regional endpoint, or a custom one).
@@ -53,9 +68,9 @@ pub(crate) fn sendable(key: &str) -> bool {
 }
 
 impl S3 {
-    /// The store of `bucket`: `endpoint` (or AWS's for `region`), credentials from `chain`
-    /// unless unsigned.
-    pub(crate) fn new(bucket: &str, region: &str, endpoint: Option<&str>, chain: Option<AmazonS3Builder>) -> Result<S3, String> {
+    /// The store of `bucket`: `endpoint` (or AWS's for `region`), credentials from `keys` (the
+    /// AWS credential chain) unless unsigned.
+    pub(crate) fn new(bucket: &str, region: &str, endpoint: Option<&str>, keys: Option<AmazonS3Builder>) -> Result<S3, String> {
         let (endpoint, path_style) = match endpoint {
             Some(e) => (e.trim_end_matches('/').to_string(), true),
             // Virtual-host style where the bucket can be a host name (no dots: TLS wildcards
@@ -65,9 +80,9 @@ impl S3 {
                 (format!("https://s3.{region}.amazonaws.com"), !dns)
             }
         };
-        let credentials = match chain {
+        let credentials = match keys {
             None => None,
-            Some(b) => Some(b.build().map_err(|e| crate::client::chain(&e))?.credentials().clone()),
+            Some(b) => Some(b.build().map_err(|e| chain(&e))?.credentials().clone()),
         };
         Ok(S3 { endpoint, path_style, bucket: bucket.to_string(), region: region.to_string(), credentials })
     }
@@ -91,7 +106,7 @@ impl S3 {
     pub(crate) async fn credential(&self) -> Result<Option<Arc<AwsCredential>>, String> {
         match &self.credentials {
             None => Ok(None),
-            Some(c) => c.get_credential().await.map(Some).map_err(|e| crate::client::chain(&e)),
+            Some(c) => c.get_credential().await.map(Some).map_err(|e| chain(&e)),
         }
     }
 
@@ -104,7 +119,7 @@ impl S3 {
             .body(object_store::client::HttpRequestBody::empty())
             .map_err(|e| e.to_string())?;
         *signed.headers_mut() = req.headers().clone();
-        AwsAuthorizer::new(cred, "s3", &self.region).with_sign_payload(false).try_authorize(&mut signed, None).map_err(|e| crate::client::chain(&e))?;
+        AwsAuthorizer::new(cred, "s3", &self.region).with_sign_payload(false).try_authorize(&mut signed, None).map_err(|e| chain(&e))?;
         *req.headers_mut() = signed.headers().clone();
         Ok(())
     }

@@ -87,7 +87,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     // is written, never silently downgraded.
     let mut open_root = |dir: &Path| -> Result<Root> {
         let mut root = if opts.absolute_names {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io("mkdir", dir, e))?;
+            sys::mkdir_all(dir).map_err(|e| Error::io("mkdir", dir, e))?;
             let real = dir.canonicalize().map_err(|e| Error::io("resolve", dir, e))?;
             bases.push(real.as_os_str().as_bytes().split(|&b| b == b'/').filter(|c| !c.is_empty()).map(<[u8]>::to_vec).collect());
             Root::open(Path::new("/"), 0o777 & !umask, plan.dirs)?

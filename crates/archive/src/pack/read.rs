@@ -7,9 +7,9 @@
 //! only a later file holds, and the writer, which always needs the earliest file, never waits.
 
 use cacheless::sys;
-use std::fs::{File, Metadata, OpenOptions};
+use std::fs::{File, Metadata};
 use std::ops::Deref;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
@@ -142,7 +142,10 @@ pub(crate) fn run(job: Job) {
         let _ = tx.send(Msg::Failed { msg, errno, _lease: lease });
     };
     // O_NOFOLLOW: the walk saw a regular file; a symlink put in its place is not followed.
-    let file = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
+    let file = match sys::open(&path, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+        .map(File::from)
+        .map_err(std::io::Error::from)
+    {
         Ok(f) => f,
         Err(e) => return fail(format!("cannot open: {e}"), e.raw_os_error(), lease),
     };

@@ -34,6 +34,26 @@ pub fn mkdirat<P: Arg + Copy>(dir: impl AsFd, path: P, mode: Mode) -> Result<()>
     retry(Site::Open, || rustix::fs::mkdirat(dir, path, mode))
 }
 
+/// `mkdir -p`: the folder `path` and those leading to it, each made with mkdirat(2) (mode 0777
+/// less the umask) where missing, following the symbolic links of the path as the caller wrote
+/// it (a destination it named); an existing folder is no error, an entry of another type is.
+pub fn mkdir_all(path: &std::path::Path) -> io::Result<()> {
+    match mkdirat(rustix::fs::CWD, path, Mode::from_raw_mode(0o777)) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::EXIST) if path.is_dir() => Ok(()),
+        Err(rustix::io::Errno::NOENT) => {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                mkdir_all(parent)?;
+            }
+            match mkdirat(rustix::fs::CWD, path, Mode::from_raw_mode(0o777)) {
+                Err(rustix::io::Errno::EXIST) if path.is_dir() => Ok(()),
+                r => r.map_err(io::Error::from),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// symlinkat(2): `path` in `dir` made a symlink whose text is `target`.
 pub fn symlinkat<P: Arg + Copy, Q: Arg + Copy>(target: P, dir: impl AsFd, path: Q) -> Result<()> {
     let dir = dir.as_fd();
