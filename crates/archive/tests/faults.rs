@@ -61,9 +61,13 @@ fn options(dest: &Path, backend: BackendKind, mode: Mode, budget: &Budget) -> Ex
     o
 }
 
-/// Every regular file under `root`, by path relative to it (directories are listed as such).
+/// Every regular file under `root`, by path relative to it (directories are listed as such);
+/// nothing where `root` was never made (a fault at its own mkdir).
 fn tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
     let mut out = BTreeMap::new();
+    if !root.exists() {
+        return out;
+    }
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in fs::read_dir(&d).unwrap() {
