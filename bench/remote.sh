@@ -28,6 +28,11 @@
 #
 #   RUNS=5 SIZE_MIB=4096 bench/remote.sh            # writes bench/runs/DATE-remote/ (CSV and summary)
 #
+# BEFORE=path/to/an/earlier/cacheless (and BEFORE_PKG=a folder holding an earlier build of the Python
+# package, unpacked from its wheel) adds `cacheless-before` beside `cacheless` in the object, folder,
+# upload and load scenarios (and `cacheless-http-before` in object): the same commands with that build,
+# in the same rotated runs.
+#
 # Peers are installed where missing: awscli, boto3, torch and runai-model-streamer(-s3) in a virtualenv
 # ($BENCH_VENV, default /var/tmp/cacheless-bench-venv), rclone and curl from apt (root). The load scenario runs
 # cacheless and safetensors in $PY (default the test virtualenv, target/python-venv: scripts/test builds the
@@ -44,6 +49,8 @@ SCENARIOS=${SCENARIOS:-object folder load extract upload pack}
 PY=${PY:-target/python-venv/bin/python}
 ARCHIVE=${ARCHIVE:-}
 CACHELESS=${CACHELESS:-target/release/cacheless}
+BEFORE=${BEFORE:-}
+BEFORE_PKG=${BEFORE_PKG:-}
 BENCH_VENV=${BENCH_VENV:-/var/tmp/cacheless-bench-venv}
 WORK=${WORK:-/var/tmp/cacheless-bench-remote}
 OUT=${OUT:-bench/runs/$(date +%Y-%m-%d)-remote}
@@ -212,14 +219,28 @@ after_upload() {
     python3 -c "import urllib.request; urllib.request.urlopen('$CACHELESS_TEST_S3_MASTER/vol/vacuum?garbageThreshold=0.0001', timeout=600).read()"
 }
 for k in cacheless aws rclone; do LANDED[upload/$k]=$L/none; done
+# The earlier build: the same commands with its binary (and its Python package).
+before=()
+if [ -n "$BEFORE" ]; then
+    BEFORE=$(realpath "$BEFORE")
+    for k in object/cacheless object/cacheless-http folder/cacheless upload/cacheless; do
+        CMD[$k-before]=${CMD[$k]//$CACHELESS /$BEFORE }
+        LANDED[$k-before]=${LANDED[$k]}
+    done
+    before=(cacheless-before)
+fi
+if [ -n "$BEFORE_PKG" ]; then
+    CMD[load/cacheless-before]="PYTHONPATH=$(realpath "$BEFORE_PKG") ${CMD[load/cacheless]}"
+    LANDED[load/cacheless-before]=$L/none
+fi
 
 for scen in $SCENARIOS; do
     case $scen in
-    object) tools=(limit cacheless aws rclone boto3 curl-http cacheless-http) ;;
-    folder) tools=(cacheless aws rclone) ;;
+    object) tools=(limit cacheless aws rclone boto3 curl-http cacheless-http "${before[@]}" ${before[0]:+cacheless-http-before}) ;;
+    folder) tools=(cacheless aws rclone "${before[@]}") ;;
     extract) tools=(cacheless curl-tar) ;;
-    upload) tools=(cacheless aws rclone) ;;
-    load) tools=(limit startup touch cacheless runai aws-safetensors) ;;
+    upload) tools=(cacheless aws rclone "${before[@]}") ;;
+    load) tools=(limit startup touch cacheless runai aws-safetensors ${BEFORE_PKG:+cacheless-before}) ;;
     pack) tools=(cacheless tar-aws) ;;
     *) echo "unknown scenario $scen" >&2; exit 2 ;;
     esac

@@ -25,6 +25,18 @@ NEW = b"the object's bytes, new\n" * 1000
 OLD = b"the old destination\n"
 
 
+def store(kind, monkeypatch):
+    """The endpoint of the S3 store `kind` ("s3" or "moto"), its environment set (or the test
+    skipped, or failed where CACHELESS_REQUIRE names it)."""
+    found = {name: (endpoint, env) for name, endpoint, env in servers()}
+    require(kind, kind in found, f"CACHELESS_TEST_{kind.upper()} is not set (scripts/test starts the servers)")
+    endpoint, env = found[kind]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
+    return endpoint
+
+
 def servers():
     """The sources a door reads from: (name, URL maker, keywords and environment for the store)."""
     out = []
@@ -328,13 +340,7 @@ def test_every_option_of_an_upload_gives_gnu_cp_s_result_on_the_key_or_a_refusal
     destination file would be; what an object cannot be (a link, a backup, attributes) is
     refused before anything is sent."""
     require("python", CLI.exists(), f"{CLI} is not built (cargo build --release)")
-    kind = door.split("-", 1)[1]
-    found = {name: (endpoint, env) for name, endpoint, env in servers()}
-    require(kind, kind in found, f"CACHELESS_TEST_{kind.upper()} is not set (scripts/test starts the servers)")
-    endpoint, env = found[kind]
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
+    endpoint = store(door.split("-", 1)[1], monkeypatch)
     bucket = os.environ["CACHELESS_TEST_S3_BUCKET"]
     pre = f"up-{os.getpid()}-{disk.name}/"
     cat = lambda key: subprocess.run([str(CLI), "cat", "--endpoint-url", endpoint, f"s3://{bucket}/{pre}{key}"], capture_output=True)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Union
 import numpy as np
 
 from . import _native
-from ._files import CachelessReader, CachelessWriter, _only_for_files, _only_for_urls, open
+from ._files import CachelessReader, CachelessWriter, _only_for_files, _only_for_urls, _remote, open
 from ._native import UnsupportedError, __version__
 from ._patch import SafetensorsPatch, patch_safetensors
 
@@ -204,8 +204,8 @@ def copy(
     ``FileNotFoundError``).
     """
     s, d = os.fspath(src), os.fspath(dst)
-    _only_for_urls(s, d, endpoint_url=endpoint_url, region=region, no_sign_request=no_sign_request, concurrency=concurrency,
-                   part_size=part_size, ca_bundle=ca_bundle, retries=retries, read_timeout=read_timeout)
+    remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
+    _only_for_urls(s, d, **remote)
     return _native.copy(
         s,
         d,
@@ -241,14 +241,7 @@ def copy(
         block_size=block_size,
         queue_depth=queue_depth,
         progress=progress,
-        endpoint_url=endpoint_url,
-        region=region,
-        no_sign_request=no_sign_request,
-        concurrency=concurrency,
-        part_size=part_size,
-        ca_bundle=None if ca_bundle is None else os.fspath(ca_bundle),
-        retries=retries,
-        read_timeout=read_timeout,
+        **remote,
     )
 
 
@@ -296,8 +289,7 @@ def extract(
     report's ``source`` says how many frames were decoded on how many threads.
     """
     a = os.fspath(archive)
-    remote = dict(endpoint_url=endpoint_url, region=region, no_sign_request=no_sign_request, concurrency=concurrency, part_size=part_size,
-                  ca_bundle=None if ca_bundle is None else os.fspath(ca_bundle), retries=retries, read_timeout=read_timeout)
+    remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
     _only_for_urls(a, **remote)
     return _native.extract(
         a,
@@ -380,8 +372,7 @@ def pack(
     if mtime is not None and hasattr(mtime, "timestamp"):
         mtime = mtime.timestamp()
     a = os.fspath(archive)
-    remote = dict(endpoint_url=endpoint_url, region=region, no_sign_request=no_sign_request, concurrency=concurrency, part_size=part_size,
-                  ca_bundle=None if ca_bundle is None else os.fspath(ca_bundle), retries=retries, read_timeout=read_timeout)
+    remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
     _only_for_urls(a, **remote)
     return _native.pack(
         a,
@@ -437,8 +428,7 @@ def hash(
     nothing local is read).
     """
     p = os.fspath(path)
-    remote = dict(endpoint_url=endpoint_url, region=region, no_sign_request=no_sign_request, concurrency=concurrency, part_size=part_size,
-                  ca_bundle=None if ca_bundle is None else os.fspath(ca_bundle), retries=retries, read_timeout=read_timeout)
+    remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
     _only_for_urls(p, **remote)
     _only_for_files(p, "a checksum", mode=mode, backend=backend, block_size=block_size, queue_depth=queue_depth)
     digest, _mode = _native.hash(
