@@ -521,6 +521,19 @@ cacheless's options (spelt out in full):
       --memory=SIZE            budget of all in-flight buffers (default 256M)
       --json                   print a report in JSON instead of -v lines
 
+With s3:// and http(s):// operands (docs/remote.md; each over its environment variable):
+      --endpoint-url=URL       the S3 endpoint (AWS_ENDPOINT_URL)
+      --region=REGION          the S3 region (AWS_REGION; default us-east-1)
+      --no-sign-request        unsigned requests, for a public bucket
+      --ca-bundle=FILE         certificates (PEM) trusted for S3 (AWS_CA_BUNDLE)
+      --part-size=SIZE         bytes per ranged GET and per part (default 8M, within --memory)
+      --concurrency=N          requests in flight per transfer, and objects at a time (8)
+      --retries=N              retries of a request that may pass (5)
+      --read-timeout=SECONDS   how long a response may send nothing (20)
+GNU's options keep their meaning with a URL, or are refused before anything moves (-s, -l,
+--inplace, --reflink=always, --sparse=always; onto an object --backup, --attributes-only and
+--preserve); --verify checks against the object's ETag.
+
 CONTROL (--backup, or $VERSION_CONTROL): none or off (no backups), numbered or t (NAME.~N~),
 existing or nil (numbered where numbered backups exist, else simple), simple or never
 (NAME~, or NAME$SIMPLE_BACKUP_SUFFIX).
