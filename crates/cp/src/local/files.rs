@@ -103,6 +103,8 @@ pub(super) struct Copier {
     pub on_note: Option<OnNote>,
     /// Asked before each copy takes its name (see `CpOptions::before_naming`).
     pub before_naming: Option<Gate>,
+    /// The gate said no: nothing more is named.
+    pub gate_closed: AtomicBool,
 }
 
 /// The options that decide a file's attributes and how it is opened, from the tree's.
@@ -119,13 +121,16 @@ pub(super) struct Rules {
 }
 
 impl Copier {
-    /// Whether a copy may take its name now: no cancel, and the gate, if any, says yes (a no
-    /// cancels the job: this copy is removed, as every one not yet named is).
+    /// Whether a complete copy may take its name now: the gate, if any, says yes (a no cancels
+    /// the job, and this copy and every one after it is removed unnamed). A cancel alone names
+    /// what is complete, as an interrupted copy keeps every file it finished.
     fn may_name(&self) -> bool {
-        if self.sink.progress.is_cancelled() {
+        let Some(gate) = &self.before_naming else { return true };
+        if self.gate_closed.load(Ordering::Relaxed) {
             return false;
         }
-        if self.before_naming.as_ref().is_some_and(|g| !g()) {
+        if !gate() {
+            self.gate_closed.store(true, Ordering::Relaxed);
             self.sink.progress.cancel();
             return false;
         }
