@@ -128,3 +128,50 @@ def test_errors_name_the_url_and_leave_nothing(aws, disk, monkeypatch):
     with pytest.raises(PermissionError, match="AWS_SECRET_ACCESS_KEY"):
         cacheless.hash(missing)
     assert list(disk.iterdir()) == []
+
+
+def bad_http():
+    require("http", "CACHELESS_TEST_BAD_HTTP" in os.environ, "CACHELESS_TEST_BAD_HTTP is not set (scripts/test starts the servers)")
+    return os.environ["CACHELESS_TEST_BAD_HTTP"], os.path.join(os.environ["CACHELESS_TEST_HTTP_ROOT"], "ranges")
+
+
+def test_a_transfer_that_did_not_get_every_byte_raises_and_leaves_nothing(disk):
+    """A server that fails every GET, cuts every body, or answers a range with other bytes: copy
+    and hash raise OSError (as curl -f fails), nothing is left under the name; the same file from
+    a server that behaves arrives whole."""
+    origin, root = bad_http()
+    body = data(2 * MIB + 3, 91)
+    name = f"py-bad-{os.getpid()}.bin"
+    with open(os.path.join(root, name), "wb") as f:
+        f.write(body)
+    quick = dict(part_size="1M", retries=1, read_timeout=1)
+    for mode in ["503", "cut", "badrange", "longhead", "stall"]:
+        url = f"{origin}/{mode}/{name}"
+        with pytest.raises(OSError) as e:
+            cacheless.copy(url, disk / "out", **quick)
+        assert url in str(e.value), str(e.value)
+        assert not (disk / "out").exists(), mode
+        assert not [n for n in os.listdir(disk) if ".cacheless-" in n], mode
+        with pytest.raises(OSError):
+            cacheless.hash(url, **quick)
+    cacheless.copy(f"{origin}/ok/{name}", disk / "out", **quick)
+    assert (disk / "out").read_bytes() == body
+    assert cacheless.hash(f"{origin}/noranges/{name}", **quick) == hashlib.sha256(body).hexdigest()
+
+
+def test_errors_are_the_service_s_code_and_message_and_a_403_is_a_permission_error(disk, aws):
+    """An endpoint that echoes each request into its 403 answer: the exception says the code and
+    message, never the echo, a signature or the keys; a 403 on a listing is PermissionError, a
+    missing object FileNotFoundError."""
+    origin, _ = bad_http()
+    for call in [lambda: cacheless.copy("s3://echo/p/", disk / "o", recursive=True, endpoint_url=origin),
+                 lambda: cacheless.copy(disk / "f", "s3://echo/k", endpoint_url=origin)]:
+        (disk / "f").write_bytes(b"x")
+        with pytest.raises(PermissionError) as e:
+            call()
+        text = str(e.value) + repr(e.value)
+        assert "AccessDenied" in text and "access denied" in text, text
+        for secret in [os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"], "Signature", "Authorization", "Echo"]:
+            assert secret not in text, f"{secret} shown: {text}"
+    with pytest.raises(FileNotFoundError):
+        cacheless.copy(f"s3://{aws}/{prefix('none')}missing", disk / "o2")
