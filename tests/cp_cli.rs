@@ -800,3 +800,23 @@ fn a_copy_in_progress_is_never_wider_open_than_it_ends() {
         std::fs::remove_file(out.join("copy")).unwrap();
     }
 }
+
+/// `cacheless cp -- -f g` copies the file `-f`, as `cp -- -f g` does: the `--` ends cp's options,
+/// whatever the subcommand parser in front of it does with one (and `-f` is no option there).
+#[test]
+fn a_double_dash_ends_cps_options_through_the_subcommand() {
+    let d = scratch();
+    std::fs::write(d.path().join("-f"), b"dash").unwrap();
+    for (tool, out) in [("gnu", "g1"), ("ours", "g2")] {
+        let o = if tool == "gnu" {
+            Command::new("cp").args(["--", "-f", out]).current_dir(d.path()).output().unwrap()
+        } else {
+            cacheless_testkit::cacheless().args(["cp", "--", "-f", out]).current_dir(d.path()).output().unwrap()
+        };
+        assert!(o.status.success(), "{tool}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(std::fs::read(d.path().join(out)).unwrap(), b"dash", "{tool}");
+    }
+    // And `-v` before the `--` is still an option.
+    let o = cacheless_testkit::cacheless().args(["cp", "-v", "--", "-f", "g3"]).current_dir(d.path()).output().unwrap();
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("'-f' -> 'g3'"), "{}", String::from_utf8_lossy(&o.stdout));
+}

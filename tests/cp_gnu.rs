@@ -251,7 +251,7 @@ fn archive_copies_by_another_user_keep_what_gnu_cp_keeps() {
 /// Never through a symlink the copy made, nor through a dangling or looping one named as the
 /// destination.
 #[test]
-fn symlinks_in_the_destination_are_never_written_through_where_gnu_refuses() {
+fn symlinks_in_the_destination_are_written_through_where_gnu_writes_and_refused_where_gnu_refuses() {
     let Some(c) = cps() else { return };
     let abuse = |d: &Path| {
         for x in ["a", "b", "c"] {
@@ -268,22 +268,44 @@ fn symlinks_in_the_destination_are_never_written_through_where_gnu_refuses() {
     for args in [&["-r", "a/1", "b/1", "c"][..], &["-a", "a/1", "b/1", "c"], &["f", "dangle"], &["f", "loop"], &["-f", "f", "loop"], &["f", "to-t"]] {
         same_as_gnu(&c, "symlinks", abuse, Run { args, ..RUN });
     }
-    // Inside a destination tree, a symlink is replaced, never written through (GNU writes
-    // through it; see docs/cp.md): the file it points to outside stays.
+    // Inside a destination tree, an existing symlink is written through for a regular file, as
+    // GNU writes through it; a dangling one is refused at the open, as GNU refuses it; one this
+    // copy made (two sources meeting at one name) is never written through, and a symlink
+    // source replaces a symlink there.
     let inside = |d: &Path| {
         mkdir(&d.join("src"), 0o755);
         write(&d.join("src/x"), "new", 0o644);
+        write(&d.join("src/y"), "new y", 0o644);
+        symlink("elsewhere", &d.join("src/z"));
         mkdir(&d.join("dst/src"), 0o755);
         write(&d.join("outside"), "precious", 0o644);
         symlink("../../outside", &d.join("dst/src/x"));
+        symlink("../../nothing", &d.join("dst/src/y"));
+        symlink("../../outside", &d.join("dst/src/z"));
+        mkdir(&d.join("s1/t"), 0o755);
+        symlink("../../outside", &d.join("s1/t/f"));
+        mkdir(&d.join("s2/t"), 0o755);
+        write(&d.join("s2/t/f"), "second", 0o644);
+        mkdir(&d.join("meet"), 0o755);
     };
+    for args in [&["-r", "src", "dst"][..], &["-a", "src", "dst"], &["-r", "s1/t", "meet"]] {
+        same_as_gnu(&c, "symlinks inside the destination", inside, Run { args, ..RUN });
+    }
     let d = scratch();
     inside(d.path());
     let out = cacheless_testkit::cacheless().args(["cp", "-r", "src", "dst"]).current_dir(d.path()).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(d.path().join("outside")).unwrap(), b"new", "written through, as GNU writes");
+    // Two sources meeting inside the tree: GNU writes the second through the link the first
+    // just made (here, out of the destination); cacheless refuses, as GNU itself refuses for a
+    // destination named on the command line (docs/cp.md).
+    let d = scratch();
+    inside(d.path());
+    let out = cacheless_testkit::cacheless().args(["cp", "-r", "s1/t", "s2/t", "meet"]).current_dir(d.path()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("will not copy 's2/t/f' through just-created symlink 'meet/t/f'"), "{err}");
     assert_eq!(std::fs::read(d.path().join("outside")).unwrap(), b"precious");
-    assert_eq!(std::fs::read(d.path().join("dst/src/x")).unwrap(), b"new");
-    assert!(!std::fs::symlink_metadata(d.path().join("dst/src/x")).unwrap().file_type().is_symlink());
 }
 
 /// Files whose size lies (procfs, sysfs), standard input and /dev/null are read to their end.

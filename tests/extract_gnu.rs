@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use cacheless_testkit::tree::{age, snapshot, twins, Node};
 use cacheless_testkit::{require, scratch};
@@ -456,8 +456,8 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
 
 /// As root, GNU tar's defaults: owners restored by name where this system knows it (else by
 /// number, or by number only with `--numeric-owner`), FIFOs and device nodes created with the
-/// archive's exact modes; `--no-same-owner` keeps root as the owner (and, unlike GNU, drops set-ID
-/// bits: see docs/extract.md).
+/// archive's exact modes; `--no-same-owner` keeps root as the owner, and root's set-ID bits as
+/// GNU keeps them (another owner's, unlike GNU, are dropped: see docs/extract.md).
 #[test]
 fn root_defaults_are_gnu_tars() {
     if !require("root", cacheless_testkit::root()) {
@@ -478,6 +478,8 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
     add("fifo", kind=tarfile.FIFOTYPE, mode=0o666)
     add("null", kind=tarfile.CHRTYPE, mode=0o666, uid=1234)
     add("dir", kind=tarfile.DIRTYPE, mode=0o2775, uid=1234, gid=1234)
+    add("root-suid", mode=0o4755, uname="root", gname="root", data=b"sudo")
+    add("root-sgid-dir", kind=tarfile.DIRTYPE, mode=0o2775, uname="root", gname="root")
 "#,
     ) else {
         return;
@@ -492,7 +494,57 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
     same_as_gnu("numeric", &archive, |_| {}, Run { opts: &["--numeric-owner"], ..RUN });
     let got = extract_with(false, &archive, &d.path().join("o"), Run { opts: &["--no-same-owner"], ..RUN });
     assert!(got.ok, "{}", got.stderr);
+    // Another owner's set-ID program is not made root's (GNU makes it: docs/extract.md).
     assert_eq!((got.tree[Path::new("suid")].uid, got.tree[Path::new("suid")].mode), (0, 0o755));
+    // Root's own keep their set-ID bits, as GNU keeps them (Debian's sudo stays 4755).
+    std::fs::create_dir(d.path().join("g")).unwrap();
+    let gnu = extract_with(true, &archive, &d.path().join("g"), Run { opts: &["--no-same-owner"], ..RUN });
+    assert!(gnu.ok, "{}", gnu.stderr);
+    for n in ["root-suid", "root-sgid-dir"] {
+        let (ours, theirs) = (&got.tree[Path::new(n)], &gnu.tree[Path::new(n)]);
+        assert_eq!((ours.uid, ours.mode), (theirs.uid, theirs.mode), "{n}");
+    }
+    assert_eq!(got.tree[Path::new("root-suid")].mode, 0o4755);
+}
+
+/// `-i` reads archives written one after another (`cat a.tar b.tar`) to the input's end, as GNU
+/// tar's `-i` does; without it the first archive's end is the end, as GNU's is. A compressed
+/// stream of nothing is an empty archive (nothing extracted, success), as GNU extracts it; no
+/// bytes at all is still no archive.
+#[test]
+fn concatenated_archives_and_a_compressed_nothing_are_gnu_tars() {
+    if !gnu_tar() {
+        return;
+    }
+    let d = scratch();
+    let (one, two) = (d.path().join("one"), d.path().join("two"));
+    write(&one.join("a"), b"first", 0o644);
+    write(&two.join("b"), &vec![b'b'; 3000], 0o644);
+    write(&two.join("sub/c"), b"third", 0o600);
+    age(&one);
+    age(&two);
+    let cat = d.path().join("cat.tar");
+    let mut bytes = Vec::new();
+    for src in [&one, &two] {
+        let t = d.path().join("part.tar");
+        assert!(Command::new("tar").arg("-cf").arg(&t).arg("-C").arg(src).arg(".").status().unwrap().success());
+        bytes.extend(std::fs::read(&t).unwrap());
+    }
+    std::fs::write(&cat, &bytes).unwrap();
+    let got = same_as_gnu("concatenated", &cat, |_| {}, RUN);
+    assert!(got.tree.contains_key(Path::new("a")) && !got.tree.contains_key(Path::new("b")));
+    for opt in ["-i", "--ignore-zeros"] {
+        let got = same_as_gnu("concatenated", &cat, |_| {}, Run { opts: &[opt], ..RUN });
+        assert!(got.tree.contains_key(Path::new("a")) && got.tree.contains_key(Path::new("sub/c")), "{opt}: {:?}", got.tree.keys());
+    }
+    for (name, tool) in [("empty.gz", "gzip"), ("empty.zst", "zstd"), ("empty.xz", "xz"), ("empty.bz2", "bzip2")] {
+        let out = Command::new(tool).arg("-c").stdin(Stdio::null()).output().unwrap();
+        assert!(out.status.success(), "{tool}");
+        let p = d.path().join(name);
+        std::fs::write(&p, out.stdout).unwrap();
+        let got = same_as_gnu("a compressed nothing", &p, |_| {}, RUN);
+        assert!(got.ok && got.tree.is_empty(), "{name}: {}", got.stderr);
+    }
 }
 
 /// Member names (as stored; a folder takes what is below it; a name no member matches is an

@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use cacheless_testkit::tree::paths;
-use cacheless_testkit::{interrupt, scratch};
+use cacheless_testkit::{interrupt, require, scratch};
 
 fn bin() -> Command {
     cacheless_testkit::cacheless()
@@ -193,6 +193,62 @@ fn a_rate_limited_copy_stops_at_once_on_a_signal() {
     }
 }
 
+/// A call that waits for another process for ever ends on SIGINT or SIGTERM within a second,
+/// with 130 or 143 and nothing left, as GNU cp and tar end: a FIFO with no writer as the
+/// source, a FIFO with no reader as an existing destination, an archive on standard input
+/// whose writer stalls.
+#[test]
+fn a_call_waiting_on_a_fifo_or_a_pipe_ends_on_a_signal() {
+    use rustix::process::Signal;
+    for (sig, code) in [(Signal::INT, 130), (Signal::TERM, 143)] {
+        let d = scratch();
+        let fifo = d.path().join("fifo");
+        assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let f = d.path().join("f");
+        std::fs::write(&f, vec![1u8; 1 << 20]).unwrap();
+        let sub = d.path().join("d");
+        std::fs::create_dir(&sub).unwrap();
+        assert!(Command::new("mkfifo").arg(sub.join("f")).status().unwrap().success());
+        let tar = d.path().join("x.tar");
+        std::fs::write(d.path().join("big"), vec![2u8; 4 << 20]).unwrap();
+        assert!(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(d.path()).arg("big").arg("f").status().unwrap().success());
+        let out = d.path().join("out");
+        let mut cases: Vec<(&str, Command)> = Vec::new();
+        let mut c = bin();
+        c.arg("cp").arg(&fifo).arg(d.path().join("copy"));
+        cases.push(("cp from a FIFO with no writer", c));
+        let mut c = bin();
+        c.arg("cp").arg(&f).arg(format!("{}/", sub.display()));
+        cases.push(("cp onto a FIFO with no reader", c));
+        let mut c = bin();
+        c.arg("extract").arg("-C").arg(&out).arg("-").stdin(Stdio::piped());
+        cases.push(("extract - from a stalled pipe", c));
+        for (what, mut cmd) in cases {
+            let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+            // The archive's first 2 MB, then nothing: the writer stalls, its end kept open.
+            let stalled = child.stdin.take().map(|mut w| {
+                use std::io::Write;
+                let data = std::fs::read(&tar).unwrap();
+                w.write_all(&data[..2_000_000]).unwrap();
+                w
+            });
+            std::thread::sleep(Duration::from_millis(700));
+            let t0 = Instant::now();
+            rustix::process::kill_process(rustix::process::Pid::from_child(&child), sig).unwrap();
+            let o = child.wait_with_output().unwrap();
+            assert!(t0.elapsed() < Duration::from_secs(1), "{what}: {:?}", t0.elapsed());
+            drop(stalled);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(code), "{what}: {err}");
+            assert!(err.contains("interrupted"), "{what}: {err}");
+            assert_eq!(others(d.path(), &["fifo", "f", "d", "x.tar", "big", "out"]), Vec::<String>::new(), "{what}");
+            assert_eq!(others(&sub, &[]), vec!["f".to_string()], "{what}");
+            let left: Vec<_> = std::fs::read_dir(&out).map(|r| r.map(|e| e.unwrap().file_name()).collect()).unwrap_or_default();
+            assert!(left.is_empty(), "{what}: {left:?}");
+        }
+    }
+}
+
 /// A misspelt `CACHELESS_DISABLE` would leave on what the user meant to turn off: every command
 /// refuses to run (a usage error naming the word and the known ones), `cp` as GNU cp's usage.
 #[test]
@@ -209,60 +265,105 @@ fn an_unknown_feature_in_cacheless_disable_is_refused() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// The temporaries in `dir` (the engine's names, `.NAME.cacheless-BOOT-PID-N.tmp`).
+/// The temporaries in `dir` (the engine's names, `.NAME.cacheless-BOOT-PID-N.lk.tmp`).
 fn temporaries(dir: &Path) -> Vec<String> {
     others(dir, &[]).into_iter().filter(|n| n.starts_with('.') && n.contains(".cacheless-") && n.ends_with(".tmp")).collect()
 }
 
-/// A SIGKILLed copy leaves its temporary (nothing can remove it then); its name says whose it
-/// is. `cacheless clean -n` lists it, the next run that writes a temporary in that folder
-/// removes it and says so (`-v`, `--json`), and `cacheless clean` removes it on request. A live
-/// job's temporary is never touched.
+/// Starts a rate-limited copy of `src` to `dir/name` and returns it once its temporary is there.
+fn slow_copy(src: &Path, dir: &Path, name: &str) -> std::process::Child {
+    let child = bin().args(["cp", "--bwlimit", "8M"]).arg(src).arg(dir.join(name)).stderr(Stdio::piped()).spawn().unwrap();
+    let t0 = Instant::now();
+    while !temporaries(dir).iter().any(|t| t.starts_with(&format!(".{name}."))) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "no temporary appeared");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+/// Several jobs writing into one folder, as several nodes saving one checkpoint into a shared
+/// folder do: a job in another PID namespace (where the first one's PID is nobody, or someone
+/// else), and a `cacheless clean` there too, never remove a running job's temporary; all
+/// finish with their data. A SIGKILLed job's temporary is then removed by `clean` (its lock
+/// went with it), and `-n` only lists it. A name whose writer took no locks is left and named.
 #[test]
-fn leftovers_of_a_killed_job_are_found_by_their_owner_and_removed() {
+fn a_running_jobs_temporary_is_never_removed_by_another_job_in_any_namespace() {
+    if !require("root", cacheless_testkit::root()) {
+        return;
+    }
     let d = scratch();
     let src = d.path().join("src");
-    std::fs::write(&src, vec![5u8; 32 << 20]).unwrap();
+    std::fs::write(&src, (0..24u32 << 20).map(|i| (i * 7 % 251) as u8).collect::<Vec<u8>>()).unwrap();
+    let small = d.path().join("small");
+    std::fs::write(&small, b"small").unwrap();
     let out = d.path().join("out");
     std::fs::create_dir(&out).unwrap();
-    let kill_copy = |name: &str| {
-        let mut child = bin().args(["cp", "--bwlimit", "4M"]).arg(&src).arg(out.join(name)).spawn().unwrap();
-        let t0 = Instant::now();
-        while !temporaries(&out).iter().any(|t| t.starts_with(&format!(".{name}."))) {
-            assert!(t0.elapsed() < Duration::from_secs(20), "no temporary appeared");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        child.kill().unwrap();
-        child.wait().unwrap();
+    let first = slow_copy(&src, &out, "a");
+    let unshared = |args: &[&std::ffi::OsStr]| {
+        let mut c = Command::new("unshare");
+        c.args(["--pid", "--fork", "--mount-proc"]).arg(cacheless_testkit::cacheless().get_program()).args(args);
+        within(&mut c, Duration::from_secs(60))
     };
-    kill_copy("a");
+    let o = unshared(&["cp".as_ref(), small.as_os_str(), out.join("b").as_os_str()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = unshared(&["clean".as_ref(), out.as_os_str()]);
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let o = within(bin().arg("clean").arg(&out), Duration::from_secs(20));
+    assert!(o.status.success() && o.stdout.is_empty(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(temporaries(&out).len(), 1, "the running job's temporary is there");
+    let first = first.wait_with_output().unwrap();
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert_eq!(sha256sum(&out.join("a")).split(' ').next(), sha256sum(&src).split(' ').next());
+    assert_eq!(std::fs::read(out.join("b")).unwrap(), b"small");
+    assert!(temporaries(&out).is_empty());
+
+    // Killed, its temporary is nobody's: listed by -n, removed by clean, also from another
+    // namespace.
+    let mut killed = slow_copy(&src, &out, "c");
+    killed.kill().unwrap();
+    killed.wait().unwrap();
     let left = temporaries(&out);
     assert_eq!(left.len(), 1, "{left:?}");
-    let pid_part = format!("-{}-", cacheless::temps::boot());
-    assert!(left[0].starts_with(".a.cacheless-") && left[0].contains(&pid_part), "{left:?}");
-    // Listed, not removed.
     let o = within(bin().args(["clean", "-n"]).arg(d.path()), Duration::from_secs(20));
     assert!(o.status.success());
     let listed = String::from_utf8_lossy(&o.stdout);
     assert!(listed.contains("would remove") && listed.contains(&left[0]), "{listed}");
     assert_eq!(temporaries(&out), left);
-    // The next job writing a temporary there removes it and says so.
-    let o = within(bin().args(["--json", "cp"]).arg(&src).arg(out.join("b")), Duration::from_secs(60));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let removed = v["leftovers_removed"].as_array().unwrap();
-    assert!(removed.len() == 1 && removed[0].as_str().unwrap().ends_with(&left[0]), "{v}");
-    assert!(temporaries(&out).is_empty());
-    assert_eq!(std::fs::read(out.join("b")).unwrap(), std::fs::read(&src).unwrap());
-    // `cacheless clean` removes on request; a live owner's temporary stays.
-    kill_copy("cc");
-    let live = out.join(format!(".x.cacheless-{}-{}-0.tmp", cacheless::temps::boot(), std::process::id()));
-    std::fs::write(&live, b"mine").unwrap();
-    let o = within(bin().arg("clean").arg(d.path()), Duration::from_secs(20));
-    assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout).contains("removed"), "{}", String::from_utf8_lossy(&o.stdout));
-    assert_eq!(temporaries(&out), vec![live.file_name().unwrap().to_string_lossy().into_owned()]);
+    let old = out.join(format!(".x.cacheless-{}-1-0.tmp", cacheless::temps::boot()));
+    std::fs::write(&old, b"an earlier version's").unwrap();
+    let o = unshared(&["clean".as_ref(), d.path().as_os_str()]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("removed") && stdout.contains(&left[0]), "{stdout}");
+    assert!(stderr.contains("left") && stderr.contains(".x.cacheless-") && stderr.contains("no locks"), "{stderr}");
+    assert_eq!(temporaries(&out), vec![old.file_name().unwrap().to_string_lossy().into_owned()]);
+}
+
+/// `cacheless clean` walks by descriptor: a folder swapped for a symbolic link to another tree
+/// while it walks takes it nowhere (a matching name outside stays), whatever the moment.
+#[test]
+fn clean_never_leaves_its_tree_when_a_folder_becomes_a_link() {
+    let d = scratch();
+    let outside = d.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let tree = d.path().join("tree");
+    let bait = format!(".f.cacheless-{}-{}-0.lk.tmp", cacheless::temps::boot(), 4_194_315);
+    for round in 0..20 {
+        std::fs::write(outside.join(&bait), b"keep").unwrap();
+        let _ = std::fs::remove_dir_all(&tree);
+        for i in 0..200 {
+            std::fs::create_dir_all(tree.join(format!("d{i}")).join("inner")).unwrap();
+        }
+        let mut child = bin().arg("clean").arg(&tree).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        // Swap folders for links to `outside` while the walk goes.
+        for i in (0..200).rev() {
+            let p = tree.join(format!("d{i}"));
+            let _ = std::fs::rename(&p, tree.join(format!("moved{i}")));
+            let _ = std::os::unix::fs::symlink(&outside, &p);
+        }
+        child.wait().unwrap();
+        assert!(outside.join(&bait).exists(), "round {round}: the walk removed a name outside its tree");
+    }
 }
 
 /// An archive made with `zstd --long=31` (a 2 GiB window, beyond zstd's default limit) is

@@ -246,7 +246,7 @@ pub fn copy<'py>(
         return Err(e);
     }
     let rep = rep.map_err(|e| errors::engine(&e))?;
-    let report = opts::with_leftovers(to_py(py, &rep)?)?;
+    let report = to_py(py, &rep)?;
     if let Some(e) = &rep.first_error {
         let err = errors::engine(e);
         err.value(py).setattr("report", report)?;
@@ -364,7 +364,7 @@ pub fn extract<'py>(
     if let Some(e) = rep.fatal_error.take() {
         return Err(errors::archive(e, &archive));
     }
-    let report = opts::with_leftovers(to_py(py, &rep)?)?;
+    let report = to_py(py, &rep)?;
     if rep.failure_count > 0 {
         let what = format!("{} of {} members could not be extracted", rep.failure_count, rep.entries);
         return Err(errors::members_failed(&archive, &what, &rep.failures, rep.first_failure_errno, report));
@@ -540,7 +540,7 @@ pub fn pack<'py>(
     if let Some(a) = staged {
         job::commit(py, a, |a| a.publish(sync))?;
     }
-    let report = opts::with_leftovers(to_py(py, &rep)?)?;
+    let report = to_py(py, &rep)?;
     if rep.failure_count > 0 {
         let what = format!("{} members could not be stored (the archive was written without them)", rep.failure_count);
         return Err(errors::members_failed(&archive, &what, &rep.failures, rep.first_failure_errno, report));

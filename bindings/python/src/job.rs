@@ -73,6 +73,9 @@ where
     T: Send,
     F: FnOnce() -> T + Send,
 {
+    // A KeyboardInterrupt cancels the job, which also ends a call of it that waits on a FIFO,
+    // a pipe or a terminal (see `cacheless::interrupt`).
+    let _watch = cacheless::interrupt::watch(&progress.cancel_flag());
     let (out, failure) = std::thread::scope(|s| {
         let (tx, rx) = channel::<()>();
         // Only this thread receives; the mutex makes the receiver shareable with `detach`.

@@ -192,14 +192,6 @@ pub fn arena(io: IoOptions, threads: Option<Count<Threads>>) -> ArenaOptions {
     o
 }
 
-/// A job's report (a dict) with the leftovers of dead jobs the run removed where it wrote
-/// (`leftovers_removed`, paths), as the command line's `--json` gives it (see `cacheless::temps`).
-pub fn with_leftovers<'py>(report: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let removed: Vec<String> = cacheless::temps::take_removed().into_iter().map(|(p, _)| p.to_string_lossy().into_owned()).collect();
-    report.set_item("leftovers_removed", removed)?;
-    Ok(report)
-}
-
 /// A serde value (a report) as Python objects: dicts (in the fields' order), lists, strings,
 /// numbers, booleans and None, as `json.loads` would give them from the command line's
 /// `--json`, built directly.

@@ -21,8 +21,9 @@ use crate::pybuf::Pinned;
 /// Whether `path` is written as a URL the engine fetches (`s3://`, `http://`, `https://`)
 /// rather than a local path (a local file of such a name is written `./s3://...`).
 #[pyfunction]
-pub fn is_url(path: &str) -> bool {
-    cacheless_remote::is_url(path)
+pub fn is_url(path: std::ffi::OsString) -> bool {
+    // A name that is not UTF-8 (surrogate-escaped in Python) is no URL.
+    path.to_str().is_some_and(cacheless_remote::is_url)
 }
 
 /// The client for `url`, and what the server says of the object.

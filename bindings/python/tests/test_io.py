@@ -5,9 +5,11 @@ import hashlib
 import io
 import json
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -535,3 +537,65 @@ def test_copy_onto_a_symlink_writes_through_it_as_shutil_copy_does(disk):
     with pytest.raises(FileNotFoundError, match="dangling"):
         cacheless.copy(src, dangling)
     assert dangling.is_symlink() and not (disk / "nowhere").exists()
+
+
+@pytest.mark.parametrize("call", ["read_file", "hash", "copy"])
+def test_ctrl_c_ends_a_call_waiting_on_a_fifo(tmp_path, call):
+    """A call waiting for a FIFO's writer that never comes raises KeyboardInterrupt within a
+    second of Ctrl-C, as Python's own open().read() does, and leaves nothing."""
+
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    body = {
+        "read_file": "cacheless.read_file(p)",
+        "hash": "cacheless.hash(p)",
+        "copy": "cacheless.copy(p, os.path.join(os.path.dirname(p), 'out'))",
+    }[call]
+    code = f"import os, sys, cacheless\np = sys.argv[1]\nprint('ready', flush=True)\n{body}\n"
+    child = subprocess.Popen([sys.executable, "-c", code, str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout.readline().strip() == b"ready"
+    time.sleep(0.7)
+    t0 = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    try:
+        _, err = child.communicate(timeout=5)
+    finally:
+        child.kill()
+    took = time.monotonic() - t0
+    assert took < 1.0, f"{call}: {took:.2f} s"
+    assert b"KeyboardInterrupt" in err, err.decode(errors="replace")
+    assert sorted(os.listdir(tmp_path)) == ["fifo"]
+
+
+def test_every_call_takes_a_path_as_open_takes_it(tmp_path):
+    """str (a name that is not UTF-8 surrogate-escaped), bytes and os.PathLike of either, as the
+    built-in open() takes them: the same file, the same bytes."""
+    raw = os.fsencode(str(tmp_path)) + b"/bad\xffname"
+    as_str = os.fsdecode(raw)
+    data = b"payload " * 1000
+
+    class Bytesish(os.PathLike):
+        def __fspath__(self):
+            return raw
+
+    for p in (raw, as_str, Bytesish(), pathlib.Path(as_str)):
+        if os.path.exists(raw):
+            os.unlink(raw)
+        cacheless.write_file(p, data)
+        with open(p, "rb") as f:
+            assert f.read() == data
+        assert bytes(cacheless.read_file(p)) == data
+        with cacheless.open(p) as f:
+            assert f.read() == data
+        assert cacheless.hash(p) == hashlib.sha256(data).hexdigest()
+        dst = raw + b".copy"
+        cacheless.copy(p, dst)
+        with open(dst, "rb") as f:
+            assert f.read() == data
+        os.unlink(dst)
+        with cacheless.open(p, "wb") as w:
+            w.write(b"new")
+        with open(p, "rb") as f:
+            assert f.read() == b"new"
+        assert cacheless.info(p)["size"] == 3

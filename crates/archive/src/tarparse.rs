@@ -173,6 +173,12 @@ pub struct Parser<R: Read> {
     /// Buffer for skipping data, allocated on the first skip longer than a block.
     scratch: Vec<u8>,
     ended: bool,
+    /// Zero blocks are skipped rather than taken as the end (GNU tar `-i`, `--ignore-zeros`:
+    /// archives written one after another, `cat a.tar b.tar`); the input's end ends it.
+    ignore_zeros: bool,
+    /// An input of no bytes is an empty archive (what a compressed stream of nothing
+    /// decompresses to: GNU tar extracts nothing from it), not "no tar archive".
+    empty_ok: bool,
     /// What was wrong but skipped since the last [`Parser::take_problems`].
     problems: Vec<Error>,
 }
@@ -346,7 +352,33 @@ fn parse_pax_time(v: &str) -> Option<(i64, u32)> {
 impl<R: Read> Parser<R> {
     /// Starts parsing at offset 0 of `r`.
     pub fn new(r: R) -> Self {
-        Parser { r, pos: 0, remaining: 0, pad: 0, global: Pax::default(), cur_name: Vec::new(), scratch: Vec::new(), ended: false, problems: Vec::new() }
+        Parser {
+            r,
+            pos: 0,
+            remaining: 0,
+            pad: 0,
+            global: Pax::default(),
+            cur_name: Vec::new(),
+            scratch: Vec::new(),
+            ended: false,
+            ignore_zeros: false,
+            empty_ok: false,
+            problems: Vec::new(),
+        }
+    }
+
+    /// Takes an input of no bytes as an empty archive (a compressed stream of nothing, which
+    /// GNU tar extracts as nothing), rather than refusing it as no tar archive.
+    pub fn empty_ok(mut self, on: bool) -> Self {
+        self.empty_ok = on;
+        self
+    }
+
+    /// Skips zero blocks rather than ending there (GNU tar `-i`): archives one after another
+    /// are read as one.
+    pub fn ignore_zeros(mut self, on: bool) -> Self {
+        self.ignore_zeros = on;
+        self
     }
 
     /// What was wrong in the archive but skipped (a bad header, a pax value that makes no
@@ -522,7 +554,7 @@ impl<R: Read> Parser<R> {
             let off = self.pos;
             let mut block = [0u8; 512];
             if !self.fill(&mut block, "header")? {
-                if off == 0 {
+                if off == 0 && !self.empty_ok {
                     // GNU tar: "This does not look like a tar archive".
                     return Err(corrupt("an empty input does not look like a tar archive", b"", 0));
                 }
@@ -536,6 +568,9 @@ impl<R: Read> Parser<R> {
             if block.iter().all(|&b| b == 0) {
                 if first_offset.is_some() {
                     return Err(corrupt("end-of-archive block after an extended header", &self.cur_name, off));
+                }
+                if self.ignore_zeros {
+                    continue;
                 }
                 // End of archive (GNU tar also stops at one zero block, after a warning).
                 self.ended = true;

@@ -67,25 +67,23 @@ fn fs_type_of(mountinfo: &str, dir: &Path) -> Option<String> {
 }
 
 /// The directory for the files: `cfg.dir` (created if needed), else a new temporary one under the current
-/// directory, returned too so that it lives (and is removed) with the run.
-fn work_dir(cfg: &BenchConfig, log: Log<'_>) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+/// directory, returned too so that it lives (and is removed) with the run, with the claim on the
+/// current directory that keeps `cacheless clean` off it while the run lives.
+fn work_dir(cfg: &BenchConfig) -> Result<(PathBuf, Option<(tempfile::TempDir, cacheless::temps::Claim)>)> {
     if let Some(d) = &cfg.dir {
         std::fs::create_dir_all(d).map_err(|e| Error::io(d, "create directory", e))?;
         return Ok((d.clone(), None));
     }
     let cwd = std::env::current_dir().map_err(|e| Error::io(".", "current directory", e))?;
-    // A run killed before it could remove its folder left it here: gone with its owner.
-    for (p, pid) in cacheless::temps::clean_dir(&cwd) {
-        log(&format!("removed {}, left by process {pid}, which is gone", p.display()));
-    }
-    // Named for its owner (`cacheless::temps`), so that the next run, or `cacheless clean`,
-    // removes it if this one is killed.
+    // Named for its owner and made under its claim (`cacheless::temps`), so that `cacheless
+    // clean` removes it if this run is killed, and not before.
+    let claim = cacheless::temps::claim_path(&cwd);
     let tmp = tempfile::Builder::new()
         .prefix(&cacheless::temps::bench_dir_name())
         .rand_bytes(0)
         .tempdir_in(&cwd)
         .map_err(|e| Error::io(&cwd, "create temporary directory", e))?;
-    Ok((tmp.path().to_path_buf(), Some(tmp)))
+    Ok((tmp.path().to_path_buf(), Some((tmp, claim))))
 }
 
 /// The memory cgroup hierarchy for the low-memory scenario, found once (every trial's cgroup goes in the
@@ -212,7 +210,7 @@ pub fn run(cfg: &BenchConfig, log: Log<'_>) -> Result<BenchReport> {
 pub fn run_cancellable(cfg: &BenchConfig, log: Log<'_>, cancel: &AtomicBool) -> Result<BenchReport> {
     validate(cfg)?;
     check_pressure(cfg, log)?;
-    let (dir, _tmp) = work_dir(cfg, log)?;
+    let (dir, _tmp) = work_dir(cfg)?;
     let (hierarchy, cgroup_version) = cgroup_for(cfg)?;
     let prepared = prepare(cfg, &dir, cancel, log);
     let hot = (cfg.scenario == Scenario::Neighbour).then(|| hot_path(&dir));

@@ -477,7 +477,9 @@ pub fn stage_copy(
     creator: Option<&FileCreator>,
     progress: &Progress,
 ) -> Result<Staged> {
-    let fd = sys::open(src, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty()).map_err(io::Error::from).map_err(|e| Error::io("open", src, e))?;
+    let fd = sys::open_interruptible(rustix::fs::CWD, src, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty())
+        .map_err(io::Error::from)
+        .map_err(|e| Error::io("open", src, e))?;
     stage_copy_from(Source::File(File::from(fd), None), src, dir, name, dst, ro, wo, co, creator, progress)
 }
 

@@ -56,7 +56,7 @@ pub enum Durability {
     /// a final name nothing, the file it replaced, or the complete new file, never a file whose
     /// data did not reach the disk (which ext4 shows as zeros of the new length); what it may
     /// leave besides is nothing (an unnamed file is freed at the next mount) or, under
-    /// temporary names, the temporaries `.NAME.cacheless-BOOT-PID-N.tmp`. A last
+    /// temporary names, the temporaries `.NAME.cacheless-BOOT-PID-N.lk.tmp`. A last
     /// [`FileCreator::publish_now`] names what is still waiting, and the caller's final syncfs
     /// makes the names durable (extract). The batch is written back every `write_back` bytes
     /// (32 MiB when `None`; small files are then written as auto decides) or

@@ -77,6 +77,9 @@ struct Asked {
     abandoned: bool,
     /// Its place among the requests made.
     seq: u64,
+    /// This process's claim on the folder, taken before a temporary name is asked for (see
+    /// [`crate::temps`]).
+    claim: sys::temps::Claim,
 }
 
 /// A request's completion: its folder, the name it opened there, and the descriptor or the
@@ -115,9 +118,9 @@ pub struct CreateQueue {
     submissions: u64,
     /// Completions received so far.
     reaped: u64,
-    /// The folder whose leftovers were last looked at (see `temps::clean_once`): files come
-    /// folder by folder, and looking costs an fstat each time.
-    cleaned: Option<Arc<OwnedFd>>,
+    /// The folder last claimed for temporary names, and the claim (see [`crate::temps`]): files
+    /// come folder by folder, and a claim costs an fstat and a lookup each time.
+    claimed: Option<(Arc<OwnedFd>, sys::temps::Claim)>,
 }
 
 impl std::fmt::Debug for CreateQueue {
@@ -167,7 +170,7 @@ impl CreateQueue {
             requests: 0,
             submissions: 0,
             reaped: 0,
-            cleaned: None,
+            claimed: None,
         }
     }
 
@@ -201,11 +204,12 @@ impl CreateQueue {
         // A file the gate would park once finished (see `FileCreator::with_gate`) is created
         // under its temporary name now: a rename names it later, where parking would cost a
         // link and a rename.
+        let mut claim = sys::temps::Claim::default();
         let temp = if self.creator.holds_all_it_may() {
-            if !self.cleaned.as_ref().is_some_and(|c| Arc::ptr_eq(c, &dir)) {
-                sys::temps::clean_once(dir.as_fd());
-                self.cleaned = Some(dir.clone());
+            if !self.claimed.as_ref().is_some_and(|(c, _)| Arc::ptr_eq(c, &dir)) {
+                self.claimed = Some((dir.clone(), sys::temps::claim(dir.as_fd())));
             }
+            claim = self.claimed.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
             let t = sys::temps::temp_name(name);
             // Temporary names hold no NUL (the final name was checked).
             Some(CString::new(t.as_bytes()).map_err(|e| Error::io("create", display_path, io::Error::other(e)))?)
@@ -228,6 +232,7 @@ impl CreateQueue {
             temp: temp.is_some(),
             abandoned: false,
             seq: self.requests,
+            claim,
         };
         let ticket = self.ticket(Slot::InFlight(asked));
         let op = Op::open_at(dir, temp.unwrap_or_else(|| DOT.to_owned()), flags, perm, ticket.slot as u64);
@@ -258,8 +263,11 @@ impl CreateQueue {
             Slot::Done(f) => Ok(*f),
             Slot::Completed(a, Opened { dir, at, fd: Ok(fd) }) => {
                 let tmp = a.temp.then(|| OsString::from_vec(at.into_bytes()));
-                let entry = PendingFile::adopt(fd, dir, &a.name, &a.path, tmp);
-                Ok(self.creator.adopt(entry, a.size_hint, FileCreator::mode_given(a.attrs, a.exact)))
+                match PendingFile::adopt(fd, dir.clone(), &a.name, &a.path, tmp, a.claim) {
+                    Some(entry) => Ok(self.creator.adopt(entry, a.size_hint, FileCreator::mode_given(a.attrs, a.exact))),
+                    // Its temporary name taken by a cleaner before it was held: made again, here.
+                    None => self.creator.create(dir, &a.name, &a.path, a.size_hint, a.attrs),
+                }
             }
             Slot::Completed(a, Opened { dir, fd: Err(e), .. }) => {
                 if e.raw_os_error() == Some(libc::EINTR) || (e.raw_os_error() == Some(libc::EEXIST) && a.temp) {

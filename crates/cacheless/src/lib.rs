@@ -43,6 +43,7 @@ pub mod fault;
 #[cfg(not(feature = "fault-injection"))]
 mod fault;
 pub mod info;
+pub mod interrupt;
 pub mod limits;
 mod mode;
 mod options;

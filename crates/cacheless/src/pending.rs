@@ -46,7 +46,7 @@ pub fn initial_mode(permissions: Option<u32>, create: Option<u32>) -> u32 {
 pub(crate) enum Naming {
     /// Under its final name from the start (it must not exist).
     Final,
-    /// Under a temporary name beside it, `.NAME.cacheless-BOOT-PID-N.tmp` (see [`crate::sys::temps::temp_name`]).
+    /// Under a temporary name beside it, `.NAME.cacheless-BOOT-PID-N.lk.tmp` (see [`crate::sys::temps::temp_name`]).
     Temporary,
     /// Without a name (O_TMPFILE) with permission bits `mode`, or where the filesystem has
     /// none (or it is switched off), as [`Naming::Temporary`].
@@ -79,6 +79,9 @@ pub struct PendingFile {
     at: At,
     /// Published (or in place for good): nothing to remove.
     settled: bool,
+    /// This process's claim on the folder while the file is under a temporary name (see
+    /// [`crate::temps`]).
+    claim: crate::temps::Claim,
 }
 
 impl PendingFile {
@@ -87,31 +90,46 @@ impl PendingFile {
     /// errors.
     pub(crate) fn create(dir: Arc<OwnedFd>, name: &OsStr, path: &Path, naming: Naming, mode: u32) -> Result<PendingFile> {
         sys::check_name("create", path, name)?;
-        let (fd, at) = match naming {
+        let (fd, at, claim) = match naming {
             Naming::Final => {
                 let fd = sys::openat(&*dir, name, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from).map_err(|e| Error::io("create", path, e))?;
-                (fd, At::Final)
+                (fd, At::Final, Default::default())
             }
             Naming::Unnamed { mode: unnamed } => match create_unnamed(dir.as_fd(), path, unnamed)? {
-                Some(fd) => (fd, At::Unnamed),
+                Some(fd) => (fd, At::Unnamed, Default::default()),
                 None => create_temp(dir.as_fd(), name, path, mode)?,
             },
             Naming::Temporary => create_temp(dir.as_fd(), name, path, mode)?,
         };
-        Ok(PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false })
+        Ok(PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false, claim })
     }
 
     /// A file created elsewhere (an openat on an io_uring), as [`Naming::Temporary`] makes one
-    /// under the temporary name `tmp`, or [`Naming::Unnamed`] one without a name (`None`).
-    pub(crate) fn adopt(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path, tmp: Option<OsString>) -> PendingFile {
+    /// under the temporary name `tmp` (made under `claim`, and held here as `create` holds
+    /// one: `None` where its name is no longer its own), or [`Naming::Unnamed`] one without a
+    /// name (`tmp` `None`).
+    pub(crate) fn adopt(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path, tmp: Option<OsString>, claim: crate::temps::Claim) -> Option<PendingFile> {
+        if let Some(t) = &tmp {
+            if !crate::temps::hold_file(fd.as_fd(), dir.as_fd(), t) {
+                return None;
+            }
+        }
         let at = tmp.map_or(At::Unnamed, At::Temporary);
-        PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false }
+        Some(PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false, claim })
     }
 
     /// `file`, an existing file `name` in `dir` to be written in place: its inode kept, never
     /// removed, named already.
     pub(crate) fn in_place(file: File, dir: Arc<OwnedFd>, name: &OsStr, path: &Path) -> PendingFile {
-        PendingFile { file: Arc::new(file), dir, name: name.to_os_string(), path: path.to_path_buf(), at: At::InPlace, settled: false }
+        PendingFile {
+            file: Arc::new(file),
+            dir,
+            name: name.to_os_string(),
+            path: path.to_path_buf(),
+            at: At::InPlace,
+            settled: false,
+            claim: Default::default(),
+        }
     }
 
     /// The directory it is in.
@@ -201,16 +219,24 @@ impl PendingFile {
     /// was where it cannot be (no link could be made).
     pub(crate) fn park(mut self) -> std::result::Result<Parked, PendingFile> {
         let Some(at) = self.identity() else { return Err(self) };
-        let tmp = match &self.at {
-            At::Temporary(t) => t.clone(),
+        let (tmp, claim) = match &self.at {
+            At::Temporary(t) => (t.clone(), self.claim.clone()),
             At::Unnamed => match sys::beside(self.dir.as_fd(), &self.name, |d, t| sys::link_fd(&self.file, d, t)) {
-                Ok(((), t)) => t,
+                Ok(((), t, claim)) => (t, claim),
                 Err(_) => return Err(self),
             },
             At::Final | At::InPlace => return Err(self),
         };
+        if !claim.is_held() {
+            // Closed, nothing would say that it is still waiting (the file's own lock goes
+            // with its descriptor): it stays open.
+            if let At::Unnamed = self.at {
+                let _ = sys::unlinkat(&*self.dir, tmp.as_os_str(), AtFlags::empty());
+            }
+            return Err(self);
+        }
         self.settled = true;
-        Ok(Parked { at, tmp, settled: false })
+        Ok(Parked { at, tmp, settled: false, _claim: claim })
     }
 
     /// Where it is to be named, and which inode it is, for a caller that names it before its
@@ -238,6 +264,8 @@ pub(crate) struct Parked {
     at: Named,
     tmp: OsString,
     settled: bool,
+    /// The claim on its folder that keeps cleaners off it (see [`crate::temps`]).
+    _claim: crate::temps::Claim,
 }
 
 impl Parked {
@@ -293,10 +321,16 @@ impl Drop for PendingFile {
 
 /// Creates a new file under a temporary name beside `name` in `dir` (see [`crate::sys::temps::temp_name`])
 /// with permission bits `mode`; `path` names it in errors.
-fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, mode: u32) -> Result<(OwnedFd, At)> {
-    let (fd, tmp) = sys::beside(dir, name, |dir, t| sys::openat(dir, t, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from))
-        .map_err(|e| Error::io("create", path, e))?;
-    Ok((fd, At::Temporary(tmp)))
+fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, mode: u32) -> Result<(OwnedFd, At, crate::temps::Claim)> {
+    loop {
+        let (fd, tmp, claim) = sys::beside(dir, name, |dir, t| sys::openat(dir, t, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from))
+            .map_err(|e| Error::io("create", path, e))?;
+        // Its name taken by a cleaner that saw no claim (another machine's) before its lock:
+        // made again.
+        if crate::temps::hold_file(fd.as_fd(), dir, &tmp) {
+            return Ok((fd, At::Temporary(tmp), claim));
+        }
+    }
 }
 
 /// Creates a file without a name in `dir` (O_TMPFILE, Linux 3.11; ext4, xfs, btrfs, tmpfs),

@@ -151,7 +151,7 @@ impl Reader {
     /// Opens `path` and chooses its mode.
     pub fn open(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<Reader> {
         let path = path.as_ref();
-        let fd = sys::open(path, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+        let fd = sys::open_interruptible(rustix::fs::CWD, path, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
             .map_err(io::Error::from)
             .map_err(|e| Error::io("open", path, e))?;
         Reader::from_file(File::from(fd), path, opts)

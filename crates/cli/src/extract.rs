@@ -50,6 +50,10 @@ pub struct ExtractArgs {
     /// Keep existing files and folders as they are, silently.
     #[arg(long)]
     pub skip_old_files: bool,
+    /// Read past zero blocks to the input's end: archives written one after another
+    /// (`cat a.tar b.tar`) extract whole, as with GNU tar's -i.
+    #[arg(short = 'i', long)]
+    pub ignore_zeros: bool,
     /// Write a member into the regular file already where it goes (its inode kept: its other
     /// hard links see the new data), as GNU tar; a symlink there is replaced (followed with -h).
     #[arg(long)]
@@ -251,6 +255,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     };
     opts.sync = !args.no_sync;
     opts.keep_old_files = args.keep_old_files;
+    opts.ignore_zeros = args.ignore_zeros;
     opts.skip_old_files = args.skip_old_files;
     opts.keep_directory_symlink = args.keep_directory_symlink;
     if let Some(top) = &args.one_top_level {
@@ -326,7 +331,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     // Ctrl-C / SIGTERM stop between entries and chunks; the entry being written is removed.
     let signals = ui::Signals::register(&progress);
     let input = match &fetch_budget {
-        _ if args.archive.as_os_str() == "-" => Input::Stream(Box::new(std::io::stdin())),
+        _ if args.archive.as_os_str() == "-" => Input::Stream(Box::new(cacheless::sys::StdinStream)),
         Some(budget) => crate::remote::archive_input(&args.archive, budget, &common.remote).with_context(|| format!("extract {}", args.archive.display()))?,
         None => Input::Path(args.archive.clone()),
     };
@@ -334,22 +339,21 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
         let _bar = ui::Bar::start(&progress, common.json, ui::Measure::Input);
         extract(input, &opts)
     };
-    let report = res.with_context(|| format!("extract {}", args.archive.display()))?;
-
-    ui::print_members(&report.warnings, &report.failures, report.failure_count);
-    if let Some(code) = signals.exit_code().filter(|_| report.interrupted) {
+    if let Some(code) = signals.exit_code().filter(|_| res.as_ref().map_or(true, |r| r.interrupted || r.fatal.is_some())) {
         eprintln!("cacheless: interrupted; the member being written was removed");
         return Ok(code);
     }
+    let report = res.with_context(|| format!("extract {}", args.archive.display()))?;
+
+    ui::print_members(&report.warnings, &report.failures, report.failure_count);
     if let Some(f) = &report.fatal {
         eprintln!("cacheless: {}", ui::printable(f));
         if let Some(h) = report.fatal_error.as_ref().and_then(|e| e.hint()).map(ui::hint_text) {
             eprintln!("cacheless: hint: {h}");
         }
     }
-    let leftovers = ui::leftovers("cacheless", common.verbose > 0 && !common.json);
     if common.json {
-        println!("{}", ui::json_with_leftovers(&report, leftovers)?);
+        println!("{}", serde_json::to_string_pretty(&report)?);
     } else if args.debug {
         let m = &report.modes;
         eprintln!(

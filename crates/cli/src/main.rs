@@ -73,6 +73,34 @@ fn raise_nofile() {
     cacheless::sys::raise_nofile_limit();
 }
 
+/// The command line with `--` put after the `cp` subcommand where cp's arguments hold one, so
+/// that clap, which takes the first `--` after it as its own, hands them over whole:
+/// `cacheless cp -- -f g` copies the file `-f` to `g`, as `cp -- -f g` does.
+fn cp_operands_kept(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    // The subcommand: the first word that is neither an option nor the value of one.
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let takes_value = |a: &std::ffi::OsStr| {
+        let a = a.to_string_lossy();
+        cmd.get_arguments().any(|o| {
+            o.get_action().takes_values() && (o.get_long().is_some_and(|l| a == format!("--{l}")) || o.get_short().is_some_and(|c| a == format!("-{c}")))
+        })
+    };
+    let mut i = 1;
+    while i < args.len() {
+        let a = args[i].as_encoded_bytes();
+        if a == b"--" || !a.starts_with(b"-") {
+            break;
+        }
+        i += if takes_value(&args[i]) { 2 } else { 1 };
+    }
+    // Only where cp's own arguments hold a `--`: elsewhere clap reads the options every
+    // command takes after `cp` too (and refuses a bad value as a usage error).
+    if args.get(i).is_some_and(|a| a == "cp") && args[i + 1..].iter().any(|a| a == "--") {
+        args.insert(i + 1, "--".into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
     // Run through a link named `cp`, cacheless is cp: GNU cp's command line and messages.
     let mut argv = std::env::args_os();
@@ -87,7 +115,7 @@ fn main() -> ExitCode {
             return cp::run_as_cp(&argv0, &rest);
         }
     }
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(cp_operands_kept(std::env::args_os().collect()));
     if let Err(msg) = cacheless::check_disabled() {
         eprintln!("error: {msg}");
         return ExitCode::from(2);

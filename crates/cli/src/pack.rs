@@ -173,9 +173,8 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
         }
     }
     ui::print_members(&report.warnings, &report.failures, report.failure_count);
-    let leftovers = ui::leftovers("cacheless", common.verbose > 0 && !common.json);
     if common.json {
-        println!("{}", ui::json_with_leftovers(&report, leftovers)?);
+        println!("{}", serde_json::to_string_pretty(&report)?);
     } else if common.verbose > 0 {
         let m = &report.read_modes;
         let ratio = report.output_bytes as f64 / (report.tar_bytes.max(1)) as f64;

@@ -139,10 +139,11 @@ pub fn rate(bytes: u64, secs: f64) -> String {
 }
 
 /// Ctrl-C and SIGTERM, registered once for any job: each sets the progress's cancel flag (the
-/// job stops between requests and removes its unfinished files) and is remembered, for the
-/// exit status.
+/// job stops between requests and removes its unfinished files; a call waiting on a FIFO, a
+/// pipe or a terminal ends, see `cacheless::interrupt`) and is remembered, for the exit status.
 pub struct Signals {
     last: Arc<AtomicUsize>,
+    _watch: cacheless::interrupt::Watch,
 }
 
 impl Signals {
@@ -153,7 +154,7 @@ impl Signals {
             let _ = signal_hook::flag::register_usize(sig, last.clone(), usize::try_from(sig).unwrap_or(usize::MAX));
             let _ = signal_hook::flag::register(sig, progress.cancel_flag());
         }
-        Signals { last }
+        Signals { last, _watch: cacheless::interrupt::watch(&progress.cancel_flag()) }
     }
 
     /// The exit status for the signal that came, if one did: 128 plus its number, as a shell
@@ -245,27 +246,6 @@ impl Drop for Bar {
             let _ = h.join();
         }
     }
-}
-
-/// The leftovers of dead jobs this run removed where it wrote (see `cacheless::temps`), said on
-/// stderr under `-v` (`prog` starts the line), and returned as paths for a JSON report.
-pub fn leftovers(prog: &str, verbose: bool) -> Vec<String> {
-    let removed = cacheless::temps::take_removed();
-    if verbose {
-        for (p, pid) in &removed {
-            eprintln!("{prog}: removed {}, a temporary left by process {pid}, which is gone", shown(p));
-        }
-    }
-    removed.iter().map(|(p, _)| p.to_string_lossy().into_owned()).collect()
-}
-
-/// `report` as JSON with the leftovers this run removed added (`leftovers_removed`).
-pub fn json_with_leftovers<T: serde::Serialize>(report: &T, leftovers: Vec<String>) -> serde_json::Result<String> {
-    let mut v = serde_json::to_value(report)?;
-    if let Some(o) = v.as_object_mut() {
-        o.insert("leftovers_removed".into(), serde_json::Value::from(leftovers));
-    }
-    serde_json::to_string_pretty(&v)
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub struct Verdict {
 }
 
 /// Whether `name` is one of the engine's temporary names (`cacheless::temps`:
-/// `.NAME.cacheless-BOOT-PID-N.tmp`, and those of the earlier scheme).
+/// `.NAME.cacheless-BOOT-PID-N.lk.tmp`, and those of the earlier scheme).
 pub fn is_temporary(name: &str) -> bool {
     cacheless::temps::owner(name.as_bytes()).is_some()
 }
@@ -118,7 +118,7 @@ fn cleaned(root: &Path, w: &Workload, promised: &BTreeSet<String>, v: &mut Verdi
     if v.temporaries.is_empty() {
         return;
     }
-    let (_, errors) = cacheless::temps::clean_tree_where(root, false, &|_| true);
+    let errors = cacheless::temps::clean_tree_all_gone(root).errors;
     for e in errors {
         v.violations.push((String::new(), format!("the clean-up could not read a folder: {e}")));
     }

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Union
 import numpy as np
 
 from . import _native
+from ._files import _fspath
 from ._files import CachelessReader, CachelessWriter, _only_for_files, _only_for_urls, _remote, open
 from ._native import UnsupportedError, __version__
 from ._patch import SafetensorsPatch, patch_safetensors
@@ -49,7 +50,7 @@ __all__ = [
     "residency",
 ]
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 Memory = Union[int, str, None]
 Size = Union[int, str, None]
 Progress = Optional[Callable[[int, int], Any]]
@@ -65,7 +66,7 @@ def info(path: PathLike = ".", mode: str = "auto") -> Dict[str, Any]:
     as ``{"modes": ["auto", ...]}``; ``write`` is None in a directory where nothing can be
     created), and ``system`` (kernel release, io_uring, cachestat, memlock limit, page size).
     """
-    return _native.info(os.fspath(path), mode)
+    return _native.info(_fspath(path), mode)
 
 
 def residency(path: PathLike) -> Dict[str, Any]:
@@ -75,7 +76,7 @@ def residency(path: PathLike) -> Dict[str, Any]:
     ``writeback_pages``, ``page_size``, ``source`` ("cachestat" or "mincore"),
     ``cached_bytes`` and ``fraction``.
     """
-    return _native.residency(os.fspath(path))
+    return _native.residency(_fspath(path))
 
 
 def evict(path: PathLike) -> Dict[str, Any]:
@@ -83,7 +84,7 @@ def evict(path: PathLike) -> Dict[str, Any]:
 
     Returns ``{"path", "before", "after"}``, residency before and after, as ``cacheless evict --json``.
     """
-    return _native.evict(os.fspath(path))
+    return _native.evict(_fspath(path))
 
 
 def read_file(
@@ -105,7 +106,7 @@ def read_file(
     fetched as ranged GETs in parallel (docs/remote.md).
     """
     arena, _decision = _native.read_file(
-        os.fspath(path), mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, threads=threads, progress=progress
+        _fspath(path), mode=mode, backend=backend, memory=memory, block_size=block_size, queue_depth=queue_depth, threads=threads, progress=progress
     )
     return memoryview(np.asarray(arena))
 
@@ -118,7 +119,7 @@ def write_file(path: PathLike, data: Any, *, mode: str = "auto", sync: bool = Tr
     (unless ``sync=False``) and renamed over ``path``: readers see the old file or the whole new
     one, and nothing is left in the page cache. Returns the report (bytes, mode and why).
     """
-    return _native.write_file(os.fspath(path), data, mode=mode, sync=sync)
+    return _native.write_file(_fspath(path), data, mode=mode, sync=sync)
 
 
 def copy(
@@ -203,7 +204,7 @@ def copy(
     report in its ``report`` attribute (403 is a ``PermissionError``, a missing object a
     ``FileNotFoundError``).
     """
-    s, d = os.fspath(src), os.fspath(dst)
+    s, d = _fspath(src), _fspath(dst)
     remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
     _only_for_urls(s, d, **remote)
     return _native.copy(
@@ -288,12 +289,12 @@ def extract(
     ``pack`` write) in parallel (default one per CPU, at most 8; 1 decodes on one thread). The
     report's ``source`` says how many frames were decoded on how many threads.
     """
-    a = os.fspath(archive)
+    a = _fspath(archive)
     remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
     _only_for_urls(a, **remote)
     return _native.extract(
         a,
-        os.fspath(dest),
+        _fspath(dest),
         strip_components,
         keep_old_files,
         mode=mode,
@@ -365,19 +366,19 @@ def pack(
     them, except that one whose read failed part way holds the bytes read, padded with zeros to
     its size, as with tar). ``progress`` counts file bytes read out of the bytes walked so far.
     """
-    if isinstance(paths, (str, os.PathLike)):
+    if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]
     if isinstance(exclude, str):
         exclude = [exclude]
     if mtime is not None and hasattr(mtime, "timestamp"):
         mtime = mtime.timestamp()
-    a = os.fspath(archive)
+    a = _fspath(archive)
     remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
     _only_for_urls(a, **remote)
     return _native.pack(
         a,
-        [os.fspath(p) for p in paths],
-        None if directory is None else os.fspath(directory),
+        [_fspath(p) for p in paths],
+        None if directory is None else _fspath(directory),
         compression,
         level,
         frame_size,
@@ -427,7 +428,7 @@ def hash(
     the store's keywords of :func:`copy` (``mode=`` and the tuning keywords are refused there:
     nothing local is read).
     """
-    p = os.fspath(path)
+    p = _fspath(path)
     remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
     _only_for_urls(p, **remote)
     _only_for_files(p, "a checksum", mode=mode, backend=backend, block_size=block_size, queue_depth=queue_depth)

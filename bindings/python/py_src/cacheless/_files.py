@@ -12,6 +12,13 @@ from . import _native
 __all__ = ["CachelessReader", "CachelessWriter", "open"]
 
 
+def _fspath(path: Any) -> str:
+    """A path as every call takes it, as the built-in ``open()`` does: ``str`` (a name that is
+    not UTF-8 surrogate-escaped, as ``os.fsdecode`` gives it), ``bytes`` (the name's bytes), or
+    an ``os.PathLike`` of either; the native calls get the same bytes back."""
+    return os.fsdecode(os.fspath(path))
+
+
 class _File(io.RawIOBase):
     """What the reader and the writer share: the path, the access, the mode decision."""
 
@@ -106,7 +113,7 @@ class CachelessReader(_File):
         retries: Optional[int] = None,
         read_timeout: Optional[float] = None,
     ) -> None:
-        p = os.fspath(path)
+        p = _fspath(path)
         remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
         _only_for_urls(p, **remote)
         _only_for_files(p, "reading", mode=mode, backend=backend, block_size=block_size, queue_depth=queue_depth)
@@ -191,7 +198,7 @@ class CachelessWriter(_File):
         retries: Optional[int] = None,
         read_timeout: Optional[float] = None,
     ) -> None:
-        p = os.fspath(path)
+        p = _fspath(path)
         remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
         _only_for_urls(p, **remote)
         _only_for_files(p, "an upload", mode=mode, backend=backend, block_size=block_size, queue_depth=queue_depth, size_hint=size_hint, sync=sync)

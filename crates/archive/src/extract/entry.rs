@@ -231,8 +231,18 @@ impl Ctx<'_> {
             // less the umask, no set-ID nor sticky bit.
             mode &= 0o777 & !self.umask;
         } else if !chown && self.is_root {
-            // A set-ID file of root's that the archive gave another owner: not made.
-            mode &= !0o6000;
+            // The entry becomes root's (user and group 0). A set-ID bit whose owner in the
+            // archive is root too means here what it meant there, and is kept, as GNU keeps it
+            // (Debian's sudo, 4755); one of another owner's would make a set-ID program of the
+            // wrong owner, and is not made (GNU makes it).
+            let root_user = e.uid == 0 && (e.uname.is_empty() || e.uname == b"root");
+            let root_group = e.gid == 0 && (e.gname.is_empty() || e.gname == b"root");
+            if !root_user {
+                mode &= !0o4000;
+            }
+            if !root_group {
+                mode &= !0o2000;
+            }
         }
         Meta { mode, uid, gid, mtime: e.mtime, chown, time_only: false, extra: self.extra(e) }
     }

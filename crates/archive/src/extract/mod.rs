@@ -113,6 +113,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let decompress = source::Decompress { threads: opts.decompress_threads, bytes: shares.decode_bytes(), window_log_max: opts.zstd_window_log_max };
     let stream = source::open(input, progress.clone(), &shares.archive_read(&opts.io), &decompress)?;
     let info = stream.info.clone();
+    let compressed = info.compression != source::Compression::None;
     let is_root = sys::is_root();
     // A file takes its name only once every checksum covering its bytes has passed (the gzip
     // member's, the zstd or LZ4 frame's, the xz or bzip2 stream's): a corrupt or truncated
@@ -190,7 +191,8 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         owners: Default::default(),
         members: crate::select::Members::new(&opts.members),
     };
-    let mut parser = Parser::new(stream);
+    // A compressed stream of nothing is an empty archive (GNU tar: nothing extracted, exit 0).
+    let mut parser = Parser::new(stream).ignore_zeros(opts.ignore_zeros).empty_ok(compressed);
     loop {
         if progress.is_cancelled() {
             ctx.report.fatal_error = Some(Error::Interrupted { entry: String::new() });

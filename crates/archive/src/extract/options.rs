@@ -20,6 +20,9 @@ pub struct ExtractOptions {
     /// Keep existing files instead of replacing them (an existing file is an entry failure;
     /// an existing folder keeps its mode and time; see docs/extract.md).
     pub keep_old_files: bool,
+    /// Zero blocks do not end the archive (GNU tar `-i`, `--ignore-zeros`): archives written one
+    /// after another (`cat a.tar b.tar`) are extracted whole, to the input's end.
+    pub ignore_zeros: bool,
     /// Keep existing files and folders as they are, silently: members whose name is taken are
     /// skipped (GNU tar `--skip-old-files`).
     pub skip_old_files: bool,
@@ -165,6 +168,7 @@ impl ExtractOptions {
             strip_components: 0,
             sync: true,
             keep_old_files: false,
+            ignore_zeros: false,
             keep_directory_symlink: false,
             one_top_level: None,
             skip_old_files: false,

@@ -19,17 +19,20 @@ use crate::fault::{self, Injected};
 /// Makes an entry under a temporary name beside `name` in `dir` (see [`crate::sys::temps::temp_name`]) with
 /// `make(dir, temporary)` (through [`call`]), which must fail with EEXIST where the name is
 /// taken (an exclusive create, mknodat, symlinkat, linkat): another name is tried then.
-/// Returns what `make` gave and the name.
-///
-/// The first temporary this process makes in a folder removes the leftovers of dead owners
-/// there first ([`crate::sys::temps`]).
-pub fn beside<T>(dir: BorrowedFd<'_>, name: &OsStr, mut make: impl FnMut(BorrowedFd<'_>, &OsStr) -> io::Result<T>) -> io::Result<(T, OsString)> {
-    crate::sys::temps::clean_once(dir);
+/// Returns what `make` gave, the name, and this process's claim on the folder, taken before
+/// the name was made: the caller keeps it until the name is renamed or removed, and until then
+/// no cleaner takes the name (see [`crate::sys::temps`]).
+pub fn beside<T>(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    mut make: impl FnMut(BorrowedFd<'_>, &OsStr) -> io::Result<T>,
+) -> io::Result<(T, OsString, crate::temps::Claim)> {
+    let claim = crate::sys::temps::claim(dir);
     let mut tries = 0;
     loop {
         let t = crate::sys::temps::temp_name(name);
         match make(dir, &t) {
-            Ok(v) => return Ok((v, t)),
+            Ok(v) => return Ok((v, t, claim)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 100 => tries += 1,
             Err(e) => return Err(e),
         }
@@ -68,7 +71,7 @@ pub fn link_unnamed(file: &File, dir: BorrowedFd<'_>, name: &OsStr, path: &Path)
     match link_fd(file, dir, name) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let ((), tmp) = beside(dir, name, |dir, t| link_fd(file, dir, t)).map_err(|e| Error::io("link", path, e))?;
+            let ((), tmp, _claim) = beside(dir, name, |dir, t| link_fd(file, dir, t)).map_err(|e| Error::io("link", path, e))?;
             publish(dir, &tmp, name, path, false).map_err(|u| {
                 let _ = super::unlinkat(dir, tmp.as_os_str(), rustix::fs::AtFlags::empty());
                 *u.error
@@ -82,9 +85,9 @@ pub fn link_unnamed(file: &File, dir: BorrowedFd<'_>, name: &OsStr, path: &Path)
 /// (without a name, see [`UNNAMED`], then [`link_unnamed`]), in words for reports.
 pub fn naming() -> String {
     let created = if crate::env::disabled("tmpfile") {
-        "under temporary names (.NAME.cacheless-BOOT-PID-N.tmp; O_TMPFILE disabled), renamed".to_string()
+        "under temporary names (.NAME.cacheless-BOOT-PID-N.lk.tmp; O_TMPFILE disabled), renamed".to_string()
     } else if caps::tmpfile_refused_somewhere() {
-        "under temporary names (.NAME.cacheless-BOOT-PID-N.tmp; O_TMPFILE unsupported), renamed".to_string()
+        "under temporary names (.NAME.cacheless-BOOT-PID-N.lk.tmp; O_TMPFILE unsupported), renamed".to_string()
     } else {
         match caps::flink() {
             Ok(()) => "without a name (O_TMPFILE), linked (linkat AT_EMPTY_PATH)".to_string(),
@@ -170,7 +173,9 @@ pub fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: i32) -> io:
                 data = &data[n..];
                 off += n as u64;
             }
-            Err(e) if e == Errno::INTR || e == Errno::AGAIN => {}
+            Err(e) if e == Errno::INTR => {}
+            // A pipe or FIFO opened without blocking, full: until its reader takes some.
+            Err(e) if e == Errno::AGAIN => wait_ready(file.as_fd(), rustix::event::PollFlags::OUT)?,
             Err(e) => return Err(e.into()),
         }
     }
@@ -221,13 +226,45 @@ pub fn write_uncached(file: &File, data: &[u8], off: u64, caps: &FsCaps) -> io::
     Ok(true)
 }
 
-/// read(2) from the file position, at [`Site::Read`] (EINTR and EAGAIN retried).
+/// read(2) from the file position, at [`Site::Read`] (EINTR and EAGAIN retried). It waits for
+/// data with poll(2) first, in slices, so that a pipe, FIFO or terminal whose writer never
+/// writes (or never comes) ends (ECANCELED: not EINTR, which readers retry) once the user asks to stop ([`crate::interrupt`]).
 pub fn read(fd: impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
     let fd = fd.as_fd();
     loop {
+        wait_ready(fd, rustix::event::PollFlags::IN)?;
         match call(Site::Read, || rustix::io::read(fd, &mut *buf)) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             r => return r,
+        }
+    }
+}
+
+/// Standard input read with [`read`] (not through the standard library's buffer): a pipe or
+/// terminal that never writes ends (ECANCELED: not EINTR, which readers retry) once the user asks to stop.
+#[derive(Debug, Default)]
+pub struct StdinStream;
+
+impl io::Read for StdinStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        read(io::stdin().as_fd(), buf)
+    }
+}
+
+/// Waits until `fd` is ready for `events` (or hung up, or in error: the next call says), in
+/// slices of 100 ms; EINTR once the user asks to stop ([`crate::interrupt`]). A regular file
+/// is always ready.
+pub fn wait_ready(fd: BorrowedFd<'_>, events: rustix::event::PollFlags) -> io::Result<()> {
+    loop {
+        if crate::interrupt::requested() {
+            return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+        }
+        let mut p = [rustix::event::PollFd::from_borrowed_fd(fd, events)];
+        let slice = rustix::event::Timespec { tv_sec: 0, tv_nsec: 100_000_000 };
+        match rustix::event::poll(&mut p, Some(&slice)) {
+            Ok(0) | Err(Errno::INTR) => {}
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -288,7 +325,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = File::open(d.path()).unwrap();
         let name = OsString::from("é".repeat(127));
-        let (_fd, t) =
+        let (_fd, t, _claim) =
             beside(dir.as_fd(), &name, |dir, t| Ok(rustix::fs::openat(dir, t, OFlags::CREATE | OFlags::EXCL | OFlags::RDWR, FMode::from_raw_mode(0o600))?))
                 .unwrap();
         assert!(d.path().join(&t).exists());

@@ -6,8 +6,8 @@
 //! Split by concern, one file each, every item re-exported here: `file.rs` (creating a file,
 //! reading and writing its data), `ns.rs` (opening, making, linking, renaming and removing
 //! names, and looking at them), `meta.rs` (mode, owner, times, extended attributes), `sync.rs`
-//! (fsync, syncfs, the commit sequence), `process.rs` (the process's ids, umask, limits) and
-//! [`temps`] (temporaries' names and their owners' leftovers).
+//! (fsync, syncfs, the commit sequence), `process.rs` (the process's ids, umask, limits), [`lock`] (open-file-description locks) and
+//! [`temps`] (temporaries' names, and the locks that say their writers live).
 //!
 //! Every call that changes something goes through [`retry`], which retries EINTR (FUSE and
 //! network filesystems return it from open, fsync and the metadata calls when a signal
@@ -23,6 +23,7 @@
 //! same namespace and metadata calls as the tree copy); it is no part of the library's API.
 
 mod file;
+pub mod lock;
 mod meta;
 mod ns;
 mod process;
@@ -43,6 +44,8 @@ use rustix::io::Errno;
 
 pub use crate::fault::Site;
 use crate::fault::{self, Injected};
+/// The current directory, for the `*at` calls given a path.
+pub use rustix::fs::CWD;
 
 /// Makes a call that can fail transiently (`site` says which kind), retrying it when
 /// interrupted; under the `fault-injection` feature a planned fault takes the call's place.

@@ -28,6 +28,31 @@ pub fn openat2<P: Arg + Copy>(dir: impl AsFd, path: P, flags: OFlags, mode: Mode
     retry(Site::Open, || rustix::fs::openat2(dir, path, flags, mode, resolve))
 }
 
+/// openat(2) where a FIFO's open could wait for ever for its other end (a reader for a writer,
+/// a writer for a reader): a FIFO (as a look at the name says) is opened without blocking
+/// (O_NONBLOCK, kept: `sys::read` and `sys::write_full` wait with poll(2)), and a writer with no
+/// reader yet tries again every 50 ms, until the user asks to stop ([`crate::interrupt`]:
+/// ECANCELED). Anything else is opened as [`openat`] opens it.
+pub fn open_interruptible<P: Arg + Copy>(dir: impl AsFd, path: P, flags: OFlags, mode: Mode) -> Result<OwnedFd> {
+    let dir = dir.as_fd();
+    let follow = if flags.contains(OFlags::NOFOLLOW) { AtFlags::SYMLINK_NOFOLLOW } else { AtFlags::empty() };
+    let fifo = quiet(|| rustix::fs::statat(dir, path, follow)).is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Fifo);
+    if !fifo {
+        return openat(dir, path, flags, mode);
+    }
+    loop {
+        match openat(dir, path, flags | OFlags::NONBLOCK, mode) {
+            Err(rustix::io::Errno::NXIO) => {
+                if crate::interrupt::requested() {
+                    return Err(rustix::io::Errno::CANCELED);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// mkdirat(2).
 pub fn mkdirat<P: Arg + Copy>(dir: impl AsFd, path: P, mode: Mode) -> Result<()> {
     let dir = dir.as_fd();

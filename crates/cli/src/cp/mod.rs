@@ -169,6 +169,10 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
     };
     let report = match report {
         Ok(r) => r,
+        Err(_) if signals.exit_code().is_some() => {
+            eprintln!("{}: interrupted; files not yet finished were removed", prog());
+            return signals.exit_code().unwrap_or(ExitCode::from(130));
+        }
         Err(e) => {
             print_error(&e);
             return ExitCode::from(1);
@@ -179,10 +183,8 @@ fn main(raw: &[OsString], common: Option<&CommonOpts>) -> ExitCode {
         return code;
     }
     let r = &report;
-    let leftovers = ui::leftovers(prog(), a.verbose && !a.json);
     if a.json {
         let v = serde_json::json!({
-            "leftovers_removed": leftovers,
             "files": r.files,
             "transfers": r.transfers,
             "copied": r.copied,

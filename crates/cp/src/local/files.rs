@@ -187,7 +187,9 @@ impl Copier {
     fn copy_reg(&self, job: &FileJob) -> Result<(), Error> {
         let r = &self.rules;
         let flags = OFlags::RDONLY | OFlags::CLOEXEC | if r.nofollow_src { OFlags::NOFOLLOW } else { OFlags::empty() };
-        let fd = sys::open(&job.src, flags, FMode::empty()).map_err(std::io::Error::from).map_err(|e| Error::io("cannot open {} for reading", &job.src, e))?;
+        let fd = sys::open_interruptible(sys::CWD, &job.src, flags, FMode::empty())
+            .map_err(std::io::Error::from)
+            .map_err(|e| Error::io("cannot open {} for reading", &job.src, e))?;
         let src = File::from(fd);
         let smeta = src.metadata().map_err(|e| Error::io("cannot fstat {}", &job.src, e))?;
         if smeta.dev() != job.meta.dev() || smeta.ino() != job.meta.ino() {
@@ -196,8 +198,16 @@ impl Copier {
         let mut existing = None;
         if !job.new {
             let oflags = OFlags::WRONLY | OFlags::CLOEXEC | if job.follow_dst { OFlags::empty() } else { OFlags::NOFOLLOW };
-            match sys::openat(&*job.dir, job.name.as_os_str(), oflags, FMode::empty()).map_err(std::io::Error::from) {
+            match sys::open_interruptible(&*job.dir, job.name.as_os_str(), oflags, FMode::empty()).map_err(std::io::Error::from) {
                 Ok(fd) => existing = Some(File::from(fd)),
+                // A symlink followed to nothing: refused, as GNU refuses it.
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOENT)
+                        && job.follow_dst
+                        && sys::statat(&*job.dir, job.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|l| kind(l.st_mode) == libc::S_IFLNK) =>
+                {
+                    return Err(Error::message(ErrorKind::NotFound, &job.dst, format!("not writing through dangling symlink {}", quote(&job.dst))));
+                }
                 // Gone since the walk looked: a new file.
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
                 // `-f`: what cannot be opened is removed, and the copy made anew.

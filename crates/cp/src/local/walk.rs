@@ -307,6 +307,8 @@ impl Walker<'_> {
         let mut backup: Option<PathBuf> = None;
         // Replace a symlink found in a destination tree rather than write through it.
         let mut replace_link = false;
+        // An existing symlink inside the destination tree that a regular file is written through.
+        let mut through_link = false;
         if nonexistent <= 0 {
             let use_lstat = (!is_reg(mode) && (!o.copy_as_regular() || is_dir(mode) || is_lnk(mode)))
                 || o.link != Link::Copy
@@ -411,9 +413,19 @@ impl Walker<'_> {
                     new_dst = true;
                     o.note(&Note::Removed(dst));
                 } else if !cmdline && is_lnk(d.st_mode) && !is_dir(mode) {
-                    // A symlink inside the destination tree: replaced, never written through.
-                    replace_link = true;
-                    new_dst = true;
+                    // A symlink inside the destination tree. One this copy made is never
+                    // written through (GNU's guard). A regular file's data goes where an older
+                    // one points, as GNU cp writes it (opened, emptied, written; a dangling one
+                    // is refused at the open); anything else replaces it.
+                    if self.dest_seen.as_ref().and_then(|s| s.get(dst)).is_some_and(|k| k.is_some_and(|k| k == (d.st_dev, d.st_ino))) {
+                        return self.message(ErrorKind::InvalidInput, dst, format!("will not copy {} through just-created symlink {}", quote(src), quote(dst)));
+                    }
+                    if (is_reg(mode) || (o.copy_as_regular() && !is_lnk(mode))) && o.link == Link::Copy {
+                        through_link = true;
+                    } else {
+                        replace_link = true;
+                        new_dst = true;
+                    }
                 }
             }
         }
@@ -485,7 +497,7 @@ impl Walker<'_> {
         } else if o.link == Link::Hard {
             self.hard(src, at, cmdline, o.force || matches!(o.existing, Existing::Ask(_)) || replace_link)
         } else if is_reg(mode) || (o.copy_as_regular() && !is_lnk(mode)) {
-            self.file(src, at, meta, new_dst, cmdline, backup.clone(), replace_link)
+            self.file(src, at, meta, new_dst, cmdline, backup.clone(), replace_link, through_link)
         } else if kind(mode) == libc::S_IFIFO || kind(mode) == libc::S_IFBLK || kind(mode) == libc::S_IFCHR || kind(mode) == libc::S_IFSOCK {
             self.special(src, at, &meta, omitted, new_dst, replace_link)
         } else if is_lnk(mode) {
@@ -493,6 +505,13 @@ impl Walker<'_> {
         } else {
             self.message(ErrorKind::InvalidInput, src, format!("{} has unknown file type", quote(src)))
         };
+        if r == Outcome::Ok && !cmdline && is_lnk(mode) {
+            // A link made inside the tree, where several sources may meet: never written
+            // through by a later one.
+            if let Some(seen) = &mut self.dest_seen {
+                seen.insert(dst.to_path_buf(), at.stat(false).ok().map(|l| (l.st_dev, l.st_ino)));
+            }
+        }
         if r == Outcome::Ok && cmdline && !is_dir(mode) {
             if let Some(seen) = &mut self.dest_seen {
                 // A regular file's copy may still be in flight: it counts by its name.
@@ -656,7 +675,17 @@ impl Walker<'_> {
 
     /// A regular file (or a special file read as one): handed to a worker.
     #[allow(clippy::too_many_arguments)] // One file's facts as the walk found them.
-    fn file(&mut self, src: &Path, at: At<'_>, meta: std::fs::Metadata, new_dst: bool, cmdline: bool, backup: Option<PathBuf>, replace_link: bool) -> Outcome {
+    fn file(
+        &mut self,
+        src: &Path,
+        at: At<'_>,
+        meta: std::fs::Metadata,
+        new_dst: bool,
+        cmdline: bool,
+        backup: Option<PathBuf>,
+        replace_link: bool,
+        through_link: bool,
+    ) -> Outcome {
         let dst = at.path;
         // A new file named with a trailing slash cannot be made (GNU: "Not a directory").
         if new_dst && at.name.as_bytes().ends_with(b"/") {
@@ -696,7 +725,17 @@ impl Walker<'_> {
             }
         };
         self.dispatched += 1;
-        self.queued.push(FileJob { src: src.to_path_buf(), dst: dst.to_path_buf(), dir, name, meta, plain, new: new_dst, follow_dst: cmdline, backup });
+        self.queued.push(FileJob {
+            src: src.to_path_buf(),
+            dst: dst.to_path_buf(),
+            dir,
+            name,
+            meta,
+            plain,
+            new: new_dst,
+            follow_dst: cmdline || through_link,
+            backup,
+        });
         if self.queued.len() >= JOB_FILES {
             self.send_queued();
         }
@@ -735,7 +774,7 @@ impl Walker<'_> {
             r => return r.map(|()| false),
         }
         let (dir, name) = at.parent()?;
-        let ((), tmp) = sys::beside(dir.as_fd(), &name, |d, t| make(d, t).map_err(io::Error::from))?;
+        let ((), tmp, _claim) = sys::beside(dir.as_fd(), &name, |d, t| make(d, t).map_err(io::Error::from))?;
         let r = sys::renameat(dir.as_fd(), tmp.as_os_str(), dir.as_fd(), name.as_os_str()).map_err(io::Error::from);
         // After a failure, and after a rename onto another name of the same file (which renames
         // nothing and succeeds), the temporary name is still there.

@@ -34,10 +34,10 @@ the same buffer (zero-copy) when torch is installed.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from .. import _native
+from .._files import _fspath
 from ._core import Builder, Memory, PathLike, Progress, SafeOpen, SafetensorError, Size, call, engine_backend, load_path, save_to, specs, tuning
 from ._raw import TensorSpec, _safe_open_handle, deserialize, serialize, serialize_file
 
@@ -70,7 +70,7 @@ def load_file(
     reads either way) or the engine's ``"auto"``/``"uring"``/``"threads"``; ``block_size=``,
     ``queue_depth=`` and ``threads=`` tune the reads.
     """
-    path = os.fspath(filename)
+    path = _fspath(filename)
     return load_path(Builder(framework, device, path), path, keys, backend, mode, memory, progress, tuning(block_size, queue_depth, threads))
 
 
@@ -97,10 +97,10 @@ def load_model(
     (:func:`cacheless.safetensors.torch.load_model` is the safetensors package's function of
     that name, loading into a ``torch.nn.Module``.)
     """
-    b = Builder(framework, device, os.fspath(path))
+    b = Builder(framework, device, _fspath(path))
     engine = engine_backend(backend)
     options = tuning(block_size, queue_depth, threads)
-    shards, _index = call(_native.st_load_model, os.fspath(path), memory=memory, mode=mode, progress=progress, parallel=parallel, backend=engine, **options)
+    shards, _index = call(_native.st_load_model, _fspath(path), memory=memory, mode=mode, progress=progress, parallel=parallel, backend=engine, **options)
     out: Dict[str, Any] = {}
     for arena, entries, _meta, report in shards:
         b.path = report["path"]

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import numpy as np
 
 from .. import _native
+from .._files import _fspath
 
 PathLike = Union[str, "os.PathLike[str]"]
 Memory = Union[int, str, None]
@@ -313,7 +314,7 @@ def save_to(filename: PathLike, given: List[Tuple[str, str, List[int], np.ndarra
     """Saves specs (see :func:`specs`), filling ``report`` (a dict) with the write report when given."""
     if metadata is not None and not isinstance(metadata, Mapping):
         raise TypeError(f"metadata must be a dict of str to str, got {type(metadata).__name__}")
-    rep = call(_native.st_save, os.fspath(filename), given, metadata, **options)
+    rep = call(_native.st_save, _fspath(filename), given, metadata, **options)
     if report is not None:
         report.clear()
         report.update(rep)
@@ -488,7 +489,7 @@ class SafeOpen:
     def __init__(self, filename: PathLike, framework: str, device: Any = "cpu", *, backend: str = "mmap", mode: str = "auto", memory: Memory = None) -> None:
         self._all: Optional[Dict[str, Any]] = None
         self._all_lock = threading.Lock()
-        self._path = os.fspath(filename)
+        self._path = _fspath(filename)
         self._builder = Builder(framework, device, self._path)
         self._options = {"mode": mode, "memory": memory, "backend": engine_backend(backend)}
         self._n: Any = call(_native.SafeFile, self._path, **self._options)

@@ -11,12 +11,12 @@ while it does."""
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import _native
+from .._files import _fspath
 from ._core import PathLike, SafeOpen, SafetensorError, save_to
 
 # The constructor names TensorSpec takes (numpy's and torch's spelling) -> format code.
@@ -151,4 +151,4 @@ class _safe_open_handle(SafeOpen):  # noqa: N801 - the package's name
 
     def __init__(self, f: Any, framework: str, device: Any = "cpu", *, backend: str = "mmap") -> None:
         f.fileno  # noqa: B018 - AttributeError for an object that is not a file, as the package raises
-        super().__init__(os.fspath(f.name), framework, device, backend=backend)
+        super().__init__(_fspath(f.name), framework, device, backend=backend)

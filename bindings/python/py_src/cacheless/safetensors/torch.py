@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Uni
 import torch
 
 from .. import _native
+from .._files import _fspath
 from ._core import Builder, Memory, PathLike, Progress, SafetensorError, Size, engine_backend, load_path, save_to, specs, tuning
 
 __all__ = ["SafetensorError", "load", "load_file", "load_model", "save", "save_file", "save_model", "storage_ptr", "storage_size"]
@@ -165,7 +166,7 @@ def load_file(
     ``backend=`` takes safetensors' ``"mmap"``/``"pread"`` (the engine reads either way) or the
     engine's ``"auto"``/``"uring"``/``"threads"``; ``keys=`` reads only those tensors.
     """
-    path = os.fspath(filename)
+    path = _fspath(filename)
     return load_path(Builder("pt", device, path), path, keys, backend, mode, memory, progress, tuning(block_size, queue_depth, threads))
 
 
@@ -256,7 +257,7 @@ def load_model(
     Returns ``(missing, unexpected)``; with ``strict`` either being non-empty is a
     ``RuntimeError`` listing them. ``filename`` may also be a sharded checkpoint (an index
     ``*.safetensors.index.json`` or a folder of shards), read shards in parallel."""
-    path = os.fspath(filename)
+    path = _fspath(filename)
     opts = {"memory": memory, "mode": mode, "progress": progress, "block_size": block_size, "queue_depth": queue_depth, "threads": threads}
     if os.path.isdir(path) or path.endswith(".index.json") or (_native.is_url(path) and path.endswith("/")):
         from . import load_model as load_shards
