@@ -484,3 +484,71 @@ fn under_a_tight_descriptor_limit_held_files_wait_under_temporary_names() {
     assert!(!t.status.success());
     assert_eq!(paths(&peer).into_iter().filter(|p| peer.join(p).is_file()).count(), 2000);
 }
+
+/// Every file under `dir` (temporaries apart), by its path below `dir`, and the temporaries.
+fn files_and_temporaries(dir: &Path) -> (std::collections::BTreeMap<PathBuf, Vec<u8>>, Vec<PathBuf>) {
+    let (mut files, mut temps) = (std::collections::BTreeMap::new(), Vec::new());
+    for rel in paths(dir) {
+        let name = rel.file_name().unwrap().to_string_lossy().into_owned();
+        if cacheless::temps::owner(name.as_bytes()).is_some() {
+            temps.push(rel);
+        } else if std::fs::symlink_metadata(dir.join(&rel)).unwrap().is_file() {
+            let data = std::fs::read(dir.join(&rel)).unwrap();
+            files.insert(rel, data);
+        }
+    }
+    (files, temps)
+}
+
+/// Killed (SIGKILL) at moments spread over its run, a `cp -a` onto an older copy of a tree and
+/// an extraction onto one leave every file whole, old or new, never a mix; what they leave
+/// besides are temporaries, which `cacheless clean` then removes, all of them and nothing else.
+#[test]
+fn jobs_killed_at_any_moment_leave_whole_files_and_clean_removes_exactly_the_leftovers() {
+    let d = scratch();
+    let (old, new) = (d.path().join("old"), d.path().join("new"));
+    let mut want_old = std::collections::BTreeMap::new();
+    let mut want_new = std::collections::BTreeMap::new();
+    for i in 0..120u32 {
+        let rel = PathBuf::from(format!("d{}/f{i}", i % 7));
+        let len = [0usize, 10, 4096, 70_000, 1 << 20][i as usize % 5];
+        let k = i as usize;
+        let byte = |x: usize| u8::try_from(x % 251).unwrap();
+        let (a, b): (Vec<u8>, Vec<u8>) = ((0..len).map(|j| byte(j ^ k)).collect(), (0..len + 3).map(|j| byte(j * 3 + k)).collect());
+        for (root, data, want) in [(&old, &a, &mut want_old), (&new, &b, &mut want_new)] {
+            std::fs::create_dir_all(root.join(rel.parent().unwrap())).unwrap();
+            std::fs::write(root.join(&rel), data).unwrap();
+            want.insert(rel.clone(), data.clone());
+        }
+    }
+    let tar = d.path().join("new.tar");
+    assert!(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&new).arg(".").status().unwrap().success());
+    let mut left_some = 0;
+    for (job, round) in ["cp", "extract"].iter().flat_map(|j| (0..6u64).map(move |r| (*j, r))) {
+        let dst = d.path().join(format!("dst-{job}-{round}"));
+        assert!(Command::new("cp").arg("-a").arg(&old).arg(&dst).status().unwrap().success());
+        let mut c = bin();
+        match job {
+            "cp" => c.args(["cp", "-a", "-T"]).arg(&new).arg(&dst),
+            _ => c.arg("extract").arg(&tar).arg("-C").arg(&dst),
+        };
+        let mut child = c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(5 + round * 40));
+        let _ = child.kill();
+        child.wait().unwrap();
+        let (files, temps) = files_and_temporaries(&dst);
+        for (rel, data) in &files {
+            assert!(want_old.get(rel) == Some(data) || want_new.get(rel) == Some(data), "{job} round {round}: {} is neither version", rel.display());
+        }
+        assert_eq!(files.len(), want_old.len(), "{job} round {round}: a file went missing");
+        left_some += usize::from(!temps.is_empty());
+        let o = within(bin().arg("clean").arg(&dst), Duration::from_secs(30));
+        assert!(o.status.success(), "{job} round {round}: {}", String::from_utf8_lossy(&o.stderr));
+        let removed = String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with("removed ")).count();
+        assert_eq!(removed, temps.len(), "{job} round {round}: {}", String::from_utf8_lossy(&o.stdout));
+        let (after, temps_after) = files_and_temporaries(&dst);
+        assert!(temps_after.is_empty(), "{job} round {round}: {temps_after:?}");
+        assert_eq!(after, files, "{job} round {round}: clean changed a file");
+    }
+    eprintln!("killed jobs that left temporaries: {left_some} of 12");
+}

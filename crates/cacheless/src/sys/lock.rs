@@ -27,11 +27,16 @@ pub enum LockRange {
     Byte(u64),
 }
 
-fn flock(kind: i16, range: LockRange) -> libc::flock {
+/// A `short` constant of fcntl.h (every lock type and whence fits: 0 to 2).
+fn short(v: libc::c_int) -> libc::c_short {
+    libc::c_short::try_from(v).unwrap_or(libc::c_short::MAX)
+}
+
+fn flock(kind: libc::c_short, range: LockRange) -> libc::flock {
     // SAFETY: `flock` is plain data; all-zero is a valid value of every field.
     let mut l: libc::flock = unsafe { std::mem::zeroed() };
     l.l_type = kind;
-    l.l_whence = libc::SEEK_SET as i16;
+    l.l_whence = short(libc::SEEK_SET);
     (l.l_start, l.l_len) = match range {
         LockRange::Whole => (0, 0),
         LockRange::Byte(at) => (i64::try_from(at).unwrap_or(i64::MAX - 1), 1),
@@ -54,10 +59,10 @@ fn fcntl(fd: BorrowedFd<'_>, cmd: libc::c_int, l: &mut libc::flock) -> io::Resul
     }
 }
 
-fn code(kind: LockKind) -> i16 {
+fn code(kind: LockKind) -> libc::c_short {
     match kind {
-        LockKind::Shared => libc::F_RDLCK as i16,
-        LockKind::Exclusive => libc::F_WRLCK as i16,
+        LockKind::Shared => short(libc::F_RDLCK),
+        LockKind::Exclusive => short(libc::F_WRLCK),
     }
 }
 
@@ -82,9 +87,9 @@ pub fn try_lock(fd: BorrowedFd<'_>, kind: LockKind, range: LockRange) -> io::Res
 /// exclusive lock would conflict with); asks only, takes nothing. Any descriptor will do, read
 /// access or none of it.
 pub fn is_locked(fd: BorrowedFd<'_>, range: LockRange) -> io::Result<bool> {
-    let mut l = flock(libc::F_WRLCK as i16, range);
+    let mut l = flock(short(libc::F_WRLCK), range);
     fcntl(fd, libc::F_OFD_GETLK, &mut l)?;
-    Ok(l.l_type != libc::F_UNLCK as i16)
+    Ok(l.l_type != short(libc::F_UNLCK))
 }
 
 #[cfg(test)]

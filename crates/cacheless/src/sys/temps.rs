@@ -151,8 +151,11 @@ pub struct Held {
 #[derive(Debug, Clone, Default)]
 pub struct Claim(Option<Arc<Held>>);
 
-fn claims() -> &'static Mutex<HashMap<(u64, u64), Weak<Held>>> {
-    static C: OnceLock<Mutex<HashMap<(u64, u64), Weak<Held>>>> = OnceLock::new();
+/// The folders (device, inode) this process holds its slot in.
+type Claims = Mutex<HashMap<(u64, u64), Weak<Held>>>;
+
+fn claims() -> &'static Claims {
+    static C: OnceLock<Claims> = OnceLock::new();
     C.get_or_init(Mutex::default)
 }
 
@@ -290,7 +293,7 @@ fn clean_fd(dir: BorrowedFd<'_>, path: &Path, dry_run: bool, all_gone: bool, out
         out.errors.push(format!("{}: cannot be read", path.display()));
         return subdirs;
     };
-    let shared = rustix::fs::fstatfs(&fd).is_ok_and(|s| shared_fs(s.f_type as u64));
+    let shared = rustix::fs::fstatfs(&fd).is_ok_and(|s| u64::try_from(s.f_type).is_ok_and(shared_fs));
     let Ok(mut entries) = rustix::fs::Dir::read_from(&fd) else {
         out.errors.push(format!("{}: cannot be read", path.display()));
         return subdirs;
@@ -339,8 +342,7 @@ fn clean_fd(dir: BorrowedFd<'_>, path: &Path, dry_run: bool, all_gone: bool, out
 fn remove_tree_at(dir: BorrowedFd<'_>, name: &OsStr) -> std::io::Result<()> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = crate::sys::quiet(|| rustix::fs::openat(dir, name, flags, Mode::empty()))?;
-    let mut entries = rustix::fs::Dir::read_from(&fd)?;
-    while let Some(e) = entries.next() {
+    for e in rustix::fs::Dir::read_from(&fd)? {
         let e = e?;
         let n = OsStr::from_bytes(e.file_name().to_bytes());
         if n == "." || n == ".." {
