@@ -436,7 +436,7 @@ fn pack_owner(v: &Bound<'_, PyAny>, group: bool) -> PyResult<cacheless_archive::
 /// that could not be read, or changed while read, raise an `OSError` whose report is in its
 /// `report` attribute (the archive is complete without them).
 #[pyfunction]
-#[pyo3(signature = (archive, paths, directory = None, compression = None, level = None, frame_size = None, sort = "none", mtime = None, owner = None, group = None, numeric_owner = false, exclude = Vec::new(), one_file_system = false, xattrs = false, read_threads = None, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, threads = None, progress = None, sync = true, endpoint_url = None, region = None, no_sign_request = false, concurrency = None, part_size = None, ca_bundle = None, retries = None, read_timeout = None))]
+#[pyo3(signature = (archive, paths, directory = None, compression = None, level = None, frame_size = None, sort = "none", mtime = None, owner = None, group = None, numeric_owner = false, exclude = Vec::new(), one_file_system = false, xattrs = false, read_threads = None, acls = false, *, mode = "auto", backend = "auto", memory = None, block_size = None, queue_depth = None, threads = None, progress = None, sync = true, endpoint_url = None, region = None, no_sign_request = false, concurrency = None, part_size = None, ca_bundle = None, retries = None, read_timeout = None))]
 #[allow(clippy::too_many_arguments)] // One keyword argument of the Python call each.
 pub fn pack<'py>(
     py: Python<'py>,
@@ -455,6 +455,7 @@ pub fn pack<'py>(
     one_file_system: bool,
     xattrs: bool,
     read_threads: Option<Count<ReadThreads>>,
+    acls: bool,
     mode: &str,
     backend: &str,
     memory: Option<Size<Memory>>,
@@ -516,6 +517,7 @@ pub fn pack<'py>(
         .collect::<PyResult<_>>()?;
     m.one_file_system = one_file_system;
     m.xattrs = xattrs;
+    m.acls = acls;
     if let Some(t) = opts::count(threads) {
         po.threads = t;
     }

@@ -85,6 +85,47 @@ pub fn from_mode(mode: u32) -> Vec<u8> {
     encode(&[(USER_OBJ, UNDEFINED_ID, bits(6)), (GROUP_OBJ, UNDEFINED_ID, bits(3)), (OTHER, UNDEFINED_ID, bits(0))])
 }
 
+/// The text of an ACL given as the value of its `system.posix_acl_*` extended attribute, as
+/// GNU tar `--acls` stores it in `SCHILY.acl.access` and `SCHILY.acl.default` (libacl's
+/// `acl_to_text`: an entry a line, `user::rw-`, `user:NAME:r--`, `group::r-x`, `mask::rw-`,
+/// `other::r--`, in the kernel's order). `name(group, id)` gives a user's (or, with `group`, a
+/// group's) name; an id without one is written as its number, as libacl writes it.
+pub fn to_text(value: &[u8], mut name: impl FnMut(bool, u32) -> Option<Vec<u8>>) -> Result<Vec<u8>, String> {
+    let (head, body) = value.split_at_checked(4).ok_or("an ACL shorter than its header")?;
+    if u32::from_le_bytes(head.try_into().map_err(|_| "an ACL header")?) != VERSION {
+        return Err("an ACL of an unknown version".into());
+    }
+    if body.len() % 8 != 0 {
+        return Err("an ACL whose entries are cut".into());
+    }
+    let mut out = Vec::with_capacity(body.len() * 2);
+    for e in body.chunks_exact(8) {
+        let tag = u16::from_le_bytes([e[0], e[1]]);
+        let perm = u16::from_le_bytes([e[2], e[3]]);
+        let who = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+        let (word, named) = match tag {
+            USER_OBJ => ("user", None),
+            USER => ("user", Some(false)),
+            GROUP_OBJ => ("group", None),
+            GROUP => ("group", Some(true)),
+            MASK => ("mask", None),
+            OTHER => ("other", None),
+            _ => return Err(format!("an ACL entry of unknown tag {tag:#x}")),
+        };
+        out.extend_from_slice(word.as_bytes());
+        out.push(b':');
+        if let Some(group) = named {
+            out.extend(name(group, who).unwrap_or_else(|| who.to_string().into_bytes()));
+        }
+        out.push(b':');
+        for (bit, c) in [(4, b'r'), (2, b'w'), (1, b'x')] {
+            out.push(if perm & bit != 0 { c } else { b'-' });
+        }
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
 fn encode(entries: &[(u16, u32, u16)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + 8 * entries.len());
     out.extend_from_slice(&VERSION.to_le_bytes());
@@ -98,6 +139,26 @@ fn encode(entries: &[(u16, u32, u16)]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    /// Text to value and back: the same entries, in the kernel's order, names where known.
+    #[test]
+    fn text_round_trips_through_the_value() {
+        let ids = |group: bool, n: &[u8]| match (group, n) {
+            (false, b"nobody") => Some(65534),
+            (true, b"daemon") => Some(1),
+            _ => None,
+        };
+        let names = |group: bool, id: u32| match (group, id) {
+            (false, 65534) => Some(b"nobody".to_vec()),
+            (true, 1) => Some(b"daemon".to_vec()),
+            _ => None,
+        };
+        let text = b"user::rw-\nuser:4321:rwx\nuser:nobody:r--\ngroup::r--\ngroup:daemon:rw-\nmask::rwx\nother::---\n";
+        let value = super::from_text(text, ids).unwrap();
+        assert_eq!(super::to_text(&value, names).unwrap(), text.to_vec());
+        assert_eq!(super::to_text(&super::from_mode(0o754), names).unwrap(), b"user::rwx\ngroup::r-x\nother::r--\n".to_vec());
+        assert!(super::to_text(&value[..7], names).is_err());
+    }
+
     use super::*;
 
     fn names(group: bool, name: &[u8]) -> Option<u32> {

@@ -619,3 +619,69 @@ fn owners_and_numeric_owner_are_stored_as_gnu_tar_stores_them() {
         assert_eq!(listing(&ours), listing(&gnu), "{flags:?}");
     }
 }
+
+/// `--acls` stores POSIX ACLs as GNU `tar -c --acls` does (the same `SCHILY.acl.*` text records
+/// for each member), and GNU `tar -x --acls`, bsdtar `--acls` and our own extract restore them:
+/// `getfacl` of each gives what it gives of the source.
+#[test]
+fn acls_are_stored_as_gnu_tar_stores_them_and_restored_by_gnu_tar_bsdtar_and_extract() {
+    let have = |t: &str| Command::new("sh").arg("-c").arg(format!("command -v {t}")).output().is_ok_and(|o| o.status.success());
+    if !require(
+        "peers",
+        if ["setfacl", "getfacl", "tar", "bsdtar"].iter().all(|t| have(t)) { Ok(()) } else { Err("setfacl, getfacl, tar or bsdtar missing".into()) },
+    ) {
+        return;
+    }
+    let work = scratch();
+    let src = work.path().join("src");
+    fs::create_dir_all(src.join("d/sub")).unwrap();
+    fs::write(src.join("d/f"), "data").unwrap();
+    fs::write(src.join("plain"), "plain").unwrap();
+    let setfacl = |args: &[&str], p: &Path| {
+        let o = Command::new("setfacl").args(args).arg(p).output().unwrap();
+        o.status.success().then_some(()).ok_or_else(|| String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    if let Err(e) = setfacl(&["-m", "u:nobody:r--,g:daemon:rw-,u:4321:rwx"], &src.join("d/f")) {
+        require("xattr", Err(format!("setfacl: {e}")));
+        return;
+    }
+    setfacl(&["-d", "-m", "u:nobody:rwx"], &src.join("d/sub")).unwrap();
+    let getfacl = |root: &Path| {
+        let o = Command::new("getfacl").args(["-R", "-p", "-n", "."]).current_dir(root).output().unwrap();
+        assert!(o.status.success());
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let want = getfacl(&src);
+    let records = |a: &Path| {
+        let o = Command::new("python3")
+            .arg("-c")
+            .arg("import sys, tarfile\nfor m in tarfile.open(sys.argv[1]):\n    print(m.name, sorted((k, v) for k, v in m.pax_headers.items() if k.startswith('SCHILY.acl')))")
+            .arg(a)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut lines: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    let ours = work.path().join("ours.tar");
+    let mut o = opts(&src, &ours, Compression::None);
+    o.members.acls = true;
+    o.members.xattrs = true;
+    packed(o);
+    let gnu = work.path().join("gnu.tar");
+    run(Command::new("tar").args(["--acls", "--format=posix", "-cf"]).arg(&gnu).arg("-C").arg(&src).arg("."));
+    assert_eq!(records(&ours), records(&gnu), "the SCHILY.acl records GNU tar writes");
+    for (name, cmd) in [("gnu", vec!["tar", "--acls", "-xf"]), ("bsdtar", vec!["bsdtar", "--acls", "-xf"])] {
+        let out = work.path().join(name);
+        fs::create_dir_all(&out).unwrap();
+        run(Command::new(cmd[0]).args(&cmd[1..]).arg(&ours).arg("-C").arg(&out));
+        assert_eq!(getfacl(&out), want, "{name}");
+    }
+    let out = work.path().join("extract");
+    let mut eo = cacheless_archive::ExtractOptions::new(&out);
+    eo.acls = true;
+    let r = cacheless_archive::extract(cacheless_archive::Input::Path(ours.clone()), &eo).unwrap();
+    assert!(r.is_ok(), "{:?}", r.failures);
+    assert_eq!(getfacl(&out), want, "cacheless extract --acls");
+}

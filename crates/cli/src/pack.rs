@@ -78,6 +78,10 @@ pub struct PackArgs {
     /// Store extended attributes (pax SCHILY.xattr records, as GNU tar --xattrs).
     #[arg(long)]
     pub xattrs: bool,
+    /// Store POSIX ACLs as GNU tar --acls does (pax SCHILY.acl.access and SCHILY.acl.default
+    /// text records), which GNU tar, bsdtar and cacheless extract --acls restore.
+    #[arg(long)]
+    pub acls: bool,
     /// Do not fsync the archive at the end (faster, not crash-safe).
     #[arg(long)]
     pub no_sync: bool,
@@ -143,6 +147,7 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
         args.exclude.iter().map(|g| glob::Pattern::new(g).map_err(|e| usage(format!("invalid --exclude pattern '{g}': {e}")))).collect::<Result<_>>()?;
     o.members.one_file_system = args.one_file_system;
     o.members.xattrs = args.xattrs;
+    o.members.acls = args.acls;
     o.sync = !args.no_sync;
     o.read_threads = args.read_threads;
     o.io = io;

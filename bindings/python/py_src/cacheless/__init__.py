@@ -324,6 +324,7 @@ def pack(
     exclude: Union[str, Iterable[str]] = (),
     one_file_system: bool = False,
     xattrs: bool = False,
+    acls: bool = False,
     sync: bool = True,
     mode: str = "auto",
     memory: Memory = None,
@@ -356,7 +357,8 @@ def pack(
     of the same tree. ``owner`` and ``group`` (a name, "NAME:ID" or an id) are stored for every
     member; ``numeric_owner`` stores ids without names. ``exclude`` globs leave out members
     whose name or any tail of it matches; ``one_file_system`` stays on each path's filesystem;
-    ``xattrs`` stores extended attributes (as GNU tar ``--xattrs``).
+    ``xattrs`` stores extended attributes (as GNU tar ``--xattrs``); ``acls`` stores POSIX ACLs
+    as GNU tar ``--acls`` does (``SCHILY.acl.access`` and ``SCHILY.acl.default`` text records).
 
     Inputs are read without leaving them cached; the archive is written under a temporary name
     beside it, fsync'ed (unless ``sync=False``) and renamed into place, so a failed or
@@ -391,6 +393,7 @@ def pack(
         one_file_system,
         xattrs,
         read_threads,
+        acls,
         mode=mode,
         memory=memory,
         progress=progress,

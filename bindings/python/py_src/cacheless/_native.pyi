@@ -213,6 +213,7 @@ def pack(
     one_file_system: bool = False,
     xattrs: bool = False,
     read_threads: Optional[int] = None,
+    acls: bool = False,
     *,
     mode: str = "auto",
     backend: str = "auto",

@@ -48,6 +48,10 @@ pub(crate) struct Fields {
     pub dev: (u32, u32),
     /// Extended attributes (`SCHILY.xattr.NAME` records, the name escaped as GNU tar escapes it).
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// POSIX ACLs as text: the access ACL and a folder's default one (`SCHILY.acl.access`,
+    /// `SCHILY.acl.default`).
+    pub acl_access: Option<Vec<u8>>,
+    pub acl_default: Option<Vec<u8>>,
 }
 
 /// A sparse file's layout: data segments (offset, length) and the real size.
@@ -234,6 +238,12 @@ pub(crate) fn append(out: &mut Vec<u8>, name: &[u8], f: &Fields, sparse: Option<
         let _ = h.set_device_major(f.dev.0);
         let _ = h.set_device_minor(f.dev.1);
     }
+    if let Some(t) = &f.acl_access {
+        record(&mut pax, b"SCHILY.acl.access", t);
+    }
+    if let Some(t) = &f.acl_default {
+        record(&mut pax, b"SCHILY.acl.default", t);
+    }
     for (k, v) in &f.xattrs {
         // GNU tar's escapes for '=' and '%' in the name (raw bytes otherwise: a name need not
         // be UTF-8).
@@ -289,6 +299,8 @@ mod tests {
             link: Vec::new(),
             dev: (0, 0),
             xattrs: Vec::new(),
+            acl_access: None,
+            acl_default: None,
         }
     }
 

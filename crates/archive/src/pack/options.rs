@@ -157,6 +157,9 @@ pub struct Members {
     pub one_file_system: bool,
     /// Store extended attributes (pax `SCHILY.xattr.*`, as GNU tar `--xattrs`).
     pub xattrs: bool,
+    /// Store POSIX ACLs as GNU tar `--acls` stores them: the text of pax `SCHILY.acl.access`
+    /// and `SCHILY.acl.default` (star's records), not the raw `system.posix_acl_*` attributes.
+    pub acls: bool,
 }
 
 impl Members {
@@ -174,6 +177,7 @@ impl Members {
             exclude: Vec::new(),
             one_file_system: false,
             xattrs: false,
+            acls: false,
         }
     }
 }

@@ -212,6 +212,8 @@ impl Walker<'_> {
             link: Vec::new(),
             dev: (rustix::fs::major(rdev), rustix::fs::minor(rdev)),
             xattrs: Vec::new(),
+            acl_access: None,
+            acl_default: None,
         }
     }
 
@@ -281,6 +283,14 @@ impl Walker<'_> {
             match read_xattrs(&path) {
                 Ok(x) => f.xattrs = x,
                 Err(e) => v.error(format!("{}: cannot read xattrs: {e}", show(&name)), e.raw_os_error()),
+            }
+        }
+        if self.opts.acls && kind != Kind::Symlink {
+            // Stored as text records; never also as raw attributes.
+            f.xattrs.retain(|(k, _)| !k.starts_with(b"system.posix_acl_"));
+            match read_acls(&path, kind == Kind::Dir, md.mode(), &mut self.names) {
+                Ok((access, default)) => (f.acl_access, f.acl_default) = (access, default),
+                Err(e) => v.error(format!("{}: cannot read ACLs: {e}", show(&name)), e.raw_os_error()),
             }
         }
         let mut what = What::Plain;
@@ -358,6 +368,32 @@ impl Walker<'_> {
         }
         !self.stopped
     }
+}
+
+/// The POSIX ACLs of `path` (not a symlink) as GNU tar `--acls` stores them, as text: its access
+/// ACL where it has one beyond its mode, and a folder's default ACL (a folder with a default
+/// ACL and none of its own gets its mode's, as GNU's does).
+fn read_acls(path: &Path, dir: bool, mode: u32, names: &mut Names) -> std::io::Result<(Option<Vec<u8>>, Option<Vec<u8>>)> {
+    let at = sys::XattrAt::Link(path);
+    let get = |n: &str| match sys::xattr_get(at, OsStr::new(n)) {
+        Ok(v) => Ok(Some(v)),
+        Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(None),
+        Err(e) => Err(std::io::Error::from(e)),
+    };
+    let access = get(crate::acl::ACCESS)?;
+    let default = if dir { get(crate::acl::DEFAULT)? } else { None };
+    let access = access.or_else(|| default.is_some().then(|| crate::acl::from_mode(mode)));
+    let mut text = |v: Option<Vec<u8>>| -> std::io::Result<Option<Vec<u8>>> {
+        v.map(|v| {
+            crate::acl::to_text(&v, |group, id| {
+                let n = if group { names.group(id) } else { names.user(id) };
+                (!n.is_empty()).then_some(n)
+            })
+            .map_err(std::io::Error::other)
+        })
+        .transpose()
+    };
+    Ok((text(access)?, text(default)?))
 }
 
 /// The extended attributes of `path` (not following a symlink), sorted by name.

@@ -90,7 +90,11 @@ pub(super) struct Copier {
     /// Batch small files (durable by one syncfs per batch).
     pub batched: bool,
     pub batch: Mutex<Batch>,
+    /// The first reports (see `CpReport::files`), and those past them, counted.
     pub reports: Mutex<Vec<CopyReport>>,
+    pub not_listed: AtomicU64,
+    pub copied: AtomicU64,
+    pub data_bytes: AtomicU64,
     pub reflinked: AtomicU64,
     pub in_place: AtomicU64,
     pub verify_ns: AtomicU64,
@@ -153,7 +157,14 @@ impl Copier {
         if let Some(v) = &r.verify {
             self.verify_ns.fetch_add(u64::try_from(Duration::from_secs_f64(v.seconds).as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
         }
-        self.reports.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+        self.copied.fetch_add(1, Ordering::Relaxed);
+        self.data_bytes.fetch_add(r.data_bytes, Ordering::Relaxed);
+        let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
+        if reports.len() < crate::options::FILES_LISTED {
+            reports.push(r);
+        } else {
+            self.not_listed.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn copy(&self, job: FileJob) {
