@@ -953,3 +953,38 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as t:
     }
     same_as_gnu("-vv", &archive, |_| {}, Run { opts: &["-vv", "--strip-components=1", "--show-transformed-names"], ..RUN });
 }
+
+/// GNU tar's warnings, in its words, and its exit status (0): a time stamp before 1970, one in
+/// the future, an extended header keyword it does not know (`hdrcharset`, bsdtar's
+/// `LIBARCHIVE.xattr.*`).
+#[test]
+fn gnu_tars_warnings_are_said_in_its_words() {
+    if !gnu_tar() {
+        return;
+    }
+    let Some((_d, archive)) = crafted(
+        r#"
+import time
+with tarfile.open(sys.argv[1], "w", format=tarfile.PAX_FORMAT) as t:
+    for name, mt in [("old", -1000), ("future", int(time.time()) + 100000), ("fine", 1000000000)]:
+        ti = tarfile.TarInfo(name); ti.mtime = mt; ti.size = 1; t.addfile(ti, io.BytesIO(b"x"))
+    ti = tarfile.TarInfo("kw"); ti.size = 1; ti.mtime = 1000000000
+    ti.pax_headers = {"hdrcharset": "BINARY", "LIBARCHIVE.xattr.user.x": "eA", "foo.bar": "1"}
+    t.addfile(ti, io.BytesIO(b"x"))
+"#,
+    ) else {
+        return;
+    };
+    // The seconds to the future stamp differ between the two runs: compared up to them.
+    let words = |err: &str, prefix: &str| -> Vec<String> {
+        err.lines().filter_map(|l| l.strip_prefix(prefix)).map(|l| l.split(" is ").next().unwrap_or(l).to_string()).collect()
+    };
+    let got = same_as_gnu("warnings", &archive, |_| {}, RUN);
+    let d = scratch();
+    std::fs::create_dir(d.path().join("g")).unwrap();
+    let gnu = extract_with(true, &archive, &d.path().join("g"), RUN);
+    assert!(gnu.ok && got.ok);
+    let want = words(&gnu.stderr, "tar: ");
+    assert_eq!(want.len(), 5, "{}", gnu.stderr);
+    assert_eq!(words(&got.stderr, "cacheless: warning: "), want, "{}", got.stderr);
+}

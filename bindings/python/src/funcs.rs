@@ -310,7 +310,7 @@ pub fn hash<'py>(
 /// truncated archive is a `ValueError`; members that could not be written an `OSError` whose
 /// report is in its `report` attribute.
 #[pyfunction]
-#[pyo3(signature = (archive, dest, strip_components = 0, keep_old_files = false, *, mode = "auto", memory = None, threads = None, decompress_threads = None, progress = None, sync = true, endpoint_url = None, region = None, no_sign_request = false, concurrency = None, part_size = None, ca_bundle = None, retries = None, read_timeout = None))]
+#[pyo3(signature = (archive, dest, strip_components = 0, keep_old_files = false, *, ignore_zeros = false, mode = "auto", memory = None, threads = None, decompress_threads = None, progress = None, sync = true, endpoint_url = None, region = None, no_sign_request = false, concurrency = None, part_size = None, ca_bundle = None, retries = None, read_timeout = None))]
 #[allow(clippy::too_many_arguments)] // The Python signature: each keyword is a parameter.
 pub fn extract<'py>(
     py: Python<'py>,
@@ -318,6 +318,7 @@ pub fn extract<'py>(
     dest: PathBuf,
     strip_components: usize,
     keep_old_files: bool,
+    ignore_zeros: bool,
     mode: &str,
     memory: Option<Size<Memory>>,
     threads: Option<Count<Threads>>,
@@ -339,6 +340,7 @@ pub fn extract<'py>(
     eo.sync = sync;
     eo.strip_components = strip_components;
     eo.keep_old_files = keep_old_files;
+    eo.ignore_zeros = ignore_zeros;
     if let Some(t) = opts::count(threads) {
         eo.threads = t;
     }

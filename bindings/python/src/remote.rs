@@ -21,7 +21,7 @@ use crate::pybuf::Pinned;
 /// Whether `path` is written as a URL the engine fetches (`s3://`, `http://`, `https://`)
 /// rather than a local path (a local file of such a name is written `./s3://...`).
 #[pyfunction]
-pub fn is_url(path: std::ffi::OsString) -> bool {
+pub fn is_url(path: PathBuf) -> bool {
     // A name that is not UTF-8 (surrogate-escaped in Python) is no URL.
     path.to_str().is_some_and(cacheless_remote::is_url)
 }

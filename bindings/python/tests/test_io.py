@@ -599,3 +599,24 @@ def test_every_call_takes_a_path_as_open_takes_it(tmp_path):
         with open(p, "rb") as f:
             assert f.read() == b"new"
         assert cacheless.info(p)["size"] == 3
+
+
+def test_extract_ignore_zeros_reads_archives_one_after_another(tmp_path):
+    """``ignore_zeros=True`` is GNU tar's -i: two archives written one after another extract
+    whole, as ``tar -xif`` extracts them; without it, the first archive's end is the end, as GNU's is."""
+    parts = []
+    for name in ("a", "b"):
+        src = tmp_path / f"src-{name}"
+        src.mkdir()
+        (src / name).write_bytes(name.encode() * 1000)
+        arc = tmp_path / f"{name}.tar"
+        subprocess.run(["tar", "-cf", str(arc), "-C", str(src), name], check=True)
+        parts.append(arc.read_bytes())
+    cat = tmp_path / "cat.tar"
+    cat.write_bytes(b"".join(parts))
+    for ignore, flags in ((False, "-xf"), (True, "-xif")):
+        gnu, ours = tmp_path / f"gnu-{ignore}", tmp_path / f"ours-{ignore}"
+        gnu.mkdir()
+        subprocess.run(["tar", flags, str(cat), "-C", str(gnu)], check=True)
+        cacheless.extract(cat, ours, ignore_zeros=ignore)
+        assert sorted(os.listdir(ours)) == sorted(os.listdir(gnu)) == (["a", "b"] if ignore else ["a"])

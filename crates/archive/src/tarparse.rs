@@ -176,6 +176,8 @@ pub struct Parser<R: Read> {
     /// Zero blocks are skipped rather than taken as the end (GNU tar `-i`, `--ignore-zeros`:
     /// archives written one after another, `cat a.tar b.tar`); the input's end ends it.
     ignore_zeros: bool,
+    /// Warnings since the last [`Parser::take_warnings`] (GNU tar's, in its words).
+    warnings: Vec<String>,
     /// An input of no bytes is an empty archive (what a compressed stream of nothing
     /// decompresses to: GNU tar extracts nothing from it), not "no tar archive".
     empty_ok: bool,
@@ -363,6 +365,7 @@ impl<R: Read> Parser<R> {
             ended: false,
             ignore_zeros: false,
             empty_ok: false,
+            warnings: Vec::new(),
             problems: Vec::new(),
         }
     }
@@ -386,6 +389,12 @@ impl<R: Read> Parser<R> {
     /// as GNU tar does, and goes on past.
     pub fn take_problems(&mut self) -> Vec<Error> {
         std::mem::take(&mut self.problems)
+    }
+
+    /// What GNU tar warns of on the way (an extended header keyword it does not know), since the
+    /// last call: said, and the archive goes on.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
     }
 
     /// Offset in the tar stream consumed so far.
@@ -743,7 +752,11 @@ impl<R: Read> Parser<R> {
                     p.sparse_major.get_or_insert(0);
                     p.sparse_minor.get_or_insert(1);
                 }
-                _ => {}
+                // Known to GNU tar and of no use here: taken silently.
+                b"atime" | b"ctime" | b"comment" | b"charset" | b"GNU.dumpdir" | b"RHT.security.selinux" => {}
+                _ if key.starts_with(b"SCHILY.") || key.starts_with(b"GNU.sparse.") || key.starts_with(b"GNU.volume.") => {}
+                // GNU tar says so and goes on.
+                _ => self.warnings.push(format!("Ignoring unknown extended header keyword '{}'", String::from_utf8_lossy(key))),
             }
             if p.sparse_map.len() / 2 > MAX_SPARSE_SEGMENTS {
                 return Err(corrupt("too many sparse segments", &self.cur_name, off));

@@ -50,6 +50,12 @@ pub struct ExtractArgs {
     /// Keep existing files and folders as they are, silently.
     #[arg(long)]
     pub skip_old_files: bool,
+    /// GNU tar's warning controls, as its --warning takes them: `timestamp` (a time stamp before
+    /// 1970 or in the future), `unknown-keyword` (an extended header keyword GNU tar does not
+    /// know), `all`, `none`, each with `no-` to silence it; GNU's other keywords name warnings
+    /// this command never gives, and are taken as they are.
+    #[arg(long = "warning", value_name = "KEYWORD", value_parser = parse_warning)]
+    pub warning: Vec<String>,
     /// Read past zero blocks to the input's end: archives written one after another
     /// (`cat a.tar b.tar`) extract whole, as with GNU tar's -i.
     #[arg(short = 'i', long)]
@@ -256,6 +262,16 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     opts.sync = !args.no_sync;
     opts.keep_old_files = args.keep_old_files;
     opts.ignore_zeros = args.ignore_zeros;
+    for w in &args.warning {
+        let (on, word) = w.strip_prefix("no-").map_or((true, w.as_str()), |rest| (false, rest));
+        match word {
+            "timestamp" => opts.warn_timestamp = on,
+            "unknown-keyword" => opts.warn_unknown_keyword = on,
+            "all" => (opts.warn_timestamp, opts.warn_unknown_keyword) = (true, true),
+            "none" => (opts.warn_timestamp, opts.warn_unknown_keyword) = (false, false),
+            _ => {}
+        }
+    }
     opts.skip_old_files = args.skip_old_files;
     opts.keep_directory_symlink = args.keep_directory_symlink;
     if let Some(top) = &args.one_top_level {
@@ -383,4 +399,46 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
         );
     }
     Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// GNU tar 1.34's warning keywords (`--warning`), each also with `no-`.
+const WARNINGS: [&str; 29] = [
+    "all",
+    "none",
+    "alone-zero-block",
+    "bad-dumpdir",
+    "cachedir",
+    "contiguous-cast",
+    "file-changed",
+    "file-ignored",
+    "file-removed",
+    "file-shrank",
+    "file-unchanged",
+    "filename-with-nuls",
+    "ignore-archive",
+    "ignore-newer",
+    "new-directory",
+    "rename-directory",
+    "symlink-cast",
+    "timestamp",
+    "unknown-cast",
+    "unknown-keyword",
+    "xdev",
+    "decompress-program",
+    "existing-file",
+    "xattr-write",
+    "record-size",
+    "failed-read",
+    "missing-zero-blocks",
+    "verbose",
+    "empty-transform",
+];
+
+fn parse_warning(s: &str) -> Result<String, String> {
+    let word = s.strip_prefix("no-").unwrap_or(s);
+    if WARNINGS.contains(&word) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not one of GNU tar's warning keywords ({}, each also with no-)", WARNINGS.join(", ")))
+    }
 }

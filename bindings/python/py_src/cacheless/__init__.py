@@ -261,6 +261,7 @@ def extract(
     *,
     strip_components: int = 0,
     keep_old_files: bool = False,
+    ignore_zeros: bool = False,
     mode: str = "auto",
     memory: Memory = None,
     progress: Progress = None,
@@ -288,6 +289,7 @@ def extract(
     file writers; ``decompress_threads`` decode a zstd archive of several frames (as pzstd and
     ``pack`` write) in parallel (default one per CPU, at most 8; 1 decodes on one thread). The
     report's ``source`` says how many frames were decoded on how many threads.
+    ``ignore_zeros`` is GNU tar's ``-i``: archives written one after another extract whole.
     """
     a = _fspath(archive)
     remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
@@ -297,6 +299,7 @@ def extract(
         _fspath(dest),
         strip_components,
         keep_old_files,
+        ignore_zeros=ignore_zeros,
         mode=mode,
         memory=memory,
         progress=progress,

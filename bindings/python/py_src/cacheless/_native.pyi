@@ -182,6 +182,7 @@ def extract(
     strip_components: int = 0,
     keep_old_files: bool = False,
     *,
+    ignore_zeros: bool = False,
     mode: str = "auto",
     memory: Optional[_Size] = None,
     threads: Optional[int] = None,

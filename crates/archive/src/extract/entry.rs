@@ -507,6 +507,11 @@ impl Ctx<'_> {
             return Ok(());
         }
         let meta = self.meta(e);
+        if e.kind != Kind::HardLink && self.opts.warn_timestamp {
+            if let Some(w) = time_warning(&e.path, e.mtime, std::time::SystemTime::now()) {
+                self.warn(w);
+            }
+        }
         // A worker still writing a file under this name removes it if it fails: let it finish
         // before the name is used again.
         self.settle(&rel, e)?;
@@ -1071,4 +1076,63 @@ fn backup_path(path: &std::path::Path, name: &OsStr, to: &OsStr) -> PathBuf {
 /// name it are refused or skipped first).
 fn last_name(rel: &RelPath) -> &OsStr {
     OsStr::from_bytes(rel.split().map_or(&b"."[..], |(_, n)| n))
+}
+
+/// GNU tar's warning for a member's time stamp it will set: before 1970 ("implausibly old time
+/// stamp"), or later than `now` ("time stamp ... is N s in the future"), in GNU's words (the
+/// stamp in UTC as `YYYY-MM-DD HH:MM:SS[.fraction]`).
+fn time_warning(name: &[u8], mtime: (i64, u32), now: std::time::SystemTime) -> Option<String> {
+    let name = String::from_utf8_lossy(name);
+    if mtime.0 < 0 {
+        return Some(format!("{name}: implausibly old time stamp {}", utc_stamp(mtime)));
+    }
+    let now = now.duration_since(std::time::UNIX_EPOCH).ok()?;
+    let (ns, now_s, now_ns) = (i128::from(mtime.1), i128::from(now.as_secs()), i128::from(now.subsec_nanos()));
+    let diff = (i128::from(mtime.0) * 1_000_000_000 + ns) - (now_s * 1_000_000_000 + now_ns);
+    if diff <= 0 {
+        return None;
+    }
+    let frac = format!("{:09}", diff % 1_000_000_000);
+    let frac = frac.trim_end_matches('0');
+    let secs = diff / 1_000_000_000;
+    let amount = if frac.is_empty() { secs.to_string() } else { format!("{secs}.{frac}") };
+    Some(format!("{name}: time stamp {} is {amount} s in the future", utc_stamp(mtime)))
+}
+
+/// `YYYY-MM-DD HH:MM:SS`, with `.fraction` (trailing zeros cut) where there are nanoseconds.
+fn utc_stamp((secs, ns): (i64, u32)) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let mut s = format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60);
+    if ns > 0 {
+        let f = format!("{ns:09}");
+        s.push('.');
+        s.push_str(f.trim_end_matches('0'));
+    }
+    s
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn time_stamps_are_warned_of_in_gnus_words() {
+        let now = UNIX_EPOCH + Duration::new(1_796_548_587, 500_000_000);
+        assert_eq!(time_warning(b"old", (-1000, 0), now).unwrap(), "old: implausibly old time stamp 1969-12-31 23:43:20");
+        assert_eq!(time_warning(b"f", (1_796_648_587, 0), now).unwrap(), "f: time stamp 2026-12-07 13:03:07 is 99999.5 s in the future");
+        assert_eq!(time_warning(b"ok", (1_000_000_000, 0), now), None);
+        assert_eq!(utc_stamp((951_782_400, 250_000_000)), "2000-02-29 00:00:00.25");
+        assert_eq!(utc_stamp((0, 0)), "1970-01-01 00:00:00");
+    }
 }

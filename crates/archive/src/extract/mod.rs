@@ -203,6 +203,11 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         for skipped in parser.take_problems() {
             sh.fail(skipped.to_string());
         }
+        for w in parser.take_warnings() {
+            if opts.warn_unknown_keyword {
+                ctx.warn(w);
+            }
+        }
         let e = match next {
             Ok(Some(e)) => e,
             Ok(None) => {

@@ -23,6 +23,12 @@ pub struct ExtractOptions {
     /// Zero blocks do not end the archive (GNU tar `-i`, `--ignore-zeros`): archives written one
     /// after another (`cat a.tar b.tar`) are extracted whole, to the input's end.
     pub ignore_zeros: bool,
+    /// GNU tar's warnings of a time stamp before 1970 or in the future (`--warning=timestamp`,
+    /// on by default; `--warning=no-timestamp` silences them).
+    pub warn_timestamp: bool,
+    /// GNU tar's warning of an extended header keyword it does not know
+    /// (`--warning=unknown-keyword`, on by default).
+    pub warn_unknown_keyword: bool,
     /// Keep existing files and folders as they are, silently: members whose name is taken are
     /// skipped (GNU tar `--skip-old-files`).
     pub skip_old_files: bool,
@@ -169,6 +175,8 @@ impl ExtractOptions {
             sync: true,
             keep_old_files: false,
             ignore_zeros: false,
+            warn_timestamp: true,
+            warn_unknown_keyword: true,
             keep_directory_symlink: false,
             one_top_level: None,
             skip_old_files: false,
