@@ -370,10 +370,13 @@ impl Walker<'_> {
     }
 }
 
+/// An access ACL and a default one, as text, where there are.
+type AclTexts = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// The POSIX ACLs of `path` (not a symlink) as GNU tar `--acls` stores them, as text: its access
 /// ACL where it has one beyond its mode, and a folder's default ACL (a folder with a default
 /// ACL and none of its own gets its mode's, as GNU's does).
-fn read_acls(path: &Path, dir: bool, mode: u32, names: &mut Names) -> std::io::Result<(Option<Vec<u8>>, Option<Vec<u8>>)> {
+fn read_acls(path: &Path, dir: bool, mode: u32, names: &mut Names) -> std::io::Result<AclTexts> {
     let at = sys::XattrAt::Link(path);
     let get = |n: &str| match sys::xattr_get(at, OsStr::new(n)) {
         Ok(v) => Ok(Some(v)),
