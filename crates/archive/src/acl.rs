@@ -153,10 +153,10 @@ mod tests {
             _ => None,
         };
         let text = b"user::rw-\nuser:4321:rwx\nuser:nobody:r--\ngroup::r--\ngroup:daemon:rw-\nmask::rwx\nother::---\n";
-        let value = super::from_text(text, ids).unwrap();
-        assert_eq!(super::to_text(&value, names).unwrap(), text.to_vec());
-        assert_eq!(super::to_text(&super::from_mode(0o754), names).unwrap(), b"user::rwx\ngroup::r-x\nother::r--\n".to_vec());
-        assert!(super::to_text(&value[..7], names).is_err());
+        let value = from_text(text, ids).unwrap();
+        assert_eq!(to_text(&value, names).unwrap(), text.to_vec());
+        assert_eq!(to_text(&from_mode(0o754), names).unwrap(), b"user::rwx\ngroup::r-x\nother::r--\n".to_vec());
+        assert!(to_text(&value[..7], names).is_err());
     }
 
     use super::*;
