@@ -118,9 +118,6 @@ pub struct CreateQueue {
     submissions: u64,
     /// Completions received so far.
     reaped: u64,
-    /// The folder last claimed for temporary names, and the claim (see [`crate::temps`]): files
-    /// come folder by folder, and a claim costs an fstat and a lookup each time.
-    claimed: Option<(Arc<OwnedFd>, sys::temps::Claim)>,
 }
 
 impl std::fmt::Debug for CreateQueue {
@@ -170,7 +167,6 @@ impl CreateQueue {
             requests: 0,
             submissions: 0,
             reaped: 0,
-            claimed: None,
         }
     }
 
@@ -204,12 +200,10 @@ impl CreateQueue {
         // A file the gate would park once finished (see `FileCreator::with_gate`) is created
         // under its temporary name now: a rename names it later, where parking would cost a
         // link and a rename.
-        let mut claim = sys::temps::Claim::default();
+        let claim = sys::temps::Claim::default();
         let temp = if self.creator.holds_all_it_may() {
-            if !self.claimed.as_ref().is_some_and(|(c, _)| Arc::ptr_eq(c, &dir)) {
-                self.claimed = Some((dir.clone(), sys::temps::claim(dir.as_fd())));
-            }
-            claim = self.claimed.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
+            // Held by its own lock while open, then (parked) by its job's claim on a folder
+            // above it.
             let t = sys::temps::temp_name(name);
             // Temporary names hold no NUL (the final name was checked).
             Some(CString::new(t.as_bytes()).map_err(|e| Error::io("create", display_path, io::Error::other(e)))?)

@@ -219,22 +219,17 @@ impl PendingFile {
     /// was where it cannot be (no link could be made).
     pub(crate) fn park(mut self) -> std::result::Result<Parked, PendingFile> {
         let Some(at) = self.identity() else { return Err(self) };
+        // Closed, its own lock goes: what holds it from now is the claim its job keeps on a
+        // folder above it (extract claims its destination; see `crate::temps`), which costs no
+        // descriptor per parked file or per folder.
         let (tmp, claim) = match &self.at {
             At::Temporary(t) => (t.clone(), self.claim.clone()),
-            At::Unnamed => match sys::beside(self.dir.as_fd(), &self.name, |d, t| sys::link_fd(&self.file, d, t)) {
-                Ok(((), t, claim)) => (t, claim),
+            At::Unnamed => match sys::beside_held(self.dir.as_fd(), &self.name, |d, t| sys::link_fd(&self.file, d, t)) {
+                Ok(((), t)) => (t, crate::temps::Claim::default()),
                 Err(_) => return Err(self),
             },
             At::Final | At::InPlace => return Err(self),
         };
-        if !claim.is_held() {
-            // Closed, nothing would say that it is still waiting (the file's own lock goes
-            // with its descriptor): it stays open.
-            if let At::Unnamed = self.at {
-                let _ = sys::unlinkat(&*self.dir, tmp.as_os_str(), AtFlags::empty());
-            }
-            return Err(self);
-        }
         self.settled = true;
         Ok(Parked { at, tmp, settled: false, _claim: claim })
     }
@@ -323,12 +318,12 @@ impl Drop for PendingFile {
 /// with permission bits `mode`; `path` names it in errors.
 fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, mode: u32) -> Result<(OwnedFd, At, crate::temps::Claim)> {
     loop {
-        let (fd, tmp, claim) = sys::beside(dir, name, |dir, t| sys::openat(dir, t, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from))
+        let (fd, tmp) = sys::beside_held(dir, name, |dir, t| sys::openat(dir, t, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from))
             .map_err(|e| Error::io("create", path, e))?;
-        // Its name taken by a cleaner that saw no claim (another machine's) before its lock:
-        // made again.
+        // Its own lock proves its writer alive while it is open (a claim is taken if it is
+        // parked, see `park`). Its name taken by a cleaner before the lock: made again.
         if crate::temps::hold_file(fd.as_fd(), dir, &tmp) {
-            return Ok((fd, At::Temporary(tmp), claim));
+            return Ok((fd, At::Temporary(tmp), crate::temps::Claim::default()));
         }
     }
 }

@@ -102,6 +102,10 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         Ok(root)
     };
     let root = open_root(&opts.dest)?;
+    // Files parked under temporary names while their archive's checksums are pending hold no
+    // descriptor: this process's claim on the destination keeps cleaners off them (see
+    // `cacheless::temps`).
+    let _claim = cacheless::temps::claim(root.fd());
     // GNU tar's -C between member names: a destination each.
     let mut roots: Vec<Option<Root>> = vec![None];
     for (_, dir) in &opts.chdirs {

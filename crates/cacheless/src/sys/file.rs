@@ -25,9 +25,26 @@ use crate::fault::{self, Injected};
 pub fn beside<T>(
     dir: BorrowedFd<'_>,
     name: &OsStr,
+    make: impl FnMut(BorrowedFd<'_>, &OsStr) -> io::Result<T>,
+) -> io::Result<(T, OsString, crate::temps::Claim)> {
+    beside_claimed(dir, name, true, make)
+}
+
+/// [`beside`] for a regular file its caller holds open and locks at once
+/// ([`crate::temps::hold_file`]): that lock proves its writer alive, and no claim on the folder
+/// is taken (a claim costs a descriptor of the folder, which a job under a tight open-files
+/// limit has not to spare).
+pub fn beside_held<T>(dir: BorrowedFd<'_>, name: &OsStr, make: impl FnMut(BorrowedFd<'_>, &OsStr) -> io::Result<T>) -> io::Result<(T, OsString)> {
+    beside_claimed(dir, name, false, make).map(|(v, t, _)| (v, t))
+}
+
+fn beside_claimed<T>(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    claimed: bool,
     mut make: impl FnMut(BorrowedFd<'_>, &OsStr) -> io::Result<T>,
 ) -> io::Result<(T, OsString, crate::temps::Claim)> {
-    let claim = crate::sys::temps::claim(dir);
+    let claim = if claimed { crate::sys::temps::claim(dir) } else { crate::temps::Claim::default() };
     let mut tries = 0;
     loop {
         let t = crate::sys::temps::temp_name(name);

@@ -228,6 +228,30 @@ enum Verdict {
     Unknown(String),
 }
 
+/// Whether a writer holds `slot` on the folder `dir` or on a folder above it, up to `/` (a job
+/// claims the top of what it writes, such as an extraction's destination, for the files it
+/// parks below it: see `PendingFile::park`). Looked at only for a temporary found unheld in
+/// its own folder.
+fn held_here_or_above(dir: BorrowedFd<'_>, slot: u64) -> std::io::Result<bool> {
+    if lock::is_locked(dir, LockRange::Byte(slot))? {
+        return Ok(true);
+    }
+    let id = |fd: BorrowedFd<'_>| crate::sys::fstat(fd).map(|st| (st.st_dev, st.st_ino));
+    let mut last = id(dir)?;
+    let mut cur = crate::sys::quiet(|| rustix::fs::openat(dir, "..", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()))?;
+    loop {
+        let here = id(cur.as_fd())?;
+        if here == last {
+            return Ok(false);
+        }
+        if lock::is_locked(cur.as_fd(), LockRange::Byte(slot))? {
+            return Ok(true);
+        }
+        last = here;
+        cur = crate::sys::quiet(|| rustix::fs::openat(&cur, "..", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()))?;
+    }
+}
+
 /// Statfs magics of filesystems shared between machines, where a lock on a folder is not seen
 /// by the others (NFS, SMB, CIFS, 9p, Ceph, Lustre, GFS2, OCFS2, AFS, FUSE).
 fn shared_fs(magic: u64) -> bool {
@@ -243,10 +267,10 @@ fn judge(dir: BorrowedFd<'_>, name: &OsStr, owner: &Owner, ft: FileType, shared:
     if !owner.locks {
         return Verdict::Unknown("its writer was a version that took no locks: remove it yourself once no job of that version runs".into());
     }
-    match lock::is_locked(dir, LockRange::Byte(owner.slot())) {
+    match held_here_or_above(dir, owner.slot()) {
         Ok(true) => return Verdict::Alive,
         Ok(false) => {}
-        Err(e) => return Verdict::Unknown(format!("no lock can be read on its folder ({e})")),
+        Err(e) => return Verdict::Unknown(format!("no lock can be read on its folder or one above it ({e})")),
     }
     if ft != FileType::RegularFile {
         return if shared {
