@@ -77,9 +77,6 @@ struct Asked {
     abandoned: bool,
     /// Its place among the requests made.
     seq: u64,
-    /// This process's claim on the folder, taken before a temporary name is asked for (see
-    /// [`crate::temps`]).
-    claim: sys::temps::Claim,
 }
 
 /// A request's completion: its folder, the name it opened there, and the descriptor or the
@@ -200,7 +197,6 @@ impl CreateQueue {
         // A file the gate would park once finished (see `FileCreator::with_gate`) is created
         // under its temporary name now: a rename names it later, where parking would cost a
         // link and a rename.
-        let claim = sys::temps::Claim::default();
         let temp = if self.creator.holds_all_it_may() {
             // Held by its own lock while open, then (parked) by its job's claim on a folder
             // above it.
@@ -226,7 +222,6 @@ impl CreateQueue {
             temp: temp.is_some(),
             abandoned: false,
             seq: self.requests,
-            claim,
         };
         let ticket = self.ticket(Slot::InFlight(asked));
         let op = Op::open_at(dir, temp.unwrap_or_else(|| DOT.to_owned()), flags, perm, ticket.slot as u64);
@@ -257,7 +252,7 @@ impl CreateQueue {
             Slot::Done(f) => Ok(*f),
             Slot::Completed(a, Opened { dir, at, fd: Ok(fd) }) => {
                 let tmp = a.temp.then(|| OsString::from_vec(at.into_bytes()));
-                match PendingFile::adopt(fd, dir.clone(), &a.name, &a.path, tmp, a.claim) {
+                match PendingFile::adopt(fd, dir.clone(), &a.name, &a.path, tmp) {
                     Some(entry) => Ok(self.creator.adopt(entry, a.size_hint, FileCreator::mode_given(a.attrs, a.exact))),
                     // Its temporary name taken by a cleaner before it was held: made again, here.
                     None => self.creator.create(dir, &a.name, &a.path, a.size_hint, a.attrs),

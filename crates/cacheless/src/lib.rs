@@ -84,5 +84,5 @@ pub use policy::{decide_read, decide_write, Decision, Reason, Refusal};
 pub use progress::Progress;
 pub use rate::RateLimit;
 pub use read::{Chunk, ReadOptions, Reader};
-pub use units::{human_bytes, parse_size};
+pub use units::{human_bytes, parse_size, utc_time};
 pub use write::{WriteOptions, WriteReport, Writer};

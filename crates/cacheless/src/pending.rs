@@ -79,9 +79,6 @@ pub struct PendingFile {
     at: At,
     /// Published (or in place for good): nothing to remove.
     settled: bool,
-    /// This process's claim on the folder while the file is under a temporary name (see
-    /// [`crate::temps`]).
-    claim: crate::temps::Claim,
 }
 
 impl PendingFile {
@@ -90,46 +87,38 @@ impl PendingFile {
     /// errors.
     pub(crate) fn create(dir: Arc<OwnedFd>, name: &OsStr, path: &Path, naming: Naming, mode: u32) -> Result<PendingFile> {
         sys::check_name("create", path, name)?;
-        let (fd, at, claim) = match naming {
+        let (fd, at) = match naming {
             Naming::Final => {
                 let fd = sys::openat(&*dir, name, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from).map_err(|e| Error::io("create", path, e))?;
-                (fd, At::Final, Default::default())
+                (fd, At::Final)
             }
             Naming::Unnamed { mode: unnamed } => match create_unnamed(dir.as_fd(), path, unnamed)? {
-                Some(fd) => (fd, At::Unnamed, Default::default()),
+                Some(fd) => (fd, At::Unnamed),
                 None => create_temp(dir.as_fd(), name, path, mode)?,
             },
             Naming::Temporary => create_temp(dir.as_fd(), name, path, mode)?,
         };
-        Ok(PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false, claim })
+        Ok(PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false })
     }
 
     /// A file created elsewhere (an openat on an io_uring), as [`Naming::Temporary`] makes one
-    /// under the temporary name `tmp` (made under `claim`, and held here as `create` holds
-    /// one: `None` where its name is no longer its own), or [`Naming::Unnamed`] one without a
-    /// name (`tmp` `None`).
-    pub(crate) fn adopt(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path, tmp: Option<OsString>, claim: crate::temps::Claim) -> Option<PendingFile> {
+    /// under the temporary name `tmp` (held here by its lock as `create` holds one: `None`
+    /// where its name is no longer its own), or [`Naming::Unnamed`] one without a name (`tmp`
+    /// `None`).
+    pub(crate) fn adopt(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path, tmp: Option<OsString>) -> Option<PendingFile> {
         if let Some(t) = &tmp {
             if !crate::temps::hold_file(fd.as_fd(), dir.as_fd(), t) {
                 return None;
             }
         }
         let at = tmp.map_or(At::Unnamed, At::Temporary);
-        Some(PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false, claim })
+        Some(PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false })
     }
 
     /// `file`, an existing file `name` in `dir` to be written in place: its inode kept, never
     /// removed, named already.
     pub(crate) fn in_place(file: File, dir: Arc<OwnedFd>, name: &OsStr, path: &Path) -> PendingFile {
-        PendingFile {
-            file: Arc::new(file),
-            dir,
-            name: name.to_os_string(),
-            path: path.to_path_buf(),
-            at: At::InPlace,
-            settled: false,
-            claim: Default::default(),
-        }
+        PendingFile { file: Arc::new(file), dir, name: name.to_os_string(), path: path.to_path_buf(), at: At::InPlace, settled: false }
     }
 
     /// The directory it is in.
@@ -222,16 +211,16 @@ impl PendingFile {
         // Closed, its own lock goes: what holds it from now is the claim its job keeps on a
         // folder above it (extract claims its destination; see `crate::temps`), which costs no
         // descriptor per parked file or per folder.
-        let (tmp, claim) = match &self.at {
-            At::Temporary(t) => (t.clone(), self.claim.clone()),
+        let tmp = match &self.at {
+            At::Temporary(t) => t.clone(),
             At::Unnamed => match sys::beside_held(self.dir.as_fd(), &self.name, |d, t| sys::link_fd(&self.file, d, t)) {
-                Ok(((), t)) => (t, crate::temps::Claim::default()),
+                Ok(((), t)) => t,
                 Err(_) => return Err(self),
             },
             At::Final | At::InPlace => return Err(self),
         };
         self.settled = true;
-        Ok(Parked { at, tmp, settled: false, _claim: claim })
+        Ok(Parked { at, tmp, settled: false })
     }
 
     /// Where it is to be named, and which inode it is, for a caller that names it before its
@@ -259,8 +248,6 @@ pub(crate) struct Parked {
     at: Named,
     tmp: OsString,
     settled: bool,
-    /// The claim on its folder that keeps cleaners off it (see [`crate::temps`]).
-    _claim: crate::temps::Claim,
 }
 
 impl Parked {
@@ -316,14 +303,14 @@ impl Drop for PendingFile {
 
 /// Creates a new file under a temporary name beside `name` in `dir` (see [`crate::sys::temps::temp_name`])
 /// with permission bits `mode`; `path` names it in errors.
-fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, mode: u32) -> Result<(OwnedFd, At, crate::temps::Claim)> {
+fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, mode: u32) -> Result<(OwnedFd, At)> {
     loop {
         let (fd, tmp) = sys::beside_held(dir, name, |dir, t| sys::openat(dir, t, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from))
             .map_err(|e| Error::io("create", path, e))?;
-        // Its own lock proves its writer alive while it is open (a claim is taken if it is
-        // parked, see `park`). Its name taken by a cleaner before the lock: made again.
+        // Its own lock proves its writer alive while it is open (parked, its job's claim on a
+        // folder above it, see `park`). Its name taken by a cleaner before the lock: made again.
         if crate::temps::hold_file(fd.as_fd(), dir, &tmp) {
-            return Ok((fd, At::Temporary(tmp), crate::temps::Claim::default()));
+            return Ok((fd, At::Temporary(tmp)));
         }
     }
 }

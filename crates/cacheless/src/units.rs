@@ -1,5 +1,5 @@
 //! Sizes in and out: `512k`, `4M`, `1GiB` from the command line and keywords, and `1.5 GiB` in
-//! messages and tables (binary units both ways). A leaf.
+//! messages and tables (binary units both ways); times of day in UTC. A leaf.
 
 /// Parses a size such as `4096`, `512k`, `4M`, `1GiB` or `1.5G` (binary units).
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -46,6 +46,22 @@ pub fn human_bytes(b: f64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[i])
     }
+}
+
+/// Seconds since the epoch as the UTC time `YYYY-MM-DD HH:MM:SS` (Howard Hinnant's
+/// days-to-civil; any year, before 1970 too).
+pub fn utc_time(secs: i64) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 #[cfg(test)]

@@ -1101,18 +1101,7 @@ fn time_warning(name: &[u8], mtime: (i64, u32), now: std::time::SystemTime) -> O
 
 /// `YYYY-MM-DD HH:MM:SS`, with `.fraction` (trailing zeros cut) where there are nanoseconds.
 fn utc_stamp((secs, ns): (i64, u32)) -> String {
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let mut s = format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60);
+    let mut s = cacheless::utc_time(secs);
     if ns > 0 {
         let f = format!("{ns:09}");
         s.push('.');

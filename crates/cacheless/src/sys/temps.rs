@@ -308,17 +308,13 @@ pub struct Cleaned {
     pub errors: Vec<String>,
 }
 
-/// Judges the temporaries in the open folder `dir` (named `path`), removing those of gone
+/// Judges the temporaries in the folder `fd` (open for reading; named `path`), removing those of gone
 /// writers unless `dry_run` (every writer counts as gone where `all_gone`), and lists the other
 /// folders in it, for a walk to enter (one read of the folder for both).
-fn clean_fd(dir: BorrowedFd<'_>, path: &Path, dry_run: bool, all_gone: bool, out: &mut Cleaned) -> Vec<OsString> {
+fn clean_fd(fd: BorrowedFd<'_>, path: &Path, dry_run: bool, all_gone: bool, out: &mut Cleaned) -> Vec<OsString> {
     let mut subdirs = Vec::new();
-    let Ok(fd) = crate::sys::quiet(|| rustix::fs::openat(dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())) else {
-        out.errors.push(format!("{}: cannot be read", path.display()));
-        return subdirs;
-    };
-    let shared = rustix::fs::fstatfs(&fd).is_ok_and(|s| u64::try_from(s.f_type).is_ok_and(shared_fs));
-    let Ok(mut entries) = rustix::fs::Dir::read_from(&fd) else {
+    let shared = rustix::fs::fstatfs(fd).is_ok_and(|s| u64::try_from(s.f_type).is_ok_and(shared_fs));
+    let Ok(mut entries) = rustix::fs::Dir::read_from(fd) else {
         out.errors.push(format!("{}: cannot be read", path.display()));
         return subdirs;
     };
@@ -329,7 +325,7 @@ fn clean_fd(dir: BorrowedFd<'_>, path: &Path, dry_run: bool, all_gone: bool, out
         }
         let ft = match e.file_type() {
             // A filesystem that does not say (d_type DT_UNKNOWN): asked.
-            FileType::Unknown => crate::sys::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW).map_or(FileType::Unknown, |st| FileType::from_raw_mode(st.st_mode)),
+            FileType::Unknown => crate::sys::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW).map_or(FileType::Unknown, |st| FileType::from_raw_mode(st.st_mode)),
             t => t,
         };
         let Some(owner) = owner(name.as_bytes()) else {
@@ -338,7 +334,7 @@ fn clean_fd(dir: BorrowedFd<'_>, path: &Path, dry_run: bool, all_gone: bool, out
             }
             continue;
         };
-        let verdict = if all_gone { Verdict::Gone(None) } else { judge(fd.as_fd(), name, &owner, ft, shared) };
+        let verdict = if all_gone { Verdict::Gone(None) } else { judge(fd, name, &owner, ft, shared) };
         let held = match verdict {
             Verdict::Alive => continue,
             Verdict::Unknown(why) => {
@@ -350,9 +346,9 @@ fn clean_fd(dir: BorrowedFd<'_>, path: &Path, dry_run: bool, all_gone: bool, out
         let gone = dry_run
             || if ft == FileType::Directory {
                 // Only the benchmark makes temporary folders.
-                remove_tree_at(fd.as_fd(), name).map_err(|e| out.errors.push(format!("{}: {e}", path.join(name).display()))).is_ok()
+                remove_tree_at(fd, name).map_err(|e| out.errors.push(format!("{}: {e}", path.join(name).display()))).is_ok()
             } else {
-                crate::sys::unlinkat(&fd, name, AtFlags::empty()).is_ok()
+                crate::sys::unlinkat(fd, name, AtFlags::empty()).is_ok()
             };
         drop(held);
         if gone {

@@ -10,7 +10,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -198,9 +198,14 @@ impl Copier {
     fn copy_reg(&self, job: &FileJob) -> Result<(), Error> {
         let r = &self.rules;
         let flags = OFlags::RDONLY | OFlags::CLOEXEC | if r.nofollow_src { OFlags::NOFOLLOW } else { OFlags::empty() };
-        let fd = sys::open_interruptible(sys::CWD, &job.src, flags, FMode::empty())
-            .map_err(std::io::Error::from)
-            .map_err(|e| Error::io("cannot open {} for reading", &job.src, e))?;
+        // A FIFO (as the walk saw it) is opened so that its open can end on a signal; any other
+        // file with one open, no look before it.
+        let open = if job.meta.file_type().is_fifo() {
+            sys::open_interruptible(sys::CWD, &job.src, flags, FMode::empty())
+        } else {
+            sys::open(&job.src, flags, FMode::empty())
+        };
+        let fd = open.map_err(std::io::Error::from).map_err(|e| Error::io("cannot open {} for reading", &job.src, e))?;
         let src = File::from(fd);
         let smeta = src.metadata().map_err(|e| Error::io("cannot fstat {}", &job.src, e))?;
         if smeta.dev() != job.meta.dev() || smeta.ino() != job.meta.ino() {
