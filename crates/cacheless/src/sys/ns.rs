@@ -30,7 +30,7 @@ pub fn openat2<P: Arg + Copy>(dir: impl AsFd, path: P, flags: OFlags, mode: Mode
 
 /// openat(2) where a FIFO's open could wait for ever for its other end (a reader for a writer,
 /// a writer for a reader): a FIFO (as a look at the name says) is opened without blocking
-/// (O_NONBLOCK, kept: `sys::read` and `sys::write_full` wait with poll(2)), and a writer with no
+/// (O_NONBLOCK, cleared once open), and a writer with no
 /// reader yet tries again every 50 ms, until the user asks to stop ([`crate::interrupt`]:
 /// ECANCELED). Anything else is opened as [`openat`] opens it.
 pub fn open_interruptible<P: Arg + Copy>(dir: impl AsFd, path: P, flags: OFlags, mode: Mode) -> Result<OwnedFd> {
@@ -48,7 +48,15 @@ pub fn open_interruptible<P: Arg + Copy>(dir: impl AsFd, path: P, flags: OFlags,
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
-            r => return r,
+            // Open: blocking again, as every reader and writer of the engine expects (a
+            // write to a full pipe waits; `sys::read` waits with poll first, so a reader
+            // whose writer has not come yet still ends on a signal).
+            Ok(fd) => {
+                let fl = quiet(|| rustix::fs::fcntl_getfl(&fd))?;
+                quiet(|| rustix::fs::fcntl_setfl(&fd, fl - OFlags::NONBLOCK))?;
+                return Ok(fd);
+            }
+            Err(e) => return Err(e),
         }
     }
 }
