@@ -685,3 +685,55 @@ fn acls_are_stored_as_gnu_tar_stores_them_and_restored_by_gnu_tar_bsdtar_and_ext
     assert!(r.is_ok(), "{:?}", r.failures);
     assert_eq!(getfacl(&out), want, "cacheless extract --acls");
 }
+
+/// Makes `depth` nested folders `d` under `root`, a file `f` holding `data` (with the extended
+/// attribute user.deep where the filesystem takes one) and a symlink `l` to it at the bottom,
+/// by descriptor: the bottom is far past PATH_MAX.
+fn deep_tree(root: &Path, depth: usize, data: &[u8]) -> bool {
+    use rustix::fs::{Mode, OFlags};
+    fs::create_dir_all(root).unwrap();
+    let mut dir = rustix::fs::open(root, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+    for _ in 0..depth {
+        rustix::fs::mkdirat(&dir, "d", Mode::from_raw_mode(0o755)).unwrap();
+        dir = rustix::fs::openat(&dir, "d", OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+    }
+    let f = rustix::fs::openat(&dir, "f", OFlags::WRONLY | OFlags::CREATE, Mode::from_raw_mode(0o640)).unwrap();
+    rustix::io::write(&f, data).unwrap();
+    rustix::fs::symlinkat("f", &dir, "l").unwrap();
+    rustix::fs::fsetxattr(&f, "user.deep", b"bottom", rustix::fs::XattrFlags::empty()).is_ok()
+}
+
+#[test]
+fn a_tree_deeper_than_path_max_is_packed_whole_as_gnu_tar_packs_it() {
+    let work = scratch();
+    let src = work.path().join("src");
+    let data = b"at the bottom of 5,000 folders\n";
+    let xattr = deep_tree(&src.join("t"), 5000, data);
+    let ours = work.path().join("o.tar");
+    let mut o = PackOptions::new(Output::Path(ours.clone()), vec!["t".into()]);
+    o.members.directory = Some(src.clone());
+    o.members.xattrs = true;
+    o.compression = Compression::None;
+    o.sync = false;
+    let r = packed(o);
+    let gnu = work.path().join("g.tar");
+    run(Command::new("tar").args(["--format=pax", "--xattrs", "-cf"]).arg(&gnu).arg("-C").arg(&src).arg("t"));
+    // Every member, 5,000 folders, the file and the link, in the same order with the same
+    // types, modes, owners, sizes and times as GNU tar stores them.
+    let list = |a: &Path| run(Command::new("tar").args(["--full-time", "-tvf"]).arg(a));
+    let (o_list, g_list) = (list(&ours), list(&gnu));
+    assert_eq!(o_list.lines().count(), 5003);
+    assert!(o_list == g_list, "the listings differ from GNU tar's");
+    assert_eq!(r.files, 1);
+    // The bottom file's bytes, and its extended attribute, came from the file itself.
+    let bottom = format!("t/{}f", "d/".repeat(5000));
+    let out = Command::new("tar").arg("-xOf").arg(&ours).arg(&bottom).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout, data);
+    if xattr {
+        let script = "import sys, tarfile\nt = tarfile.open(sys.argv[1])\nm = [m for m in t if m.name.endswith('/f')][0]\nprint(m.pax_headers.get('SCHILY.xattr.user.deep'))\n";
+        assert_eq!(run(Command::new("python3").arg("-c").arg(script).arg(&ours)).trim(), "bottom");
+    } else {
+        require("xattr", Err(format!("user xattrs unsupported on {}", src.display())));
+    }
+}

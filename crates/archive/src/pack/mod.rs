@@ -24,6 +24,7 @@ mod walk;
 mod write;
 
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -105,7 +106,7 @@ struct Dispatch<'a> {
 }
 
 impl walk::Visit for Dispatch<'_> {
-    fn item(&mut self, item: Item) -> bool {
+    fn item(&mut self, mut item: Item) -> bool {
         if self.progress.is_cancelled() {
             return false;
         }
@@ -120,7 +121,9 @@ impl walk::Visit for Dispatch<'_> {
                 let lease = self.read.lease(cacheless::LeaseRequest::one(bytes));
                 ro.io.budget = Budget::new(bytes);
                 let (tx, rx) = sync_channel(read::CHANNEL);
-                let job = Job { path: item.path.clone(), size, sparse, id: item.id, ro, lease, tx, cancel: self.progress.cancel_flag() };
+                let Some(at) = item.at.take() else { return false };
+                let name = PathBuf::from(std::ffi::OsStr::from_bytes(&item.name));
+                let job = Job { at, name, size, sparse, id: item.id, ro, lease, tx, cancel: self.progress.cancel_flag() };
                 if self.jobs.send(job).is_err() {
                     return false;
                 }

@@ -65,7 +65,10 @@ pub(crate) enum Msg {
 
 /// One file to read.
 pub(crate) struct Job {
-    pub path: PathBuf,
+    /// Where it is opened.
+    pub at: super::walk::At,
+    /// Its member name, for messages.
+    pub name: PathBuf,
     /// Size when walked: the size in the header, and what is read.
     pub size: u64,
     pub sparse: bool,
@@ -137,18 +140,20 @@ fn same(a: &Metadata, b: &Metadata) -> bool {
 
 /// Reads one file and sends it to the writer. Never fails: failures are messages.
 pub(crate) fn run(job: Job) {
-    let Job { path, size, sparse, id, ro, lease, tx, cancel } = job;
+    let Job { at, name: path, size, sparse, id, ro, lease, tx, cancel } = job;
     let fail = |msg: String, errno: Option<i32>, lease: Lease| {
         let _ = tx.send(Msg::Failed { msg, errno, _lease: lease });
     };
     // O_NOFOLLOW: the walk saw a regular file; a symlink put in its place is not followed.
-    let file = match sys::open(&path, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+    let file = match sys::openat(&*at.dir, at.name.as_os_str(), rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
         .map(File::from)
         .map_err(std::io::Error::from)
     {
         Ok(f) => f,
         Err(e) => return fail(format!("cannot open: {e}"), e.raw_os_error(), lease),
     };
+    // The folder is not needed once the file is open.
+    drop(at);
     let before = match file.metadata() {
         Ok(m) => m,
         Err(e) => return fail(format!("cannot stat: {e}"), e.raw_os_error(), lease),

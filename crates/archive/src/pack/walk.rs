@@ -2,16 +2,24 @@
 //! order or sorted by name; member names as GNU tar forms them; hard links, excludes, owners,
 //! sparse detection and xattrs decided here, in archive order.
 //!
-//! Paths are used relative to the working directory (`-C`) and stat'ed with `lstat`: symlinks
-//! are stored as links and never followed, so a symlink loop is just a link.
+//! Inputs are relative to the working directory (`-C`) and looked at with `lstat`: symlinks
+//! are stored as links and never followed, so a symlink loop is just a link. Below an input
+//! the walk goes by descriptor, as `find` and GNU tar do: each entry is looked at, opened and
+//! read relative to its open folder, so a tree of any depth is archived whole (no path grows
+//! past PATH_MAX), and a folder swapped for a symlink while the walk is in it is not followed.
+//! One folder is open at a time: the walk comes back up through `..`, checked to be the
+//! folder it went down from. A folder's names are held packed while its entries are visited,
+//! and a member's name is built only when it is handed on, so memory grows with the widest
+//! folder's names and the depth, not with the tree.
 
 use cacheless::sys;
+use rustix::fs::{AtFlags, FileType, OFlags, Stat};
 use std::collections::HashMap;
-use std::ffi::OsStr;
-use std::fs::{self, Metadata};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::header::{Fields, Kind};
 use super::{Members, Owner, SortOrder};
@@ -24,16 +32,23 @@ pub(crate) enum What {
     Data { sparse: bool },
 }
 
+/// Where a file is opened: its open folder and its name there.
+pub(crate) struct At {
+    pub dir: Arc<OwnedFd>,
+    pub name: OsString,
+}
+
 /// One member in archive order.
 pub(crate) struct Item {
     /// The member name (directories end in '/').
     pub name: Vec<u8>,
-    /// Where it is on disk (relative to the working directory, or absolute).
-    pub path: PathBuf,
     pub fields: Fields,
     pub what: What,
     /// Device and inode, to check the file read is the file walked.
     pub id: (u64, u64),
+    /// Where a file with data is opened (taken by the dispatcher, so that the folder is held
+    /// open only while the file waits to be read).
+    pub at: Option<At>,
 }
 
 /// Escapes a name for messages: control characters and invalid UTF-8 as in GNU tar's quoting.
@@ -98,25 +113,32 @@ pub(crate) trait Visit {
 /// Walks every input of `opts` and hands each member to `v`. `skip`: (dev, ino) of files never
 /// to archive (the archive being written).
 pub(crate) fn walk(opts: &Members, skip: &[(u64, u64)], v: &mut dyn Visit) {
-    let mut w = Walker { opts, skip, names: Names::default(), links: HashMap::new(), warned: Vec::new(), pending: Vec::new(), stopped: false };
+    let base = match &opts.directory {
+        Some(d) => sys::lookat(sys::CWD, d.as_path(), OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC),
+        None => sys::lookat(sys::CWD, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC),
+    };
+    let base = match base {
+        Ok(fd) => Arc::new(fd),
+        Err(e) => {
+            let d = opts.directory.as_deref().unwrap_or(std::path::Path::new("."));
+            v.error(format!("{}: cannot open: {}", show(d.as_os_str().as_bytes()), std::io::Error::from(e)), Some(e.raw_os_error()));
+            return;
+        }
+    };
+    let mut w = Walker { opts, skip, names: Names::default(), links: HashMap::new(), warned: Vec::new(), pending: Vec::new(), stopped: false, top_dev: 0, proc: None };
     for input in &opts.paths {
-        let full = match &opts.directory {
-            Some(d) => d.join(input),
-            None => input.clone(),
-        };
         let name = w.member_name(input.as_os_str().as_bytes());
         for msg in std::mem::take(&mut w.pending) {
             v.warn(msg);
         }
-        let md = match fs::symlink_metadata(&full) {
-            Ok(m) => m,
+        let st = match sys::statat(&*base, input.as_path(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
             Err(e) => {
-                v.error(format!("{}: cannot stat: {e}", show(input.as_os_str().as_bytes())), e.raw_os_error());
+                v.error(format!("{}: cannot stat: {}", show(input.as_os_str().as_bytes()), std::io::Error::from(e)), Some(e.raw_os_error()));
                 continue;
             }
         };
-        let dev = md.dev();
-        if !w.visit(v, name, full, md, dev) {
+        if !w.visit(v, name, &base, input.as_os_str(), &st) {
             return;
         }
     }
@@ -133,13 +155,79 @@ struct Walker<'a> {
     pending: Vec<String>,
     /// The visitor asked to stop.
     stopped: bool,
+    /// The device of the input being walked, for `--one-file-system`.
+    top_dev: u64,
+    /// Whether /proc/self/fd reaches open folders (for the l*xattr calls), once looked at.
+    proc: Option<bool>,
 }
 
-/// A directory being listed: its member name, path, and entries not yet visited (reversed).
-struct Open {
+/// A folder's entry names, packed: each ends in a NUL in `buf`, `starts` says where each
+/// begins (about five bytes per entry beyond its name, where a `Vec<OsString>` costs forty).
+#[derive(Default)]
+struct Entries {
+    buf: Vec<u8>,
+    starts: Vec<u32>,
+    next: usize,
+}
+
+impl Entries {
+    fn read(dir: BorrowedFd<'_>, sort: bool) -> std::io::Result<Entries> {
+        let mut e = Entries::default();
+        let mut over = false;
+        sys::each_entry(dir, |n| match u32::try_from(e.buf.len()) {
+            Ok(at) => {
+                e.starts.push(at);
+                e.buf.extend_from_slice(n);
+                e.buf.push(0);
+            }
+            Err(_) => over = true,
+        })?;
+        if over {
+            return Err(std::io::Error::other("more names than a walk holds (4 GiB of them)"));
+        }
+        e.buf.shrink_to_fit();
+        e.starts.shrink_to_fit();
+        if sort {
+            let buf = &e.buf;
+            e.starts.sort_unstable_by(|&a, &b| name_at(buf, a).cmp(name_at(buf, b)));
+        }
+        Ok(e)
+    }
+
+    fn next(&mut self) -> Option<&[u8]> {
+        let &at = self.starts.get(self.next)?;
+        self.next += 1;
+        Some(name_at(&self.buf, at))
+    }
+}
+
+fn name_at(buf: &[u8], at: u32) -> &[u8] {
+    let rest = &buf[at as usize..];
+    &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
+}
+
+/// A folder the walk is in: its identity (to check the way back up), the length of its member
+/// name in the walk's name (ending in '/'), and its entries.
+struct Frame {
+    id: (u64, u64),
+    name_len: usize,
+    entries: Entries,
+}
+
+/// A folder to descend into, as [`Walker::one`] opened it.
+struct Opened {
+    fd: OwnedFd,
     name: Vec<u8>,
-    path: PathBuf,
-    left: Vec<std::ffi::OsString>,
+    entries: Entries,
+    id: (u64, u64),
+}
+
+fn open_dir(dir: BorrowedFd<'_>, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+    sys::lookat(dir, name, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC)
+}
+
+fn id_of(st: &Stat) -> (u64, u64) {
+    (st.st_dev, st.st_ino)
 }
 
 impl Walker<'_> {
@@ -182,27 +270,27 @@ impl Walker<'_> {
         crate::select::excluded(&self.opts.exclude, name)
     }
 
-    fn fields(&mut self, md: &Metadata, kind: Kind) -> Fields {
+    fn fields(&mut self, st: &Stat, kind: Kind) -> Fields {
         let o = self.opts;
         // --numeric-owner stores no names, given owners included (as GNU tar).
         let (uid, uname) = match &o.owner {
             Some(Owner { id, .. }) if o.numeric_owner => (u64::from(*id), Vec::new()),
             Some(Owner { id, name }) => (u64::from(*id), name.clone().into_bytes()),
-            None if o.numeric_owner => (u64::from(md.uid()), Vec::new()),
-            None => (u64::from(md.uid()), self.names.user(md.uid())),
+            None if o.numeric_owner => (u64::from(st.st_uid), Vec::new()),
+            None => (u64::from(st.st_uid), self.names.user(st.st_uid)),
         };
         let (gid, gname) = match &o.group {
             Some(Owner { id, .. }) if o.numeric_owner => (u64::from(*id), Vec::new()),
             Some(Owner { id, name }) => (u64::from(*id), name.clone().into_bytes()),
-            None if o.numeric_owner => (u64::from(md.gid()), Vec::new()),
-            None => (u64::from(md.gid()), self.names.group(md.gid())),
+            None if o.numeric_owner => (u64::from(st.st_gid), Vec::new()),
+            None => (u64::from(st.st_gid), self.names.group(st.st_gid)),
         };
         // st_mtime_nsec is 0..1e9 (the kernel's timespec).
-        let mtime = o.mtime.unwrap_or((md.mtime(), u32::try_from(md.mtime_nsec()).unwrap_or(0)));
-        let rdev = md.rdev();
+        let mtime = o.mtime.unwrap_or((st.st_mtime, u32::try_from(st.st_mtime_nsec).unwrap_or(0)));
+        let rdev = st.st_rdev;
         Fields {
             kind,
-            mode: md.mode() & 0o7777,
+            mode: st.st_mode & 0o7777,
             uid,
             gid,
             uname,
@@ -217,108 +305,114 @@ impl Walker<'_> {
         }
     }
 
-    /// Visits one path and, for a directory, everything under it.
-    fn visit(&mut self, v: &mut dyn Visit, name: Vec<u8>, path: PathBuf, md: Metadata, top_dev: u64) -> bool {
-        let mut stack: Vec<Open> = Vec::new();
-        if let Some(open) = self.one(v, name, path, md, top_dev) {
-            stack.push(open);
-        }
-        while let Some(top) = stack.last_mut() {
-            let Some(child) = top.left.pop() else {
-                stack.pop();
-                continue;
-            };
-            let mut name = top.name.clone();
-            if !name.ends_with(b"/") {
-                name.push(b'/');
-            }
-            name.extend_from_slice(child.as_bytes());
-            let path = top.path.join(&child);
-            let md = match fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                Err(e) => {
-                    v.error(format!("{}: cannot stat: {e}", show(&name)), e.raw_os_error());
-                    continue;
+    /// Visits one input, `name` in the open folder `base`, and, for a directory, everything
+    /// under it. False when the visitor asked to stop.
+    fn visit(&mut self, v: &mut dyn Visit, name: Vec<u8>, base: &Arc<OwnedFd>, input: &OsStr, st: &Stat) -> bool {
+        self.top_dev = st.st_dev;
+        let Some(top) = self.one(v, name, base, input, st) else {
+            return !self.stopped;
+        };
+        // The member name of the folder the walk is in, ending in '/'.
+        let mut prefix = top.name;
+        let mut cur = Arc::new(top.fd);
+        let mut stack = vec![Frame { id: top.id, name_len: prefix.len(), entries: top.entries }];
+        while let Some(frame) = stack.last_mut() {
+            if let Some(child) = frame.entries.next() {
+                let child = OsStr::from_bytes(child).to_os_string();
+                let mut name = Vec::with_capacity(prefix.len() + child.len());
+                name.extend_from_slice(&prefix);
+                name.extend_from_slice(child.as_bytes());
+                let st = match sys::statat(&*cur, child.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => st,
+                    Err(e) => {
+                        v.error(format!("{}: cannot stat: {}", show(&name), std::io::Error::from(e)), Some(e.raw_os_error()));
+                        continue;
+                    }
+                };
+                if let Some(down) = self.one(v, name, &cur, &child, &st) {
+                    prefix = down.name;
+                    cur = Arc::new(down.fd);
+                    stack.push(Frame { id: down.id, name_len: prefix.len(), entries: down.entries });
                 }
-            };
-            if let Some(open) = self.one(v, name, path, md, top_dev) {
-                stack.push(open);
+                if self.stopped {
+                    return false;
+                }
+                continue;
             }
-            if self.stopped {
-                return false;
+            stack.pop();
+            let Some(parent) = stack.last() else { break };
+            // Back up to the parent through "..", which must be the folder the walk came from.
+            let up = sys::lookat(&*cur, "..", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC);
+            match up.map(|fd| (sys::fstat(&fd).map(|st| id_of(&st)), fd)) {
+                Ok((Ok(id), fd)) if id == parent.id => {
+                    cur = Arc::new(fd);
+                    prefix.truncate(parent.name_len);
+                }
+                _ => {
+                    v.error(format!("{}: moved while it was archived; the rest of the folders above it not dumped", show(&prefix)), None);
+                    return true;
+                }
             }
         }
         !self.stopped
     }
 
-    /// Hands over one member; returns the directory to descend into, if it is one.
-    fn one(&mut self, v: &mut dyn Visit, name: Vec<u8>, path: PathBuf, md: Metadata, top_dev: u64) -> Option<Open> {
+    /// Hands over one member, `leaf` in the open folder `dir`; returns the directory to
+    /// descend into, opened and listed, if it is one.
+    fn one(&mut self, v: &mut dyn Visit, name: Vec<u8>, dir: &Arc<OwnedFd>, leaf: &OsStr, st: &Stat) -> Option<Opened> {
         if self.excluded(&name) {
             return None;
         }
-        let id = (md.dev(), md.ino());
+        let id = id_of(st);
         if self.skip.contains(&id) {
             v.warn(format!("{}: file is the archive; not dumped", show(&name)));
             return None;
         }
-        let ft = md.file_type();
-        let kind = if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_symlink() {
-            Kind::Symlink
-        } else if ft.is_file() {
-            Kind::File
-        } else if ft.is_char_device() {
-            Kind::CharDev
-        } else if ft.is_block_device() {
-            Kind::BlockDev
-        } else if ft.is_fifo() {
-            Kind::Fifo
-        } else {
-            v.warn(format!("{}: socket ignored", show(&name)));
-            return None;
+        let kind = match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => Kind::Dir,
+            FileType::Symlink => Kind::Symlink,
+            FileType::RegularFile => Kind::File,
+            FileType::CharacterDevice => Kind::CharDev,
+            FileType::BlockDevice => Kind::BlockDev,
+            FileType::Fifo => Kind::Fifo,
+            _ => {
+                v.warn(format!("{}: socket ignored", show(&name)));
+                return None;
+            }
         };
-        let mut f = self.fields(&md, kind);
-        if self.opts.xattrs && kind != Kind::Symlink {
-            match read_xattrs(&path) {
-                Ok(x) => f.xattrs = x,
-                Err(e) => v.error(format!("{}: cannot read xattrs: {e}", show(&name)), e.raw_os_error()),
-            }
-        }
-        if self.opts.acls && kind != Kind::Symlink {
-            // Stored as text records; never also as raw attributes.
-            f.xattrs.retain(|(k, _)| !k.starts_with(b"system.posix_acl_"));
-            match read_acls(&path, kind == Kind::Dir, md.mode(), &mut self.names) {
-                Ok((access, default)) => (f.acl_access, f.acl_default) = (access, default),
-                Err(e) => v.error(format!("{}: cannot read ACLs: {e}", show(&name)), e.raw_os_error()),
-            }
+        let mut f = self.fields(st, kind);
+        if (self.opts.xattrs || self.opts.acls) && kind != Kind::Symlink {
+            self.attrs(v, &name, dir.as_fd(), leaf, st, &mut f);
         }
         let mut what = What::Plain;
+        let mut at = None;
         let mut name = name;
         match kind {
             Kind::Dir if !name.ends_with(b"/") => name.push(b'/'),
-            Kind::Symlink => match fs::read_link(&path) {
-                Ok(t) => f.link = t.into_os_string().into_vec(),
+            Kind::Symlink => match sys::readlinkat(&**dir, leaf) {
+                Ok(t) => f.link = t.into_bytes(),
                 Err(e) => {
-                    v.error(format!("{}: cannot read link: {e}", show(&name)), e.raw_os_error());
+                    v.error(format!("{}: cannot read link: {}", show(&name), std::io::Error::from(e)), Some(e.raw_os_error()));
                     return None;
                 }
             },
             Kind::File => {
-                if md.nlink() > 1 {
+                if st.st_nlink > 1 {
                     if let Some(first) = self.links.get(&id) {
                         f.kind = Kind::HardLink;
                         f.link = first.clone();
-                        self.hand(v, name, path, f, What::Plain, id);
+                        self.hand(v, Item { name, fields: f, what: What::Plain, id, at: None });
                         return None;
                     }
                     self.links.insert(id, name.clone());
                 }
-                f.size = md.len();
-                if md.len() > 0 {
+                let size = u64::try_from(st.st_size).unwrap_or(0);
+                f.size = size;
+                if size > 0 {
                     // GNU tar's test: fewer blocks allocated than the size needs.
-                    let sparse = (md.blocks() * 512) < md.len();
+                    let sparse = u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512) < size;
                     what = What::Data { sparse };
+                    at = Some(At { dir: dir.clone(), name: leaf.to_os_string() });
                 }
             }
             Kind::CharDev | Kind::BlockDev if !super::header::dev_fits(f.dev) => {
@@ -327,43 +421,83 @@ impl Walker<'_> {
             }
             _ => {}
         }
-        let dir = (kind == Kind::Dir).then(|| (name.clone(), path.clone()));
-        if !self.hand(v, name, path, f, what, id) {
+        let dir_name = (kind == Kind::Dir).then(|| name.clone());
+        if !self.hand(v, Item { name, fields: f, what, id, at }) {
             return None;
         }
-        let (name, path) = dir?;
-        if self.opts.one_file_system && id.0 != top_dev {
+        let name = dir_name?;
+        if self.opts.one_file_system && id.0 != self.top_dev {
             v.warn(format!("{}: is on a different filesystem; contents not dumped", show(&name)));
             return None;
         }
-        let mut left: Vec<std::ffi::OsString> = match fs::read_dir(&path) {
-            Ok(rd) => {
-                let mut names = Vec::new();
-                for e in rd {
-                    match e {
-                        Ok(e) => names.push(e.file_name()),
-                        Err(e) => {
-                            v.error(format!("{}: cannot read directory: {e}", show(&name)), e.raw_os_error());
-                            break;
-                        }
-                    }
-                }
-                names
-            }
+        let fd = match open_dir(dir.as_fd(), leaf) {
+            Ok(fd) => fd,
             Err(e) => {
-                v.error(format!("{}: cannot open directory: {e}", show(&name)), e.raw_os_error());
+                v.error(format!("{}: cannot open directory: {}", show(&name), std::io::Error::from(e)), Some(e.raw_os_error()));
                 return None;
             }
         };
-        if self.opts.sort == SortOrder::Name {
-            left.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        // The folder opened is the one looked at, not something put in its place since.
+        match sys::fstat(&fd) {
+            Ok(now) if id_of(&now) == id => {}
+            _ => {
+                v.error(format!("{}: replaced since it was looked at; contents not dumped", show(&name)), None);
+                return None;
+            }
         }
-        left.reverse();
-        Some(Open { name, path, left })
+        let entries = match Entries::read(fd.as_fd(), self.opts.sort == SortOrder::Name) {
+            Ok(e) => e,
+            Err(e) => {
+                v.error(format!("{}: cannot read directory: {e}", show(&name)), e.raw_os_error());
+                return None;
+            }
+        };
+        Some(Opened { fd, name, entries, id })
     }
 
-    fn hand(&mut self, v: &mut dyn Visit, name: Vec<u8>, path: PathBuf, fields: Fields, what: What, id: (u64, u64)) -> bool {
-        if !v.item(Item { name, path, fields, what, id }) {
+    /// Reads the extended attributes and ACLs `--xattrs` and `--acls` store, into `f`.
+    fn attrs(&mut self, v: &mut dyn Visit, name: &[u8], dir: BorrowedFd<'_>, leaf: &OsStr, st: &Stat, f: &mut Fields) {
+        // By name through /proc/self/fd, to any depth and whatever the file is (a FIFO or a
+        // device is not opened); where /proc is not mounted, a file or folder is opened.
+        let proc = *self.proc.get_or_insert_with(|| sys::statat(sys::CWD, "/proc/self/fd", AtFlags::empty()).is_ok());
+        let path;
+        let fd;
+        let at = if proc {
+            path = PathBuf::from(sys::proc_fd_path(dir)).join(leaf);
+            sys::XattrAt::Link(&path)
+        } else if matches!(f.kind, Kind::File | Kind::Dir) {
+            match sys::lookat(dir, leaf, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC) {
+                Ok(o) => {
+                    fd = o;
+                    sys::XattrAt::Fd(fd.as_fd())
+                }
+                Err(e) => {
+                    v.error(format!("{}: cannot read xattrs or ACLs: {}", show(name), std::io::Error::from(e)), Some(e.raw_os_error()));
+                    return;
+                }
+            }
+        } else {
+            v.error(format!("{}: cannot read xattrs or ACLs: /proc is not mounted", show(name)), None);
+            return;
+        };
+        if self.opts.xattrs {
+            match read_xattrs(at) {
+                Ok(x) => f.xattrs = x,
+                Err(e) => v.error(format!("{}: cannot read xattrs: {e}", show(name)), e.raw_os_error()),
+            }
+        }
+        if self.opts.acls {
+            // Stored as text records; never also as raw attributes.
+            f.xattrs.retain(|(k, _)| !k.starts_with(b"system.posix_acl_"));
+            match read_acls(at, f.kind == Kind::Dir, st.st_mode, &mut self.names) {
+                Ok((access, default)) => (f.acl_access, f.acl_default) = (access, default),
+                Err(e) => v.error(format!("{}: cannot read ACLs: {e}", show(name)), e.raw_os_error()),
+            }
+        }
+    }
+
+    fn hand(&mut self, v: &mut dyn Visit, item: Item) -> bool {
+        if !v.item(item) {
             self.stopped = true;
         }
         !self.stopped
@@ -373,11 +507,10 @@ impl Walker<'_> {
 /// An access ACL and a default one, as text, where there are.
 type AclTexts = (Option<Vec<u8>>, Option<Vec<u8>>);
 
-/// The POSIX ACLs of `path` (not a symlink) as GNU tar `--acls` stores them, as text: its access
+/// The POSIX ACLs at `at` (not a symlink) as GNU tar `--acls` stores them, as text: its access
 /// ACL where it has one beyond its mode, and a folder's default ACL (a folder with a default
 /// ACL and none of its own gets its mode's, as GNU's does).
-fn read_acls(path: &Path, dir: bool, mode: u32, names: &mut Names) -> std::io::Result<AclTexts> {
-    let at = sys::XattrAt::Link(path);
+fn read_acls(at: sys::XattrAt<'_>, dir: bool, mode: u32, names: &mut Names) -> std::io::Result<AclTexts> {
     let get = |n: &str| match sys::xattr_get(at, OsStr::new(n)) {
         Ok(v) => Ok(Some(v)),
         Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(None),
@@ -399,9 +532,8 @@ fn read_acls(path: &Path, dir: bool, mode: u32, names: &mut Names) -> std::io::R
     Ok((text(access)?, text(default)?))
 }
 
-/// The extended attributes of `path` (not following a symlink), sorted by name.
-fn read_xattrs(path: &Path) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let at = sys::XattrAt::Link(path);
+/// The extended attributes at `at` (not following a symlink), sorted by name.
+fn read_xattrs(at: sys::XattrAt<'_>) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let names = match sys::xattr_names(at) {
         Ok(n) => n,
         Err(rustix::io::Errno::OPNOTSUPP) => return Ok(Vec::new()),
@@ -419,5 +551,3 @@ fn read_xattrs(path: &Path) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     out.sort();
     Ok(out)
 }
-
-use std::os::unix::ffi::OsStringExt;

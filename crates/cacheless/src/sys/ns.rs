@@ -150,14 +150,22 @@ pub fn accessat<P: Arg + Copy>(dir: impl AsFd, path: P, access: rustix::fs::Acce
 pub fn entry_names(dir: impl AsFd) -> io::Result<Vec<std::ffi::OsString>> {
     use std::os::unix::ffi::OsStrExt;
     let mut out = Vec::new();
+    each_entry(dir, |n| out.push(std::ffi::OsStr::from_bytes(n).to_os_string()))?;
+    Ok(out)
+}
+
+/// Hands `each` every name in the open folder `dir` (not `.` and `..`), in the order it lists
+/// them, with no allocation per name (a look): a walk over a folder of a million entries keeps
+/// them packed.
+pub fn each_entry(dir: impl AsFd, mut each: impl FnMut(&[u8])) -> io::Result<()> {
     for e in rustix::fs::Dir::read_from(dir.as_fd())? {
         let e = e?;
         let n = e.file_name().to_bytes();
         if n != b"." && n != b".." {
-            out.push(std::ffi::OsStr::from_bytes(n).to_os_string());
+            each(n);
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// open(2) of what is there, to look at it or to resolve a path through it (never O_CREAT): a
