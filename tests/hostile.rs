@@ -196,7 +196,7 @@ fn a_rate_limited_copy_stops_at_once_on_a_signal() {
 /// A call that waits for another process for ever ends on SIGINT or SIGTERM within a second,
 /// with 130 or 143 and nothing left, as GNU cp and tar end: a FIFO with no writer as the
 /// source, a FIFO with no reader as an existing destination, an archive on standard input
-/// whose writer stalls.
+/// whose writer stalls, an archive that is a FIFO with no writer.
 #[test]
 fn a_call_waiting_on_a_fifo_or_a_pipe_ends_on_a_signal() {
     use rustix::process::Signal;
@@ -223,6 +223,9 @@ fn a_call_waiting_on_a_fifo_or_a_pipe_ends_on_a_signal() {
         let mut c = bin();
         c.arg("extract").arg("-C").arg(&out).arg("-").stdin(Stdio::piped());
         cases.push(("extract - from a stalled pipe", c));
+        let mut c = bin();
+        c.arg("extract").arg("-C").arg(&out).arg(&fifo);
+        cases.push(("extract of a FIFO with no writer", c));
         for (what, mut cmd) in cases {
             let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
             // The archive's first 2 MB, then nothing: the writer stalls, its end kept open.

@@ -314,9 +314,12 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
     let mut stream_reason = "stdin or pipe".to_string();
     let input = match input {
         Input::Path(path) if std::fs::metadata(&path).is_ok_and(|m| !m.is_file() && !m.file_type().is_block_device() && !m.is_dir()) => {
-            let f = std::fs::File::open(&path).map_err(|e| Error::io("open", &path, e))?;
+            // A FIFO with no writer yet is waited for in a way Ctrl-C ends, and so is its data.
+            let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOCTTY;
+            let fd = cacheless::sys::open_interruptible(cacheless::sys::CWD, path.as_path(), flags, rustix::fs::Mode::empty())
+                .map_err(|e| Error::io("open", &path, io::Error::from(e)))?;
             stream_reason = format!("{}: not a regular file, read as a stream", path.display());
-            Input::Stream(Box::new(f))
+            Input::Stream(Box::new(cacheless::sys::FdStream(fd)))
         }
         i => i,
     };

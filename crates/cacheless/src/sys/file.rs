@@ -268,6 +268,17 @@ impl io::Read for StdinStream {
     }
 }
 
+/// An open pipe, FIFO, terminal or other stream read with [`read`]: one whose writer never
+/// writes ends (ECANCELED) once the user asks to stop.
+#[derive(Debug)]
+pub struct FdStream(pub OwnedFd);
+
+impl io::Read for FdStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        read(self.0.as_fd(), buf)
+    }
+}
+
 /// Waits until `fd` is ready for `events` (or hung up, or in error: the next call says), in
 /// slices of 100 ms; EINTR once the user asks to stop ([`crate::interrupt`]). A regular file
 /// is always ready.
