@@ -620,3 +620,55 @@ def test_extract_ignore_zeros_reads_archives_one_after_another(tmp_path):
         subprocess.run(["tar", flags, str(cat), "-C", str(gnu)], check=True)
         cacheless.extract(cat, ours, ignore_zeros=ignore)
         assert sorted(os.listdir(ours)) == sorted(os.listdir(gnu)) == (["a", "b"] if ignore else ["a"])
+
+
+def test_a_save_killed_at_any_moment_leaves_the_old_or_the_new_file_and_clean_the_leftovers(tmp_path):
+    """save_file over an existing checkpoint, SIGKILLed at moments spread over its run: the
+    checkpoint is afterwards byte for byte the old one or the new one, never a mix or a piece;
+    what the save leaves besides are temporaries, which `cacheless clean` removes, all of them
+    and nothing else."""
+    from conftest import require
+
+    cli = REPO / "target" / "release" / "cacheless"
+    require("python", cli.exists(), f"{cli} is not built (cargo build --release)")
+    code = (
+        "import sys, numpy as np\nfrom cacheless.safetensors import save_file\n"
+        "seed, path = int(sys.argv[1]), sys.argv[2]\n"
+        "t = {f't{i}': np.random.default_rng(seed + i).random((1024, 1024 * 4), dtype=np.float32) for i in range(6)}\n"
+        "print('ready', flush=True)\nsys.stdin.readline()\nsave_file(t, path, metadata={'seed': str(seed)})\n"
+    )
+
+    def save(seed, path):
+        return subprocess.Popen([sys.executable, "-c", code, str(seed), str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def saved(seed, path):
+        p = save(seed, path)
+        assert p.stdout.readline().strip() == b"ready"
+        p.communicate(b"go\n", timeout=120)
+        assert p.returncode == 0
+        return path.read_bytes()
+
+    old, new = saved(1, tmp_path / "old.safetensors"), saved(2, tmp_path / "new.safetensors")
+    assert old != new
+    outcomes = []
+    for r in range(10):
+        d = tmp_path / f"round{r}"
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(old)
+        p = save(2, d / "model.safetensors")
+        assert p.stdout.readline().strip() == b"ready"
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+        time.sleep(0.002 + r * 0.012)
+        p.kill()
+        p.wait()
+        got = (d / "model.safetensors").read_bytes()
+        assert got in (old, new), f"round {r}: the checkpoint is neither version ({len(got)} bytes)"
+        outcomes.append("new" if got == new else "old")
+        temps = [n for n in os.listdir(d) if n != "model.safetensors"]
+        assert all(".cacheless-" in n and n.endswith(".tmp") for n in temps), temps
+        done = subprocess.run([str(cli), "clean", str(d)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert len([l for l in done.stdout.splitlines() if l.startswith("removed ")]) == len(temps), done.stdout
+        assert os.listdir(d) == ["model.safetensors"] and (d / "model.safetensors").read_bytes() == got
+    print("killed saves ended:", outcomes)
