@@ -24,6 +24,9 @@ const JOB_MIN: usize = 64 << 20;
 /// Pieces of a job-run read or write.
 const PIECE: usize = 64 << 20;
 
+/// What `readall` of a stream asks for at a time.
+const STREAM_PIECE: usize = 1 << 20;
+
 struct ReadState {
     r: Reader,
     pos: u64,
@@ -36,6 +39,20 @@ struct ReadState {
 impl ReadState {
     /// Fills `buf` from the current position (short only at end of file).
     fn readinto(&mut self, buf: &mut [u8]) -> cacheless::Result<usize> {
+        if self.r.streams() {
+            // A pipe, a FIFO or a file whose size says nothing: read as it comes, to its end,
+            // as Python's own open() reads it (waiting for a writer in a way Ctrl-C ends).
+            let mut done = 0;
+            while done < buf.len() {
+                let n = self.r.read_stream(&mut buf[done..])?;
+                if n == 0 {
+                    break;
+                }
+                done += n;
+            }
+            self.pos += done as u64;
+            return Ok(done);
+        }
         if self.pos >= self.r.len() || buf.is_empty() {
             return Ok(0);
         }
@@ -91,7 +108,9 @@ fn read_pieces(py: Python<'_>, state: &Mutex<Option<ReadState>>, buf: &mut [u8])
         }
         Some(Ok(done))
     };
-    let r = if buf.len() >= JOB_MIN { job::run(py, &progress, None, || fill(buf))? } else { py.detach(|| fill(buf)) };
+    // A stream can wait for ever on its writer: run as a job, which Ctrl-C ends, however small.
+    let streams = state.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|s| s.r.streams());
+    let r = if buf.len() >= JOB_MIN || streams { job::run(py, &progress, None, || fill(buf))? } else { py.detach(|| fill(buf)) };
     match r {
         None => Err(closed()),
         Some(Ok(n)) => Ok(n),
@@ -144,9 +163,22 @@ impl PyReader {
         read_pieces(py, &self.state, pin.bytes_mut())
     }
 
-    /// Everything from the current position to the end, as bytes.
+    /// Everything from the current position to the end, as bytes (a stream: all it gives
+    /// until its writer closes it).
     fn readall<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let pos = self.lock().as_ref().map(|s| s.pos).ok_or_else(closed)?;
+        let (pos, streams) = self.lock().as_ref().map(|s| (s.pos, s.r.streams())).ok_or_else(closed)?;
+        if streams {
+            let mut out = Vec::new();
+            loop {
+                let at = out.len();
+                out.resize(at + STREAM_PIECE, 0);
+                let n = read_pieces(py, &self.state, &mut out[at..])?;
+                out.truncate(at + n);
+                if n < STREAM_PIECE {
+                    return Ok(PyBytes::new(py, &out));
+                }
+            }
+        }
         let n = cacheless::conv::usize_of(self.len.saturating_sub(pos));
         PyBytes::new_with(py, n, |b| read_pieces(py, &self.state, b).map(|_| ()))
     }
@@ -167,6 +199,12 @@ impl PyReader {
     /// The file's length when opened.
     fn size(&self) -> u64 {
         self.len
+    }
+
+    /// Whether it is read as a stream (a pipe, a FIFO, a character device or a file whose
+    /// size says nothing): no seeking, read to its end.
+    fn streams(&self) -> PyResult<bool> {
+        self.lock().as_ref().map(|s| s.r.streams()).ok_or_else(closed)
     }
 
     /// The file descriptor (valid until close).

@@ -1,6 +1,7 @@
 """cacheless.open, read_file, copy, extract, hash, info, residency, evict: byte-exact against
 the built-in open and the standard library; errors; the GIL; interrupts."""
 
+import errno
 import hashlib
 import io
 import json
@@ -539,7 +540,7 @@ def test_copy_onto_a_symlink_writes_through_it_as_shutil_copy_does(disk):
     assert dangling.is_symlink() and not (disk / "nowhere").exists()
 
 
-@pytest.mark.parametrize("call", ["read_file", "hash", "copy"])
+@pytest.mark.parametrize("call", ["read_file", "hash", "copy", "open"])
 def test_ctrl_c_ends_a_call_waiting_on_a_fifo(tmp_path, call):
     """A call waiting for a FIFO's writer that never comes raises KeyboardInterrupt within a
     second of Ctrl-C, as Python's own open().read() does, and leaves nothing."""
@@ -551,6 +552,7 @@ def test_ctrl_c_ends_a_call_waiting_on_a_fifo(tmp_path, call):
         "read_file": "cacheless.read_file(p)",
         "hash": "cacheless.hash(p)",
         "copy": "cacheless.copy(p, os.path.join(os.path.dirname(p), 'out'))",
+        "open": "cacheless.open(p).read()",
     }[call]
     code = f"import os, sys, cacheless\np = sys.argv[1]\nprint('ready', flush=True)\n{body}\n"
     child = subprocess.Popen([sys.executable, "-c", code, str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -672,3 +674,34 @@ def test_a_save_killed_at_any_moment_leaves_the_old_or_the_new_file_and_clean_th
         assert len([l for l in done.stdout.splitlines() if l.startswith("removed ")]) == len(temps), done.stdout
         assert os.listdir(d) == ["model.safetensors"] and (d / "model.safetensors").read_bytes() == got
     print("killed saves ended:", outcomes)
+
+
+def test_open_reads_a_fifo_as_pythons_open_reads_it(tmp_path):
+    """cacheless.open() of a FIFO waits for its writer and reads everything it writes, in
+    pieces or whole, and is not seekable, as the built-in unbuffered open() of it (FileIO, the
+    raw file cacheless.open's is) is."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    data = os.urandom(3_000_001)
+
+    def write_later():
+        time.sleep(0.3)
+        with open(fifo, "wb") as w:
+            w.write(data)
+
+    results = {}
+    for name, opener in (("ours", cacheless.open), ("python", lambda p: open(p, "rb", buffering=0))):
+        t = threading.Thread(target=write_later)
+        t.start()
+        with opener(fifo) as f:
+            head = f.read(10)
+            rest = f.read()
+            seekable = f.seekable()
+            try:
+                f.seek(0)
+                seek_err = None
+            except OSError as e:
+                seek_err = e.errno
+        t.join()
+        results[name] = (head + rest == data, len(head), seekable, seek_err)
+    assert results["ours"] == results["python"] == (True, 10, False, errno.ESPIPE), results

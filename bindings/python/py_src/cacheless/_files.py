@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import warnings
@@ -126,7 +127,9 @@ class CachelessReader(_File):
         return True
 
     def seekable(self) -> bool:
-        return True
+        self._checkClosed()
+        # A pipe or FIFO is read as it comes, as Python's own open() reads it: no seeking.
+        return not getattr(self._n, "streams", lambda: False)()
 
     def readinto(self, buffer: Any) -> int:  # type: ignore[override]
         self._checkClosed()
@@ -138,6 +141,8 @@ class CachelessReader(_File):
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         self._checkClosed()
+        if not self.seekable():
+            raise OSError(errno.ESPIPE, "Illegal seek", self._path)
         if whence == io.SEEK_SET:
             pos = offset
         elif whence == io.SEEK_CUR:
