@@ -39,34 +39,23 @@ struct ReadState {
 impl ReadState {
     /// Fills `buf` from the current position (short only at end of file).
     fn readinto(&mut self, buf: &mut [u8]) -> cacheless::Result<usize> {
-        if self.r.streams() {
-            // A pipe, a FIFO or a file whose size says nothing: read as it comes, to its end,
-            // as Python's own open() reads it (waiting for a writer in a way Ctrl-C ends).
-            let mut done = 0;
-            while done < buf.len() {
-                let n = self.r.read_stream(&mut buf[done..])?;
-                if n == 0 {
-                    break;
-                }
-                done += n;
-            }
-            self.pos += done as u64;
-            return Ok(done);
-        }
-        if self.pos >= self.r.len() || buf.is_empty() {
+        // A pipe, a FIFO or a file whose size says nothing is read as it comes, to its end, as
+        // Python's own open() reads it (waiting for a writer in a way Ctrl-C ends).
+        let streams = self.r.streams();
+        if !streams && (self.pos >= self.r.len() || buf.is_empty()) {
             return Ok(0);
         }
         let aligned = match self.direct {
             Some((mem, off)) => self.pos % off as u64 == 0 && buf.as_ptr() as usize % mem == 0,
             None => true,
         };
-        if buf.len() >= ZERO_COPY_MIN && aligned {
+        if !streams && buf.len() >= ZERO_COPY_MIN && aligned {
             let n = self.r.read_at(buf, self.pos)?;
             self.pos += n as u64;
             self.stream_at = None;
             return Ok(n);
         }
-        if self.stream_at != Some(self.pos) {
+        if !streams && self.stream_at != Some(self.pos) {
             self.r.seek_stream(self.pos)?;
         }
         let mut done = 0;
