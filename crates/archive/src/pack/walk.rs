@@ -161,49 +161,23 @@ struct Walker<'a> {
     proc: Option<bool>,
 }
 
-/// A folder's entry names, packed: each ends in a NUL in `buf`, `starts` says where each
-/// begins (about five bytes per entry beyond its name, where a `Vec<OsString>` costs forty).
-#[derive(Default)]
+/// A folder's entry names (packed, see `sys::DirNames`) and the next one to visit.
 struct Entries {
-    buf: Vec<u8>,
-    starts: Vec<u32>,
+    names: sys::DirNames,
     next: usize,
 }
 
 impl Entries {
     fn read(dir: BorrowedFd<'_>, sort: bool) -> std::io::Result<Entries> {
-        let mut e = Entries::default();
-        let mut over = false;
-        sys::each_entry(dir, |n| match u32::try_from(e.buf.len()) {
-            Ok(at) => {
-                e.starts.push(at);
-                e.buf.extend_from_slice(n);
-                e.buf.push(0);
-            }
-            Err(_) => over = true,
-        })?;
-        if over {
-            return Err(std::io::Error::other("more names than a walk holds (4 GiB of them)"));
-        }
-        e.buf.shrink_to_fit();
-        e.starts.shrink_to_fit();
-        if sort {
-            let buf = &e.buf;
-            e.starts.sort_unstable_by(|&a, &b| name_at(buf, a).cmp(name_at(buf, b)));
-        }
-        Ok(e)
+        let order = if sort { sys::NameOrder::Name } else { sys::NameOrder::Listed };
+        Ok(Entries { names: sys::dir_names(dir, order)?, next: 0 })
     }
 
-    fn next(&mut self) -> Option<&[u8]> {
-        let &at = self.starts.get(self.next)?;
+    fn next(&mut self) -> Option<&OsStr> {
+        let n = self.names.get(self.next)?;
         self.next += 1;
-        Some(name_at(&self.buf, at))
+        Some(n)
     }
-}
-
-fn name_at(buf: &[u8], at: u32) -> &[u8] {
-    let rest = &buf[at as usize..];
-    &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
 }
 
 /// A folder the walk is in: its identity (to check the way back up), the length of its member
@@ -318,7 +292,7 @@ impl Walker<'_> {
         let mut stack = vec![Frame { id: top.id, name_len: prefix.len(), entries: top.entries }];
         while let Some(frame) = stack.last_mut() {
             if let Some(child) = frame.entries.next() {
-                let child = OsStr::from_bytes(child).to_os_string();
+                let child = child.to_os_string();
                 let mut name = Vec::with_capacity(prefix.len() + child.len());
                 name.extend_from_slice(&prefix);
                 name.extend_from_slice(child.as_bytes());

@@ -168,6 +168,90 @@ pub fn each_entry(dir: impl AsFd, mut each: impl FnMut(&[u8])) -> io::Result<()>
     Ok(())
 }
 
+/// In which order [`dir_names`] gives a folder's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameOrder {
+    /// As the folder lists them.
+    Listed,
+    /// By their bytes.
+    Name,
+    /// By inode number (a large folder's inodes then come in disk order), names of one inode
+    /// in the order the folder lists them (a stable sort), as GNU cp copies them.
+    Inode,
+}
+
+/// A folder's names, packed: each ends in a NUL in one buffer, with where each begins (about
+/// five bytes per name beyond its bytes, where a `Vec<OsString>` costs forty or more), so a
+/// walk over folders of a million entries holds them in little more than their bytes.
+#[derive(Debug, Default)]
+pub struct DirNames {
+    buf: Vec<u8>,
+    starts: Vec<u32>,
+}
+
+impl DirNames {
+    /// How many names.
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// The `i`th name.
+    pub fn get(&self, i: usize) -> Option<&std::ffi::OsStr> {
+        use std::os::unix::ffi::OsStrExt;
+        let &at = self.starts.get(i)?;
+        Some(std::ffi::OsStr::from_bytes(name_at(&self.buf, at)))
+    }
+
+    /// The names in order.
+    pub fn iter(&self) -> impl Iterator<Item = &std::ffi::OsStr> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+}
+
+fn name_at(buf: &[u8], at: u32) -> &[u8] {
+    let rest = buf.get(at as usize..).unwrap_or_default();
+    &rest[..rest.iter().position(|&b| b == 0).unwrap_or(rest.len())]
+}
+
+/// The names in the open folder `dir` (not `.` and `..`) in `order`, packed (a look).
+pub fn dir_names(dir: impl AsFd, order: NameOrder) -> io::Result<DirNames> {
+    let mut buf = Vec::new();
+    let mut starts: Vec<u32> = Vec::new();
+    // Inode numbers only where they order the names (eight more bytes a name while sorting).
+    let mut inos: Vec<u64> = Vec::new();
+    for e in rustix::fs::Dir::read_from(dir.as_fd())? {
+        let e = e?;
+        let n = e.file_name().to_bytes();
+        if n == b"." || n == b".." {
+            continue;
+        }
+        let at = u32::try_from(buf.len()).map_err(|_| io::Error::other("more names in one folder than a walk holds (4 GiB of them)"))?;
+        starts.push(at);
+        if order == NameOrder::Inode {
+            inos.push(e.ino());
+        }
+        buf.extend_from_slice(n);
+        buf.push(0);
+    }
+    match order {
+        NameOrder::Listed => {}
+        NameOrder::Inode => {
+            let mut pairs: Vec<(u64, u32)> = inos.into_iter().zip(starts).collect();
+            pairs.sort_by_key(|&(ino, _)| ino);
+            starts = pairs.into_iter().map(|(_, at)| at).collect();
+        }
+        NameOrder::Name => starts.sort_unstable_by(|&a, &b| name_at(&buf, a).cmp(name_at(&buf, b))),
+    }
+    buf.shrink_to_fit();
+    starts.shrink_to_fit();
+    Ok(DirNames { buf, starts })
+}
+
 /// open(2) of what is there, to look at it or to resolve a path through it (never O_CREAT): a
 /// look, no fault site (a caller may fall back to another open where it fails).
 pub fn look<P: Arg + Copy>(path: P, flags: OFlags) -> Result<OwnedFd> {
@@ -184,4 +268,47 @@ pub fn lookat<P: Arg + Copy>(dir: impl AsFd, path: P, flags: OFlags) -> Result<O
 pub fn lookat2<P: Arg + Copy>(dir: impl AsFd, path: P, flags: OFlags, resolve: ResolveFlags) -> Result<OwnedFd> {
     let dir = dir.as_fd();
     quiet(|| rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::DirEntryExt;
+
+    /// The packed names are the folder's, byte for byte (names that are not UTF-8, long ones,
+    /// hard links), in the order each asks: as the standard library's listing lists them, by
+    /// bytes, by inode with hard links in listing order.
+    #[test]
+    fn dir_names_are_the_listing_in_the_order_asked() {
+        use std::os::unix::ffi::OsStrExt;
+        let d = tempfile::tempdir().unwrap();
+        let mut made = Vec::new();
+        for i in 0..500u32 {
+            let name = match i % 4 {
+                0 => std::ffi::OsString::from(format!("f{i}")),
+                1 => std::ffi::OsStr::from_bytes(&[b"x\xff-".as_slice(), i.to_string().as_bytes()].concat()).to_os_string(),
+                2 => std::ffi::OsString::from("l".repeat(200) + &i.to_string()),
+                _ => std::ffi::OsString::from(format!("link{i}")),
+            };
+            if i % 4 == 3 {
+                std::fs::hard_link(d.path().join(&made[0]), d.path().join(&name)).unwrap();
+            } else {
+                std::fs::write(d.path().join(&name), b"").unwrap();
+            }
+            made.push(name);
+        }
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        let listed: Vec<(u64, std::ffi::OsString)> = std::fs::read_dir(d.path()).unwrap().map(|e| e.map(|e| (e.ino(), e.file_name())).unwrap()).collect();
+        let fd = look(d.path(), OFlags::RDONLY | OFlags::DIRECTORY).unwrap();
+        let got = |o| dir_names(&fd, o).unwrap().iter().map(|n| n.to_os_string()).collect::<Vec<_>>();
+        assert_eq!(got(NameOrder::Listed), listed.iter().map(|e| e.1.clone()).collect::<Vec<_>>());
+        let mut by_name: Vec<_> = listed.iter().map(|e| e.1.clone()).collect();
+        by_name.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        assert_eq!(got(NameOrder::Name), by_name);
+        let mut by_ino = listed.clone();
+        by_ino.sort_by_key(|e| e.0);
+        assert_eq!(got(NameOrder::Inode), by_ino.into_iter().map(|e| e.1).collect::<Vec<_>>());
+        assert_eq!(dir_names(&fd, NameOrder::Listed).unwrap().len(), 501, "every name once");
+    }
 }
