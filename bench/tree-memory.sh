@@ -5,6 +5,8 @@
 # run starts from a cold cache (drop_caches, as root) and a synced filesystem; the tools take
 # turns, the first one rotating from run to run. Prints a Markdown table.
 #   N=1000000 DEPTH=100 RUNS=3 TREES="flat deep" JOBS="cp pack extract" bench/tree-memory.sh [WORKDIR]
+# COLD=0 skips the drop_caches (peak RSS is the process's own memory, the same warm or cold; the
+# seconds are then warm ones): for a run beside other work that a global drop would disturb.
 # (GNU cp resolves every name from the top: a chain of 1,000 folders costs it a thousand lookups
 # per file, and hours for a million files; 100 deep is what the recorded runs use.)
 set -euo pipefail
@@ -13,6 +15,7 @@ depth=${DEPTH:-100}
 trees=${TREES:-flat deep}
 runs=${RUNS:-3}
 jobs=${JOBS:-cp pack extract}
+cold=${COLD:-1}
 bin=${CACHELESS:-$(dirname "$0")/../target/release/cacheless}
 work=${1:-$(mktemp -d "${TMPDIR:-/tmp}/tree-memory.XXXXXX")}
 mkdir -p "$work"
@@ -48,7 +51,8 @@ for tree in $trees; do
     for r in $(seq "$runs"); do
       order=(gnu cacheless); [ $((r % 2)) = 0 ] && order=(cacheless gnu)
       for tool in "${order[@]}"; do
-        rm -rf "$work/copy" "$work/out.tar"; sync; echo 3 >/proc/sys/vm/drop_caches
+        rm -rf "$work/copy" "$work/out.tar"; sync
+        [ "$cold" = 1 ] && echo 3 >/proc/sys/vm/drop_caches
         case $job/$tool in
           cp/gnu) cmd=(cp -a "$work/$tree" "$work/copy") ;;
           cp/cacheless) cmd=("$bin" cp -a "$work/$tree" "$work/copy") ;;
