@@ -145,9 +145,14 @@ pub(crate) fn run(job: Job) {
         let _ = tx.send(Msg::Failed { msg, errno, _lease: lease });
     };
     // O_NOFOLLOW: the walk saw a regular file; a symlink put in its place is not followed.
-    let file = match sys::openat(&*at.dir, at.name.as_os_str(), rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
-        .map(File::from)
-        .map_err(std::io::Error::from)
+    let file = match sys::openat(
+        &*at.dir,
+        at.name.as_os_str(),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map(File::from)
+    .map_err(std::io::Error::from)
     {
         Ok(f) => f,
         Err(e) => return fail(format!("cannot open: {e}"), e.raw_os_error(), lease),

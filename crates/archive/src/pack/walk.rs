@@ -125,7 +125,8 @@ pub(crate) fn walk(opts: &Members, skip: &[(u64, u64)], v: &mut dyn Visit) {
             return;
         }
     };
-    let mut w = Walker { opts, skip, names: Names::default(), links: HashMap::new(), warned: Vec::new(), pending: Vec::new(), stopped: false, top_dev: 0, proc: None };
+    let mut w =
+        Walker { opts, skip, names: Names::default(), links: HashMap::new(), warned: Vec::new(), pending: Vec::new(), stopped: false, top_dev: 0, proc: None };
     for input in &opts.paths {
         let name = w.member_name(input.as_os_str().as_bytes());
         for msg in std::mem::take(&mut w.pending) {
