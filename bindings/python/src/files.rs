@@ -41,22 +41,23 @@ impl ReadState {
     fn readinto(&mut self, buf: &mut [u8]) -> cacheless::Result<usize> {
         // A pipe, a FIFO or a file whose size says nothing is read as it comes, to its end, as
         // Python's own open() reads it (waiting for a writer in a way Ctrl-C ends).
-        let streams = self.r.streams();
-        if !streams && (self.pos >= self.r.len() || buf.is_empty()) {
-            return Ok(0);
-        }
-        let aligned = match self.direct {
-            Some((mem, off)) => self.pos % off as u64 == 0 && buf.as_ptr() as usize % mem == 0,
-            None => true,
-        };
-        if !streams && buf.len() >= ZERO_COPY_MIN && aligned {
-            let n = self.r.read_at(buf, self.pos)?;
-            self.pos += n as u64;
-            self.stream_at = None;
-            return Ok(n);
-        }
-        if !streams && self.stream_at != Some(self.pos) {
-            self.r.seek_stream(self.pos)?;
+        if !self.r.streams() {
+            if self.pos >= self.r.len() || buf.is_empty() {
+                return Ok(0);
+            }
+            let aligned = match self.direct {
+                Some((mem, off)) => self.pos % off as u64 == 0 && buf.as_ptr() as usize % mem == 0,
+                None => true,
+            };
+            if buf.len() >= ZERO_COPY_MIN && aligned {
+                let n = self.r.read_at(buf, self.pos)?;
+                self.pos += n as u64;
+                self.stream_at = None;
+                return Ok(n);
+            }
+            if self.stream_at != Some(self.pos) {
+                self.r.seek_stream(self.pos)?;
+            }
         }
         let mut done = 0;
         while done < buf.len() {
@@ -78,7 +79,9 @@ fn closed() -> PyErr {
 
 /// Runs a fill of `buf` in pieces: as a job (cancellable, GIL released) when it is large,
 /// else in one go with the GIL released.
-fn read_pieces(py: Python<'_>, state: &Mutex<Option<ReadState>>, buf: &mut [u8]) -> PyResult<usize> {
+/// `streams`: the file is a stream, which can wait for ever on its writer: run as a job,
+/// which Ctrl-C ends, however small the read.
+fn read_pieces(py: Python<'_>, state: &Mutex<Option<ReadState>>, streams: bool, buf: &mut [u8]) -> PyResult<usize> {
     let progress = Progress::new();
     let fill = |buf: &mut [u8]| -> Option<cacheless::Result<usize>> {
         let mut g = state.lock().unwrap_or_else(|e| e.into_inner());
@@ -97,8 +100,6 @@ fn read_pieces(py: Python<'_>, state: &Mutex<Option<ReadState>>, buf: &mut [u8])
         }
         Some(Ok(done))
     };
-    // A stream can wait for ever on its writer: run as a job, which Ctrl-C ends, however small.
-    let streams = state.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|s| s.r.streams());
     let r = if buf.len() >= JOB_MIN || streams { job::run(py, &progress, None, || fill(buf))? } else { py.detach(|| fill(buf)) };
     match r {
         None => Err(closed()),
@@ -113,6 +114,8 @@ pub struct PyReader {
     state: Mutex<Option<ReadState>>,
     path: PathBuf,
     len: u64,
+    /// Read as a stream (see [`Reader::streams`]).
+    streams: bool,
     mode: (String, String),
     fd: i32,
 }
@@ -140,28 +143,28 @@ impl PyReader {
         let r = py.detach(|| Reader::open(&path, &ro)).map_err(|e| errors::engine(&e))?;
         let plan = r.plan();
         let direct = (plan.mode() == cacheless::Taken::Direct).then_some((plan.mem_align, plan.align));
-        let (len, fd) = (r.len(), r.file().as_raw_fd());
+        let (len, streams, fd) = (r.len(), r.streams(), r.file().as_raw_fd());
         let mode = (r.decision().mode.to_string(), r.decision().reason.to_string());
-        Ok(PyReader { state: Mutex::new(Some(ReadState { r, pos: 0, stream_at: None, direct })), path, len, mode, fd })
+        Ok(PyReader { state: Mutex::new(Some(ReadState { r, pos: 0, stream_at: None, direct })), path, len, streams, mode, fd })
     }
 
     /// Fills `buf` (any writable buffer) from the current position; returns the bytes read,
     /// fewer than asked only at end of file.
     fn readinto(&self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<usize> {
         let mut pin = Pinned::writable(buf)?;
-        read_pieces(py, &self.state, pin.bytes_mut())
+        read_pieces(py, &self.state, self.streams, pin.bytes_mut())
     }
 
     /// Everything from the current position to the end, as bytes (a stream: all it gives
     /// until its writer closes it).
     fn readall<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let (pos, streams) = self.lock().as_ref().map(|s| (s.pos, s.r.streams())).ok_or_else(closed)?;
-        if streams {
+        let pos = self.lock().as_ref().map(|s| s.pos).ok_or_else(closed)?;
+        if self.streams {
             let mut out = Vec::new();
             loop {
                 let at = out.len();
                 out.resize(at + STREAM_PIECE, 0);
-                let n = read_pieces(py, &self.state, &mut out[at..])?;
+                let n = read_pieces(py, &self.state, self.streams, &mut out[at..])?;
                 out.truncate(at + n);
                 if n < STREAM_PIECE {
                     return Ok(PyBytes::new(py, &out));
@@ -169,7 +172,7 @@ impl PyReader {
             }
         }
         let n = cacheless::conv::usize_of(self.len.saturating_sub(pos));
-        PyBytes::new_with(py, n, |b| read_pieces(py, &self.state, b).map(|_| ()))
+        PyBytes::new_with(py, n, |b| read_pieces(py, &self.state, self.streams, b).map(|_| ()))
     }
 
     /// Moves to absolute position `pos` (past the end reads nothing); returns it.
@@ -192,8 +195,8 @@ impl PyReader {
 
     /// Whether it is read as a stream (a pipe, a FIFO, a character device or a file whose
     /// size says nothing): no seeking, read to its end.
-    fn streams(&self) -> PyResult<bool> {
-        self.lock().as_ref().map(|s| s.r.streams()).ok_or_else(closed)
+    fn streams(&self) -> bool {
+        self.streams
     }
 
     /// The file descriptor (valid until close).

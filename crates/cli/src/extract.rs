@@ -347,7 +347,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
     // Ctrl-C / SIGTERM stop between entries and chunks; the entry being written is removed.
     let signals = ui::Signals::register(&progress);
     let input = match &fetch_budget {
-        _ if args.archive.as_os_str() == "-" => Input::Stream(Box::new(cacheless::sys::StdinStream)),
+        _ if args.archive.as_os_str() == "-" => Input::Stream(Box::new(cacheless::sys::FdStream(std::io::stdin()))),
         Some(budget) => crate::remote::archive_input(&args.archive, budget, &common.remote).with_context(|| format!("extract {}", args.archive.display()))?,
         None => Input::Path(args.archive.clone()),
     };

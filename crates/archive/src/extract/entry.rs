@@ -16,8 +16,7 @@ use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
 use super::jobs::{
-    attrs, named, own, owned, system_time, times, At, Data, Extra, Job, Meta, Msg, Settled, Shared, Slab, Small, Why, BATCH_BYTES, CHUNK, SLAB_ALIGN,
-    SLAB_BYTES,
+    attrs, named, own, owned, system_time, times, Data, Extra, Job, Meta, Msg, Settled, Shared, Slab, Small, Why, BATCH_BYTES, CHUNK, SLAB_ALIGN, SLAB_BYTES,
 };
 use super::options::{ExtractOptions, ExtractReport};
 use super::shares::Shares;
@@ -701,7 +700,7 @@ impl Ctx<'_> {
                 }
                 if let Some(x) = &meta.extra {
                     // Extended attributes of a symlink's own (trusted.*, security.*); no ACL.
-                    for w in super::jobs::apply_extra(At::Name(pfd.as_fd(), name), x, &rel) {
+                    for w in super::jobs::apply_extra(sys::XattrAt::Name(pfd.as_fd(), name), x, &rel) {
                         self.warn(w);
                     }
                 }
@@ -779,7 +778,7 @@ impl Ctx<'_> {
                     self.sh.fail(Why::os(&rel, "chmod", er));
                 }
                 if let Some(x) = &meta.extra {
-                    for w in super::jobs::apply_extra(At::Name(pfd.as_fd(), name), x, &rel) {
+                    for w in super::jobs::apply_extra(sys::XattrAt::Name(pfd.as_fd(), name), x, &rel) {
                         self.warn(w);
                     }
                 }

@@ -49,47 +49,14 @@ pub(super) struct Extra {
     pub default_acl: Option<Result<Option<Vec<u8>>, String>>,
 }
 
-/// Where an entry's extended attributes go: an open file, or a name in an open folder (a
-/// symlink, a FIFO or a device node, which are not opened).
-pub(super) enum At<'a> {
-    Fd(BorrowedFd<'a>),
-    Name(BorrowedFd<'a>, &'a OsStr),
-}
-
-impl At<'_> {
-    fn set(&self, name: &[u8], value: &[u8]) -> rustix::io::Result<()> {
-        let name = OsStr::from_bytes(name);
-        match self {
-            At::Fd(fd) => sys::xattr_set(sys::XattrAt::Fd(*fd), name, value),
-            // The folder by its descriptor, the last name not followed.
-            At::Name(dir, n) => sys::xattr_set(sys::XattrAt::Link(&Self::path(*dir, n)), name, value),
-        }
-    }
-
-    fn remove(&self, name: &[u8]) -> rustix::io::Result<()> {
-        let name = OsStr::from_bytes(name);
-        let r = match self {
-            At::Fd(fd) => sys::xattr_remove(sys::XattrAt::Fd(*fd), name),
-            At::Name(dir, n) => sys::xattr_remove(sys::XattrAt::Link(&Self::path(*dir, n)), name),
-        };
-        r.or_else(|e| if e == rustix::io::Errno::NODATA { Ok(()) } else { Err(e) })
-    }
-
-    fn path(dir: BorrowedFd<'_>, name: &OsStr) -> std::path::PathBuf {
-        let mut p = std::path::PathBuf::from(sys::proc_fd_path(dir));
-        p.push(name);
-        p
-    }
-}
-
 /// Sets an entry's extended attributes, then (after its owner and mode, which the caller
 /// applied) its ACLs. What cannot be set is returned as warnings: the entry stays, as GNU tar
 /// keeps it.
-pub(super) fn apply_extra(at: At<'_>, x: &Extra, rel: &RelPath) -> Vec<String> {
+pub(super) fn apply_extra(at: sys::XattrAt<'_>, x: &Extra, rel: &RelPath) -> Vec<String> {
     let mut warnings = Vec::new();
     let mut said = |what: &str, e: &dyn std::fmt::Display| warnings.push(format!("{}: cannot set {what}: {e}", rel.to_path().display()));
     for (name, value) in &x.xattrs {
-        if let Err(e) = at.set(name, value) {
+        if let Err(e) = sys::xattr_set(at, OsStr::from_bytes(name), value) {
             said(&format!("extended attribute {:?}", String::from_utf8_lossy(name)), &std::io::Error::from(e));
         }
     }
@@ -106,8 +73,11 @@ pub(super) fn apply_extra(at: At<'_>, x: &Extra, rel: &RelPath) -> Vec<String> {
                 said(what, why);
                 continue;
             }
-            Some(Ok(Some(v))) => at.set(attr.as_bytes(), v),
-            Some(Ok(None)) => at.remove(attr.as_bytes()).or_else(|e| if e == rustix::io::Errno::OPNOTSUPP { Ok(()) } else { Err(e) }),
+            Some(Ok(Some(v))) => sys::xattr_set(at, attr, v),
+            // Nothing to remove where there is none, or no ACLs at all.
+            Some(Ok(None)) => {
+                sys::xattr_remove(at, attr).or_else(|e| if matches!(e, rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) { Ok(()) } else { Err(e) })
+            }
         };
         if let Err(e) = done {
             said(what, &std::io::Error::from(e));
@@ -221,7 +191,7 @@ pub(super) fn apply_meta(fd: &OwnedFd, m: &Meta, rel: &RelPath, warn: impl FnMut
     // After fchown, which clears setuid/setgid.
     let r = sys::fchmod(fd, mode).map_err(|e| Why::os(rel, "fchmod", e));
     if let Some(x) = &m.extra {
-        apply_extra(At::Fd(fd.as_fd()), x, rel).into_iter().for_each(warn);
+        apply_extra(sys::XattrAt::Fd(fd.as_fd()), x, rel).into_iter().for_each(warn);
     }
     let r = r.and_then(|()| sys::futimens(fd, &times(m.mtime)).map_err(|e| Why::os(rel, "futimens", e)));
     r.and(owner.map_or(Ok(()), Err))
@@ -517,7 +487,7 @@ impl Shared {
                 self.fail(Why::os(rel, "fchmod", e));
             }
         }
-        apply_extra(At::Fd(fd), x, rel).into_iter().for_each(|w| self.warn(w));
+        apply_extra(sys::XattrAt::Fd(fd), x, rel).into_iter().for_each(|w| self.warn(w));
         chmod
     }
 

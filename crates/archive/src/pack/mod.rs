@@ -39,7 +39,7 @@ use crate::modes::ModeCounts;
 use crate::source::Compression;
 use frames::{Codec, Frame, Outcome, Sink, TarOut};
 use read::{Job, Msg};
-use walk::{Item, What};
+use walk::Item;
 use write::{write_members, Counts, Stop};
 
 pub use frames::SKIPPABLE_MAGIC;
@@ -110,8 +110,8 @@ impl walk::Visit for Dispatch<'_> {
         if self.progress.is_cancelled() {
             return false;
         }
-        let slot = match item.what {
-            What::Data { sparse } => {
+        let slot = match item.data.take() {
+            Some(walk::Data { sparse, at }) => {
                 let size = item.fields.size;
                 self.progress.add_total_files(1);
                 self.progress.add_total_bytes(size);
@@ -121,7 +121,6 @@ impl walk::Visit for Dispatch<'_> {
                 let lease = self.read.lease(cacheless::LeaseRequest::one(bytes));
                 ro.io.budget = Budget::new(bytes);
                 let (tx, rx) = sync_channel(read::CHANNEL);
-                let Some(at) = item.at.take() else { return false };
                 let name = PathBuf::from(std::ffi::OsStr::from_bytes(&item.name));
                 let job = Job { at, name, size, sparse, id: item.id, ro, lease, tx, cancel: self.progress.cancel_flag() };
                 if self.jobs.send(job).is_err() {
@@ -129,7 +128,7 @@ impl walk::Visit for Dispatch<'_> {
                 }
                 Slot::Data(item, rx)
             }
-            What::Plain => Slot::Plain(item),
+            None => Slot::Plain(item),
         };
         self.slots.send(slot).is_ok()
     }

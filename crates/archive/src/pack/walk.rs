@@ -18,18 +18,16 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::header::{Fields, Kind};
 use super::{Members, Owner, SortOrder};
 
-/// What the walk found for one member.
-pub(crate) enum What {
-    /// A member whose header is written as is (directory, link, device, empty file...).
-    Plain,
-    /// A regular file with data to read (size > 0); `sparse` when it has holes worth keeping.
-    Data { sparse: bool },
+/// A regular file with data to read (size > 0): where to open it, and whether it has holes
+/// worth keeping.
+pub(crate) struct Data {
+    pub sparse: bool,
+    pub at: At,
 }
 
 /// Where a file is opened: its open folder and its name there.
@@ -43,12 +41,12 @@ pub(crate) struct Item {
     /// The member name (directories end in '/').
     pub name: Vec<u8>,
     pub fields: Fields,
-    pub what: What,
     /// Device and inode, to check the file read is the file walked.
     pub id: (u64, u64),
-    /// Where a file with data is opened (taken by the dispatcher, so that the folder is held
-    /// open only while the file waits to be read).
-    pub at: Option<At>,
+    /// A file's data to read (taken by the dispatcher, so that the folder is held open only
+    /// while the file waits to be read); `None` for a member whose header is all there is
+    /// (directory, link, device, empty file...).
+    pub data: Option<Data>,
 }
 
 /// Escapes a name for messages: control characters and invalid UTF-8 as in GNU tar's quoting.
@@ -113,15 +111,11 @@ pub(crate) trait Visit {
 /// Walks every input of `opts` and hands each member to `v`. `skip`: (dev, ino) of files never
 /// to archive (the archive being written).
 pub(crate) fn walk(opts: &Members, skip: &[(u64, u64)], v: &mut dyn Visit) {
-    let base = match &opts.directory {
-        Some(d) => sys::lookat(sys::CWD, d.as_path(), OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC),
-        None => sys::lookat(sys::CWD, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC),
-    };
-    let base = match base {
+    let dir = opts.directory.as_deref().unwrap_or(std::path::Path::new("."));
+    let base = match sys::lookat(sys::CWD, dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC) {
         Ok(fd) => Arc::new(fd),
         Err(e) => {
-            let d = opts.directory.as_deref().unwrap_or(std::path::Path::new("."));
-            v.error(format!("{}: cannot open: {}", show(d.as_os_str().as_bytes()), std::io::Error::from(e)), Some(e.raw_os_error()));
+            v.error(format!("{}: cannot open: {}", show(dir.as_os_str().as_bytes()), std::io::Error::from(e)), Some(e.raw_os_error()));
             return;
         }
     };
@@ -317,9 +311,8 @@ impl Walker<'_> {
             stack.pop();
             let Some(parent) = stack.last() else { break };
             // Back up to the parent through "..", which must be the folder the walk came from.
-            let up = sys::lookat(&*cur, "..", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC);
-            match up.map(|fd| (sys::fstat(&fd).map(|st| id_of(&st)), fd)) {
-                Ok((Ok(id), fd)) if id == parent.id => {
+            match sys::parent_dir(&*cur) {
+                Ok((fd, id)) if id == parent.id => {
                     cur = Arc::new(fd);
                     prefix.truncate(parent.name_len);
                 }
@@ -359,8 +352,7 @@ impl Walker<'_> {
         if (self.opts.xattrs || self.opts.acls) && kind != Kind::Symlink {
             self.attrs(v, &name, dir.as_fd(), leaf, st, &mut f);
         }
-        let mut what = What::Plain;
-        let mut at = None;
+        let mut data = None;
         let mut name = name;
         match kind {
             Kind::Dir if !name.ends_with(b"/") => name.push(b'/'),
@@ -376,7 +368,7 @@ impl Walker<'_> {
                     if let Some(first) = self.links.get(&id) {
                         f.kind = Kind::HardLink;
                         f.link = first.clone();
-                        self.hand(v, Item { name, fields: f, what: What::Plain, id, at: None });
+                        self.hand(v, Item { name, fields: f, id, data: None });
                         return None;
                     }
                     self.links.insert(id, name.clone());
@@ -386,8 +378,7 @@ impl Walker<'_> {
                 if size > 0 {
                     // GNU tar's test: fewer blocks allocated than the size needs.
                     let sparse = u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512) < size;
-                    what = What::Data { sparse };
-                    at = Some(At { dir: dir.clone(), name: leaf.to_os_string() });
+                    data = Some(Data { sparse, at: At { dir: dir.clone(), name: leaf.to_os_string() } });
                 }
             }
             Kind::CharDev | Kind::BlockDev if !super::header::dev_fits(f.dev) => {
@@ -397,7 +388,7 @@ impl Walker<'_> {
             _ => {}
         }
         let dir_name = (kind == Kind::Dir).then(|| name.clone());
-        if !self.hand(v, Item { name, fields: f, what, id, at }) {
+        if !self.hand(v, Item { name, fields: f, id, data }) {
             return None;
         }
         let name = dir_name?;
@@ -435,11 +426,9 @@ impl Walker<'_> {
         // By name through /proc/self/fd, to any depth and whatever the file is (a FIFO or a
         // device is not opened); where /proc is not mounted, a file or folder is opened.
         let proc = *self.proc.get_or_insert_with(|| sys::statat(sys::CWD, "/proc/self/fd", AtFlags::empty()).is_ok());
-        let path;
         let fd;
         let at = if proc {
-            path = PathBuf::from(sys::proc_fd_path(dir)).join(leaf);
-            sys::XattrAt::Link(&path)
+            sys::XattrAt::Name(dir, leaf)
         } else if matches!(f.kind, Kind::File | Kind::Dir) {
             match sys::lookat(dir, leaf, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC) {
                 Ok(o) => {

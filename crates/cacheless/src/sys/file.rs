@@ -257,23 +257,13 @@ pub fn read(fd: impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
-/// Standard input read with [`read`] (not through the standard library's buffer): a pipe or
-/// terminal that never writes ends (ECANCELED: not EINTR, which readers retry) once the user asks to stop.
-#[derive(Debug, Default)]
-pub struct StdinStream;
-
-impl io::Read for StdinStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        read(io::stdin().as_fd(), buf)
-    }
-}
-
-/// An open pipe, FIFO, terminal or other stream read with [`read`]: one whose writer never
-/// writes ends (ECANCELED) once the user asks to stop.
+/// A pipe, FIFO, terminal or other stream (standard input: `FdStream(io::stdin())`) read with
+/// [`read`], not through the standard library's buffer: one whose writer never writes ends
+/// (ECANCELED: not EINTR, which readers retry) once the user asks to stop.
 #[derive(Debug)]
-pub struct FdStream(pub OwnedFd);
+pub struct FdStream<F: AsFd>(pub F);
 
-impl io::Read for FdStream {
+impl<F: AsFd> io::Read for FdStream<F> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         read(self.0.as_fd(), buf)
     }

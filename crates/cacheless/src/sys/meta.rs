@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, Gid, Mode, Timespec, Timestamps, Uid, XattrFlags};
@@ -59,40 +59,71 @@ pub enum XattrAt<'a> {
     /// A name, the last component not followed (a symlink itself, a FIFO or a device node,
     /// which are not opened).
     Link(&'a Path),
+    /// A name in an open folder, the last component not followed, reached through
+    /// /proc/self/fd (the l*xattr calls take no folder): at any depth.
+    Name(BorrowedFd<'a>, &'a OsStr),
+}
+
+/// What an extended attribute call reaches: a descriptor, or a path whose last component is
+/// not followed.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Fd(BorrowedFd<'a>),
+    Link(&'a Path),
+}
+
+/// The target of `at`; a [`XattrAt::Name`] becomes the path that reaches it (held in `path`).
+fn target<'a>(at: XattrAt<'a>, path: &'a mut PathBuf) -> Target<'a> {
+    match at {
+        XattrAt::Fd(fd) => Target::Fd(fd),
+        XattrAt::Link(p) => Target::Link(p),
+        XattrAt::Name(dir, name) => {
+            *path = PathBuf::from(super::proc_fd_path(dir));
+            path.push(name);
+            Target::Link(path)
+        }
+    }
 }
 
 /// The names of `at`'s extended attributes, each ending in a NUL (a look).
 pub fn xattr_names(at: XattrAt<'_>) -> Result<Vec<u8>> {
-    match at {
-        XattrAt::Fd(fd) => grown(|b| rustix::fs::flistxattr(fd, b), || rustix::fs::flistxattr_query(fd)),
-        XattrAt::Link(p) => grown(|b| rustix::fs::llistxattr(p, b), || rustix::fs::llistxattr_query(p)),
+    let mut path = PathBuf::new();
+    match target(at, &mut path) {
+        Target::Fd(fd) => grown(|b| rustix::fs::flistxattr(fd, b), || rustix::fs::flistxattr_query(fd)),
+        Target::Link(p) => grown(|b| rustix::fs::llistxattr(p, b), || rustix::fs::llistxattr_query(p)),
     }
 }
 
 /// The value of `at`'s extended attribute `name` (a look; ENODATA where it has none).
 pub fn xattr_get(at: XattrAt<'_>, name: impl AsRef<OsStr>) -> Result<Vec<u8>> {
+    let mut path = PathBuf::new();
+    let at = target(at, &mut path);
     let name = name.as_ref();
     match at {
-        XattrAt::Fd(fd) => grown(|b| rustix::fs::fgetxattr(fd, name, b), || rustix::fs::fgetxattr_query(fd, name)),
-        XattrAt::Link(p) => grown(|b| rustix::fs::lgetxattr(p, name, b), || rustix::fs::lgetxattr_query(p, name)),
+        Target::Fd(fd) => grown(|b| rustix::fs::fgetxattr(fd, name, b), || rustix::fs::fgetxattr_query(fd, name)),
+        Target::Link(p) => grown(|b| rustix::fs::lgetxattr(p, name, b), || rustix::fs::lgetxattr_query(p, name)),
     }
 }
 
 /// Sets `at`'s extended attribute `name` to `value`.
 pub fn xattr_set(at: XattrAt<'_>, name: impl AsRef<OsStr>, value: &[u8]) -> Result<()> {
+    let mut path = PathBuf::new();
+    let at = target(at, &mut path);
     let name = name.as_ref();
     retry(Site::Meta, || match at {
-        XattrAt::Fd(fd) => rustix::fs::fsetxattr(fd, name, value, XattrFlags::empty()),
-        XattrAt::Link(p) => rustix::fs::lsetxattr(p, name, value, XattrFlags::empty()),
+        Target::Fd(fd) => rustix::fs::fsetxattr(fd, name, value, XattrFlags::empty()),
+        Target::Link(p) => rustix::fs::lsetxattr(p, name, value, XattrFlags::empty()),
     })
 }
 
 /// Removes `at`'s extended attribute `name` (ENODATA where it has none).
 pub fn xattr_remove(at: XattrAt<'_>, name: impl AsRef<OsStr>) -> Result<()> {
+    let mut path = PathBuf::new();
+    let at = target(at, &mut path);
     let name = name.as_ref();
     retry(Site::Meta, || match at {
-        XattrAt::Fd(fd) => rustix::fs::fremovexattr(fd, name),
-        XattrAt::Link(p) => rustix::fs::lremovexattr(p, name),
+        Target::Fd(fd) => rustix::fs::fremovexattr(fd, name),
+        Target::Link(p) => rustix::fs::lremovexattr(p, name),
     })
 }
 

@@ -148,24 +148,16 @@ pub fn accessat<P: Arg + Copy>(dir: impl AsFd, path: P, access: rustix::fs::Acce
 
 /// The names in the open folder `dir` (not `.` and `..`), in the order it lists them (a look).
 pub fn entry_names(dir: impl AsFd) -> io::Result<Vec<std::ffi::OsString>> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut out = Vec::new();
-    each_entry(dir, |n| out.push(std::ffi::OsStr::from_bytes(n).to_os_string()))?;
-    Ok(out)
+    Ok(dir_names(dir, NameOrder::Listed)?.iter().map(std::ffi::OsStr::to_os_string).collect())
 }
 
-/// Hands `each` every name in the open folder `dir` (not `.` and `..`), in the order it lists
-/// them, with no allocation per name (a look): a walk over a folder of a million entries keeps
-/// them packed.
-pub fn each_entry(dir: impl AsFd, mut each: impl FnMut(&[u8])) -> io::Result<()> {
-    for e in rustix::fs::Dir::read_from(dir.as_fd())? {
-        let e = e?;
-        let n = e.file_name().to_bytes();
-        if n != b"." && n != b".." {
-            each(n);
-        }
-    }
-    Ok(())
+/// The folder above the open folder `dir` (its `..`), open for reading, with its device and
+/// inode: a walk by descriptor goes back up through it and checks it is where it came from (a
+/// look).
+pub fn parent_dir(dir: impl AsFd) -> Result<(OwnedFd, (u64, u64))> {
+    let up = lookat(dir, "..", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC)?;
+    let st = fstat(&up)?;
+    Ok((up, (st.st_dev, st.st_ino)))
 }
 
 /// In which order [`dir_names`] gives a folder's names.

@@ -236,20 +236,18 @@ fn held_here_or_above(dir: BorrowedFd<'_>, slot: u64) -> std::io::Result<bool> {
     if lock::is_locked(dir, LockRange::Byte(slot))? {
         return Ok(true);
     }
-    let id = |fd: BorrowedFd<'_>| crate::sys::fstat(fd).map(|st| (st.st_dev, st.st_ino));
-    let mut last = id(dir)?;
-    let mut cur = crate::sys::quiet(|| rustix::fs::openat(dir, "..", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()))?;
-    loop {
-        let here = id(cur.as_fd())?;
-        if here == last {
-            return Ok(false);
-        }
+    let st = crate::sys::fstat(dir)?;
+    let mut last = (st.st_dev, st.st_ino);
+    let (mut cur, mut here) = crate::sys::parent_dir(dir)?;
+    // `/` is its own parent.
+    while here != last {
         if lock::is_locked(cur.as_fd(), LockRange::Byte(slot))? {
             return Ok(true);
         }
         last = here;
-        cur = crate::sys::quiet(|| rustix::fs::openat(&cur, "..", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()))?;
+        (cur, here) = crate::sys::parent_dir(&cur)?;
     }
+    Ok(false)
 }
 
 /// Statfs magics of filesystems shared between machines, where a lock on a folder is not seen
@@ -441,8 +439,8 @@ fn walk(root: &Path, dry_run: bool, all_gone: bool) -> Cleaned {
         }
         let done = stack.pop();
         let Some(parent) = stack.last() else { break };
-        match open(cur.as_fd(), OsStr::new("..")) {
-            Ok(up) if id(&up).is_ok_and(|i| i == parent.id) => cur = up,
+        match crate::sys::parent_dir(&cur) {
+            Ok((up, id)) if id == parent.id => cur = up,
             _ => {
                 let from = done.map_or_else(PathBuf::new, |f| f.path);
                 out.errors.push(format!("{}: moved during the walk; what was left of the walk above it was not looked at", from.display()));
