@@ -166,6 +166,11 @@ fn expectations(root: &Path, w: &Workload, promised: &BTreeSet<String>, owed_onl
             v.violations.push((d.path.display().to_string(), format!("{p}, though `{}` had returned", d.promised_by)));
         }
     }
+    for (i, c) in w.checks.iter().enumerate() {
+        if let Some(what) = c(root, promised) {
+            v.violations.push((format!("check {}", i + 1), what));
+        }
+    }
     for a in &w.absent {
         if std::fs::symlink_metadata(root.join(a)).is_ok() {
             v.violations.push((a.display().to_string(), "named, though the call making it failed".into()));
@@ -205,6 +210,7 @@ mod tests {
             dirs: vec![],
             symlinks: vec![],
             absent: vec!["dst/one.bin".into()],
+            checks: vec![],
         };
         let check = || {
             let mut v = Verdict::default();

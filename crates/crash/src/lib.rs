@@ -22,6 +22,7 @@
 #![deny(unsafe_code)]
 
 pub mod check;
+pub mod checkpoint;
 pub mod cleanup;
 pub mod cmd;
 pub mod record;

@@ -53,6 +53,9 @@ pub enum Ran {
 pub type Setup = Box<dyn Fn(&Path, &Path) -> std::io::Result<()> + Send + Sync>;
 /// The run.
 pub type Run = Box<dyn Fn(&Ctx) -> Result<Ran, String> + Send + Sync>;
+/// A check of a crash state beyond its files' bytes: `(root, promised markers)` -> what is
+/// wrong, if anything (a checkpoint that must load and equal what was saved).
+pub type Check = Box<dyn Fn(&Path, &std::collections::BTreeSet<String>) -> Option<String> + Send + Sync>;
 
 /// What must hold for one file in every crash state.
 #[derive(Debug, Clone)]
@@ -125,6 +128,8 @@ pub struct Workload {
     /// Names that must never exist, in any crash state nor after the run: the items a failed
     /// call fails, which are never named half-done.
     pub absent: Vec<PathBuf>,
+    /// Further checks of every crash state, each naming what it found wrong.
+    pub checks: Vec<Check>,
 }
 
 impl std::fmt::Debug for Workload {

@@ -26,6 +26,8 @@
 //! - `python`: the Python package's `cacheless.safetensors.save_file`, `cacheless.write_file`
 //!   and `cacheless.open(path, "wb")`, called by a child interpreter ([`python`]), each durable
 //!   and atomic.
+//! - `checkpoint`: a `torch.distributed.checkpoint` save through `cacheless.checkpoint.Writer`
+//!   over an earlier checkpoint, checked as a whole by loading it ([`crate::checkpoint`]).
 
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
@@ -71,6 +73,7 @@ pub fn all() -> Vec<Workload> {
         extract(),
         extract_gzip(),
         python_calls(),
+        crate::checkpoint::workload(),
         #[cfg(feature = "fault-injection")]
         tree_meta_fails(),
     ]
@@ -160,6 +163,7 @@ fn writer(name: &str, mode: Mode) -> Workload {
         dirs: vec![],
         symlinks: vec![],
         absent: vec![],
+        checks: vec![],
     }
 }
 
@@ -192,6 +196,7 @@ fn copy_file() -> Workload {
         dirs: vec![],
         symlinks: vec![],
         absent: vec![],
+        checks: vec![],
     }
 }
 
@@ -259,6 +264,7 @@ fn tree() -> Workload {
         dirs: TREE_DIRS.iter().map(|(d, m)| DirExpect { path: Path::new("dst").join(d), promised_by: "dst".into(), meta: Some(*m) }).collect(),
         symlinks: vec![SymlinkExpect { path: PathBuf::from("dst/sub/sym"), target: PathBuf::from("../a.txt"), promised_by: "dst".into() }],
         absent: vec![],
+        checks: vec![],
     }
 }
 
@@ -296,6 +302,7 @@ fn tree_meta_fails() -> Workload {
         dirs: vec![],
         symlinks: vec![],
         absent: vec![PathBuf::from("dst/one.bin")],
+        checks: vec![],
     }
 }
 
@@ -311,6 +318,7 @@ fn tree_file() -> Workload {
         dirs: vec![],
         symlinks: vec![],
         absent: vec![],
+        checks: vec![],
     }
 }
 
@@ -324,6 +332,7 @@ fn tree_symlink() -> Workload {
         dirs: vec![],
         symlinks: vec![SymlinkExpect { path: PathBuf::from("link"), target: PathBuf::from("some/target"), promised_by: "link".into() }],
         absent: vec![],
+        checks: vec![],
     }
 }
 
@@ -344,6 +353,7 @@ fn tree_no_reflink() -> Workload {
         dirs: vec![DirExpect { path: PathBuf::from("into/sub"), promised_by: "into".into(), meta: Some(TREE_DIRS[0].1) }],
         symlinks: vec![SymlinkExpect { path: PathBuf::from("into/sub/sym"), target: PathBuf::from("../a.txt"), promised_by: "into".into() }],
         absent: vec![],
+        checks: vec![],
     }
 }
 
@@ -373,6 +383,7 @@ fn tree_replace() -> Workload {
         dirs: vec![],
         symlinks: vec![],
         absent: vec![],
+        checks: vec![],
     }
 }
 
@@ -405,6 +416,7 @@ fn tree_in_place() -> Workload {
         dirs: vec![],
         symlinks: vec![],
         absent: vec![],
+        checks: vec![],
     }
 }
 
@@ -455,6 +467,7 @@ fn pack() -> Workload {
         dirs: vec![],
         symlinks: vec![],
         absent: vec![],
+        checks: vec![],
     }
 }
 
@@ -493,6 +506,7 @@ fn creator_batch() -> Workload {
         dirs: vec![DirExpect { path: PathBuf::from("x"), promised_by: "batch".into(), meta: None }],
         symlinks: vec![],
         absent: vec![],
+        checks: vec![],
     }
 }
 
@@ -671,6 +685,7 @@ fn extract_from(name: &str, file: &'static str, held_open: Option<usize>, pack: 
         dirs,
         symlinks: vec![],
         absent: vec![],
+        checks: vec![],
     }
 }
 
@@ -805,6 +820,7 @@ fn python_calls() -> Workload {
         dirs: vec![],
         symlinks: vec![],
         absent: vec![],
+        checks: vec![],
     }
 }
 

@@ -3,7 +3,8 @@
 //! removed; a failed write either failing the call or keeping its promise. Needs root and
 //! /dev/fuse: skipped, saying so, without them, unless `CACHELESS_REQUIRE` names `fuse`. The
 //! `python` workload needs an interpreter that imports the package (`workloads::python`): left
-//! out, saying so, without one, unless `CACHELESS_REQUIRE` names `python`.
+//! out, saying so, without one, unless `CACHELESS_REQUIRE` names `python`; so is the `checkpoint`
+//! workload where that interpreter lacks torch.
 
 use std::sync::Mutex;
 
@@ -44,7 +45,7 @@ fn run_with(fs: &[FsKind], names: &[&str], states: usize, skip: &[Step], eio_at:
 
 /// The workloads slowest to check (hundreds of files in each state; a child interpreter), given
 /// fewer states so that the bounded sweep stays about as long as before they were added.
-const SLOW: [&str; 3] = ["extract", "extract-gzip", "python"];
+const SLOW: [&str; 4] = ["extract", "extract-gzip", "python", "checkpoint"];
 
 #[test]
 fn no_promise_is_broken_in_any_crash_state() {
@@ -55,7 +56,9 @@ fn no_promise_is_broken_in_any_crash_state() {
     let python = cacheless_testkit::require("python", workloads::python().map(drop));
     let names: Vec<String> = workloads::all().into_iter().map(|w| w.name).collect();
     let fast: Vec<&str> = names.iter().map(String::as_str).filter(|n| !SLOW.contains(n)).collect();
-    let slow: Vec<&str> = SLOW.into_iter().filter(|n| python || *n != "python").collect();
+    // The checkpoint workload needs torch beside the package, in the same interpreter.
+    let torch = python && cacheless_testkit::require("python", cacheless_crash::checkpoint::interpreter().map(drop));
+    let slow: Vec<&str> = SLOW.into_iter().filter(|n| (python || *n != "python") && (torch || *n != "checkpoint")).collect();
     let mut out = run(&[FsKind::Ext4, FsKind::Xfs], &fast, 25, &[]);
     out.rows.extend(run(&[FsKind::Ext4, FsKind::Xfs], &slow, 10, &[]).rows);
     let bad: Vec<String> = out.violations().map(ToString::to_string).collect();
