@@ -19,7 +19,8 @@ over the call and what of the checkpoint is resident after it (mincore).
 The page cache's growth is Cached in /proc/meminfo as rank 0 sees it between the barriers around
 the call (so the interpreters' start-up, reading torch's libraries after drop_caches, is out). fio's best
 direct write and read of the same bytes in as many files as ranks, on the same filesystem and in
-the same run, is the device's limit. Prints a Markdown table; --json keeps every trial.
+the same run, is the device's limit; with --s3, the aws CLI's upload and download of those files
+(as many at once as ranks) is the store's. Prints a Markdown table; --json keeps every trial.
 """
 
 import argparse
@@ -233,6 +234,31 @@ def fio_best(folder: Path, args, rw: str) -> dict:
     return best
 
 
+def aws_cli(folder: Path, url: str) -> dict:
+    """The store's limit as the aws CLI sees it: fio's files (one per rank) uploaded, then
+    downloaded to /dev/null, all at once, each from a cold start; GiB/s of the slowest."""
+    aws = Path(sys.executable).with_name("aws")
+    aws_cmd = str(aws) if aws.exists() else "aws"
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    total = sum(p.stat().st_size for p in files)
+    out = {}
+    for op in ("put", "get"):
+        cold()
+        t0 = time.monotonic()
+        procs = []
+        for p in files:
+            if op == "put":
+                cmd = [aws_cmd, "s3", "cp", "--quiet", str(p), f"{url}/{p.name}"]
+            else:
+                cmd = [aws_cmd, "s3", "cp", "--quiet", f"{url}/{p.name}", "-"]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
+        for q in procs:
+            q.wait()
+        out[f"aws-{op}"] = {"gib_s": total / GiB / (time.monotonic() - t0), "bs": "aws s3 cp", "depth": len(files)}
+    drop(url)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=size_arg, default=4 * GiB)
@@ -258,6 +284,8 @@ def main() -> None:
 
     rows = []
     limits = {"write": fio_best(base / "fio", a, "write"), "read": fio_best(base / "fio", a, "read")}
+    if a.s3:
+        limits.update(aws_cli(base / "fio", f"s3://{os.environ['CACHELESS_BENCH_BUCKET']}/limit-{stamp}"))
     shutil.rmtree(base / "fio", ignore_errors=True)
     print(f"fio: {limits}", file=sys.stderr)
     for run in range(a.runs):
@@ -287,6 +315,7 @@ def main() -> None:
     print(f"State dict: {a.size / GiB:.1f} GiB over {a.ranks} ranks; cacheless memory={a.memory} per file; medians of {a.runs} rotated cold runs.\n")
     for op, methods, ref in (("save", saves, "dcp-t1"), ("load", loads, "dcp")):
         lim = limits.get("write" if op == "save" else "read") or {}
+        store = limits.get("aws-put" if op == "save" else "aws-get") or {}
         print(f"| {op} | s | GiB/s | x {ref} | x fio | CPU s/GiB | peak RSS over the call, MiB | page cache +MiB | resident after, MiB |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         refw = statistics.median(r["wall"] for r in rows if r["method"] == ref and r["op"] == op)
@@ -296,11 +325,16 @@ def main() -> None:
                 continue
             w = statistics.median(r["wall"] for r in rs)
             g = statistics.median(r["gib_s"] for r in rs)
-            xf = f"{g / lim['gib_s']:.2f}" if lim and "://" not in where(m, 0) else "-"
+            if "://" in where(m, 0):
+                xf = f"{g / store['gib_s']:.2f} (aws CLI)" if store else "-"
+            else:
+                xf = f"{g / lim['gib_s']:.2f}" if lim else "-"
             print(f"| {m} | {w:.2f} | {g:.2f} | {refw / w:.2f} | {xf} | {statistics.median(r['cpu_per_gib'] for r in rs):.2f} | "
                   f"{statistics.median(r['added_mib'] for r in rs):.0f} | {statistics.median(r['growth_mib'] for r in rs):.0f} | {statistics.median(r['resident_mib'] for r in rs):.0f} |")
         if lim:
             print(f"| fio {'write+fsync' if op == 'save' else 'read'} {lim['bs']} x {lim['depth']} x {a.ranks} jobs | | {lim['gib_s']:.2f} | | 1.00 | | | | |")
+        if store:
+            print(f"| aws CLI {'upload' if op == 'save' else 'download'} of the same bytes, {store['depth']} at once (the store's limit) | | {store['gib_s']:.2f} | | 1.00 (aws CLI) | | | | |")
         print()
 
 

@@ -169,11 +169,12 @@ def main():
     scenario, args = sys.argv[1], json.loads(sys.argv[2])
     if WORLD > 1:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.get("timeout", 60)))
-    try:
-        globals()[f"scenario_{scenario}"](args)
-    finally:
-        if WORLD > 1 and dist.is_initialized() and not args.get("kill"):
-            dist.destroy_process_group()
+    globals()[f"scenario_{scenario}"](args)
+    if WORLD > 1:
+        # Every rank done with its collectives before any tears its process group down: a peer
+        # gone while gloo still talks to it ends the process in std::terminate.
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

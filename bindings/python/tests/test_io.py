@@ -554,7 +554,9 @@ def test_ctrl_c_ends_a_call_waiting_on_a_fifo(tmp_path, call):
         "copy": "cacheless.copy(p, os.path.join(os.path.dirname(p), 'out'))",
         "open": "cacheless.open(p).read()",
     }[call]
-    code = f"import os, sys, cacheless\np = sys.argv[1]\nprint('ready', flush=True)\n{body}\n"
+    # Python's own Ctrl-C handler, whatever the test runner's shell left (a background job starts
+    # with SIGINT ignored, and an interpreter started so installs none).
+    code = f"import os, signal, sys, cacheless\nsignal.signal(signal.SIGINT, signal.default_int_handler)\np = sys.argv[1]\nprint('ready', flush=True)\n{body}\n"
     child = subprocess.Popen([sys.executable, "-c", code, str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert child.stdout.readline().strip() == b"ready"
     time.sleep(0.7)
