@@ -283,6 +283,13 @@ def main() -> None:
         return str(base / f"{method}-{run}")
 
     rows = []
+
+    def keep() -> None:
+        """Writes every trial so far to --json (after each trial: a run cut short keeps them)."""
+        if a.json:
+            Path(a.json).write_text(json.dumps({"limits": limits, "rows": rows, "args": vars(a), "when": datetime.datetime.now().isoformat()}, indent=1))
+
+    limits: dict = {}
     limits = {"write": fio_best(base / "fio", a, "write"), "read": fio_best(base / "fio", a, "read")}
     if a.s3:
         limits.update(aws_cli(base / "fio", f"s3://{os.environ['CACHELESS_BENCH_BUCKET']}/limit-{stamp}"))
@@ -294,6 +301,7 @@ def main() -> None:
             r = trial(a, m, "save", where(m, run), env)
             r["run"] = run
             rows.append(r)
+            keep()
             if m not in LOADED_FROM:
                 drop(where(m, run))
             print(f"run {run} save {m}: {r['wall']:.2f} s, {r['gib_s']:.2f} GiB/s, cpu {r['cpu_per_gib']:.2f} s/GiB, +{r['added_mib']:.0f} MiB, cache +{r['growth_mib']:.0f} MiB, resident {r['resident_mib']:.0f} MiB", file=sys.stderr)
@@ -307,11 +315,11 @@ def main() -> None:
             r = trial(a, m, "load", path, env)
             r["run"] = run
             rows.append(r)
+            keep()
             print(f"run {run} load {m}: {r['wall']:.2f} s, {r['gib_s']:.2f} GiB/s, cpu {r['cpu_per_gib']:.2f} s/GiB, +{r['added_mib']:.0f} MiB, cache +{r['growth_mib']:.0f} MiB, resident {r['resident_mib']:.0f} MiB", file=sys.stderr)
         for m in saves:
             drop(where(m, run))
-    if a.json:
-        Path(a.json).write_text(json.dumps({"limits": limits, "rows": rows, "args": vars(a), "when": datetime.datetime.now().isoformat()}, indent=1))
+    keep()
     print(f"State dict: {a.size / GiB:.1f} GiB over {a.ranks} ranks; cacheless memory={a.memory} per file; medians of {a.runs} rotated cold runs.\n")
     for op, methods, ref in (("save", saves, "dcp-t1"), ("load", loads, "dcp")):
         lim = limits.get("write" if op == "save" else "read") or {}
