@@ -176,13 +176,18 @@ def resident(folder: Path) -> tuple:
 LOADED_FROM = ("cacheless", "dcp-t1", "cacheless-s3", "fsspec-s3")
 
 
+def aws() -> str:
+    """The aws CLI beside this interpreter (the test virtualenv has it), else on PATH."""
+    beside = Path(sys.executable).with_name("aws")
+    return str(beside) if beside.exists() else "aws"
+
+
 def drop(where: str) -> None:
     """Removes a saved checkpoint (a folder, or a prefix through the aws CLI beside the interpreter)."""
     if "://" not in where:
         shutil.rmtree(where, ignore_errors=True)
         return
-    aws = Path(sys.executable).with_name("aws")
-    subprocess.run([str(aws) if aws.exists() else "aws", "s3", "rm", "--recursive", "--quiet", where + "/"], check=False, capture_output=True)
+    subprocess.run([aws(), "s3", "rm", "--recursive", "--quiet", where + "/"], check=False, capture_output=True)
 
 
 def cold() -> None:
@@ -237,8 +242,7 @@ def fio_best(folder: Path, args, rw: str) -> dict:
 def aws_cli(folder: Path, url: str) -> dict:
     """The store's limit as the aws CLI sees it: fio's files (one per rank) uploaded, then
     downloaded to /dev/null, all at once, each from a cold start; GiB/s of the slowest."""
-    aws = Path(sys.executable).with_name("aws")
-    aws_cmd = str(aws) if aws.exists() else "aws"
+    aws_cmd = aws()
     files = sorted(p for p in folder.iterdir() if p.is_file())
     total = sum(p.stat().st_size for p in files)
     out = {}
@@ -289,7 +293,6 @@ def main() -> None:
         if a.json:
             Path(a.json).write_text(json.dumps({"limits": limits, "rows": rows, "args": vars(a), "when": datetime.datetime.now().isoformat()}, indent=1))
 
-    limits: dict = {}
     limits = {"write": fio_best(base / "fio", a, "write"), "read": fio_best(base / "fio", a, "read")}
     if a.s3:
         limits.update(aws_cli(base / "fio", f"s3://{os.environ['CACHELESS_BENCH_BUCKET']}/limit-{stamp}"))

@@ -16,12 +16,18 @@ import cacheless
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture
-def disk():
-    """A scratch folder on a disk filesystem (under target/, as the Rust tests use), not tmpfs."""
+def disk_folder():
+    """A new scratch folder on a disk filesystem (under target/, as the Rust tests use), not
+    tmpfs; the caller removes it."""
     base = Path(os.environ.get("CACHELESS_TEST_DIR", REPO / "target" / "pytest-tmp"))
     base.mkdir(parents=True, exist_ok=True)
-    d = Path(tempfile.mkdtemp(dir=base))
+    return Path(tempfile.mkdtemp(dir=base))
+
+
+@pytest.fixture
+def disk():
+    """A scratch folder on a disk filesystem, removed after the test."""
+    d = disk_folder()
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -81,3 +87,30 @@ def run_python(code, env=None, timeout=120):
     e = dict(os.environ)
     e.update(env or {})
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def s3_servers():
+    """The S3 stores the test command started: (name, endpoint, environment for its keys)."""
+    out = []
+    if "CACHELESS_TEST_S3" in os.environ:
+        env = {
+            "AWS_ACCESS_KEY_ID": os.environ["CACHELESS_TEST_S3_KEY"],
+            "AWS_SECRET_ACCESS_KEY": os.environ["CACHELESS_TEST_S3_SECRET"],
+            "AWS_REGION": "us-east-1",
+        }
+        out.append(("s3", os.environ["CACHELESS_TEST_S3"], env))
+    if "CACHELESS_TEST_MOTO" in os.environ:
+        out.append(("moto", os.environ["CACHELESS_TEST_MOTO"], {"AWS_ACCESS_KEY_ID": "any", "AWS_SECRET_ACCESS_KEY": "any", "AWS_REGION": "us-east-1"}))
+    return out
+
+
+def s3_store(kind, monkeypatch):
+    """The endpoint of the S3 store `kind` ("s3" or "moto"), its environment set (or the test
+    skipped, or failed where CACHELESS_REQUIRE names it)."""
+    found = {name: (endpoint, env) for name, endpoint, env in s3_servers()}
+    require(kind, kind in found, f"CACHELESS_TEST_{kind.upper()} is not set (scripts/test starts the servers)")
+    endpoint, env = found[kind]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
+    return endpoint

@@ -95,14 +95,11 @@ def mesh():
     return init_device_mesh("cpu", (WORLD,)) if WORLD > 1 else None
 
 
-def load(path, reader, seed_shape, m):
-    target = distributed(full(seed_shape), m, fill=0)
+def load(reader, seed, m):
+    """The state of `seed`'s shape as this job holds it, loaded through `reader`."""
+    target = distributed(full(seed), m, fill=0)
     dcp.load(target, storage_reader=reader)
     return target
-
-
-def remote_kw(args):
-    return {"endpoint_url": args["endpoint"]} if args.get("endpoint") else {}
 
 
 def scenario_save(args):
@@ -110,13 +107,12 @@ def scenario_save(args):
     through our Writer; each rank prints its report."""
     m = mesh()
     sd = distributed(full(args["seed"]), m)
-    kw = remote_kw(args)
-    w = cc.Writer(args["ours"], **kw)
+    w = cc.Writer(args["ours"])
     dcp.save(sd, storage_writer=w)
     if args.get("dcp"):
         dcp.save(sd, storage_writer=dcp.FileSystemWriter(args["dcp"]))
     if args.get("async"):
-        aw = cc.Writer(args["async"], **kw)
+        aw = cc.Writer(args["async"])
         dcp.async_save(sd, storage_writer=aw).result()
     print(json.dumps({"rank": RANK, "report": {k: w.report[k] for k in ("rank", "bytes", "items", "files", "decision")}}))
 
@@ -126,15 +122,14 @@ def scenario_load(args):
     job's layout; each must equal the seed's state and DCP's own round trip of it."""
     m = mesh()
     expect = full(args["seed"])
-    ref = load(args["reference"], dcp.FileSystemReader(args["reference"]), args["seed"], m)
+    ref = load(dcp.FileSystemReader(args["reference"]), args["seed"], m)
     same(ref, distributed(expect, m), "DCP's own round trip")
-    kw = remote_kw(args)
     for path in args["paths"]:
-        readers = [cc.Reader(path, **kw)]
+        readers = [cc.Reader(path)]
         if "://" not in path:
             readers.append(dcp.FileSystemReader(path))
         for r in readers:
-            got = load(path, r, args["seed"], m)
+            got = load(r, args["seed"], m)
             same(got, ref, f"{path} through {type(r).__name__}")
             if isinstance(r, cc.Reader) and r.report["bytes"] <= 0:
                 raise AssertionError(f"{path}: the reader's report says nothing was read: {r.report}")
@@ -161,7 +156,7 @@ def scenario_fail(args):
         print(json.dumps({"rank": RANK, "failed": type(e).__name__, "message": str(e)[-400:]}))
     else:
         raise AssertionError("the save with a failing rank did not fail")
-    got = load(args["path"], cc.Reader(args["path"]), args["seed"], m)
+    got = load(cc.Reader(args["path"]), args["seed"], m)
     same(got, distributed(full(args["seed"]), m), "the previous checkpoint after a failed save")
 
 

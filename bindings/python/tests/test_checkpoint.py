@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fraction_cached, require, require_module
+from conftest import REPO, disk_folder, fraction_cached, require, require_module, s3_servers, s3_store
 
 torch = require_module("torch", "cacheless.checkpoint plugs into torch.distributed.checkpoint")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
-import cacheless  # noqa: E402
 import cacheless.checkpoint as cc  # noqa: E402
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 
@@ -36,19 +35,19 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_ranks(world, scenario, args, env=None):
+def start_ranks(world, scenario, args):
     port = free_port()
     procs = []
     for rank in range(world):
-        e = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1", **(env or {}))
+        e = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen([sys.executable, str(WORKER), scenario, json.dumps(args)], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return procs
 
 
-def ranks(world, scenario, args, env=None, timeout=300):
-    """Runs `world` ranks of a scenario; returns each rank's printed JSON lines. Any rank's
-    failure fails the test with its stderr."""
-    procs = start_ranks(world, scenario, args, env)
+def ranks(world, scenario, args, timeout=300):
+    """Runs `world` ranks of a scenario (in this process's environment); returns each rank's
+    printed JSON lines. Any rank's failure fails the test with its stderr."""
+    procs = start_ranks(world, scenario, args)
     outs = []
     for rank, p in enumerate(procs):
         try:
@@ -72,9 +71,7 @@ def files(folder):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """Checkpoints of seed 7 saved by 2 and by 4 ranks: ours, DCP's, and ours through async_save."""
-    base = Path(os.environ.get("CACHELESS_TEST_DIR", Path(__file__).resolve().parents[3] / "target" / "pytest-tmp"))
-    base.mkdir(parents=True, exist_ok=True)
-    root = Path(__import__("tempfile").mkdtemp(dir=base))
+    root = disk_folder()
     out = {}
     for n in (2, 4):
         paths = {"ours": str(root / f"ours{n}"), "dcp": str(root / f"dcp{n}"), "async": str(root / f"async{n}")}
@@ -112,25 +109,20 @@ def test_saved_by_n_ranks_loaded_by_m_equals_dcp_s_own_round_trip(saved, m):
     assert [g[0]["loaded"] for g in got] == [len(paths)] * m
 
 
-def test_single_process_round_trip_reads_only_the_bytes_needed_and_caches_nothing(tmp_path):
-    root = Path(os.environ.get("CACHELESS_TEST_DIR", Path(__file__).resolve().parents[3] / "target" / "pytest-tmp"))
-    d = Path(__import__("tempfile").mkdtemp(dir=root))
-    try:
-        sd = dcp_worker.full(3)
-        seen = []
-        w = cc.Writer(d / "ck", progress=lambda done, total: seen.append((done, total)))
-        dcp.save(sd, storage_writer=w)
-        assert seen and seen[-1][0] == seen[-1][1] and all(a <= b for (a, _), (b, _) in zip(seen, seen[1:]))
-        # A load of one tensor reads that tensor's bytes, not the file.
-        r = cc.Reader(d / "ck")
-        part = {"embed": torch.zeros(1000, 96)}
-        dcp.load(part, storage_reader=r)
-        assert torch.equal(part["embed"], sd["embed"])
-        assert r.report["bytes"] == sd["embed"].nbytes, r.report
-        for x in files(d / "ck"):
-            assert fraction_cached(d / "ck" / x) == 0.0
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+def test_single_process_round_trip_reads_only_the_bytes_needed_and_caches_nothing(disk):
+    sd = dcp_worker.full(3)
+    seen = []
+    w = cc.Writer(disk / "ck", progress=lambda done, total: seen.append((done, total)))
+    dcp.save(sd, storage_writer=w)
+    assert seen and seen[-1][0] == seen[-1][1] and all(a <= b for (a, _), (b, _) in zip(seen, seen[1:]))
+    # A load of one tensor reads that tensor's bytes, not the file.
+    r = cc.Reader(disk / "ck")
+    part = {"embed": torch.zeros(1000, 96)}
+    dcp.load(part, storage_reader=r)
+    assert torch.equal(part["embed"], sd["embed"])
+    assert r.report["bytes"] == sd["embed"].nbytes, r.report
+    for x in files(disk / "ck"):
+        assert fraction_cached(disk / "ck" / x) == 0.0
 
 
 def test_a_save_over_a_checkpoint_replaces_it_whole_and_removes_only_its_files(tmp_path):
@@ -214,42 +206,24 @@ def test_options_a_door_cannot_honour_are_refused_before_anything_moves(tmp_path
     assert not (tmp_path / "x").exists()
 
 
-def s3_servers():
-    out = []
-    for var, name in (("CACHELESS_TEST_S3", "seaweedfs"), ("CACHELESS_TEST_MOTO", "moto")):
-        if var in os.environ:
-            out.append(pytest.param(var, id=name))
-    return out or [pytest.param(None, id="none")]
-
-
-@pytest.mark.parametrize("server", s3_servers())
+@pytest.mark.parametrize("server", [name for name, _, _ in s3_servers()] or ["s3"])
 def test_s3_prefix_saved_by_two_ranks_loads_by_one_and_two_and_the_aws_cli_sees_it(tmp_path, monkeypatch, server):
-    require("s3", server is not None, "CACHELESS_TEST_S3 is not set (scripts/test starts the servers)")
-    env = {
-        "AWS_ENDPOINT_URL": os.environ[server],
-        "AWS_ACCESS_KEY_ID": os.environ["CACHELESS_TEST_S3_KEY"],
-        "AWS_SECRET_ACCESS_KEY": os.environ["CACHELESS_TEST_S3_SECRET"],
-        "AWS_REGION": "us-east-1",
-    }
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_store(server, monkeypatch))
     bucket = os.environ["CACHELESS_TEST_S3_BUCKET"]
     aws = os.environ.get("CACHELESS_TEST_AWS", "aws")
     if os.sep in aws and not os.path.isabs(aws):
-        aws = str(Path(__file__).resolve().parents[3] / aws)
-    if server == "CACHELESS_TEST_MOTO":
-        subprocess.run([aws, "s3api", "create-bucket", "--bucket", bucket], env=dict(os.environ, **env), capture_output=True)
+        aws = str(REPO / aws)
     url = f"s3://{bucket}/dcp-{os.getpid()}-{int(time.time())}"
     local = tmp_path / "dcp"
-    ranks(2, "save", dict(seed=9, ours=url, dcp=str(local)), env=env)
-    listing = subprocess.run([aws, "s3", "ls", url + "/"], env=dict(os.environ, **env), capture_output=True, text=True, check=True).stdout
+    ranks(2, "save", dict(seed=9, ours=url, dcp=str(local)))
+    listing = subprocess.run([aws, "s3", "ls", url + "/"], capture_output=True, text=True, check=True).stdout
     names = sorted(line.split()[-1] for line in listing.splitlines())
     assert ".metadata" in names and len([x for x in names if x.endswith(".distcp")]) == 2, names
     for m in (1, 2):
-        ranks(m, "load", dict(seed=9, reference=str(local), paths=[url]), env=env)
+        ranks(m, "load", dict(seed=9, reference=str(local), paths=[url]))
     # The oracle: the objects, fetched by the aws CLI, are a checkpoint DCP's own reader loads.
     got = tmp_path / "fetched"
-    subprocess.run([aws, "s3", "cp", "--recursive", url + "/", str(got)], env=dict(os.environ, **env), capture_output=True, check=True)
+    subprocess.run([aws, "s3", "cp", "--recursive", url + "/", str(got)], capture_output=True, check=True)
     target = dcp_worker.distributed(dcp_worker.full(9), None, fill=0)
     dcp.load(target, storage_reader=dcp.FileSystemReader(got))
     dcp_worker.same(target, dcp_worker.full(9))

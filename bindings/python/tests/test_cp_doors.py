@@ -18,38 +18,11 @@ from pathlib import Path
 import pytest
 
 import cacheless
-from conftest import REPO, require
+from conftest import REPO, require, s3_servers, s3_store
 
 CLI = REPO / "target" / "release" / "cacheless"
 NEW = b"the object's bytes, new\n" * 1000
 OLD = b"the old destination\n"
-
-
-def store(kind, monkeypatch):
-    """The endpoint of the S3 store `kind` ("s3" or "moto"), its environment set (or the test
-    skipped, or failed where CACHELESS_REQUIRE names it)."""
-    found = {name: (endpoint, env) for name, endpoint, env in servers()}
-    require(kind, kind in found, f"CACHELESS_TEST_{kind.upper()} is not set (scripts/test starts the servers)")
-    endpoint, env = found[kind]
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
-    return endpoint
-
-
-def servers():
-    """The sources a door reads from: (name, URL maker, keywords and environment for the store)."""
-    out = []
-    if "CACHELESS_TEST_S3" in os.environ:
-        env = {
-            "AWS_ACCESS_KEY_ID": os.environ["CACHELESS_TEST_S3_KEY"],
-            "AWS_SECRET_ACCESS_KEY": os.environ["CACHELESS_TEST_S3_SECRET"],
-            "AWS_REGION": "us-east-1",
-        }
-        out.append(("s3", os.environ["CACHELESS_TEST_S3"], env))
-    if "CACHELESS_TEST_MOTO" in os.environ:
-        out.append(("moto", os.environ["CACHELESS_TEST_MOTO"], {"AWS_ACCESS_KEY_ID": "any", "AWS_SECRET_ACCESS_KEY": "any", "AWS_REGION": "us-east-1"}))
-    return out
 
 
 class Case:
@@ -172,7 +145,7 @@ def door_source(door, disk, body):
         os.chmod(p, 0o644)
         os.utime(p, (t, t))
         return f"{os.environ['CACHELESS_TEST_HTTP']}/{rel}", p, {}, {}, t
-    found = {name: (endpoint, env) for name, endpoint, env in servers()}
+    found = {name: (endpoint, env) for name, endpoint, env in s3_servers()}
     require(kind, kind in found, f"CACHELESS_TEST_{kind.upper()} is not set (scripts/test starts the servers)")
     endpoint, env = found[kind]
     bucket = os.environ["CACHELESS_TEST_S3_BUCKET"]
@@ -339,7 +312,7 @@ def test_every_option_of_an_upload_gives_gnu_cp_s_result_on_the_key_or_a_refusal
     destination file would be; what an object cannot be (a link, a backup, attributes) is
     refused before anything is sent."""
     require("python", CLI.exists(), f"{CLI} is not built (cargo build --release)")
-    endpoint = store(door.split("-", 1)[1], monkeypatch)
+    endpoint = s3_store(door.split("-", 1)[1], monkeypatch)
     bucket = os.environ["CACHELESS_TEST_S3_BUCKET"]
     pre = f"up-{os.getpid()}-{disk.name}/"
     cat = lambda key: subprocess.run([str(CLI), "cat", "--endpoint-url", endpoint, f"s3://{bucket}/{pre}{key}"], capture_output=True)

@@ -112,7 +112,15 @@ fn save(py: &Path, seed: u32, path: &Path, ctx: Option<&Ctx>) -> Result<(), Stri
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("{}: {e}", py.display()))?;
-    let from = child.stdout.take().ok_or("the child's pipe is missing")?;
+    let (Some(from), Some(mut errs)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err("the child's pipes are missing".into());
+    };
+    // Its standard error drained beside, so that a chatty child never blocks on a full pipe.
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut errs, &mut s);
+        s
+    });
     for line in BufReader::new(from).lines() {
         let Ok(line) = line else { break };
         if line.trim() == "saved" {
@@ -121,12 +129,12 @@ fn save(py: &Path, seed: u32, path: &Path, ctx: Option<&Ctx>) -> Result<(), Stri
             }
         }
     }
-    let out = child.wait_with_output().map_err(|e| format!("wait for {}: {e}", py.display()))?;
-    if out.status.success() {
+    let status = child.wait().map_err(|e| format!("wait for {}: {e}", py.display()))?;
+    let err = err.join().unwrap_or_default();
+    if status.success() {
         return Ok(());
     }
-    let err = String::from_utf8_lossy(&out.stderr);
-    Err(format!("{} exited with {}: {}", py.display(), out.status, err.trim().lines().last().unwrap_or("")))
+    Err(format!("{} exited with {status}: {}", py.display(), err.trim().lines().last().unwrap_or("")))
 }
 
 /// The interpreter, when it can import `cacheless.checkpoint` (torch with it); else why not.

@@ -75,7 +75,7 @@ def _only_for_files(path: str, what: str, **local: Any) -> None:
     """Refuses the local I/O keywords where the operand is a URL: nothing local is read or written."""
     if not _native.is_url(path):
         return
-    defaults = {"mode": "auto", "backend": "auto", "block_size": None, "queue_depth": None, "size_hint": None, "sync": True}
+    defaults = {"mode": "auto", "backend": "auto", "block_size": None, "queue_depth": None, "size_hint": None, "sync": True, "sync_files": True}
     given = [k for k, v in local.items() if v != defaults.get(k)]
     if given:
         raise ValueError(f"{given[0]}= applies to local files: {what} of a URL reads or writes none")

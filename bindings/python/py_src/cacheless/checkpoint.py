@@ -44,6 +44,7 @@ its tensors' bytes, a load the bytes it reads).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import os
 import pickle
@@ -85,12 +86,6 @@ COPY_AHEAD = 64 << 20
 _crc_lock = threading.Lock()
 
 
-def _join(base: str, name: str) -> str:
-    if _native.is_url(base):
-        return base.rstrip("/") + "/" + name
-    return os.path.join(base, name)
-
-
 def _bytes_of(t: torch.Tensor) -> memoryview:
     """The bytes of a contiguous CPU tensor, without a copy."""
     if t.numel() == 0:
@@ -125,9 +120,16 @@ class _Recorder:
 
 def _frame(t: torch.Tensor) -> Tuple[bytes, int, bytes]:
     """(head, data offset in the frame, tail) of ``torch.save(t)`` for a tensor whose storage is
-    exactly its bytes, made from an untouched tensor of the same layout (no data read)."""
-    shadow = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype)
-    rec = _Recorder(t.nbytes)
+    exactly its bytes: they depend on its layout alone (shape, strides, dtype), so tensors of
+    one layout share them."""
+    return _frame_of(tuple(t.size()), tuple(t.stride()), t.dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _frame_of(size: Tuple[int, ...], stride: Tuple[int, ...], dtype: torch.dtype) -> Tuple[bytes, int, bytes]:
+    """`_frame` of a layout, made from an untouched tensor of it (no data read)."""
+    shadow = torch.empty_strided(size, stride, dtype=dtype)
+    rec = _Recorder(shadow.nbytes)
     with _crc_lock:
         was = torch.serialization.get_crc32_options()
         torch.serialization.set_crc32_options(False)
@@ -169,14 +171,50 @@ class _Progress:
         self.cb(done, self.total)
 
 
-def _refuse_for_urls(path: str, **given: Any) -> None:
-    if _native.is_url(path):
-        bad = [k for k, v in given.items() if v]
-        if bad:
-            raise ValueError(f"{bad[0]}= applies to local folders, and {path} is a URL")
+class _Place:
+    """Where a checkpoint is (a folder or an ``s3://`` prefix) and how its files are reached:
+    what Writer and Reader share."""
+
+    def __init__(self, path: PathLike, what: str, memory: Union[int, str, None], mode: str, progress: Optional[Callable[[int, int], Any]], remote: Dict[str, Any], **local: Any) -> None:
+        self.path = _fspath(path)
+        self._remote = remote
+        _only_for_urls(self.path, **remote)
+        _only_for_files(self.path, what, mode=mode, **local)
+        self.memory = memory
+        self.mode = mode
+        self.progress = progress
+        self.rank: Optional[int] = None
+        self.use_collectives = True
+        self.report: Optional[Dict[str, Any]] = None
+
+    @property
+    def _url(self) -> bool:
+        return _native.is_url(self.path)
+
+    def _join(self, name: str) -> str:
+        return self.path.rstrip("/") + "/" + name if self._url else os.path.join(self.path, name)
+
+    def _open(self, name: str, access: str, **local: Any) -> Any:
+        """`name` in the checkpoint, opened through :func:`cacheless.open` with this place's
+        keywords (`mode=` and `local` for a folder's files, the store's for a URL's)."""
+        extra = self._remote if self._url else dict(local, mode=self.mode)
+        return _open(self._join(name), access, memory=self.memory, **extra)
+
+    def _reset_path(self, checkpoint_id: Union[PathLike, None]) -> None:
+        if checkpoint_id:
+            self.path = _fspath(checkpoint_id)
+
+    @property
+    def checkpoint_id(self) -> Union[str, "os.PathLike[str]"]:
+        return self.path
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Union[str, "os.PathLike[str]"]) -> bool:
+        p = _fspath(checkpoint_id)
+        return p.startswith("s3://") or "://" not in p
 
 
-class Writer(StorageWriter, BlockingAsyncStager):
+class Writer(_Place, StorageWriter, BlockingAsyncStager):
     """A DCP ``StorageWriter`` (and ``AsyncStager``, for ``dcp.async_save``): direct I/O,
     durable, atomic, nothing left in the page cache. ``path`` is a folder or an ``s3://`` prefix.
 
@@ -220,35 +258,23 @@ class Writer(StorageWriter, BlockingAsyncStager):
             raise ValueError("_extensions= (stream transforms) is not supported: cacheless.checkpoint.Writer writes plain torch.save frames, placed for direct I/O")
         if serialization_format is not None and getattr(serialization_format, "value", serialization_format) != "torch_save":
             raise ValueError(f"serialization_format={serialization_format} is not supported: cacheless.checkpoint.Writer writes DCP's torch.save frames (SerializationFormat.TORCH_SAVE)")
-        self.path = _fspath(path)
-        self._remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
-        _only_for_urls(self.path, **self._remote)
-        _only_for_files(self.path, "a checkpoint save", mode=mode)
-        _refuse_for_urls(self.path, sync_files=not sync_files)
+        remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
+        _Place.__init__(self, path, "a checkpoint save", memory, mode, progress, remote, sync_files=sync_files)
         self.single_file_per_rank = single_file_per_rank
         self.sync_files = sync_files
         self.thread_count = thread_count
         self.per_thread_copy_ahead = per_thread_copy_ahead
         self.overwrite = overwrite
-        self.memory = memory
-        self.mode = mode
-        self.progress = progress
         self.save_id = str(uuid.uuid4())
-        self.rank: Optional[int] = None
-        self.is_coordinator = True
-        self.use_collectives = True
-        self.report: Optional[Dict[str, Any]] = None
         self.finish_report: Optional[Dict[str, Any]] = None
 
     # -- what DCP calls ---------------------------------------------------------------------
 
     def reset(self, checkpoint_id: Union[PathLike, None] = None) -> None:
-        if checkpoint_id:
-            self.path = _fspath(checkpoint_id)
+        self._reset_path(checkpoint_id)
         self.save_id = str(uuid.uuid4())
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
-        self.is_coordinator = is_coordinator
         self.rank = kwargs.get("rank")
         self.use_collectives = kwargs.get("use_collectives", True)
 
@@ -258,17 +284,16 @@ class Writer(StorageWriter, BlockingAsyncStager):
         return METADATA
 
     def _exists(self, name: str) -> bool:
-        p = _join(self.path, name)
-        if not _native.is_url(p):
-            return os.path.exists(p)
+        if not self._url:
+            return os.path.exists(self._join(name))
         try:
-            with _open(p, "rb", **self._remote):
+            with self._open(name, "rb"):
                 return True
         except FileNotFoundError:
             return False
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
-        if not _native.is_url(self.path):
+        if not self._url:
             os.makedirs(self.path, exist_ok=True)
         if not self.overwrite and self._exists(METADATA if self.use_collectives else f"__0{METADATA}"):
             raise RuntimeError(f"{self.path}: a checkpoint is already there and overwrite=False")
@@ -300,29 +325,24 @@ class Writer(StorageWriter, BlockingAsyncStager):
             except BaseException as e:  # noqa: BLE001 - every failure reaches the caller
                 errors.append(e)
 
-        if self.thread_count > 1 and len(groups) > 1:
-            pending = list(range(len(groups)))
-            lock = threading.Lock()
+        pending = list(range(len(groups)))
+        lock = threading.Lock()
 
-            def worker() -> None:
-                while True:
-                    with lock:
-                        if not pending or errors:
-                            return
-                        i = pending.pop(0)
-                    one(i)
-
-            threads = [threading.Thread(target=worker) for _ in range(min(self.thread_count, len(groups)) - 1)]
-            for t in threads:
-                t.start()
-            worker()
-            for t in threads:
-                t.join()
-        else:
-            for i in range(len(groups)):
+        def worker() -> None:
+            while True:
+                with lock:
+                    if not pending or errors:
+                        return
+                    i = pending.pop(0)
                 one(i)
-                if errors:
-                    break
+
+        # This thread and thread_count - 1 more (none for one file) take the files in turn.
+        threads = [threading.Thread(target=worker) for _ in range(min(self.thread_count, len(groups)) - 1)]
+        for t in threads:
+            t.start()
+        worker()
+        for t in threads:
+            t.join()
         if errors:
             raise errors[0]
         done = [r for r in reports if r is not None]
@@ -334,7 +354,7 @@ class Writer(StorageWriter, BlockingAsyncStager):
             "items": len(plan.items),
             "seconds": time.monotonic() - started,
             "decision": done[0].get("decision") if done else None,
-            "synced": all(r.get("synced", False) for r in done) if not _native.is_url(self.path) else None,
+            "synced": None if self._url else all(r.get("synced", False) for r in done),
             "file_reports": done,
         }
         fut: Future = Future()
@@ -350,34 +370,24 @@ class Writer(StorageWriter, BlockingAsyncStager):
         metadata.storage_data = storage
         metadata.storage_meta = self.storage_meta()
         name = self._metadata_name()
-        target = _join(self.path, name)
         previous = self._previous_files(name)
-        with _open(target, "wb", memory=self.memory, **self._local(), **self._remote) as f:
+        with self._open(name, "wb", sync=self.sync_files) as f:
             f.write(pickle.dumps(metadata))
         rep = f.report or {}
         # The replaced checkpoint is gone now: its files that the new one does not name go too.
         keep = {si.relative_path for si in storage.values()}
         removed = []
-        if not _native.is_url(self.path):
+        if not self._url:
             for rel in sorted(previous - keep):
                 try:
                     os.unlink(os.path.join(self.path, rel))
                     removed.append(rel)
                 except FileNotFoundError:
                     pass
-        self.finish_report = {"path": target, "bytes": rep.get("bytes"), "seconds": time.monotonic() - started, "removed": removed, "decision": rep.get("decision")}
+        self.finish_report = {"path": self._join(name), "bytes": rep.get("bytes"), "seconds": time.monotonic() - started, "removed": removed, "decision": rep.get("decision")}
 
     def storage_meta(self) -> Optional[StorageMeta]:
         return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=self.save_id)
-
-    @property
-    def checkpoint_id(self) -> Union[str, "os.PathLike[str]"]:
-        return self.path
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Union[str, "os.PathLike[str]"]) -> bool:
-        p = _fspath(checkpoint_id)
-        return p.startswith("s3://") or "://" not in p
 
     def stage(self, state_dict: Dict[str, Any]) -> Dict[str, Any]:
         # The staged copy is on the CPU: nothing to copy ahead.
@@ -386,18 +396,12 @@ class Writer(StorageWriter, BlockingAsyncStager):
 
     # -- the files --------------------------------------------------------------------------
 
-    def _local(self) -> Dict[str, Any]:
-        if _native.is_url(self.path):
-            return {}
-        return {"mode": self.mode, "sync": self.sync_files}
-
     def _previous_files(self, name: str) -> set:
         """The files the checkpoint about to be replaced names (plain names in the folder only)."""
-        if _native.is_url(self.path):
+        if self._url:
             return set()
-        p = os.path.join(self.path, name)
         try:
-            with _open(p, "rb") as f:
+            with self._open(name, "rb") as f:
                 old = pickle.loads(f.readall())
         except (FileNotFoundError, pickle.UnpicklingError, EOFError, AttributeError):
             return set()
@@ -409,28 +413,24 @@ class Writer(StorageWriter, BlockingAsyncStager):
         return out
 
     def _write_file(self, name: str, items: List[WriteItem], planner: SavePlanner, prog: _Progress) -> Tuple[List[WriteResult], Dict[str, Any]]:
-        path = _join(self.path, name)
-        size = sum(_item_bytes(it) for it in items)
-        local = self._local()
-        if local:
-            local["size_hint"] = size + len(items) * (ALIGN + 1024)
+        size_hint = sum(_item_bytes(it) for it in items) + len(items) * (ALIGN + 1024)
         out: List[WriteResult] = []
-        with _open(path, "wb", memory=self.memory, **local, **self._remote) as f:
+        with self._open(name, "wb", sync=self.sync_files, size_hint=size_hint) as f:
+
+            def put(it: WriteItem, buf: memoryview) -> None:
+                """An item written whole where the file is (packed: no alignment)."""
+                out.append(WriteResult(index=it.index, size_in_bytes=len(buf), storage_data=_StorageInfo(name, f.tell(), len(buf))))
+                f.write(buf)
+
             large: List[WriteItem] = []
             for it in items:
                 if it.type == WriteItemType.BYTE_IO:
-                    data = planner.resolve_data(it)
-                    buf = data.getbuffer()
-                    at = f.tell()
-                    f.write(buf)
-                    out.append(WriteResult(index=it.index, size_in_bytes=len(buf), storage_data=_StorageInfo(name, at, len(buf))))
+                    put(it, planner.resolve_data(it).getbuffer())
                 elif _item_bytes(it) < LARGE:
                     t = _dense(planner.resolve_data(it)).cpu()
                     b = io.BytesIO()
                     torch.save(t, b)
-                    at = f.tell()
-                    f.write(b.getbuffer())
-                    out.append(WriteResult(index=it.index, size_in_bytes=len(b.getbuffer()), storage_data=_StorageInfo(name, at, len(b.getbuffer()))))
+                    put(it, b.getbuffer())
                     prog.add(t.nbytes)
                 else:
                     large.append(it)
@@ -450,7 +450,7 @@ class Writer(StorageWriter, BlockingAsyncStager):
                 out.append(WriteResult(index=it.index, size_in_bytes=length, storage_data=info))
                 del t
         rep = dict(f.report or {})
-        rep.setdefault("path", path)
+        rep.setdefault("path", self._join(name))
         return out, rep
 
     def _write_tensor(self, f: Any, t: torch.Tensor, prog: _Progress) -> None:
@@ -516,7 +516,7 @@ def _contiguous_range(size: Sequence[int], stride: Sequence[int], offsets: Seque
     return (first, count)
 
 
-class Reader(StorageReader):
+class Reader(_Place, StorageReader):
     """A DCP ``StorageReader``: reads what :class:`Writer` and DCP's ``FileSystemWriter`` write,
     from a folder or an ``s3://`` prefix, each rank only the bytes its load plan needs, with direct
     I/O, nothing left in the page cache. ``memory=``, ``mode=`` and the store's keywords are those
@@ -540,37 +540,24 @@ class Reader(StorageReader):
         retries: Optional[int] = None,
         read_timeout: Optional[float] = None,
     ) -> None:
-        super().__init__()
-        self.path = _fspath(path)
-        self._remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
-        _only_for_urls(self.path, **self._remote)
-        _only_for_files(self.path, "a checkpoint load", mode=mode)
-        self.memory = memory
-        self.mode = mode
-        self.progress = progress
+        StorageReader.__init__(self)
+        remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
+        _Place.__init__(self, path, "a checkpoint load", memory, mode, progress, remote)
         self.transforms = _StorageReaderTransforms(_extension_registry)
         self.storage_data: Dict[Any, Any] = {}
         self.load_id = str(uuid.uuid4())
-        self.rank: Optional[int] = None
-        self.use_collectives = True
-        self.report: Optional[Dict[str, Any]] = None
         self._gap = bytearray()
-
-    def _open(self, p: str) -> Any:
-        local = {} if _native.is_url(p) else {"mode": self.mode}
-        return _open(p, "rb", memory=self.memory, **local, **self._remote)
 
     def reset(self, checkpoint_id: Union[PathLike, None] = None) -> None:
         self.storage_data = {}
-        if checkpoint_id:
-            self.path = _fspath(checkpoint_id)
+        self._reset_path(checkpoint_id)
         self.load_id = str(uuid.uuid4())
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         rank = kwargs.get("rank")
         name = METADATA if rank is None else f"__{rank}{METADATA}"
-        p = _join(self.path, name)
-        with self._open(p) as f:
+        p = self._join(name)
+        with self._open(name, "rb") as f:
             raw = f.readall()
         try:
             md = pickle.loads(raw)
@@ -596,33 +583,26 @@ class Reader(StorageReader):
     def prepare_global_plan(self, plans: List[LoadPlan]) -> List[LoadPlan]:
         return plans
 
-    @property
-    def checkpoint_id(self) -> Union[str, "os.PathLike[str]"]:
-        return self.path
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Union[str, "os.PathLike[str]"]) -> bool:
-        p = _fspath(checkpoint_id)
-        return p.startswith("s3://") or "://" not in p
-
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> "Future[None]":
         started = time.monotonic()
-        per_file: Dict[str, List[ReadItem]] = {}
+        per_file: Dict[str, List[Tuple[int, int, ReadItem, Any]]] = {}
         for req in plan.items:
             info = self.storage_data[req.storage_index]
-            per_file.setdefault(info.relative_path, []).append(req)
-        total = sum(self.storage_data[r.storage_index].length for r in plan.items)
-        prog = _Progress(total, self.progress)
+            at, n, place = self._span(req, info)
+            per_file.setdefault(info.relative_path, []).append((at, n, req, place))
+        prog = _Progress(sum(n for spans in per_file.values() for _, n, _, _ in spans), self.progress)
         moved = 0
         decision = None
-        for rel, reqs in per_file.items():
+        for rel, spans in per_file.items():
             if "/" in rel or rel in ("", ".", ".."):
                 raise ValueError(f"{self.path}: the metadata names a file outside the checkpoint: {rel!r}")
-            p = _join(self.path, rel)
-            with self._open(p) as f:
+            p = self._join(rel)
+            with self._open(rel, "rb") as f:
                 decision = decision or f.decision
-                for req in sorted(reqs, key=lambda r: self.storage_data[r.storage_index].offset):
-                    moved += self._read_item(p, f, req, planner, prog)
+                for at, n, req, place in sorted(spans, key=lambda s: s[0]):
+                    self._read_item(p, f, at, n, req, place, planner)
+                    prog.add(n)
+                    moved += n
         self.report = {
             "rank": self.rank,
             "path": self.path,
@@ -635,6 +615,27 @@ class Reader(StorageReader):
         fut: Future = Future()
         fut.set_result(None)
         return fut
+
+    def _span(self, req: ReadItem, info: Any) -> Tuple[int, int, Any]:
+        """(offset, bytes) of what `req` needs of its file, and how the bytes become the tensor:
+        None for a whole frame to decode; else (dtype, shape of what is read, the function from
+        it to the requested box, whether the box is the bytes read)."""
+        layout = getattr(info, LAYOUT, None)
+        if req.type == LoadItemType.BYTE_IO or layout is None or info.transform_descriptors:
+            return info.offset, info.length, None
+        data_at, dtype_name, size, stride = layout
+        dtype = getattr(torch, dtype_name)
+        esize = torch._utils._element_size(dtype)
+        base = info.offset + data_at
+        run = _contiguous_range(size, stride, req.storage_offsets, req.lengths)
+        if run is not None:
+            first, count = run
+            return base + first * esize, count * esize, (dtype, (count,), lambda read: read.view(list(req.lengths)), True)
+        # A box that is not one run: the span that holds it, then narrowed.
+        numel = 1
+        for n in size:
+            numel *= n
+        return base, numel * esize, (dtype, (numel,), lambda read: narrow_tensor_by_index(read.as_strided(size, stride, 0), req.storage_offsets, req.lengths), False)
 
     def _read_exact(self, p: str, f: Any, at: int, buf: Any, n: int) -> None:
         if n == 0:
@@ -653,18 +654,17 @@ class Reader(StorageReader):
         if got != n:
             raise ValueError(f"{p}: truncated: {n} bytes wanted at offset {at}, {got} there")
 
-    def _read_item(self, p: str, f: Any, req: ReadItem, planner: LoadPlanner, prog: _Progress) -> int:
+    def _read_item(self, p: str, f: Any, at: int, n: int, req: ReadItem, place: Any, planner: LoadPlanner) -> None:
+        """Reads `n` bytes at `at` for `req` and hands them to the planner as `place` says (see
+        :meth:`_span`)."""
         info = self.storage_data[req.storage_index]
-        layout = getattr(info, LAYOUT, None)
-        if req.type == LoadItemType.BYTE_IO or layout is None or info.transform_descriptors:
-            raw = bytearray(info.length)
-            self._read_exact(p, f, info.offset, raw, info.length)
-            prog.add(info.length)
-            stream: Any = io.BytesIO(raw)
-            stream = self.transforms.transform_load_stream(req, info.transform_descriptors or (), stream)
+        if place is None:
+            raw = bytearray(n)
+            self._read_exact(p, f, at, raw, n)
+            stream: Any = self.transforms.transform_load_stream(req, info.transform_descriptors or (), io.BytesIO(raw))
             if req.type == LoadItemType.BYTE_IO:
                 planner.load_bytes(req, io.BytesIO(stream.read()))
-                return info.length
+                return
             if not stream.seekable():
                 stream = io.BytesIO(stream.read())
             tensor = torch.load(stream, map_location="cpu", weights_only=True)
@@ -674,35 +674,16 @@ class Reader(StorageReader):
                 raise ValueError(f"{p}: {req.storage_index.fqn} is {tuple(tensor.size())} where the load plan wants {tuple(target.size())}")
             target.copy_(tensor)
             planner.commit_tensor(req, target)
-            return info.length
-        data_at, dtype_name, size, stride = layout
-        dtype = getattr(torch, dtype_name)
-        esize = torch._utils._element_size(dtype)
-        base = info.offset + data_at
+            return
+        dtype, shape, box, exact = place
         target = planner.resolve_tensor(req).detach()
         if list(target.size()) != list(req.lengths):
             raise ValueError(f"{p}: {req.storage_index.fqn}: the load plan's box {list(req.lengths)} does not fit its target {list(target.size())}")
-        run = _contiguous_range(size, stride, req.storage_offsets, req.lengths)
-        if run is not None:
-            first, count = run
-            n = count * esize
-            if target.dtype == dtype and target.is_contiguous() and target.device.type == "cpu":
-                self._read_exact(p, f, base + first * esize, _bytes_of(target), n)
-            else:
-                tmp = torch.empty(count, dtype=dtype)
-                self._read_exact(p, f, base + first * esize, _bytes_of(tmp), n)
-                target.copy_(tmp.view(target.size()))
-            prog.add(n)
-            planner.commit_tensor(req, target)
-            return n
-        # A box that is not one run: read the span that holds it, then narrow.
-        numel = 1
-        for s in size:
-            numel *= s
-        whole = torch.empty(numel, dtype=dtype)
-        self._read_exact(p, f, base, _bytes_of(whole), numel * esize)
-        saved = whole.as_strided(size, stride, 0)
-        target.copy_(narrow_tensor_by_index(saved, req.storage_offsets, req.lengths))
-        prog.add(numel * esize)
+        if exact and target.dtype == dtype and target.is_contiguous() and target.device.type == "cpu":
+            # Straight into the destination.
+            self._read_exact(p, f, at, _bytes_of(target), n)
+        else:
+            read = torch.empty(shape, dtype=dtype)
+            self._read_exact(p, f, at, _bytes_of(read), n)
+            target.copy_(box(read))
         planner.commit_tensor(req, target)
-        return numel * esize
