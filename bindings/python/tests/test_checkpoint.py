@@ -21,6 +21,7 @@ from conftest import REPO, disk_folder, fraction_cached, require, require_module
 
 torch = require_module("torch", "cacheless.checkpoint plugs into torch.distributed.checkpoint")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
+import cacheless  # noqa: E402
 import cacheless.checkpoint as cc  # noqa: E402
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 
@@ -203,6 +204,9 @@ def test_options_a_door_cannot_honour_are_refused_before_anything_moves(tmp_path
         cc.Writer("s3://bucket/ck", sync_files=False)
     with pytest.raises(ValueError, match="mode"):
         cc.Reader("s3://bucket/ck", mode="direct")
+    # A web server takes no uploads: refused when the writer is made, before DCP plans anything.
+    with pytest.raises(cacheless.UnsupportedError, match="web server"):
+        cc.Writer("http://127.0.0.1:1/ck")
     assert not (tmp_path / "x").exists()
 
 
@@ -227,3 +231,24 @@ def test_s3_prefix_saved_by_two_ranks_loads_by_one_and_two_and_the_aws_cli_sees_
     target = dcp_worker.distributed(dcp_worker.full(9), None, fill=0)
     dcp.load(target, storage_reader=dcp.FileSystemReader(got))
     dcp_worker.same(target, dcp_worker.full(9))
+
+
+def test_http_serves_a_checkpoint_ours_or_dcp_s_that_loads_equal(disk):
+    """The http:// door: checkpoints written by our writer and by DCP's, served by nginx, load
+    through our reader equal to DCP's own load of the same folders."""
+    require("http", "CACHELESS_TEST_HTTP" in os.environ, "CACHELESS_TEST_HTTP is not set (scripts/test starts the servers)")
+    served = Path(os.environ["CACHELESS_TEST_HTTP_ROOT"])
+    name = f"dcp-{os.getpid()}-{disk.name}"
+    dcp.save(dcp_worker.full(4), storage_writer=cc.Writer(served / name / "ours"))
+    dcp.save(dcp_worker.full(4), storage_writer=dcp.FileSystemWriter(served / name / "dcp"))
+    try:
+        for kind in ("ours", "dcp"):
+            ref = dcp_worker.distributed(dcp_worker.full(4), None, fill=0)
+            dcp.load(ref, storage_reader=dcp.FileSystemReader(served / name / kind))
+            got = dcp_worker.distributed(dcp_worker.full(4), None, fill=0)
+            r = cc.Reader(f"{os.environ['CACHELESS_TEST_HTTP']}/{name}/{kind}")
+            dcp.load(got, storage_reader=r)
+            dcp_worker.same(got, ref)
+            assert r.report["decision"]["mode"] == "remote" and r.report["bytes"] > 0, r.report
+    finally:
+        shutil.rmtree(served / name, ignore_errors=True)

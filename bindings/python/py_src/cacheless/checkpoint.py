@@ -44,6 +44,7 @@ its tensors' bytes, a load the bytes it reads).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import io
 import os
@@ -260,6 +261,9 @@ class Writer(_Place, StorageWriter, BlockingAsyncStager):
             raise ValueError(f"serialization_format={serialization_format} is not supported: cacheless.checkpoint.Writer writes DCP's torch.save frames (SerializationFormat.TORCH_SAVE)")
         remote = _remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)
         _Place.__init__(self, path, "a checkpoint save", memory, mode, progress, remote, sync_files=sync_files)
+        if self._url and not self.path.startswith("s3://"):
+            # Refused here, before DCP plans anything, as the upload would be at the first file.
+            raise _native.UnsupportedError(errno.EOPNOTSUPP, "a checkpoint is saved into a folder or an s3:// prefix; a web server takes no uploads", self.path)
         self.single_file_per_rank = single_file_per_rank
         self.sync_files = sync_files
         self.thread_count = thread_count
