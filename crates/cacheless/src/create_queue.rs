@@ -8,9 +8,9 @@
 //! once it contends in the kernel (the directory and the inode allocator), so one worker in
 //! the background is the best of both.
 //!
-//! A file an extraction's checksum gate would park once finished (it holds as many files open
-//! as it may: see [`FileCreator::with_gate`](crate::FileCreator::with_gate)) is created the same
-//! way under its temporary name instead (an openat with O_CREAT | O_EXCL), and renamed when
+//! A file its creator's [`Keeper`](crate::Keeper) would park once finished (an extraction's
+//! checksum gate that holds as many files open as it may) is created the same way under its
+//! temporary name instead (an openat with O_CREAT | O_EXCL), and renamed when
 //! named.
 //!
 //! Where io_uring is unavailable or switched off (`CACHELESS_DISABLE=uring`), where files are
@@ -194,10 +194,10 @@ impl CreateQueue {
         if self.queue.as_ref().is_some_and(|q| q.in_flight() >= DEPTH) {
             self.collect(1).map_err(|e| Error::io("create", display_path, e))?;
         }
-        // A file the gate would park once finished (see `FileCreator::with_gate`) is created
-        // under its temporary name now: a rename names it later, where parking would cost a
-        // link and a rename.
-        let temp = if self.creator.holds_all_it_may() {
+        // A file the creator's keeper would park once finished (see `Keeper`) is created under
+        // its temporary name now: a rename names it later, where parking would cost a link and
+        // a rename.
+        let temp = if self.creator.prefers_temporary() {
             // Held by its own lock while open, then (parked) by its job's claim on a folder
             // above it.
             let t = sys::temps::temp_name(name);
@@ -408,6 +408,19 @@ mod tests {
         i.to_le_bytes().iter().copied().cycle().take(i as usize * 10).collect()
     }
 
+    /// A keeper that names every file at once, and wants them created under temporary names.
+    struct Temporaries;
+
+    impl crate::Keeper for Temporaries {
+        fn keep(&self, _: u64, file: PendingFile, then: crate::Published) {
+            then(file.publish(false));
+        }
+        fn synced(&self) {}
+        fn prefers_temporary(&self) -> bool {
+            true
+        }
+    }
+
     fn publishing() -> FileCreator {
         FileCreator::new(CreateOptions { durability: Durability::NamedAfterSync { write_back: Some(1 << 20) }, ..CreateOptions::new() })
     }
@@ -474,86 +487,19 @@ mod tests {
         assert_eq!(cacheless_testkit::open_in(d.path()), Vec::<PathBuf>::new(), "every descriptor the requests opened is closed");
     }
 
-    /// A request that fails in the kernel (its directory was removed) fails its take, naming the
-    /// file, and the queue goes on with the next.
-    /// Past the files a checksum gate holds open, the queue creates files under temporary
-    /// names: they stay there (their descriptors closed) until the gate passes them, then take
-    /// their names; an abandoned one leaves nothing, and those the gate never passes go.
-    #[test]
-    fn past_the_files_a_gate_holds_open_files_are_made_under_temporary_names() {
-        use std::sync::atomic::AtomicU64;
-        for passes in [true, false] {
-            let d = tempfile::tempdir().unwrap();
-            let dir = open_dir(d.path());
-            let gate = Arc::new(AtomicU64::new(0));
-            let opts = CreateOptions { durability: Durability::NamedAfterSync { write_back: Some(1 << 20) }, ..CreateOptions::new() };
-            let creator = FileCreator::with_gate(opts, gate.clone(), 4);
-            let mut q = CreateQueue::new(&creator);
-            let named = Arc::new(AtomicUsize::new(0));
-            for i in 0..20u32 {
-                let name = format!("f{i:02}");
-                let t = q.push(dir.clone(), OsStr::new(&name), Path::new(&name), 100, FileAttrs { permissions: Some(0o644), ..FileAttrs::default() }).unwrap();
-                if i % 5 == 4 {
-                    drop(t);
-                    continue;
-                }
-                let mut f = q.take(t).unwrap();
-                f.write_at(&content(i + 1), 0).unwrap();
-                f.hold_until(u64::from(i) + 1);
-                let n = named.clone();
-                f.finish_then(Box::new(move |r| {
-                    if r.is_ok() {
-                        n.fetch_add(1, Ordering::Relaxed);
-                    }
-                }))
-                .unwrap();
-                // Synced: held by the gate from now on.
-                creator.publish_now();
-            }
-            drop(q);
-            let names = || {
-                let mut v: Vec<String> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-                v.sort();
-                v
-            };
-            let waiting = names();
-            assert_eq!(waiting.len(), 16 - 4, "all but the four held open wait under temporary names: {waiting:?}");
-            assert!(waiting.iter().all(|n| n.starts_with(".f") && n.ends_with(".tmp")), "{waiting:?}");
-            assert_eq!(named.load(Ordering::Relaxed), 0);
-            if passes {
-                gate.store(u64::MAX, Ordering::Release);
-                creator.publish_now();
-                let want: Vec<String> = (0..20u32).filter(|i| i % 5 != 4).map(|i| format!("f{i:02}")).collect();
-                assert_eq!(names(), want);
-                for i in (0..20u32).filter(|i| i % 5 != 4) {
-                    assert_eq!(std::fs::read(d.path().join(format!("f{i:02}"))).unwrap(), content(i + 1));
-                }
-                assert_eq!(named.load(Ordering::Relaxed), 16);
-            } else {
-                let removed = creator.discard_held(|p| Error::io("verify", p, io::Error::other("checksum")));
-                assert!(removed.is_empty());
-                assert_eq!(names(), Vec::<String>::new(), "nothing the gate did not pass is left");
-            }
-            drop(creator);
-            assert_eq!(cacheless_testkit::open_in(d.path()), Vec::<PathBuf>::new());
-        }
-    }
-
     /// A failed submission is charged to the requests it left in the ring, which the kernel
     /// runs with the next one: those files fail with the error, naming themselves, and what
     /// the kernel made for them (under temporary names) is removed; the others are whole.
     #[test]
     fn a_failed_submission_fails_its_files_and_leaves_nothing_they_made() {
-        use std::sync::atomic::AtomicU64;
         if !cacheless_testkit::require("uring", crate::caps::system().uring.as_ref().map(|_| ()).map_err(|u| u.reason.clone())) {
             return;
         }
         let d = tempfile::tempdir().unwrap();
         let dir = open_dir(d.path());
-        let gate = Arc::new(AtomicU64::new(u64::MAX));
         let opts = CreateOptions { durability: Durability::NamedAfterSync { write_back: Some(1 << 20) }, ..CreateOptions::new() };
-        // Holding no file open: every file is made under a temporary name.
-        let creator = FileCreator::with_gate(opts, gate, 0);
+        // Every file is made under a temporary name.
+        let creator = FileCreator::with_keeper(opts, Arc::new(Temporaries));
         let mut q = CreateQueue::new(&creator);
         backend::fail_submit(1, libc::ENXIO);
         let tickets: Vec<_> = (0..24u32)
@@ -584,6 +530,8 @@ mod tests {
         assert_eq!(cacheless_testkit::open_in(d.path()), Vec::<PathBuf>::new());
     }
 
+    /// A request that fails in the kernel (its directory was removed) fails its take, naming the
+    /// file, and the queue goes on with the next.
     #[test]
     fn a_failed_request_fails_its_take_naming_the_file() {
         let d = tempfile::tempdir().unwrap();

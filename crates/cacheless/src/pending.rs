@@ -206,7 +206,7 @@ impl PendingFile {
     /// Puts a complete, durable file that is to wait for its name under a temporary name (if
     /// it has none) and closes it: a [`Parked`] file holds no descriptor of its own. Back as it
     /// was where it cannot be (no link could be made).
-    pub(crate) fn park(mut self) -> std::result::Result<Parked, PendingFile> {
+    pub fn park(mut self) -> std::result::Result<Parked, PendingFile> {
         let Some(at) = self.identity() else { return Err(self) };
         // Closed, its own lock goes: what holds it from now is the claim its job keeps on a
         // folder above it (extract claims its destination; see `crate::temps`), which costs no
@@ -223,28 +223,61 @@ impl PendingFile {
         Ok(Parked { at, tmp, settled: false })
     }
 
-    /// Where it is to be named, and which inode it is, for a caller that names it before its
-    /// input is verified (see `FileCreator::release_held`).
-    pub(crate) fn identity(&self) -> Option<Named> {
+    /// Where it is to be named, and which inode it is: for a caller that names it before it
+    /// knows it may keep it, and removes it again by [`Named::remove_if_same`] if it may not.
+    pub fn identity(&self) -> Option<Named> {
         use std::os::unix::fs::MetadataExt;
         let m = self.file.metadata().ok()?;
         Some(Named { dir: self.dir.clone(), name: self.name.clone(), path: self.path.clone(), id: (m.dev(), m.ino()) })
     }
 }
 
-/// Where a file is to be named, and which inode it is.
-#[derive(Clone)]
-pub(crate) struct Named {
-    pub dir: Arc<OwnedFd>,
-    pub name: OsString,
-    pub path: PathBuf,
+/// Where a file is (to be) named, and which inode it is: what removes a name given before its
+/// time, should the file not be kept ([`Named::remove_if_same`]).
+#[derive(Clone, Debug)]
+pub struct Named {
+    dir: Arc<OwnedFd>,
+    name: OsString,
+    path: PathBuf,
     /// Device and inode.
-    pub id: (u64, u64),
+    id: (u64, u64),
+}
+
+impl Named {
+    /// `name` in `dir` as it is now (not followed where it is a symlink); `path` names it.
+    /// `None` where nothing is there.
+    pub fn of(dir: &Arc<OwnedFd>, name: &OsStr, path: &Path) -> Option<Named> {
+        let st = sys::statat(&**dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        Some(Named { dir: dir.clone(), name: name.to_os_string(), path: path.to_path_buf(), id: (st.st_dev, st.st_ino) })
+    }
+
+    /// The path that names it in messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether `other` is the same inode.
+    pub fn same_file(&self, other: &Named) -> bool {
+        self.id == other.id
+    }
+
+    /// The folder it is named in.
+    pub fn dir(&self) -> &Arc<OwnedFd> {
+        &self.dir
+    }
+
+    /// Removes the name where it still names the same inode (nobody replaced it since), and
+    /// says whether it did.
+    pub fn remove_if_same(&self) -> bool {
+        let same = sys::statat(&*self.dir, self.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| (st.st_dev, st.st_ino) == self.id);
+        same && sys::unlinkat(&*self.dir, self.name.as_os_str(), AtFlags::empty()).is_ok()
+    }
 }
 
 /// A complete, durable file waiting for its name under a temporary one, its descriptor closed
 /// (see [`PendingFile::park`]): renamed when published, removed when dropped.
-pub(crate) struct Parked {
+#[derive(Debug)]
+pub struct Parked {
     at: Named,
     tmp: OsString,
     settled: bool,
@@ -252,7 +285,7 @@ pub(crate) struct Parked {
 
 impl Parked {
     /// Renames it to its final name (see [`PendingFile::publish`]).
-    pub(crate) fn publish(mut self) -> Result<()> {
+    pub fn publish(mut self) -> Result<()> {
         let r = sys::publish(self.at.dir.as_fd(), &self.tmp, &self.at.name, &self.at.path, false).map_err(|u| {
             self.settled = u.renamed;
             *u.error
@@ -264,7 +297,7 @@ impl Parked {
     }
 
     /// Where it is to be named.
-    pub(crate) fn identity(&self) -> &Named {
+    pub fn identity(&self) -> &Named {
         &self.at
     }
 }

@@ -100,7 +100,7 @@ pub struct FdPlan {
     /// Directories kept open by the resolver.
     pub dirs: usize,
     /// Finished files kept open while they wait for their input's checksums (an extraction
-    /// from a compressed archive; see `FileCreator::with_gate`); those past it wait under
+    /// from a compressed archive; see the archive's `Gate`); those past it wait under
     /// temporary names, which costs a rename each.
     pub held: usize,
 }

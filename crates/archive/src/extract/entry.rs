@@ -743,7 +743,7 @@ impl Ctx<'_> {
                     .create_with(&rel, self.opts.keep_old_files, "linkat", |d, n| sys::linkat(&tfd, OsStr::from_bytes(&tname), d, n, AtFlags::empty()))?;
                 // A link to a file named before the archive's checksums reached it goes with
                 // it, should they fail.
-                self.sh.creator.note_link(&pfd, last_name(&rel), &rel.to_path());
+                self.sh.gate.note_link(&pfd, last_name(&rel), &rel.to_path());
                 self.report.hardlinks += 1;
             }
             Kind::Fifo | Kind::CharDev | Kind::BlockDev => {
@@ -796,7 +796,7 @@ impl Ctx<'_> {
         if self.sh.in_flight.pending(rel) {
             self.flush_batch();
         }
-        let creator = &self.sh.creator;
+        let (creator, gate) = (&self.sh.creator, &self.sh.gate);
         // Named after the batch's syncfs; a file that is held until the archive's checksums
         // reach it is named now (this member needs its name: a hard link to it, or it replaces
         // it), and removed again if they never do.
@@ -804,7 +804,7 @@ impl Ctx<'_> {
         let publish = || {
             creator.publish_now();
             if in_flight.pending(rel) {
-                creator.release_held();
+                gate.release_held();
             }
         };
         match self.sh.in_flight.settle(rel, &self.sh.progress, publish) {

@@ -2,6 +2,7 @@
 //! creator for small files, the streaming `Writer` for large ones), its owner, mode and times,
 //! and what the workers share with the parser's thread.
 
+use super::gate::Gate;
 use cacheless::sys;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -310,7 +311,7 @@ pub(super) enum Settled {
 impl InFlight {
     /// Records that the file `rel` is being written; its ticket settles it.
     /// `until`: where the file's data ends in the tar stream (it is named once the archive's
-    /// checksums have verified that far, see `cacheless::FileCreator::with_gate`).
+    /// checksums have verified that far, see `super::gate::Gate`).
     pub(super) fn begin(self: &Arc<Self>, rel: &RelPath, until: u64) -> Ticket {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.issued += 1;
@@ -430,6 +431,8 @@ impl Failures {
 /// What the parser's thread and the workers share.
 pub(super) struct Shared {
     pub creator: FileCreator,
+    /// Where the creator's durable files wait for the archive's checksums.
+    pub gate: Arc<Gate>,
     pub progress: Arc<Progress>,
     failures: Arc<Failures>,
     /// Warnings from the workers (the first 1000).
@@ -445,9 +448,10 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub(super) fn new(creator: FileCreator, progress: Arc<Progress>) -> Shared {
+    pub(super) fn new(creator: FileCreator, gate: Arc<Gate>, progress: Arc<Progress>) -> Shared {
         Shared {
             creator,
+            gate,
             progress,
             failures: Arc::default(),
             warnings: Mutex::default(),
@@ -567,7 +571,7 @@ impl Shared {
         // The ticket goes with the file once it is finished: its callback settles it.
         let res = match res {
             Ok(()) => {
-                file.hold_until(ticket.until);
+                file.keep_with(ticket.until);
                 file.finish_then(self.on_published(rel, ticket)).map_err(Some)
             }
             Err(e) => {
@@ -596,7 +600,7 @@ impl Shared {
         });
         let res = res.map(|(rep, pending)| {
             let until = ticket.until;
-            self.creator.publish_after_sync_until(pending, rep.bytes, until, self.on_published(rel, ticket));
+            self.creator.publish_after_sync_keyed(pending, rep.bytes, until, self.on_published(rel, ticket));
             rep
         });
         self.done(rel, res);

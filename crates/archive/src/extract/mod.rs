@@ -34,6 +34,7 @@
 //! descriptors are the engine's `cacheless::pool`.
 
 mod entry;
+mod gate;
 mod jobs;
 mod options;
 mod shares;
@@ -53,6 +54,7 @@ pub use crate::modes::ModeCounts;
 use crate::source::{self, Input};
 use crate::tarparse::Parser;
 use entry::{Ctx, Fail};
+use gate::Gate;
 use jobs::{apply_meta, Shared, Why};
 pub use options::{ExtractOptions, ExtractReport};
 use shares::Shares;
@@ -122,16 +124,16 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     // A file takes its name only once every checksum covering its bytes has passed (the gzip
     // member's, the zstd or LZ4 frame's, the xz or bzip2 stream's): a corrupt or truncated
     // archive leaves none of the files its bad part made.
-    let creator = FileCreator::with_gate(
+    let gate = Arc::new(Gate::new(stream.verified(), opts.held_open.map_or(plan.held, |n| n.min(plan.held))));
+    let creator = FileCreator::with_keeper(
         CreateOptions {
             mode: opts.io.mode,
             durability: Durability::NamedAfterSync { write_back: (opts.batch_writeback > 0).then_some(opts.batch_writeback) },
             deferred_drops: plan.deferred,
         },
-        stream.verified(),
-        opts.held_open.map_or(plan.held, |n| n.min(plan.held)),
+        gate.clone(),
     );
-    let sh = Arc::new(Shared::new(creator, progress.clone()));
+    let sh = Arc::new(Shared::new(creator, gate, progress.clone()));
     let pool = Pool::new(plan.threads, plan.queue, &sh)?;
     let report = ExtractReport {
         source: info,
@@ -273,7 +275,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
         Some(Error::Interrupted { .. }) => "interrupted before the archive's checksums covering its data were read",
         _ => "the archive's checksums covering its data did not pass (corrupt or truncated compressed stream)",
     };
-    for early in sh.creator.discard_held(|p| cacheless::Error::new(cacheless::ErrorKind::Io, "verify", p, why)) {
+    for early in sh.gate.discard_held(|p| cacheless::Error::new(cacheless::ErrorKind::Io, "verify", p, why)) {
         sh.fail(format!("{}: named before its data was verified (another member needed it), then {why}: removed", early.display()));
     }
     report.interrupted = matches!(report.fatal_error, Some(Error::Interrupted { .. }));

@@ -8,21 +8,26 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::SystemTime;
 
 use crate::buf::AlignedBuf;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fault::{self, Step};
-use crate::pending::{initial_mode, Named, Naming, Parked, PendingFile};
+use crate::pending::{Naming, PendingFile};
 use crate::plan::{self, Plan};
 use crate::policy::{self, Decision, Mode, Reason, Taken};
 use crate::progress::Progress;
 use crate::residency;
 use crate::sys;
 use crate::write::WriteReport;
+
+mod attrs;
+mod batch;
+
+pub use attrs::FileAttrs;
+use attrs::{for_last_dir, LastDir};
+pub use batch::{sync_filesystem, Keeper, Published};
+use batch::{Batch, Batched};
 
 /// Direct writes from memory that is not aligned for O_DIRECT go through an aligned bounce
 /// buffer of at most this size.
@@ -124,131 +129,6 @@ impl CreateOptions {
 }
 
 /// Bytes of files waiting for their name before their batch is synced, when
-/// [`Durability::AtTheEnd`] does not say.
-const PUBLISH_BATCH: u64 = 32 << 20;
-
-/// Called once a file waiting for its name got it (`Ok`), or did not (the batch's syncfs or the
-/// rename failed: the file is removed, the error names it).
-pub type Published = Box<dyn FnOnce(Result<()>) + Send>;
-
-/// A finished file in the batch: open (the batch's syncfs needs a descriptor of a file, as a
-/// directory may be open with O_PATH only), its pages to drop once written back, and its name
-/// to give.
-struct Batched {
-    file: Arc<File>,
-    drop_pages: bool,
-    publish: Option<(PendingFile, Published)>,
-    /// The position in the gate's input the file's data ends at (see [`FileCreator::with_gate`]).
-    until: u64,
-}
-
-/// A durable file waiting for the gate to pass it (see [`FileCreator::with_gate`]): open, or
-/// parked under a temporary name with its descriptor closed, so that however many wait, they
-/// hold few descriptors.
-enum Held {
-    Open(PendingFile),
-    Parked(Parked),
-}
-
-impl Held {
-    fn path(&self) -> &Path {
-        match self {
-            Held::Open(p) => p.path(),
-            Held::Parked(p) => &p.identity().path,
-        }
-    }
-
-    /// The folder it is to be named in.
-    fn dir(&self) -> &Arc<OwnedFd> {
-        match self {
-            Held::Open(p) => p.dir(),
-            Held::Parked(p) => &p.identity().dir,
-        }
-    }
-
-    /// What removes it by name should the gate never pass `until` once it is named.
-    fn early(&self, until: u64) -> Option<Early> {
-        let at = match self {
-            Held::Open(p) => p.identity()?,
-            Held::Parked(p) => p.identity().clone(),
-        };
-        Some(Early { until, at })
-    }
-
-    fn publish(self) -> Result<()> {
-        match self {
-            Held::Open(p) => p.publish(false),
-            Held::Parked(p) => p.publish(),
-        }
-    }
-}
-
-/// What the gate holds back: files in the order they joined, and the names given before the
-/// gate passed them (a caller needed the name: see [`FileCreator::release_held`]).
-#[derive(Default)]
-struct Gated {
-    files: VecDeque<(u64, Held, Published)>,
-    open: usize,
-    /// Held files kept open at most; the ones after them are parked.
-    open_max: usize,
-    early: Vec<Early>,
-}
-
-/// A file named before the gate passed it: where, and which inode, to remove it if the gate
-/// never does.
-struct Early {
-    until: u64,
-    at: Named,
-}
-
-/// The files waiting for the batch's syncfs, and their bytes.
-#[derive(Default)]
-struct Batch {
-    files: Vec<Batched>,
-    bytes: u64,
-}
-
-impl std::fmt::Debug for Gated {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gated").field("files", &self.files.len()).field("early", &self.early.len()).finish()
-    }
-}
-
-impl std::fmt::Debug for Batch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batch").field("files", &self.files.len()).field("bytes", &self.bytes).finish()
-    }
-}
-
-/// Attributes a file gets when it is created and when it is finished.
-#[derive(Debug, Clone, Default)]
-pub struct FileAttrs {
-    /// Permission bits set when it is finished. Default: those it was created with (see
-    /// `create`).
-    pub permissions: Option<u32>,
-    /// Modification time.
-    pub mtime: Option<SystemTime>,
-    /// Access time.
-    pub atime: Option<SystemTime>,
-    /// The mode it is created with, before the umask (or its directory's default ACL) takes
-    /// its part, as open(2) takes it: GNU cp creates a copy with its source's permission bits.
-    /// Default: 0666 where `permissions` is not given (the file keeps what the umask leaves),
-    /// else owner-only until it gets those. See [`FileAttrs::create_perm`].
-    pub create: Option<u32>,
-}
-
-impl FileAttrs {
-    /// The permission bits a file is created with, the one rule for every file the engine
-    /// makes: never wider than the ones it ends with (`permissions`, where given), and
-    /// owner-only (0600) where those are set only at the end and no creation mode was asked
-    /// for, so nobody else reads it half-written; never a set-ID or sticky bit (those come at
-    /// the end). Without either, 0666: the umask makes the file what it will stay. (A file
-    /// created without a name, which nobody can open, may get its final bits at once: see
-    /// [`FileCreator::create`].)
-    pub fn create_perm(&self) -> u32 {
-        initial_mode(self.permissions, self.create)
-    }
-}
 
 /// Creates and writes whole files, from many threads at once.
 ///
@@ -287,39 +167,18 @@ struct Shared {
     exact_dir: LastDir<bool>,
     /// The last directory asked about in [`FileCreator::owner_in`] and the owner its new files get.
     owner_dir: LastDir<(u32, u32)>,
-    /// How far the input files are made from has passed its checksums (see
-    /// [`FileCreator::with_gate`]); `None`: no gate.
-    gate: Option<Arc<AtomicU64>>,
-    /// The files the gate holds back.
-    gated: Mutex<Gated>,
+    /// Who takes the files once their batch's syncfs made them durable (see [`Keeper`]);
+    /// `None`: they are named then.
+    keeper: Option<Arc<dyn Keeper>>,
+}
+
+impl std::fmt::Debug for dyn Keeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Keeper")
+    }
 }
 
 impl Shared {
-    /// Keeps `file` open for a later drop of its pages, dropping the oldest one kept over the limit.
-    fn defer(&self, file: Arc<File>) {
-        let old = {
-            let mut q = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
-            q.push_back(file);
-            if q.len() > self.opts.deferred_drops {
-                q.pop_front()
-            } else {
-                None
-            }
-        };
-        if let Some(f) = old {
-            // Best effort: a failed drop loses no data.
-            let _ = residency::drop_range(&f, 0, 0);
-        }
-    }
-
-    fn drop_deferred(&self) {
-        self.write_back_batch();
-        let files: Vec<Arc<File>> = self.deferred.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
-        for f in files {
-            let _ = residency::drop_range(&f, 0, 0);
-        }
-    }
-
     /// Whether a file of `size_hint` bytes that auto writes uncached is batched instead.
     fn batches(&self, size_hint: u64) -> bool {
         self.opts.durability.write_back() > 0 && self.opts.mode == Mode::Auto && size_hint < policy::SMALL_WRITE
@@ -345,178 +204,11 @@ impl Shared {
     fn publishes(&self) -> bool {
         self.opts.durability.names_after_sync()
     }
-
-    /// Adds a finished file to the batch (its pages to drop, its name to give), writing the
-    /// batch back once it is full.
-    fn add_to_batch(&self, entry: Batched, bytes: u64) {
-        let full = {
-            let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
-            b.files.push(entry);
-            b.bytes += bytes;
-            let max_bytes = match self.opts.durability.write_back() {
-                0 => PUBLISH_BATCH,
-                n => n,
-            };
-            b.bytes >= max_bytes || b.files.len() >= self.opts.deferred_drops.max(1)
-        };
-        if full {
-            self.write_back_batch();
-        }
-    }
-
-    /// Syncs the filesystem of the batched files, then names those waiting for their name and
-    /// drops the pages of the others (clean now). The page drops are best effort: the data is
-    /// in the files whatever happens here. A file waiting for its name is named only after a
-    /// syncfs that succeeded (and found the filesystem still writable); else it is removed and
-    /// its callback gets the error. Without such files the result of the syncfs is not needed
-    /// here: a writeback error is reported to whoever makes the files durable (syncfs reports
-    /// it to every descriptor of the filesystem opened before it).
-    fn write_back_batch(&self) {
-        let batch = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|e| e.into_inner()));
-        let Some(first) = batch.files.first() else {
-            // Nothing to sync; what was held may be passed by now.
-            self.release(self.passed());
-            return;
-        };
-        let synced = if batch.files.iter().any(|b| b.publish.is_some()) {
-            sys::syncfs(first.file.as_fd())
-        } else {
-            if !fault::skipped(Step::Syncfs) {
-                sys::write_back(first.file.as_fd());
-            }
-            Ok(())
-        };
-        let passed = self.passed();
-        for b in batch.files {
-            if let Some((pending, then)) = b.publish {
-                match &synced {
-                    // Durable, but its input not yet verified: held back (see `with_gate`).
-                    Ok(()) if b.until > passed => self.hold(b.until, pending, then),
-                    Ok(()) => then(pending.publish(false)),
-                    // Dropping `pending` removes its temporary.
-                    Err(e) => then(Err(Error::io("syncfs", pending.path(), io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))))),
-                }
-            }
-            if b.drop_pages {
-                let _ = residency::drop_range(&b.file, 0, 0);
-            }
-        }
-        self.release(passed);
-    }
-
-    /// Whether the gate holds as many files open as it may: the next ones are parked.
-    fn holds_all_it_may(&self) -> bool {
-        self.gate.is_some() && {
-            let g = self.gated.lock().unwrap_or_else(|e| e.into_inner());
-            g.open >= g.open_max
-        }
-    }
-
-    /// How far the gate has passed its input (everything where there is no gate).
-    fn passed(&self) -> u64 {
-        self.gate.as_ref().map_or(u64::MAX, |g| g.load(Ordering::Acquire))
-    }
-
-    /// Holds a durable file back until the gate passes `until`; parked (its descriptor closed)
-    /// once as many as the gate allows are held open. A file that cannot be parked stays open.
-    fn hold(&self, until: u64, pending: PendingFile, then: Published) {
-        let mut g = self.gated.lock().unwrap_or_else(|e| e.into_inner());
-        let held = if g.open < g.open_max {
-            g.open += 1;
-            Held::Open(pending)
-        } else {
-            match pending.park() {
-                Ok(p) => Held::Parked(p),
-                Err(pending) => {
-                    g.open += 1;
-                    Held::Open(pending)
-                }
-            }
-        };
-        g.files.push_back((until, held, then));
-    }
-
-    /// Syncs what waits in the batch (naming what the gate passed), then takes every file the
-    /// gate still holds, in the order they joined.
-    fn take_held(&self) -> Vec<(u64, Held, Published)> {
-        self.write_back_batch();
-        let mut g = self.gated.lock().unwrap_or_else(|e| e.into_inner());
-        g.open = 0;
-        g.files.drain(..).collect()
-    }
-
-    /// Names the held files the gate has passed (`passed`), in the order they joined, and
-    /// forgets the early names it now vouches for.
-    fn release(&self, passed: u64) {
-        let ready: Vec<(u64, Held, Published)> = {
-            let mut g = self.gated.lock().unwrap_or_else(|e| e.into_inner());
-            g.early.retain(|e| e.until > passed);
-            let mut ready = Vec::new();
-            while g.files.front().is_some_and(|f| f.0 <= passed) {
-                if let Some(f) = g.files.pop_front() {
-                    if matches!(f.1, Held::Open(_)) {
-                        g.open -= 1;
-                    }
-                    ready.push(f);
-                }
-            }
-            ready
-        };
-        publish_all(ready);
-    }
-}
-
-/// Names held files the gate passed. Many at once (the end of a single-frame archive names
-/// every file it made) are named on several threads, each taking runs of them in the order they
-/// joined, a run a folder's files that came together (`RUN` of them at most): names in one folder
-/// wait for each other (its lock), names in different folders do not. This thread takes runs
-/// too, and the rest where no thread can start.
-fn publish_all(ready: Vec<(u64, Held, Published)>) {
-    const RUN: usize = 1024;
-    let name = |run: Vec<(u64, Held, Published)>| {
-        for (_, held, then) in run {
-            then(held.publish());
-        }
-    };
-    let helpers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8) - 1;
-    if ready.len() <= RUN || helpers == 0 {
-        return name(ready);
-    }
-    let mut runs: VecDeque<Vec<(u64, Held, Published)>> = VecDeque::new();
-    for f in ready {
-        match runs.back_mut() {
-            Some(run) if run.len() < RUN && run.last().is_some_and(|l| Arc::ptr_eq(l.1.dir(), f.1.dir())) => run.push(f),
-            _ => runs.push_back(vec![f]),
-        }
-    }
-    let helpers = helpers.min(runs.len() - 1);
-    let runs = Mutex::new(runs);
-    let work = || loop {
-        let Some(run) = runs.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else { return };
-        name(run);
-    };
-    std::thread::scope(|s| {
-        for _ in 0..helpers {
-            if std::thread::Builder::new().name("cacheless-name".into()).spawn_scoped(s, work).is_err() {
-                break;
-            }
-        }
-        work();
-    });
 }
 
 /// The pieces [`FileCreator::stage_replace`] writes a buffer in, looking for a cancel between
 /// them (a multiple of every O_DIRECT alignment).
 pub const STAGE_PIECE: usize = 64 << 20;
-
-/// Makes everything written to the filesystem of `dir` durable (syncfs, Linux 2.6.39), as a
-/// caller of a [`FileCreator`] without `sync` ends (extract), and fails (EROFS) when the
-/// filesystem went read-only on an error meanwhile: a syncfs then succeeds though what was
-/// written since the filesystem's last commit is lost. Retried when interrupted; `path` names
-/// `dir` in the error.
-pub fn sync_filesystem(dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
-    sys::syncfs(dir).map_err(|e| Error::io("syncfs", path, e))
-}
 
 impl Drop for Shared {
     fn drop(&mut self) {
@@ -524,44 +216,20 @@ impl Drop for Shared {
     }
 }
 
-/// The last directory asked about and what is known of it (see [`for_last_dir`]).
-type LastDir<T> = Mutex<Option<(Arc<OwnedFd>, T)>>;
-
-/// What `slot` remembers of `dir`, the last directory asked about there; else `make`'s answer,
-/// remembered in its place. Files are created one after another in one directory: one call
-/// answers for all of them.
-fn for_last_dir<T: Copy>(slot: &LastDir<T>, dir: &Arc<OwnedFd>, make: impl FnOnce() -> Option<T>) -> Option<T> {
-    let mut last = slot.lock().unwrap_or_else(|e| e.into_inner());
-    match &*last {
-        Some((d, t)) if Arc::ptr_eq(d, dir) => Some(*t),
-        _ => {
-            let t = make()?;
-            *last = Some((dir.clone(), t));
-            Some(t)
-        }
-    }
-}
-
 impl FileCreator {
     /// A creator writing with `opts`.
     pub fn new(opts: CreateOptions) -> FileCreator {
-        FileCreator::gated(opts, None, 0)
+        FileCreator::make(opts, None)
     }
 
-    /// A creator whose files, made from an input that checksums verify as it is read (a
-    /// compressed archive: gzip members, zstd frames), take their names only once `verified`
-    /// (the input position up to which every checksum covering it has passed) reaches the
-    /// position their data ended at, given with [`NewFile::hold_until`] or
-    /// [`FileCreator::publish_after_sync_until`]. Until then a finished file is durable (its
-    /// batch's syncfs) but unnamed; [`FileCreator::discard_held`] removes those the input never
-    /// vouched for. Up to `open_max` such files stay open (see `pool::FdPlan::held`); those
-    /// past them wait under temporary names, their descriptors closed. For
-    /// [`Durability::NamedAfterSync`] creators.
-    pub fn with_gate(opts: CreateOptions, verified: Arc<AtomicU64>, open_max: usize) -> FileCreator {
-        FileCreator::gated(opts, Some(verified), open_max)
+    /// A creator that hands its files to `keeper` once their batch's syncfs made them durable,
+    /// instead of naming them then (see [`Keeper`]). For [`Durability::NamedAfterSync`]
+    /// creators: others name their files at once.
+    pub fn with_keeper(opts: CreateOptions, keeper: Arc<dyn Keeper>) -> FileCreator {
+        FileCreator::make(opts, Some(keeper))
     }
 
-    fn gated(opts: CreateOptions, gate: Option<Arc<AtomicU64>>, open_max: usize) -> FileCreator {
+    fn make(opts: CreateOptions, keeper: Option<Arc<dyn Keeper>>) -> FileCreator {
         FileCreator {
             shared: Arc::new(Shared {
                 opts,
@@ -571,65 +239,9 @@ impl FileCreator {
                 umask: OnceLock::new(),
                 exact_dir: Mutex::new(None),
                 owner_dir: Mutex::new(None),
-                gate,
-                gated: Mutex::new(Gated { open_max, ..Gated::default() }),
+                keeper,
             }),
         }
-    }
-
-    /// Names every held file now, whether the gate passed it or not: for a caller about to use
-    /// one of their names (a hard link to it, a member replacing it) that cannot wait for the
-    /// input to be verified. Those the gate had not passed are remembered: if it never does,
-    /// [`FileCreator::discard_held`] removes them by name. Syncs first, as
-    /// [`FileCreator::publish_now`] does.
-    pub fn release_held(&self) {
-        let files = self.shared.take_held();
-        let passed = self.shared.passed();
-        let mut early = Vec::new();
-        for (until, held, then) in files {
-            let e = (until > passed).then(|| held.early(until)).flatten();
-            let r = held.publish();
-            if r.is_ok() {
-                early.extend(e);
-            }
-            then(r);
-        }
-        self.shared.gated.lock().unwrap_or_else(|e| e.into_inner()).early.extend(early);
-    }
-
-    /// For a caller that linked `name` in `dir` to a file (a hard link): if that file was named
-    /// before the gate passed it (see [`FileCreator::release_held`]), the link goes with it
-    /// should the gate never pass it.
-    pub fn note_link(&self, dir: &Arc<OwnedFd>, name: &OsStr, path: &Path) {
-        let Ok(st) = sys::statat(&**dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) else { return };
-        let id = (st.st_dev, st.st_ino);
-        let mut g = self.shared.gated.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(until) = g.early.iter().find(|e| e.at.id == id).map(|e| e.until) {
-            g.early.push(Early { until, at: Named { dir: dir.clone(), name: name.to_os_string(), path: path.to_path_buf(), id } });
-        }
-    }
-
-    /// Gives up the files the gate did not pass, the input having failed its checks (or ended)
-    /// before their end: each held one is removed, its callback getting `why(path)`; each named
-    /// early (see [`FileCreator::release_held`]) is removed where it is still the same file, and
-    /// its path returned (its callback said `Ok` when it was named).
-    pub fn discard_held(&self, why: impl Fn(&Path) -> Error) -> Vec<PathBuf> {
-        let files = self.shared.take_held();
-        let early = std::mem::take(&mut self.shared.gated.lock().unwrap_or_else(|e| e.into_inner()).early);
-        for (_, held, then) in files {
-            let e = why(held.path());
-            // Dropped: removed.
-            drop(held);
-            then(Err(e));
-        }
-        let mut removed = Vec::new();
-        for Early { at, .. } in early {
-            let same = sys::statat(&*at.dir, at.name.as_os_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| (st.st_dev, st.st_ino) == at.id);
-            if same && sys::unlinkat(&*at.dir, at.name.as_os_str(), rustix::fs::AtFlags::empty()).is_ok() {
-                removed.push(at.path);
-            }
-        }
-        removed
     }
 
     /// The options it writes with.
@@ -694,7 +306,7 @@ impl FileCreator {
     pub fn create(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<NewFile> {
         let naming = if !self.shared.publishes() {
             Naming::Final
-        } else if self.shared.holds_all_it_may() {
+        } else if self.prefers_temporary() {
             // It would be parked under a temporary name once finished: it gets one now, which
             // costs a rename where parking costs a link and a rename.
             Naming::Temporary
@@ -719,47 +331,6 @@ impl FileCreator {
         Ok(self.new_file(entry, size_hint, attrs))
     }
 
-    /// The mode to create a file without a name in `dir` with, and whether it is the file's
-    /// final one (`attrs`' permissions, which then need no fchmod): so where nobody can open
-    /// the file while it is written, the kernel's creation gives exactly those bits (none
-    /// masked by the umask, read once per creator, no default ACL in `dir`), and
-    /// they have no setuid, setgid or sticky bit (which creation may clear). Else the file is
-    /// created as [`FileAttrs::create_perm`] says and gets its permissions when finished.
-    pub(crate) fn unnamed_perm(&self, dir: &Arc<OwnedFd>, attrs: &FileAttrs) -> (u32, bool) {
-        match (attrs.permissions, *self.shared.umask.get_or_init(sys::umask)) {
-            (Some(p), Some(umask)) if p & 0o7000 == 0 && p & umask == 0 && self.exact_in(dir) => (p, true),
-            // A creation mode asked for and nothing set at the end: the kernel's creation
-            // (umask, default ACL) makes the file what it ends with.
-            _ => (attrs.create_perm(), false),
-        }
-    }
-
-    /// `attrs` for a file created with mode `perm` of [`FileCreator::unnamed_perm`]: without
-    /// the permissions it has already where `exact`.
-    pub(crate) fn mode_given(mut attrs: FileAttrs, exact: bool) -> FileAttrs {
-        if exact {
-            attrs.permissions = None;
-        }
-        attrs
-    }
-
-    /// Whether files created in `dir` get the mode asked (less the umask): `dir` has no
-    /// default ACL. Asked once for files created one after another in one directory.
-    fn exact_in(&self, dir: &Arc<OwnedFd>) -> bool {
-        for_last_dir(&self.shared.exact_dir, dir, || Some(!sys::default_acl(dir.as_fd()))).unwrap_or(false)
-    }
-
-    /// The owner (uid, gid) that files this process creates in `dir` get: that of `file`, one
-    /// just created there (fstat), remembered for the next files created in the same directory.
-    /// The group comes from the process or from the directory (its set-group-ID bit, or the
-    /// `grpid` mount option): whichever applies, it is the same for every file created there
-    /// while nobody changes the directory, so the answer holds for a directory the caller made
-    /// and fills itself. `None` where the fstat failed.
-    pub(crate) fn owner_in(&self, dir: &Arc<OwnedFd>, file: &File) -> Option<(u32, u32)> {
-        for_last_dir(&self.shared.owner_dir, dir, || sys::fstat(file).ok().map(|s| (s.st_uid, s.st_gid)))
-    }
-
-    /// A [`NewFile`] of `entry`, to be written with a size of about `size_hint`.
     fn new_file(&self, entry: PendingFile, size_hint: u64, attrs: FileAttrs) -> NewFile {
         let mut draft = self.draft(entry.file().clone(), entry.path(), size_hint);
         draft.caps = self.dir_caps(entry.dir());
@@ -772,24 +343,24 @@ impl FileCreator {
     /// `bytes` counts towards the batch's size. `then` says when (at once with its error where
     /// the creator does not publish after sync: the file is named now).
     pub fn publish_after_sync(&self, file: PendingFile, bytes: u64, then: Published) {
-        self.publish_after_sync_until(file, bytes, 0, then);
+        self.publish_after_sync_keyed(file, bytes, 0, then);
     }
 
-    /// [`FileCreator::publish_after_sync`] for a file made from a gated input (see
-    /// [`FileCreator::with_gate`]) whose data ends at `until` there.
-    pub fn publish_after_sync_until(&self, file: PendingFile, bytes: u64, until: u64, then: Published) {
+    /// [`FileCreator::publish_after_sync`], the file handed to the creator's [`Keeper`] with
+    /// `key` once durable.
+    pub fn publish_after_sync_keyed(&self, file: PendingFile, bytes: u64, key: u64, then: Published) {
         if self.shared.publishes() {
             let open = file.file().clone();
-            self.shared.add_to_batch(Batched { file: open, drop_pages: false, publish: Some((file, then)), until }, bytes);
+            self.shared.add_to_batch(Batched { file: open, drop_pages: false, publish: Some((file, then)), key }, bytes);
         } else {
             then(file.publish(false));
         }
     }
 
-    /// Whether a gate holds as many files open as it may (see [`FileCreator::with_gate`]):
-    /// the next ones are created under temporary names, as parked files wait.
-    pub(crate) fn holds_all_it_may(&self) -> bool {
-        self.shared.holds_all_it_may()
+    /// Whether the next file is created under a temporary name rather than without a name,
+    /// as the creator's [`Keeper`] prefers.
+    pub(crate) fn prefers_temporary(&self) -> bool {
+        self.shared.keeper.as_ref().is_some_and(|k| k.prefers_temporary())
     }
 
     /// Whether files are created without their final name and named after their batch's
@@ -899,7 +470,7 @@ impl FileCreator {
             cached: false,
             batched: false,
             stream: false,
-            until: 0,
+            key: 0,
         }
     }
 }
@@ -937,10 +508,10 @@ impl NewFile {
         Ok(())
     }
 
-    /// Where this file's data ends in the input of a gated creator (see
-    /// [`FileCreator::with_gate`]): it takes its name only once the input is verified that far.
-    pub fn hold_until(&mut self, until: u64) {
-        self.draft.until = until;
+    /// The key this file is handed to the creator's [`Keeper`] with once durable (0 unless
+    /// given).
+    pub fn keep_with(&mut self, key: u64) {
+        self.draft.key = key;
     }
 
     /// Sets the permission bits the file gets when finished (in place of those given at
@@ -1075,8 +646,8 @@ struct Draft {
     /// Not a regular file (a FIFO or device written in place): plain writes in order, no
     /// O_DIRECT and no page drops.
     stream: bool,
-    /// Where its data ends in a gated input (see [`FileCreator::with_gate`]).
-    until: u64,
+    /// For the creator's [`Keeper`] (see [`NewFile::keep_with`]).
+    key: u64,
 }
 
 impl Draft {
@@ -1260,7 +831,7 @@ impl Draft {
         if self.shared.opts.durability.each_file() {
             let _ = residency::drop_range(&self.file, 0, 0);
         } else if self.batched {
-            self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages: true, publish: None, until: 0 }, self.end);
+            self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages: true, publish: None, key: 0 }, self.end);
         } else {
             self.shared.defer(self.file.clone());
         }
@@ -1274,7 +845,7 @@ impl Draft {
         if self.cached && !self.batched {
             self.shared.defer(self.file.clone());
         }
-        self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages, publish: Some((pending, then)), until: self.until }, self.end);
+        self.shared.add_to_batch(Batched { file: self.file.clone(), drop_pages, publish: Some((pending, then)), key: self.key }, self.end);
     }
 }
 

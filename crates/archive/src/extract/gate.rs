@@ -1,0 +1,331 @@
+//! The checksum gate: a file extracted from a compressed archive takes its name only once every
+//! checksum covering its bytes has passed (the gzip member's, the zstd or LZ4 frame's, the xz or
+//! bzip2 stream's), so a corrupt or truncated archive leaves none of the files its bad part
+//! made. The engine's file creator makes each file durable (its batch's syncfs) and hands it
+//! here ([`Keeper`]); the gate names it once the verified position of the input passes the end
+//! of its data, and removes it ([`PendingFile`]'s drop) if it never does.
+
+use std::collections::VecDeque;
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cacheless::{Keeper, Named, Parked, PendingFile, Published};
+
+/// A durable file waiting for the gate to pass it: open, or parked under a temporary name with
+/// its descriptor closed, so that however many wait, they hold few descriptors.
+enum Held {
+    Open(PendingFile),
+    Parked(Parked),
+}
+
+impl Held {
+    fn path(&self) -> &Path {
+        match self {
+            Held::Open(p) => p.path(),
+            Held::Parked(p) => p.identity().path(),
+        }
+    }
+
+    /// The folder it is to be named in.
+    fn dir(&self) -> &Arc<OwnedFd> {
+        match self {
+            Held::Open(p) => p.dir(),
+            Held::Parked(p) => p.identity().dir(),
+        }
+    }
+
+    /// What removes it by name should the gate never pass `until` once it is named.
+    fn early(&self, until: u64) -> Option<Early> {
+        let at = match self {
+            Held::Open(p) => p.identity()?,
+            Held::Parked(p) => p.identity().clone(),
+        };
+        Some(Early { until, at })
+    }
+
+    fn publish(self) -> cacheless::Result<()> {
+        match self {
+            Held::Open(p) => p.publish(false),
+            Held::Parked(p) => p.publish(),
+        }
+    }
+}
+
+/// A file named before the gate passed it: where, and which inode, to remove it if the gate
+/// never does.
+struct Early {
+    until: u64,
+    at: Named,
+}
+
+/// What the gate holds back: files in the order they joined, and the names given before the
+/// gate passed them (a member needed the name: see [`Gate::release_held`]).
+#[derive(Default)]
+struct Waiting {
+    files: VecDeque<(u64, Held, Published)>,
+    open: usize,
+    early: Vec<Early>,
+}
+
+/// Holds an extraction's durable files until the input is verified past the end of their data
+/// (the key each file was finished with), then names them in the order they joined.
+pub struct Gate {
+    /// The input position up to which every checksum covering it has passed.
+    verified: Arc<AtomicU64>,
+    /// Held files kept open at most (see `cacheless::pool::FdPlan::held`); those past them
+    /// wait under temporary names, their descriptors closed.
+    open_max: usize,
+    held: Mutex<Waiting>,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let h = self.lock();
+        f.debug_struct("Gate").field("files", &h.files.len()).field("early", &h.early.len()).finish()
+    }
+}
+
+impl Gate {
+    /// A gate passing files whose data ends at or before `verified`, holding at most
+    /// `open_max` of the others open.
+    pub fn new(verified: Arc<AtomicU64>, open_max: usize) -> Gate {
+        Gate { verified, open_max, held: Mutex::default() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How far the input is verified.
+    fn passed(&self) -> u64 {
+        self.verified.load(Ordering::Acquire)
+    }
+
+    /// Names every held file now, whether the gate passed it or not: for a member about to use
+    /// one of their names (a hard link to it, a member replacing it) that cannot wait for the
+    /// input to be verified. Those the gate had not passed are remembered: if it never does,
+    /// [`Gate::discard_held`] removes them by name. Call it after the creator's
+    /// `publish_now`, which hands over what waits in its batch.
+    pub fn release_held(&self) {
+        let files = self.take_held();
+        let passed = self.passed();
+        let mut early = Vec::new();
+        for (until, held, then) in files {
+            let e = (until > passed).then(|| held.early(until)).flatten();
+            let r = held.publish();
+            if r.is_ok() {
+                early.extend(e);
+            }
+            then(r);
+        }
+        self.lock().early.extend(early);
+    }
+
+    /// For a member that linked `name` in `dir` to a file (a hard link): if that file was
+    /// named before the gate passed it (see [`Gate::release_held`]), the link goes with it
+    /// should the gate never pass it.
+    pub fn note_link(&self, dir: &Arc<OwnedFd>, name: &OsStr, path: &Path) {
+        let Some(at) = Named::of(dir, name, path) else { return };
+        let mut h = self.lock();
+        if let Some(until) = h.early.iter().find(|e| e.at.same_file(&at)).map(|e| e.until) {
+            h.early.push(Early { until, at });
+        }
+    }
+
+    /// Gives up the files the gate did not pass, the input having failed its checks (or ended)
+    /// before their end: each held one is removed, its callback getting `why(path)`; each named
+    /// early (see [`Gate::release_held`]) is removed where it is still the same file, and its
+    /// path returned (its callback said `Ok` when it was named). Call it after the creator's
+    /// `publish_now`.
+    pub fn discard_held(&self, why: impl Fn(&Path) -> cacheless::Error) -> Vec<PathBuf> {
+        let files = self.take_held();
+        let early = std::mem::take(&mut self.lock().early);
+        for (_, held, then) in files {
+            let e = why(held.path());
+            // Dropped: removed.
+            drop(held);
+            then(Err(e));
+        }
+        early.into_iter().filter(|e| e.at.remove_if_same()).map(|e| e.at.path().to_path_buf()).collect()
+    }
+
+    /// Every file the gate holds, in the order they joined.
+    fn take_held(&self) -> Vec<(u64, Held, Published)> {
+        let mut h = self.lock();
+        h.open = 0;
+        h.files.drain(..).collect()
+    }
+}
+
+impl Keeper for Gate {
+    /// Names `file` at once where the input is verified past `until` (the end of its data);
+    /// else holds it, parked (its descriptor
+    /// closed) once as many as the gate allows are held open. A file that cannot be parked
+    /// stays open.
+    fn keep(&self, until: u64, file: PendingFile, then: Published) {
+        if until <= self.passed() {
+            return then(file.publish(false));
+        }
+        let mut h = self.lock();
+        let held = if h.open < self.open_max {
+            h.open += 1;
+            Held::Open(file)
+        } else {
+            match file.park() {
+                Ok(p) => Held::Parked(p),
+                Err(file) => {
+                    h.open += 1;
+                    Held::Open(file)
+                }
+            }
+        };
+        h.files.push_back((until, held, then));
+    }
+
+    /// Names the held files the gate has passed, in the order they joined, and forgets the
+    /// early names it now vouches for.
+    fn synced(&self) {
+        let passed = self.passed();
+        let ready: Vec<(u64, Held, Published)> = {
+            let mut h = self.lock();
+            h.early.retain(|e| e.until > passed);
+            let mut ready = Vec::new();
+            while h.files.front().is_some_and(|f| f.0 <= passed) {
+                if let Some(f) = h.files.pop_front() {
+                    if matches!(f.1, Held::Open(_)) {
+                        h.open -= 1;
+                    }
+                    ready.push(f);
+                }
+            }
+            ready
+        };
+        publish_all(ready);
+    }
+
+    fn prefers_temporary(&self) -> bool {
+        self.lock().open >= self.open_max
+    }
+}
+
+/// Names held files the gate passed. Many at once (the end of a single-frame archive names
+/// every file it made) are named on several threads, each taking runs of them in the order they
+/// joined, a run a folder's files that came together (`RUN` of them at most): names in one folder
+/// wait for each other (its lock), names in different folders do not. This thread takes runs
+/// too, and the rest where no thread can start.
+fn publish_all(ready: Vec<(u64, Held, Published)>) {
+    const RUN: usize = 1024;
+    let name = |run: Vec<(u64, Held, Published)>| {
+        for (_, held, then) in run {
+            then(held.publish());
+        }
+    };
+    let helpers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8) - 1;
+    if ready.len() <= RUN || helpers == 0 {
+        return name(ready);
+    }
+    let mut runs: VecDeque<Vec<(u64, Held, Published)>> = VecDeque::new();
+    for f in ready {
+        match runs.back_mut() {
+            Some(run) if run.len() < RUN && run.last().is_some_and(|l| Arc::ptr_eq(l.1.dir(), f.1.dir())) => run.push(f),
+            _ => runs.push_back(vec![f]),
+        }
+    }
+    let helpers = helpers.min(runs.len() - 1);
+    let runs = Mutex::new(runs);
+    let work = || loop {
+        let Some(run) = runs.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else { return };
+        name(run);
+    };
+    std::thread::scope(|s| {
+        for _ in 0..helpers {
+            if std::thread::Builder::new().name("cacheless-name".into()).spawn_scoped(s, work).is_err() {
+                break;
+            }
+        }
+        work();
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cacheless::{CreateOptions, CreateQueue, Durability, FileAttrs, FileCreator};
+    use std::sync::atomic::AtomicUsize;
+
+    fn open_dir(p: &Path) -> Arc<OwnedFd> {
+        Arc::new(std::fs::File::open(p).unwrap().into())
+    }
+
+    fn content(i: u32) -> Vec<u8> {
+        i.to_le_bytes().iter().copied().cycle().take(i as usize * 10).collect()
+    }
+
+    /// Past the files a checksum gate holds open, the queue creates files under temporary
+    /// names: they stay there (their descriptors closed) until the gate passes them, then take
+    /// their names; an abandoned one leaves nothing, and those the gate never passes go.
+    #[test]
+    fn past_the_files_a_gate_holds_open_files_are_made_under_temporary_names() {
+        for passes in [true, false] {
+            let d = tempfile::tempdir().unwrap();
+            let dir = open_dir(d.path());
+            let gate = Arc::new(AtomicU64::new(0));
+            let opts = CreateOptions { durability: Durability::NamedAfterSync { write_back: Some(1 << 20) }, ..CreateOptions::new() };
+            let keeper = Arc::new(Gate::new(gate.clone(), 4));
+            let creator = FileCreator::with_keeper(opts, keeper.clone());
+            let mut q = CreateQueue::new(&creator);
+            let named = Arc::new(AtomicUsize::new(0));
+            for i in 0..20u32 {
+                let name = format!("f{i:02}");
+                let t = q.push(dir.clone(), OsStr::new(&name), Path::new(&name), 100, FileAttrs { permissions: Some(0o644), ..FileAttrs::default() }).unwrap();
+                if i % 5 == 4 {
+                    drop(t);
+                    continue;
+                }
+                let mut f = q.take(t).unwrap();
+                f.write_at(&content(i + 1), 0).unwrap();
+                f.keep_with(u64::from(i) + 1);
+                let n = named.clone();
+                f.finish_then(Box::new(move |r| {
+                    if r.is_ok() {
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
+                }))
+                .unwrap();
+                // Synced: held by the gate from now on.
+                creator.publish_now();
+            }
+            drop(q);
+            let names = || {
+                let mut v: Vec<String> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+                v.sort();
+                v
+            };
+            let waiting = names();
+            assert_eq!(waiting.len(), 16 - 4, "all but the four held open wait under temporary names: {waiting:?}");
+            assert!(waiting.iter().all(|n| n.starts_with(".f") && n.ends_with(".tmp")), "{waiting:?}");
+            assert_eq!(named.load(Ordering::Relaxed), 0);
+            if passes {
+                gate.store(u64::MAX, Ordering::Release);
+                creator.publish_now();
+                let want: Vec<String> = (0..20u32).filter(|i| i % 5 != 4).map(|i| format!("f{i:02}")).collect();
+                assert_eq!(names(), want);
+                for i in (0..20u32).filter(|i| i % 5 != 4) {
+                    assert_eq!(std::fs::read(d.path().join(format!("f{i:02}"))).unwrap(), content(i + 1));
+                }
+                assert_eq!(named.load(Ordering::Relaxed), 16);
+            } else {
+                creator.publish_now();
+                let removed = keeper.discard_held(|p| cacheless::Error::io("verify", p, std::io::Error::other("checksum")));
+                assert!(removed.is_empty());
+                assert_eq!(names(), Vec::<String>::new(), "nothing the gate did not pass is left");
+            }
+            drop(creator);
+            drop(keeper);
+            assert_eq!(cacheless_testkit::open_in(d.path()), Vec::<PathBuf>::new());
+        }
+    }
+}
