@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 mod arena;
+mod cli;
 mod errors;
 #[cfg(feature = "fault-injection")]
 mod fault;
@@ -42,6 +43,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(funcs::pack, m)?)?;
     m.add_function(wrap_pyfunction!(st::st_load, m)?)?;
     m.add_function(wrap_pyfunction!(st::st_load_model, m)?)?;
+    m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(st::st_parse, m)?)?;
     m.add_function(wrap_pyfunction!(st::st_save, m)?)?;
     m.add_function(wrap_pyfunction!(st::st_serialize, m)?)?;

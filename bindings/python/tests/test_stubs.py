@@ -116,6 +116,7 @@ RUST_TYPES = {
     "Bound<PyList>": "List[_Tensor]",
     "Vec<PathBuf>": "List[str]",
     "Vec<String>": "List[str]",
+    "Vec<OsString>": "List[str]",
     "HashMap<String,String>": "Dict[str, str]",
 }
 

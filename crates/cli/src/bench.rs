@@ -14,9 +14,9 @@
 //! (engine buffer budget), `--block-size` (same as `--bs`) and `--json` (print the JSON report on stdout
 //! instead of the table). Because `--json` is that global switch, the JSON file is `--json-out F`.
 
+use crate::ExitCode;
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::Context as _;
 use cacheless::Mode;
@@ -101,6 +101,8 @@ pub fn config(args: &BenchArgs, common: &CommonOpts) -> anyhow::Result<BenchConf
     // Free space is measured where the files will go, or in the current directory until --dir exists.
     let space_probe = args.dir.clone().filter(|d| d.exists()).unwrap_or_else(crate::common::default_workdir);
     let mut c = BenchConfig::quick(&space_probe);
+    // Its helpers are this command line run again.
+    c.helper = crate::program();
     if let Some(rw) = args.rw {
         c.rw = rw;
     }

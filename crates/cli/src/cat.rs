@@ -1,9 +1,9 @@
 //! `cacheless cat`: stream files to standard output with read-ahead, leaving no cache behind.
 
+use crate::ExitCode;
 use std::io;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Result;

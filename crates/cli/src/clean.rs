@@ -3,8 +3,8 @@
 //! more (the locks of `cacheless::temps`), never a running job's, on this machine or another,
 //! in this PID namespace or another; what nothing proves gone is left and named.
 
+use crate::ExitCode;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;

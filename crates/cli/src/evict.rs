@@ -1,7 +1,7 @@
 //! `cacheless evict`: drop files' pages from the page cache and show residency before/after.
 
+use crate::ExitCode;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::Result;
 use cacheless::residency::evict_path;

@@ -2,8 +2,8 @@
 //! cache, safely. The work is done by `cacheless_archive::extract`; this module maps flags,
 //! draws progress and prints the outcome.
 
+use crate::ExitCode;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -220,7 +220,7 @@ fn directories(args: &ExtractArgs) -> (PathBuf, Vec<(usize, PathBuf)>) {
     let positions = (args.directory.len() > 1 && !args.members.is_empty())
         .then(|| {
             use clap::CommandFactory;
-            let m = crate::Cli::command().try_get_matches_from(std::env::args_os()).ok()?;
+            let m = crate::Cli::command().try_get_matches_from(crate::args()).ok()?;
             let sub = m.subcommand_matches("extract")?;
             let dirs: Vec<usize> = sub.indices_of("directory")?.collect();
             let names: Vec<usize> = sub.indices_of("members")?.collect();

@@ -1,9 +1,9 @@
 //! `cacheless hash`: checksums printed exactly like sha256sum (`HASH  PATH`), so `sha256sum -c`
 //! accepts the sha256 output.
 
+use crate::ExitCode;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::Result;
 use cacheless::digest::{self, Algo, Hasher};

@@ -1,8 +1,8 @@
 //! `cacheless info`: what the kernel and each path's filesystem support, how much of a file is
 //! cached, and which mode auto would choose for it, with the reason.
 
+use crate::ExitCode;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::Result;
 use cacheless::caps::{self, Support};

@@ -2,9 +2,9 @@
 //! lz4, bzip2, plain) without filling the page cache. The work is done by
 //! `cacheless_archive::pack`; this module maps flags, draws progress and prints the outcome.
 
+use crate::ExitCode;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};

@@ -1,9 +1,9 @@
 //! Terminal output shared by the commands: errors with their hints, usage errors, progress bars,
 //! signals, sizes.
 
+use crate::ExitCode;
 use std::error::Error as StdError;
 use std::io::IsTerminal;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

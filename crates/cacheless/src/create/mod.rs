@@ -128,8 +128,6 @@ impl CreateOptions {
     }
 }
 
-/// Bytes of files waiting for their name before their batch is synced, when
-
 /// Creates and writes whole files, from many threads at once.
 ///
 /// Each file is created relative to a directory descriptor, with

@@ -11,11 +11,11 @@
 
 pub(crate) mod args;
 
+use crate::ExitCode;
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
