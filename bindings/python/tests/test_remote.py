@@ -7,6 +7,7 @@ import hashlib
 import os
 import subprocess
 import tarfile
+import time
 
 import numpy as np
 import pytest
@@ -95,6 +96,45 @@ def test_http_read_file_and_copy_with_and_without_ranges(disk):
             assert got.read_bytes() == body
         finally:
             os.unlink(served)
+
+
+def test_a_forked_child_reads_urls_after_its_parent_did():
+    """Every client of a process shares one network runtime; a child forked after it started (a
+    data loader's worker) has none of its threads and must start its own rather than wait on
+    the parent's forever."""
+    require("http", "CACHELESS_TEST_HTTP" in os.environ, "CACHELESS_TEST_HTTP is not set (scripts/test starts the servers)")
+    origin, root = os.environ["CACHELESS_TEST_HTTP"], os.environ["CACHELESS_TEST_HTTP_ROOT"]
+    body = data(3 * MIB + 1, 11)
+    name = f"py-fork-{os.getpid()}.bin"
+    served = os.path.join(root, "ranges", name)
+    with open(served, "wb") as f:
+        f.write(body)
+    try:
+        url = f"{origin}/ranges/{name}"
+        assert bytes(cacheless.read_file(url)) == body
+        # Twice in the parent: the second client takes the runtime the first started.
+        assert bytes(cacheless.read_file(url)) == body
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                ok = bytes(cacheless.read_file(url)) == body
+            finally:
+                os._exit(0 if ok else 1)
+        deadline = time.monotonic() + 60
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child's read never ended")
+            time.sleep(0.05)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert bytes(cacheless.read_file(url)) == body, "the parent's runtime still serves it"
+    finally:
+        os.unlink(served)
 
 
 def test_pack_to_s3_and_extract_from_s3_as_tarfile_reads_it(aws, disk):

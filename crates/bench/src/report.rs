@@ -289,7 +289,7 @@ pub struct NeighbourReport {
     pub seconds: f64,
     /// `bytes / seconds` in MiB/s.
     pub mib_s: f64,
-    /// Bytes the co-tenant had to fetch from storage during the trial (`read_bytes` of its /proc/<pid>/io):
+    /// Bytes the co-tenant had to fetch from storage during the trial (`read_bytes` of its `/proc/<pid>/io`):
     /// with its set fully cached at the start, every one was evicted by the trial. `None` without task I/O
     /// accounting.
     pub disk_read_bytes: Option<u64>,

@@ -405,7 +405,7 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     /// A zeroed buffer of at least `len` bytes (rounded up to `align`, a power of two or
     /// rounded up to one), outside any budget: for results the caller keeps, such as a whole
-    /// file read into memory. Large buffers (see [`MAP_MIN`]) are anonymous mappings whose
+    /// file read into memory. Large buffers (see `MAP_MIN`) are anonymous mappings whose
     /// pages are zeroed by the kernel when first touched, so memory is only committed as it is
     /// filled.
     ///

@@ -122,7 +122,7 @@ pub struct SystemCaps {
     /// Page size.
     pub page_size: usize,
     /// Whether large result buffers (whole files read into memory) use transparent huge pages,
-    /// or why not ([`crate::buf::result_huge_pages`]).
+    /// or why not (`result_huge_pages`).
     pub result_huge_pages: Support,
 }
 
@@ -289,12 +289,7 @@ pub fn for_dir(dir: &Path) -> io::Result<Arc<FsCaps>> {
     use rustix::fs::{Mode as FMode, OFlags};
     let f: File = match rustix::fs::open(dir, OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(0o600)) {
         Ok(fd) => fd.into(),
-        Err(_) => {
-            let p = dir.join(format!(".cacheless-probe-{}", std::process::id()));
-            let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&p)?;
-            let _ = std::fs::remove_file(&p);
-            f
-        }
+        Err(_) => named_probe(rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty())?.as_fd())?,
     };
     for_file(&f)
 }
@@ -305,17 +300,23 @@ pub fn for_dir_fd(dir: BorrowedFd<'_>) -> io::Result<Arc<FsCaps>> {
     if let Some(c) = cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key(dir, dev)) {
         return Ok(c.clone());
     }
-    use rustix::fs::{AtFlags, Mode as FMode, OFlags};
+    use rustix::fs::{Mode as FMode, OFlags};
     let f: File = match rustix::fs::openat(dir, ".", OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(0o600)) {
         Ok(fd) => fd.into(),
-        Err(_) => {
-            let name = format!(".cacheless-probe-{}", std::process::id());
-            let fd = rustix::fs::openat(dir, name.as_str(), OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::CLOEXEC, FMode::from_raw_mode(0o600))?;
-            let _ = rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty());
-            fd.into()
-        }
+        Err(_) => named_probe(dir)?,
     };
     for_file(&f)
+}
+
+/// A file to probe the filesystem of `dir` with where it has no O_TMPFILE: created under a name
+/// of its own ([`crate::names::probe_name`], one per call) and unlinked at once.
+fn named_probe(dir: BorrowedFd<'_>) -> io::Result<File> {
+    use rustix::fs::{AtFlags, Mode as FMode, OFlags};
+    let name = crate::names::probe_name();
+    let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let fd = rustix::fs::openat(dir, &name, flags, FMode::from_raw_mode(0o600))?;
+    let _ = rustix::fs::unlinkat(dir, &name, AtFlags::empty());
+    Ok(fd.into())
 }
 
 /// What is known of the filesystem holding directory `dir` where no file can be created to
@@ -657,6 +658,24 @@ pub(crate) fn refuse_flink(e: &io::Error) {
     let _ = NO_FLINK.set(Unavailable::errno("linkat(AT_EMPTY_PATH)", e));
 }
 
+/// FICLONE refused between pairs of devices (source, destination) that cannot clone at all
+/// (EOPNOTSUPP, EXDEV, ENOTTY), so that a tree copy asks once per pair.
+static NO_CLONE: Mutex<Vec<((u64, u64), rustix::io::Errno)>> = Mutex::new(Vec::new());
+
+/// How FICLONE from a file on device `pair.0` to one on `pair.1` was refused, if it was.
+pub(crate) fn clone_refused_between(pair: (u64, u64)) -> Option<rustix::io::Errno> {
+    NO_CLONE.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(p, _)| *p == pair).map(|(_, e)| *e)
+}
+
+/// Records that FICLONE from device `pair.0` to `pair.1` was refused with `e` (not EINVAL,
+/// which is about one file).
+pub(crate) fn refuse_clone(pair: (u64, u64), e: rustix::io::Errno) {
+    let mut v = NO_CLONE.lock().unwrap_or_else(|e| e.into_inner());
+    if !v.iter().any(|(p, _)| *p == pair) {
+        v.push((pair, e));
+    }
+}
+
 /// The errno's symbolic name and message ("EINVAL (Invalid argument)").
 pub fn errno_name(e: &io::Error) -> String {
     let name = match e.raw_os_error() {
@@ -675,6 +694,30 @@ pub fn errno_name(e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The probe's named file (where a filesystem has no O_TMPFILE) has a name of its own per
+    /// call, one `cacheless clean` recognises as this process's temporary, and is gone once
+    /// made: threads probing one folder at once all get a file and leave nothing.
+    #[test]
+    fn named_probes_never_meet_and_leave_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let a = crate::names::probe_name();
+        let b = crate::names::probe_name();
+        assert_ne!(a, b);
+        let owner = crate::sys::temps::owner(a.as_encoded_bytes()).expect("a temporary name the cleaner knows");
+        assert_eq!((owner.pid, owner.boot.as_deref()), (std::process::id(), Some(crate::sys::temps::boot())));
+        let dir = File::open(d.path()).unwrap();
+        std::thread::scope(|s| {
+            let hs: Vec<_> =
+                (0..8).map(|_| s.spawn(|| (0..50).map(|_| named_probe(dir.as_fd()).map(|f| f.metadata().unwrap().nlink())).collect::<Vec<_>>())).collect();
+            for h in hs {
+                for r in h.join().unwrap() {
+                    assert_eq!(r.unwrap(), 0, "unlinked at once");
+                }
+            }
+        });
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
 
     /// A filesystem that refused O_TMPFILE turns it off there alone: a folder on another
     /// filesystem still creates files without a name (a device number no filesystem has stands

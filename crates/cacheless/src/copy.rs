@@ -6,7 +6,6 @@
 //! can make a batch of files durable with one `syncfs` before renaming them. [`copy_file_with`]
 //! does both steps for one file.
 
-use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::fs::File;
@@ -15,7 +14,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rustix::fs::{AtFlags, Mode as FMode, OFlags};
@@ -120,7 +119,7 @@ pub struct CopyOptions {
     /// What the copy takes from the file it replaces (see [`Carry`]).
     pub carry: Option<Arc<Carry>>,
     /// Files up to this size are written whole by a [`FileCreator`] (one read, one write);
-    /// larger ones stream through a [`Writer`]. Default [`policy::SMALL_WRITE`].
+    /// larger ones stream through a [`Writer`]. Default `SMALL_WRITE`.
     pub small_file: u64,
     /// Test hook run before verification (see [`VerifyHook`]).
     pub before_verify: Option<VerifyHook>,
@@ -136,7 +135,7 @@ pub struct CopyOptions {
 
 impl CopyOptions {
     /// Defaults: reflink and sparse auto, no verification, no limit, no owner or xattrs, files
-    /// up to [`policy::SMALL_WRITE`] written whole. The same as `CopyOptions::default()`.
+    /// up to `SMALL_WRITE` written whole. The same as `CopyOptions::default()`.
     pub fn new() -> CopyOptions {
         CopyOptions {
             reflink: Reflink::default(),
@@ -251,13 +250,6 @@ pub struct CopyReport {
 /// different filesystems (EXDEV), or this file cannot be cloned (EINVAL).
 fn clone_refused(e: rustix::io::Errno) -> bool {
     matches!(e, rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::XDEV | rustix::io::Errno::INVAL | rustix::io::Errno::NOTTY)
-}
-
-/// Verdicts of FICLONE between pairs of devices that cannot clone at all (EOPNOTSUPP, EXDEV,
-/// ENOTTY), so a tree copy asks once per pair.
-fn clone_verdicts() -> &'static Mutex<HashMap<(u64, u64), rustix::io::Errno>> {
-    static V: OnceLock<Mutex<HashMap<(u64, u64), rustix::io::Errno>>> = OnceLock::new();
-    V.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 /// A copy written and closed under a temporary name beside its destination (or none), with
@@ -743,7 +735,7 @@ impl<'a> Job<'a> {
             None => sys::fstat(&**self.dir).map(|s| s.st_dev).unwrap_or(0),
         };
         let key = (smeta.dev(), ddev);
-        let known = clone_verdicts().lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
+        let known = crate::caps::clone_refused_between(key);
         let errno = match known {
             Some(e) => Some(e),
             None => {
@@ -781,7 +773,7 @@ impl<'a> Job<'a> {
                     }
                     Err(e) if clone_refused(e) => {
                         if e != rustix::io::Errno::INVAL {
-                            clone_verdicts().lock().unwrap_or_else(|p| p.into_inner()).insert(key, e);
+                            crate::caps::refuse_clone(key, e);
                         }
                         Some(e)
                     }

@@ -46,6 +46,7 @@ pub mod info;
 pub mod interrupt;
 pub mod limits;
 mod mode;
+mod names;
 mod options;
 mod pending;
 mod plan;

@@ -35,7 +35,7 @@ pub(crate) const EXCLUSIVE: OFlags = OFlags::CREATE.union(OFlags::EXCL).union(OF
 /// sticky bit (those come at the end). Without either, 0666: the umask makes the file what it
 /// will stay. `create` is the mode asked for at creation (GNU cp creates a copy with its
 /// source's bits). A file created without a name, which nobody can open, may get its final
-/// bits at once ([`Naming::Unnamed`]).
+/// bits at once (`Unnamed`).
 pub fn initial_mode(permissions: Option<u32>, create: Option<u32>) -> u32 {
     let base = create.unwrap_or(if permissions.is_some() { 0o600 } else { 0o666 });
     base & permissions.unwrap_or(0o777) & 0o777

@@ -35,17 +35,17 @@ pub enum Reason {
         /// Percent of the file in the page cache.
         percent: f64,
     },
-    /// A file smaller than [`TINY_READ`]: buffered, then its pages dropped.
+    /// A file smaller than `TINY_READ`: buffered, then its pages dropped.
     SmallRead {
         /// Its size.
         len: u64,
     },
-    /// A file smaller than [`SMALL_WRITE`]: one uncached buffered write.
+    /// A file smaller than `SMALL_WRITE`: one uncached buffered write.
     SmallWrite {
         /// Its size.
         len: u64,
     },
-    /// A file smaller than [`SMALL_WRITE`] where RWF_DONTCACHE is missing: write-behind.
+    /// A file smaller than `SMALL_WRITE` where RWF_DONTCACHE is missing: write-behind.
     SmallWriteNoDontcache {
         /// Its size.
         len: u64,

@@ -59,7 +59,7 @@ impl RateLimit {
 
     /// Accounts for `n` bytes, sleeping as long as they take at the rate beyond what the
     /// bucket holds (see [`RateLimit::reserve`]). The sleep is cut into slices of at most
-    /// [`SLICE`] and ends early once `cancelled` says so (a job's cancel flag), so that a slow
+    /// `SLICE` and ends early once `cancelled` says so (a job's cancel flag), so that a slow
     /// limit (`1k` of a 4 MiB chunk is over an hour) never holds up Ctrl-C.
     pub fn take(&self, n: u64, cancelled: impl Fn() -> bool) {
         let wait = self.reserve(n);

@@ -443,10 +443,10 @@ pub const FILES_LISTED: usize = 1000;
 #[derive(Debug, Default, Serialize)]
 pub struct CpReport {
     /// Each local file copied, in the order they were put in place: the first
-    /// [`FILES_LISTED`] (a report of its own each), so that a report's memory does not grow
+    /// `FILES_LISTED` (a report of its own each), so that a report's memory does not grow
     /// with the tree; the others are counted in `copied` and `files_not_listed`.
     pub files: Vec<CopyReport>,
-    /// Local files copied past the first [`FILES_LISTED`], counted and not listed.
+    /// Local files copied past the first `FILES_LISTED`, counted and not listed.
     pub files_not_listed: u64,
     /// Each transfer to or from a URL, done or skipped, in the operands' order.
     pub transfers: Vec<Transfer>,

@@ -14,7 +14,7 @@
 //! filesystem's own checker on each, mounts it (replaying its journal) and checks the
 //! [`workload`]'s expectations: a file whose call returned before the cut is byte-exact; a
 //! final name holds the old content, the complete new content, or nothing; the engine's
-//! temporaries left behind are counted apart. [`sweep`] puts it together per filesystem and
+//! temporaries left behind are counted apart. [`sweep()`] puts it together per filesystem and
 //! workload, and the `cacheless-crash` binary (`scripts/crash`) prints the tally.
 //!
 //! Under the `fault-injection` feature, `cacheless::fault::skip_durability` removes one of the

@@ -14,11 +14,11 @@
 //! - `copy-tree-inplace`: the same over an existing file with a second name, which GNU cp
 //!   writes in place (so both names see the new data): not atomic, both names promised the new
 //!   content once the copy returned.
-//! - `pack`: [`cacheless_archive::pack`] of a small tree (sorted, reproducible) over an
+//! - `pack`: [`cacheless_archive::pack()`] of a small tree (sorted, reproducible) over an
 //!   existing archive.
 //! - `creator-batch`: a [`FileCreator`] writing small files in write-back batches under their
 //!   final names, made durable by a syncfs; then a durable [`FileCreator::replace`].
-//! - `extract`: [`cacheless_archive::extract`] of a tar archive (folders six deep, 240 small
+//! - `extract`: [`cacheless_archive::extract()`] of a tar archive (folders six deep, 240 small
 //!   files in small write-back batches, two files over 1 MiB, a member over an existing file, a
 //!   hard link), each file promised byte-exact with its mode and time once extract returned
 //!   (its syncfs), and every final name holding the old content, the whole new one or nothing

@@ -173,9 +173,10 @@ pub(crate) struct Conn {
     pub(crate) rate: Option<Arc<RateLimit>>,
 }
 
-/// A client for one bucket (S3) or origin (HTTP), with the runtime its requests run on.
+/// A client for one bucket (S3) or origin (HTTP), with the runtime its requests run on (the
+/// process's one: see `runtime`).
 pub struct Remote {
-    pub(crate) rt: tokio::runtime::Runtime,
+    pub(crate) rt: &'static tokio::runtime::Runtime,
     pub(crate) conn: Arc<Conn>,
     pub(crate) root: Location,
     pub(crate) opts: RemoteOptions,
@@ -185,6 +186,26 @@ impl std::fmt::Debug for Remote {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Remote").field("root", &self.root).field("opts", &self.opts).finish_non_exhaustive()
     }
+}
+
+/// The process's network runtime, which every [`Remote`] runs its requests on: started by the
+/// first, kept for the process's life (its threads idle between transfers). A child forked
+/// after it started (a data loader's worker) has none of its threads: it starts its own, and
+/// leaves the parent's alone (dropping it there would wait for threads that do not exist).
+pub fn runtime() -> std::io::Result<&'static tokio::runtime::Runtime> {
+    static RT: std::sync::Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = std::sync::Mutex::new(None);
+    let mut rt = RT.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if let Some((p, r)) = *rt {
+        if p == pid {
+            return Ok(r);
+        }
+    }
+    let threads = std::thread::available_parallelism().map_or(2, usize::from).clamp(1, 4);
+    let new = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).thread_name("cacheless-net").enable_all().build()?;
+    let new: &'static tokio::runtime::Runtime = Box::leak(Box::new(new));
+    *rt = Some((pid, new));
+    Ok(new)
 }
 
 /// The first of these environment variables that is set and not empty.
@@ -258,13 +279,7 @@ impl Remote {
         };
         secrets.retain(|s| s.len() >= 4);
         let http = b.build().map_err(|e| fail(chain(&e)))?;
-        let threads = std::thread::available_parallelism().map_or(2, usize::from).clamp(1, 4);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .thread_name("cacheless-net")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("start the network runtime", loc.to_string(), e))?;
+        let rt = runtime().map_err(|e| Error::io("start the network runtime", loc.to_string(), e))?;
         let conn = Conn { http, s3, basic, secrets, retries: opts.retries, retry_time: opts.retry_time, rate: opts.rate.clone() };
         Ok(Remote { rt, conn: Arc::new(conn), root: loc.with_key(""), opts: opts.clone() })
     }

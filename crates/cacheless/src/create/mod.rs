@@ -42,7 +42,7 @@ pub enum Durability {
     #[default]
     EachFile,
     /// Nothing is synced here: the caller makes the whole tree durable at the end. With
-    /// `write_back` (bytes), files under [`policy::SMALL_WRITE`] that auto would write uncached
+    /// `write_back` (bytes), files under `SMALL_WRITE` that auto would write uncached
     /// are written plainly instead, kept open, and once this many bytes of them (or
     /// [`CreateOptions::deferred_drops`] files) are waiting, the filesystem is synced (syncfs,
     /// which writes them back in a few large requests rather than one or more each) and their
@@ -272,7 +272,7 @@ impl FileCreator {
     /// [`FileCreator::replace`] up to its rename: the complete file (durable if the options
     /// sync) under its temporary name, for the caller to name with [`PendingFile::publish`]
     /// once nothing stands in the way (dropped instead, it is removed and `path` is as it
-    /// was). Written in pieces of [`STAGE_PIECE`], counted in `progress`; once `progress` is
+    /// was). Written in pieces of `STAGE_PIECE`, counted in `progress`; once `progress` is
     /// cancelled it stops with an `Interrupted` error.
     pub fn stage_replace(&self, path: &Path, data: &[u8], attrs: &FileAttrs, progress: &Progress) -> Result<(WriteReport, Option<PendingFile>)> {
         let (dir, name) = sys::open_parent(path)?;

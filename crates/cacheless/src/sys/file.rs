@@ -31,7 +31,7 @@ pub fn beside<T>(
 }
 
 /// [`beside`] for a regular file its caller holds open and locks at once
-/// ([`crate::temps::hold_file`]): that lock proves its writer alive, and no claim on the folder
+/// (`hold_file`): that lock proves its writer alive, and no claim on the folder
 /// is taken (a claim costs a descriptor of the folder, which a job under a tight open-files
 /// limit has not to spare).
 pub fn beside_held<T>(dir: BorrowedFd<'_>, name: &OsStr, make: impl FnMut(BorrowedFd<'_>, &OsStr) -> io::Result<T>) -> io::Result<(T, OsString)> {
@@ -70,7 +70,7 @@ pub fn tmpfile_available(dir: BorrowedFd<'_>) -> bool {
 }
 
 /// Whether `e`, the error of an O_TMPFILE open in the folder `dir`, says its filesystem (or the
-/// kernel) has none; remembered for that filesystem ([`caps::refuse_tmpfile`]).
+/// kernel) has none; remembered for that filesystem (`refuse_tmpfile`).
 pub fn tmpfile_refused(e: &io::Error, dir: BorrowedFd<'_>) -> bool {
     let refused = caps::says_no_tmpfile(e);
     if refused {

@@ -26,7 +26,7 @@ pub fn fdatasync(file: &File, path: &Path) -> Result<()> {
 /// is not enough there: the attributes set after the last write may stay out of what it makes
 /// durable (btrfs logs only the inode changes an fsync asks for), and the rename and the
 /// directory fsync that follow do not carry them. Retried when interrupted;
-/// [`Step::Fdatasync`] skips it.
+/// `Fdatasync` skips it.
 pub fn fsync(file: &File, path: &Path) -> Result<()> {
     if fault::skipped(Step::Fdatasync) {
         return Ok(());
@@ -57,7 +57,7 @@ pub fn publish(dir: BorrowedFd<'_>, tmp: &OsStr, name: &OsStr, path: &Path, dura
 }
 
 /// fsync of the directory `dir` after an entry named `path` changed in it, so that the entry
-/// survives a crash; [`Step::DirSync`] skips it.
+/// survives a crash; `DirSync` skips it.
 pub fn sync_dir(dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
     if fault::skipped(Step::DirSync) {
         return Ok(());
@@ -67,7 +67,7 @@ pub fn sync_dir(dir: BorrowedFd<'_>, path: &Path) -> Result<()> {
 
 /// syncfs of the filesystem holding `fd` (Linux 2.6.39; its writeback errors since 5.8),
 /// retried when interrupted; under the `fault-injection` feature a planned fault takes its
-/// place, and [`Step::Syncfs`] can be skipped.
+/// place, and `Syncfs` can be skipped.
 pub fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
     if fault::skipped(Step::Syncfs) {
         return Ok(());

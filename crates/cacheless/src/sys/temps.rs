@@ -7,11 +7,11 @@
 //!
 //! - before it makes its first temporary in a folder, a writer takes a shared lock on one byte
 //!   of the folder itself, its slot (a hash of BOOT and PID, which its names carry), and holds it
-//!   until its last temporary there is gone ([`Claim`]);
+//!   until its last temporary there is gone ([`Claim`](crate::temps::Claim));
 //! - a regular file's writer also holds an exclusive lock on the whole file while it is open
 //!   (NFSv4 carries that one to the server, where another machine's cleaner sees it).
 //!
-//! A cleaner ([`clean_tree`], `cacheless clean`) removes a temporary only where neither is
+//! A cleaner ([`clean_tree`](crate::temps::clean_tree), `cacheless clean`) removes a temporary only where neither is
 //! held: the slot is free, and for a regular file it takes a shared lock on the file itself
 //! before it unlinks it (a writer that is only now taking its lock waits for that, then finds
 //! its name gone and makes another). Where it cannot tell (a lock the filesystem refuses, a
@@ -27,46 +27,13 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use crate::sys::lock::{self, LockKind, LockRange};
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Longest name a directory entry may have on Linux (NAME_MAX).
-const NAME_MAX: usize = 255;
-
-/// The first 8 hex digits of this boot's id (/proc/sys/kernel/random/boot_id), or `00000000`
-/// where /proc does not say.
-pub fn boot() -> &'static str {
-    static BOOT: OnceLock<String> = OnceLock::new();
-    BOOT.get_or_init(|| {
-        let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-        let hex: String = id.chars().filter(char::is_ascii_hexdigit).take(8).collect();
-        if hex.len() == 8 {
-            hex
-        } else {
-            "00000000".into()
-        }
-    })
-}
-
-/// A temporary name beside `name`, `.NAME.cacheless-BOOT-PID-N.lk.tmp`, that no other writer
-/// of this process uses. It fits wherever `name` does: NAME is cut to leave room for the rest
-/// (any byte but '/' and NUL may end a name, so a cut is a name too). Made only under a
-/// [`Claim`] on its folder.
-pub fn temp_name(name: &OsStr) -> OsString {
-    let tail = format!(".cacheless-{}-{}-{}.lk.tmp", boot(), std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
-    let bytes = name.as_bytes();
-    let keep = bytes.len().min(NAME_MAX - 1 - tail.len());
-    let mut t = OsString::from(".");
-    t.push(OsStr::from_bytes(&bytes[..keep]));
-    t.push(tail);
-    t
-}
+pub use crate::names::{bench_dir_name, boot, temp_name};
 
 /// Who made a temporary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -453,13 +420,6 @@ fn walk(root: &Path, dry_run: bool, all_gone: bool) -> Cleaned {
     out
 }
 
-/// A name for the benchmark's temporary folder, `.cacheless-bench-BOOT-PID-N.lk`, that
-/// [`clean_tree`] recognises once its owner is gone; made under a [`Claim`] on the folder it
-/// is in.
-pub fn bench_dir_name() -> String {
-    format!(".cacheless-bench-{}-{}-{}.lk", boot(), std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,7 +429,7 @@ mod tests {
         for len in [1usize, 100, 230, 254, 255] {
             let name = OsString::from("n".repeat(len));
             let t = temp_name(&name);
-            assert!(t.len() <= NAME_MAX, "{len}: {} bytes", t.len());
+            assert!(t.len() <= 255, "{len}: {} bytes", t.len());
             assert!(t.as_bytes().starts_with(b".n") && t.as_bytes().ends_with(b".lk.tmp"), "{t:?}");
             assert_ne!(temp_name(&name), t, "two temporaries of one name differ");
             let o = owner(t.as_bytes()).expect("an owner");
