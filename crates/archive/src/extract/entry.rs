@@ -804,6 +804,8 @@ impl Ctx<'_> {
         let publish = || {
             creator.publish_now();
             if in_flight.pending(rel) {
+                // What finished meanwhile joins the gate first, then all it holds is named.
+                creator.publish_now();
                 gate.release_held();
             }
         };
