@@ -25,7 +25,7 @@ def run(exe, *args, env=None, cwd=None):
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, env=env, cwd=cwd, timeout=120)
 
 
-def same(*args, env=None, cwd=None, prog=True):
+def same(*args, env=None, cwd=None):
     """Runs both; their statuses, outputs and messages must be equal (the program's name, which
     clap's usage shows, aside)."""
     a, b = run(SCRIPT, *args, env=env, cwd=cwd), run(BINARY, *args, env=env, cwd=cwd)

@@ -211,17 +211,15 @@ fn one_top_level(top: &Path, archive: &Path) -> Result<Vec<u8>> {
 /// The destination and GNU tar's `-C` between member names (see
 /// `ExtractOptions::chdirs`): each `-C` is joined to the one before it; those before the first
 /// name make the destination, each later one sends the names after it (their index among the
-/// member names) to its folder. Where the `-C` stand among the names is read back from the
-/// command line (clap keeps each value's position).
-fn directories(args: &ExtractArgs) -> (PathBuf, Vec<(usize, PathBuf)>) {
+/// member names) to its folder. Where the `-C` stand among the names comes from the command
+/// line's matches (clap keeps each value's position).
+fn directories(args: &ExtractArgs, matches: Option<&clap::ArgMatches>) -> (PathBuf, Vec<(usize, PathBuf)>) {
     let mut cur = PathBuf::new();
     let mut dest = None;
     let mut chdirs: Vec<(usize, PathBuf)> = Vec::new();
     let positions = (args.directory.len() > 1 && !args.members.is_empty())
         .then(|| {
-            use clap::CommandFactory;
-            let m = crate::Cli::command().try_get_matches_from(crate::args()).ok()?;
-            let sub = m.subcommand_matches("extract")?;
+            let sub = matches?;
             let dirs: Vec<usize> = sub.indices_of("directory")?.collect();
             let names: Vec<usize> = sub.indices_of("members")?.collect();
             Some((dirs, names))
@@ -241,9 +239,9 @@ fn directories(args: &ExtractArgs) -> (PathBuf, Vec<(usize, PathBuf)>) {
 
 /// Runs `cacheless extract`: exit 0 when every member was extracted, 1 otherwise, 130 or 143
 /// when interrupted by SIGINT or SIGTERM.
-pub fn run(args: &ExtractArgs, common: &CommonOpts) -> Result<ExitCode> {
+pub fn run(args: &ExtractArgs, common: &CommonOpts, matches: Option<&clap::ArgMatches>) -> Result<ExitCode> {
     let progress = Arc::new(Progress::new());
-    let (dest, chdirs) = directories(args);
+    let (dest, chdirs) = directories(args, matches);
     let mut opts = ExtractOptions::new(dest);
     opts.chdirs = chdirs;
     opts.absolute_names = args.absolute_names;

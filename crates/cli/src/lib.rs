@@ -146,7 +146,6 @@ pub fn run(args: Vec<OsString>, program: Option<PathBuf>) -> ExitCode {
 
 fn run_args(args: Vec<OsString>) -> ExitCode {
     // Run through a link named `cp`, cacheless is cp: GNU cp's command line and messages.
-    ARGS.get_or_init(|| args.clone());
     let mut argv = args.clone().into_iter();
     if let Some(argv0) = argv.next() {
         if std::path::Path::new(&argv0).file_name() == Some(std::ffi::OsStr::new("cp")) {
@@ -159,7 +158,10 @@ fn run_args(args: Vec<OsString>) -> ExitCode {
             return cp::run_as_cp(&argv0, &rest);
         }
     }
-    let cli = Cli::parse_from(cp_operands_kept(args));
+    use clap::{CommandFactory, FromArgMatches};
+    // Parsed once; extract reads where its `-C`s stand among the member names from the matches.
+    let matches = Cli::command().get_matches_from(cp_operands_kept(args));
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Err(msg) = cacheless::check_disabled() {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
@@ -188,7 +190,7 @@ fn run_args(args: Vec<OsString>) -> ExitCode {
         Cmd::Cp(a) => return cp::run(a, &cli.common),
         Cmd::Hash(a) => hash::run(a, &cli.common),
         Cmd::Evict(a) => evict::run(a, &cli.common),
-        Cmd::Extract(a) => extract::run(a, &cli.common),
+        Cmd::Extract(a) => extract::run(a, &cli.common, matches.subcommand_matches("extract")),
         Cmd::Pack(a) => pack::run(a, &cli.common),
         Cmd::Bench(a) => bench::run(a, &cli.common),
         Cmd::Clean(a) => clean::run(a, &cli.common),
@@ -212,12 +214,4 @@ fn run_args(args: Vec<OsString>) -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// The command line being run (see [`run`]), for the few places that read it again.
-static ARGS: OnceLock<Vec<OsString>> = OnceLock::new();
-
-/// The command line being run.
-pub(crate) fn args() -> Vec<OsString> {
-    ARGS.get().cloned().unwrap_or_default()
 }
