@@ -302,6 +302,36 @@ fn keep_old_files_keeps_files_and_folders_as_they_are() {
     same_as_gnu("replace", &archive, setup, RUN);
 }
 
+/// GNU tar takes one choice about existing files: two of `-k`, `--skip-old-files`,
+/// `--overwrite` and `--no-overwrite-dir` are refused before anything is extracted, the later
+/// one named first; each alone is taken.
+#[test]
+fn two_choices_about_existing_files_are_refused_as_gnu_refuses_them() {
+    if !gnu_tar() {
+        return;
+    }
+    let d = scratch();
+    let src = d.path().join("src");
+    write(&src.join("d/f"), b"new", 0o644);
+    let archive = d.path().join("a.tar");
+    gnu_pack(&src, &archive, &[]);
+    let setup = |dir: &Path| write(&dir.join("d/f"), b"old", 0o600);
+    let choices = ["--keep-old-files", "--skip-old-files", "--overwrite", "--no-overwrite-dir"];
+    for a in choices {
+        same_as_gnu(a, &archive, setup, Run { opts: &[a], ..RUN });
+        for b in choices.iter().copied().filter(|&b| b != a) {
+            let got = same_as_gnu(&format!("{a} {b}"), &archive, setup, Run { opts: &[a, b], ..RUN });
+            assert!(!got.ok, "{a} {b}: taken");
+            assert_eq!(got.tree[Path::new("d/f")].body, b"old", "{a} {b}: something was extracted");
+            let said = format!("'{b}' cannot be used with '{a}'");
+            assert!(got.stderr.contains(&said), "{a} {b}: {:?} does not say {said:?}", got.stderr);
+            let (_t, g, _o) = twins(setup, None);
+            let gnu = extract_with(true, &archive, &g, Run { opts: &[a, b], ..RUN });
+            assert!(gnu.stderr.contains(&said), "GNU tar's message changed: {:?}", gnu.stderr);
+        }
+    }
+}
+
 /// A member whose owner cannot be set (here: a user namespace that maps only root) is kept and
 /// reported, as GNU tar keeps it; it keeps no set-ID bit (GNU's does: see docs/extract.md).
 #[test]

@@ -343,9 +343,9 @@ fn expectations(fs: &LoopFs, big: &Path) {
                 let why = i.fs.direct_write_cached.as_ref().expect("the probe sees btrfs buffer O_DIRECT writes of checksummed files");
                 let w = i.write.as_ref().unwrap();
                 assert_ne!(w.mode, Mode::Direct, "auto does not write direct where direct writes are cached: {}", w.reason);
-                assert!(w.reason.contains(why.as_str()), "{}", w.reason);
+                assert!(w.reason.to_string().contains(why.as_str()), "{}", w.reason);
                 let forced = describe(big, Mode::Direct).unwrap().write.unwrap();
-                assert!(forced.mode == Mode::Direct && forced.reason.contains("go through the page cache"), "{forced:?}");
+                assert!(forced.mode == Mode::Direct && forced.reason.to_string().contains("go through the page cache"), "{forced:?}");
             }
         }
         FsKind::Erofs => {

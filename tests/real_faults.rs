@@ -156,7 +156,7 @@ fn direct_writes_under_buffered_readers_and_a_mapping_read_back_exactly() {
     let data = random_bytes(len, 8);
     let mut opts = WriteOptions::new(Budget::new(64 << 20));
     opts.io.mode = Mode::Direct;
-    opts.atomic = false;
+    opts.naming = cacheless::Naming::Final;
     opts.size_hint = Some(len as u64);
     opts.io.block_size = 1 << 20;
     let mut w = Writer::create(&f, &opts).unwrap();

@@ -230,7 +230,7 @@ pub fn copy<'py>(
     o.target = if no_target_directory { cacheless_cp::Target::File } else { cacheless_cp::Target::Auto };
     o.open_dangling = std::env::var_os("POSIXLY_CORRECT").is_some();
     o.threads = opts::count(threads);
-    o.sync = sync;
+    o.durability = Durability::synced(sync);
     o.count_totals = true;
     o.remote = opts::remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)?;
     let p = Arc::new(Progress::new());
@@ -337,9 +337,14 @@ pub fn extract<'py>(
     let ropts = opts::remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)?;
     let mut eo = cacheless_archive::ExtractOptions::new(&dest);
     eo.io = opts::io(mode, "auto", memory, None, None)?;
-    eo.sync = sync;
+    eo.durability = match sync {
+        true => Durability::NamedAfterSync { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) },
+        false => Durability::Off { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) },
+    };
     eo.strip_components = strip_components;
-    eo.keep_old_files = keep_old_files;
+    if keep_old_files {
+        eo.old_files = cacheless_archive::OldFiles::Keep;
+    }
     eo.ignore_zeros = ignore_zeros;
     if let Some(t) = opts::count(threads) {
         eo.threads = t;
@@ -526,7 +531,7 @@ pub fn pack<'py>(
     if let Some(t) = opts::count(read_threads) {
         po.read_threads = t;
     }
-    po.sync = sync;
+    po.durability = Durability::synced(sync);
     po.io = io;
     // File bytes read against the bytes of the files walked so far (the total grows as the
     // walk goes) are what the callback is given.

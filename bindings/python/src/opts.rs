@@ -12,7 +12,7 @@
 use std::marker::PhantomData;
 use std::str::FromStr;
 
-use cacheless::{limits, Budget, IoOptions, Mode, ReadOptions, WriteOptions};
+use cacheless::{limits, Budget, Durability, IoOptions, Mode, ReadOptions, WriteOptions};
 use cacheless_safetensors::ArenaOptions;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -179,7 +179,7 @@ pub fn io(
 /// Engine write options: `io` with `sync=` and `size_hint=`.
 pub fn write(io: IoOptions, sync: bool, size_hint: Option<u64>) -> WriteOptions {
     let mut o = WriteOptions::from(io);
-    o.sync = sync;
+    o.durability = Durability::synced(sync);
     o.size_hint = size_hint;
     o
 }

@@ -52,10 +52,11 @@ pub fn split(budget: &Budget, opts: &RemoteOptions) -> (Budget, Budget) {
 /// ahead into `budget`.
 pub fn archive_input(url: &str, opts: &RemoteOptions, budget: &Budget) -> Result<cacheless_archive::Input> {
     let (remote, info) = open(url, opts)?;
-    let reason = format!("ranged GETs pinned to ETag {}", info.etag.as_deref().unwrap_or("none"));
+    let in_flight = opts.concurrency.min((budget.limit() / opts.part_size.max(1)).max(1));
+    let read = cacheless_archive::source::SourceRead::Download { part_size: opts.part_size as u64, in_flight, etag: info.etag.clone() };
     let len = Some(info.size);
     let reader = cacheless_remote::ObjectReader::open(Arc::new(remote), info, budget.clone())?;
-    Ok(cacheless_archive::Input::Named { reader: Box::new(reader), mode: "remote".into(), reason, len })
+    Ok(cacheless_archive::Input::Named { reader: Box::new(reader), read, len })
 }
 
 /// An upload to `url` fed by writes (`pack(URL, ...)`, `open(URL, "wb")`), and the handle that

@@ -32,7 +32,7 @@ pub mod transform;
 mod zframes;
 
 pub use error::{Error, Result};
-pub use extract::{extract, ExtractOptions, ExtractReport};
+pub use extract::{extract, ExtractOptions, ExtractReport, Listing, OldFiles, DEFAULT_WRITE_BACK};
 pub use modes::ModeCounts;
 pub use pack::{pack, pack_staged, Output, PackOptions, PackReport};
 pub use source::{Compression, Decompress, Input, SourceInfo};

@@ -112,10 +112,9 @@ impl Compression {
 pub struct SourceInfo {
     /// Detected compression.
     pub compression: Compression,
-    /// The engine's mode for the archive (`direct`, `dontcache`, ...), or `stream` for stdin.
-    pub read_mode: String,
-    /// Why that read mode (named errno of the fallback, if any).
-    pub reason: String,
+    /// How the archive was read, and why (serialized as `read_mode` and `reason`).
+    #[serde(flatten)]
+    pub read: SourceRead,
     /// Size of the archive file, if known.
     pub archive_len: Option<u64>,
     /// Threads that decompressed (0 for a plain tar; for zstd decoded frame by frame, those
@@ -126,6 +125,64 @@ pub struct SourceInfo {
     pub frames: Option<u64>,
 }
 
+/// How an archive is read: its mode and why, typed up to the report, and worded only where it
+/// is printed or handed to Python.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum SourceRead {
+    /// A file, read by the engine as its policy decided (`direct`, `dontcache`, ...).
+    File(cacheless::Decision),
+    /// Standard input or a pipe; or, with its path, a file that is not regular.
+    Stream(Option<PathBuf>),
+    /// A download: ranged GETs of `part_size` bytes, up to `in_flight` at once, pinned to
+    /// the object's ETag.
+    Download {
+        /// Bytes per request.
+        part_size: u64,
+        /// Requests in flight at most.
+        in_flight: usize,
+        /// The ETag every range is pinned to.
+        etag: Option<String>,
+    },
+}
+
+impl SourceRead {
+    /// The read mode's name: the engine's (`direct`, `dontcache`, ...), `stream` or `remote`.
+    pub fn mode(&self) -> String {
+        match self {
+            SourceRead::File(d) => d.mode.to_string(),
+            SourceRead::Stream(_) => "stream".into(),
+            SourceRead::Download { .. } => "remote".into(),
+        }
+    }
+}
+
+impl std::fmt::Display for SourceRead {
+    /// Why the archive was read so.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceRead::File(d) => write!(f, "{}", d.reason),
+            SourceRead::Stream(None) => f.write_str("stdin or pipe"),
+            SourceRead::Stream(Some(p)) => write!(f, "{}: not a regular file, read as a stream", p.display()),
+            SourceRead::Download { part_size, in_flight, etag } => {
+                #[allow(clippy::cast_precision_loss)] // A size in a sentence.
+                let size = cacheless::human_bytes(*part_size as f64);
+                write!(f, "ranged GETs of {size}, up to {in_flight} in flight, pinned to ETag {}", etag.as_deref().unwrap_or("none"))
+            }
+        }
+    }
+}
+
+impl serde::Serialize for SourceRead {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("read_mode", &self.mode())?;
+        m.serialize_entry("reason", &self.to_string())?;
+        m.end()
+    }
+}
+
 /// Where the archive comes from.
 pub enum Input {
     /// A file path.
@@ -133,14 +190,12 @@ pub enum Input {
     /// Any stream (stdin, a pipe, a test buffer).
     Stream(Box<dyn Read + Send>),
     /// A stream that says what it is (a download: `cacheless extract URL`): read as a stream,
-    /// reported with its read mode, the reason, and its length where known.
+    /// reported as it says, with its length where known.
     Named {
         /// The bytes.
         reader: Box<dyn Read + Send>,
-        /// The read mode reported (`remote`).
-        mode: String,
-        /// How it is read (the requests in flight).
-        reason: String,
+        /// How it is read, for the report.
+        read: SourceRead,
         /// Its length, when known.
         len: Option<u64>,
     },
@@ -311,23 +366,22 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
     let mut threads = Vec::new();
     // A FIFO, a pipe (`<(…)`), a character device (a tape) or a socket is read as a stream, as
     // standard input is: no size to plan reads by, no O_DIRECT.
-    let mut stream_reason = "stdin or pipe".to_string();
+    let mut not_regular = None;
     let input = match input {
         Input::Path(path) if std::fs::metadata(&path).is_ok_and(|m| !m.is_file() && !m.file_type().is_block_device() && !m.is_dir()) => {
             // A FIFO with no writer yet is waited for in a way Ctrl-C ends, and so is its data.
             let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOCTTY;
             let fd = cacheless::sys::open_interruptible(cacheless::sys::CWD, path.as_path(), flags, rustix::fs::Mode::empty())
                 .map_err(|e| Error::io("open", &path, io::Error::from(e)))?;
-            stream_reason = format!("{}: not a regular file, read as a stream", path.display());
+            not_regular = Some(path.clone());
             Input::Stream(Box::new(cacheless::sys::FdStream(fd)))
         }
         i => i,
     };
-    let (read_mode, reason, archive_len) = match input {
+    let (read, archive_len) = match input {
         Input::Path(path) => {
             let reader = cacheless::Reader::open(&path, read_options)?;
-            let d = reader.decision();
-            let (mode, reason) = (d.mode.to_string(), d.reason.to_string());
+            let d = reader.decision().clone();
             let len = Some(reader.len());
             progress.add_total_input_bytes(reader.len());
             let ab = progress.clone();
@@ -337,18 +391,18 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
                     .spawn(move || read_engine_thread(reader, tx, ab))
                     .map_err(|e| Error::io("spawn", &path, e))?,
             );
-            (mode, reason, len)
+            (SourceRead::File(d), len)
         }
         Input::Stream(r) => {
             threads.push(read_stream_thread(r, tx, progress.clone())?);
-            ("stream".to_string(), stream_reason, None)
+            (SourceRead::Stream(not_regular), None)
         }
-        Input::Named { reader, mode, reason, len } => {
+        Input::Named { reader, read, len } => {
             if let Some(l) = len {
                 progress.add_total_input_bytes(l);
             }
             threads.push(read_stream_thread(reader, tx, progress.clone())?);
-            (mode, reason, len)
+            (read, len)
         }
     };
     let mut raw = ChanReader::new(rx);
@@ -360,7 +414,7 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
         return Err(Error::from_engine_io(e).unwrap_or_else(|e| Error::io("read", "archive", e)));
     }
     let compression = Compression::detect(raw.peek().unwrap_or_default());
-    let mut info = SourceInfo { compression, read_mode, reason, archive_len, decompress_threads: 0, frames: None };
+    let mut info = SourceInfo { compression, read, archive_len, decompress_threads: 0, frames: None };
     if compression == Compression::None {
         return Ok(TarStream { reader: Decoded::Chan(raw), threads, stats: None, verified: Arc::new(AtomicU64::new(u64::MAX)), info });
     }

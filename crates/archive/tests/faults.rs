@@ -57,7 +57,7 @@ fn options(dest: &Path, backend: BackendKind, mode: Mode, budget: &Budget) -> Ex
     o.direct_min = STREAM_MIN;
     o.threads = 2;
     // The tree is checked, not made durable (syncfs is no call of the engine's).
-    o.sync = false;
+    o.durability = cacheless::Durability::Off { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) };
     o
 }
 

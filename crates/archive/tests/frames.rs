@@ -38,7 +38,7 @@ fn fixture() -> &'static Fixture {
 
 fn extract_with(archive: &Path, dest: &Path, decompress_threads: usize) -> ExtractReport {
     let mut o = ExtractOptions::new(dest);
-    o.sync = false;
+    o.durability = cacheless::Durability::Off { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) };
     o.decompress_threads = decompress_threads;
     extract(Input::Path(archive.to_path_buf()), &o).unwrap_or_else(|e| panic!("{archive:?}: {e}"))
 }
@@ -222,7 +222,7 @@ fn our_own_pack_output_in_many_frames() {
     o.members.directory = Some(fixture().tree.clone());
     o.compression = Compression::Zstd;
     o.frame_size = 1 << 20;
-    o.sync = false;
+    o.durability = cacheless::Durability::Off { write_back: None };
     let pr = pack(o).unwrap();
     assert!(pr.is_ok(), "{:?}", pr.failures);
     assert!(pr.frames >= 8, "{} frames", pr.frames);

@@ -50,7 +50,7 @@ impl Case {
     }
     fn run_with(&self, bytes: Vec<u8>, f: impl FnOnce(&mut ExtractOptions)) -> ExtractReport {
         let mut o = ExtractOptions::new(&self.dest);
-        o.sync = false;
+        o.durability = cacheless::Durability::Off { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) };
         f(&mut o);
         let r = extract(Input::Stream(Box::new(std::io::Cursor::new(bytes))), &o).unwrap();
         self.assert_outside_untouched();
@@ -116,7 +116,7 @@ fn preexisting_symlink_in_dest_is_followed_as_gnu_follows_it() {
         let c = case();
         std::os::unix::fs::symlink(&c.outside, c.dest.join("pre")).unwrap();
         let mut o = ExtractOptions::new(&c.dest);
-        o.sync = false;
+        o.durability = cacheless::Durability::Off { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) };
         o.force_walk = walk;
         let bytes = TarBuf::default().file("pre/x", b"x").dir("pre/d").end();
         let r = extract(Input::Stream(Box::new(std::io::Cursor::new(bytes))), &o).unwrap();

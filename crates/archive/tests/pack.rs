@@ -40,7 +40,7 @@ fn opts(dir: &Path, out: &Path, c: Compression) -> PackOptions {
     let mut o = PackOptions::new(Output::Path(out.to_path_buf()), vec![".".into()]);
     o.members.directory = Some(dir.to_path_buf());
     o.compression = c;
-    o.sync = false;
+    o.durability = cacheless::Durability::Off { write_back: None };
     o
 }
 
@@ -405,7 +405,7 @@ fn inputs_and_archive_are_left_out_of_the_page_cache() {
     }
     let a = work.path().join("res.tar.zst");
     let mut o = opts(&src, &a, Compression::Zstd);
-    o.sync = true;
+    o.durability = cacheless::Durability::EachFile;
     let r = packed(o);
     assert!(r.read_modes.buffered == 0, "cold files read buffered: {:?}", r.read_modes);
     let mut cached = 0;
@@ -442,7 +442,7 @@ fn members_are_named_as_gnu_tar_names_them() {
     let mut o = PackOptions::new(Output::Path(ours_a.clone()), vec!["files".into(), "links/".into()]);
     o.members = Members { directory: Some(src.to_path_buf()), ..o.members };
     o.compression = Compression::None;
-    o.sync = false;
+    o.durability = cacheless::Durability::Off { write_back: None };
     packed(o);
     let gnu_a = work.path().join("g.tar");
     run(Command::new("tar").arg("--format=pax").arg("-cf").arg(&gnu_a).arg("-C").arg(src).args(["files", "links/"]));
@@ -714,7 +714,7 @@ fn a_tree_deeper_than_path_max_is_packed_whole_as_gnu_tar_packs_it() {
     o.members.directory = Some(src.clone());
     o.members.xattrs = true;
     o.compression = Compression::None;
-    o.sync = false;
+    o.durability = cacheless::Durability::Off { write_back: None };
     let r = packed(o);
     let gnu = work.path().join("g.tar");
     run(Command::new("tar").args(["--format=pax", "--xattrs", "-cf"]).arg(&gnu).arg("-C").arg(&src).arg("t"));

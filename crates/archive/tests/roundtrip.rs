@@ -133,7 +133,7 @@ fn stream_input_and_strip_components() {
     let o = work.path().join("ours");
     let mut opts = ExtractOptions::new(&o);
     opts.strip_components = 2;
-    opts.sync = true;
+    opts.durability = cacheless::Durability::NamedAfterSync { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) };
     let f = std::fs::File::open(&a).unwrap();
     let r = extract(Input::Stream(Box::new(f)), &opts).unwrap();
     assert!(r.is_ok(), "{:?} {:?}", r.fatal, r.failures);
@@ -157,7 +157,7 @@ fn existing_files_replaced_or_kept() {
     std::fs::write(work.path().join("victim"), "victim").unwrap();
     std::os::unix::fs::symlink(work.path().join("victim"), o.join("files/f02_100")).unwrap();
     let mut opts = ExtractOptions::new(&o);
-    opts.keep_old_files = true;
+    opts.old_files = cacheless_archive::OldFiles::Keep;
     let r = extract(Input::Path(a.clone()), &opts).unwrap();
     assert_eq!(r.failure_count, 2, "{:?}", r.failures);
     assert_eq!(std::fs::read(o.join("files/f01_1")).unwrap(), b"old content");
@@ -180,7 +180,7 @@ fn both_engine_backends() {
         let o = work.path().join(format!("ours{i}"));
         let mut opts = ExtractOptions::new(&o);
         opts.io.backend = kind;
-        opts.sync = false;
+        opts.durability = cacheless::Durability::Off { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) };
         let r = match extract(Input::Path(a.clone()), &opts) {
             Ok(r) => r,
             Err(e) if kind == cacheless::BackendKind::Uring => {
@@ -209,7 +209,7 @@ fn tiny_memory_budget_completes() {
     let o = work.path().join("ours");
     let mut opts = ExtractOptions::new(&o);
     opts.io.budget = cacheless::Budget::new(1 << 20);
-    opts.sync = false;
+    opts.durability = cacheless::Durability::Off { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) };
     let r = extract(Input::Path(a), &opts).unwrap();
     assert!(r.is_ok(), "{:?} {:?}", r.fatal, r.failures);
     assert_same_tree(&o, &gnu, "tiny budget");
@@ -282,4 +282,34 @@ fn small_files_of_every_size_sharing_batch_buffers() {
     }
     let (_a, a) = archive(&tree, "slabs.tar", "gnu", None, &[]);
     check(&a, &[Mode::Auto, Mode::Direct, Mode::DropBehind], false, "slabs");
+}
+
+/// Extraction names files after their batch's syncfs (the checksum hold needs it): a durability
+/// that would not is refused before anything moves, naming the destination, as pack refuses one
+/// that is not a single file's; those they offer work.
+#[test]
+fn a_durability_a_job_does_not_offer_is_refused_before_anything_moves() {
+    let (_d, a) = archive(&trees().full, "durability.tar.zst", "pax", Some("zstd"), &[]);
+    let work = scratch();
+    let o = work.path().join("out");
+    for refused in [cacheless::Durability::EachFile, cacheless::Durability::AtTheEnd { write_back: None }] {
+        let mut opts = ExtractOptions::new(&o);
+        opts.durability = refused;
+        let e = extract(Input::Path(a.clone()), &opts).unwrap_err();
+        assert!(e.to_string().contains("durability") && e.to_string().contains(&o.display().to_string()), "{refused:?}: {e}");
+        assert!(!o.exists(), "{refused:?}: the destination was made");
+    }
+    for taken in [cacheless::Durability::NamedAfterSync { write_back: None }, cacheless::Durability::Off { write_back: Some(1 << 20) }] {
+        let mut opts = ExtractOptions::new(&o);
+        opts.durability = taken;
+        let r = extract(Input::Path(a.clone()), &opts).unwrap();
+        assert!(r.is_ok(), "{taken:?}: {:?} {:?}", r.fatal, r.failures);
+        std::fs::remove_dir_all(&o).unwrap();
+    }
+    let out = work.path().join("p.tar");
+    let mut po = cacheless_archive::PackOptions::new(cacheless_archive::Output::Path(out.clone()), vec![a.clone()]);
+    po.durability = cacheless::Durability::NamedAfterSync { write_back: None };
+    let e = cacheless_archive::pack(po).unwrap_err();
+    assert!(e.to_string().contains("durability"), "pack: {e}");
+    assert!(!out.exists(), "pack: the archive was made");
 }

@@ -150,7 +150,7 @@ impl Ctx<'_> {
         o.io.block_size = cfg.block_size;
         o.io.queue_depth = cfg.queue_depth;
         o.size_hint = Some(cfg.file_size);
-        o.sync = true;
+        o.durability = cacheless::Durability::EachFile;
         o
     }
     fn note(&self, what: &str, mode: cacheless::Taken, reason: &dyn std::fmt::Display) {

@@ -25,7 +25,36 @@ use rustix::fs::{statx, AtFlags, StatxFlags};
 use serde::Serialize;
 
 /// `RWF_DONTCACHE` for preadv2/pwritev2 and io_uring (Linux 6.14+).
-pub const RWF_DONTCACHE: i32 = 0x80;
+pub const RWF_DONTCACHE: RwFlags = RwFlags::DONTCACHE;
+
+/// The flags of one read or write request (preadv2/pwritev2's, io_uring's `rw_flags`): the
+/// `RWF_*` bits the engine uses, typed from the plan that picks them to the call that passes
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RwFlags(u32);
+
+impl RwFlags {
+    /// No flag: a plain pread or pwrite.
+    pub const NONE: RwFlags = RwFlags(0);
+    /// `RWF_DONTCACHE` (Linux 6.14+): the request goes through the page cache, whose pages
+    /// are dropped once written back (a read's once copied out).
+    pub const DONTCACHE: RwFlags = RwFlags(0x80);
+
+    /// The bits, as preadv2/pwritev2 take them.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// The bits as io_uring's `rw_flags` field takes them (the same bits, as an `i32`).
+    pub fn uring_bits(self) -> i32 {
+        i32::from_ne_bytes(self.0.to_ne_bytes())
+    }
+
+    /// Whether every flag of `other` is set.
+    pub fn contains(self, other: RwFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
 
 /// Why a feature is unavailable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -471,7 +500,7 @@ fn probe_dontcache(fd: BorrowedFd<'_>) -> Support {
     let span = file.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len().min(PROBE_SPAN));
     let before = file.as_ref().filter(|_| span > 0).and_then(|f| crate::residency::resident_pages(f, 0, span).ok());
     let mut b = [0u8; 1];
-    let probed = rustix::io::preadv2(fd, &mut [io::IoSliceMut::new(&mut b)], 0, rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE as u32));
+    let probed = rustix::io::preadv2(fd, &mut [io::IoSliceMut::new(&mut b)], 0, rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE.bits()));
     if let (Some(f), Some(before)) = (&file, &before) {
         let _ = crate::residency::drop_brought_in(f, 0, span, before);
     }

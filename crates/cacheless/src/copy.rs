@@ -24,7 +24,8 @@ use crate::buf::AlignedBuf;
 use crate::create::{CreateOptions, Durability, FileAttrs, FileCreator, NewFile};
 use crate::digest::{Algo, Hasher};
 use crate::error::{Error, ErrorKind, Result};
-use crate::pending::{Naming, PendingFile};
+use crate::options::Naming;
+use crate::pending::{NewName, PendingFile};
 use crate::policy::{self, Decision, Reason, Taken};
 use crate::progress::Progress;
 use crate::rate::RateLimit;
@@ -104,18 +105,10 @@ pub struct CopyOptions {
     pub verify: Option<Algo>,
     /// Limit on the bytes moved per second, shared by every copy holding it.
     pub rate: Option<Arc<RateLimit>>,
-    /// Give the destination the source's owner and group (needs root, or CAP_CHOWN).
-    pub owner: bool,
-    /// Copy extended attributes (POSIX ACLs among them) where both filesystems have them.
-    pub xattrs: bool,
-    /// Give the destination the source's access ACL, or none where the source has none (an ACL
-    /// it inherited from its directory goes): what GNU cp does with the mode it preserves, or
-    /// drops under `--no-preserve=mode`. Implied by `xattrs`.
-    pub acl: bool,
-    /// A change of owner that fails is an error (the user may change owners: root). Else, as
-    /// GNU cp does for other users, the group alone is tried and the set-user-ID, set-group-ID
-    /// and sticky bits are left out of the mode.
-    pub strict_owner: bool,
+    /// Whether the destination gets the source's owner and group, and what a refusal means.
+    pub owner: Ownership,
+    /// Which extended attributes the destination gets from the source.
+    pub xattrs: Xattrs,
     /// What the copy takes from the file it replaces (see [`Carry`]).
     pub carry: Option<Arc<Carry>>,
     /// Files up to this size are written whole by a [`FileCreator`] (one read, one write);
@@ -142,10 +135,8 @@ impl CopyOptions {
             sparse: Sparse::default(),
             verify: None,
             rate: None,
-            owner: false,
-            xattrs: false,
-            acl: false,
-            strict_owner: false,
+            owner: Ownership::Mine,
+            xattrs: Xattrs::None,
             carry: None,
             small_file: policy::SMALL_WRITE,
             before_verify: None,
@@ -170,8 +161,6 @@ impl fmt::Debug for CopyOptions {
             .field("rate", &self.rate.as_ref().map(|r| r.rate()))
             .field("owner", &self.owner)
             .field("xattrs", &self.xattrs)
-            .field("acl", &self.acl)
-            .field("strict_owner", &self.strict_owner)
             .field("carry", &self.carry.is_some())
             .field("small_file", &self.small_file)
             .field("before_verify", &self.before_verify.is_some())
@@ -303,7 +292,7 @@ impl Staged {
         let mut buf = vec![0u8; crate::conv::usize_of(self.report.write.bytes.clamp(1, 1 << 20))];
         let mut off = 0u64;
         loop {
-            let n = sys::read_once(f, &mut buf, off, 0).map_err(|e| Error::io("read back", &self.path, e))?;
+            let n = sys::read_once(f, &mut buf, off, sys::RwFlags::NONE).map_err(|e| Error::io("read back", &self.path, e))?;
             if n == 0 {
                 break;
             }
@@ -420,8 +409,47 @@ impl Carry {
     }
 }
 
-/// Copies the regular file `src` to `dst`: written under a temporary name, made durable (per
-/// `wo.sync`), then renamed over `dst`. Refuses to copy a file onto itself. Checks
+/// Whether a copy gets its source's owner and group, and what a refusal means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ownership {
+    /// Not taken: the copying user owns the copy (the default).
+    #[default]
+    Mine,
+    /// Taken where this user may (the owner needs root or CAP_CHOWN); as GNU cp does for
+    /// other users, a change the kernel refuses is tried again with the group alone, and the
+    /// set-user-ID, set-group-ID and sticky bits are left out of the mode.
+    Tried,
+    /// Taken, and a change that fails is an error (the user may change owners: root).
+    Required,
+}
+
+impl Ownership {
+    /// GNU cp's: not taken unless `preserve`; then required of root, tried by others.
+    pub fn of(preserve: bool, root: bool) -> Ownership {
+        match (preserve, root) {
+            (false, _) => Ownership::Mine,
+            (true, false) => Ownership::Tried,
+            (true, true) => Ownership::Required,
+        }
+    }
+}
+
+/// Which extended attributes a copy gets from its source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Xattrs {
+    /// None (the default).
+    #[default]
+    None,
+    /// The source's access ACL, or none where the source has none (an ACL the copy inherited
+    /// from its directory goes): what GNU cp does with the mode it preserves, or drops under
+    /// `--no-preserve=mode`.
+    Acl,
+    /// Every extended attribute (POSIX ACLs among them) where both filesystems have them.
+    All,
+}
+
+/// Copies the regular file `src` to `dst`: written under a temporary name, made durable (where
+/// `wo.durability` is `EachFile`), then renamed over `dst`. Refuses to copy a file onto itself. Checks
 /// `progress` for cancellation between requests; an interrupted copy leaves `dst` untouched.
 pub fn copy_file(src: &Path, dst: &Path, ro: &ReadOptions, wo: &WriteOptions, progress: &Progress) -> Result<CopyReport> {
     copy_file_with(src, dst, ro, wo, &CopyOptions::new(), progress)
@@ -449,7 +477,7 @@ pub enum Source {
 
 /// Copies `src` into a temporary file beside `name` in `dir` (`dst` is the final path, for
 /// messages), with the attributes `wo` and `co` ask for, and returns it unrenamed. The data is
-/// durable when `wo.sync` is set or a verification was asked for (the verification reads the
+/// durable when `wo.durability` is `EachFile` or a verification was asked for (the verification reads the
 /// durable file). Small files go through `creator` when given (else one made for the call).
 /// A creator that names files after their syncfs ([`Durability::NamedAfterSync`])
 /// makes a small copy that is not synced without a name (O_TMPFILE), which [`Staged::commit`]
@@ -495,7 +523,7 @@ pub fn stage_copy_from(
 /// Copies `source` into `dst`, an existing file open for writing, in place: the file keeps its
 /// inode, and with it its other names, owner, mode and attributes (those `co` and `wo` ask for
 /// are set); a FIFO or device is written as a stream. Without `data` nothing is written, only
-/// the attributes set. Durable when `wo.sync` is set (a regular file). An interrupted or failed
+/// the attributes set. Durable when `wo.durability` is `EachFile` (a regular file). An interrupted or failed
 /// copy leaves the file as far as it got, as GNU cp's does.
 #[allow(clippy::too_many_arguments)] // As stage_copy.
 pub fn copy_in_place(
@@ -694,7 +722,7 @@ impl<'a> Job<'a> {
         if let Some(c) = &self.co.carry {
             c.apply(dst, self.dst)?;
         }
-        if self.co.owner {
+        if self.co.owner != Ownership::Mine {
             let want = (meta.uid(), meta.gid());
             let has = match creator.filter(|_| self.co.plain_dir && self.co.carry.is_none()) {
                 Some(c) => c.owner_in(self.dir, dst),
@@ -704,7 +732,7 @@ impl<'a> Job<'a> {
                 let (u, g) = want;
                 match sys::fchown(dst, Some(u), Some(g)) {
                     Ok(()) => {}
-                    Err(rustix::io::Errno::PERM | rustix::io::Errno::INVAL) if !self.co.strict_owner => {
+                    Err(rustix::io::Errno::PERM | rustix::io::Errno::INVAL) if self.co.owner == Ownership::Tried => {
                         let _ = sys::fchown(dst, None, Some(g));
                         self.drop_special = true;
                     }
@@ -718,9 +746,9 @@ impl<'a> Job<'a> {
                 }
             }
         }
-        if self.co.xattrs {
+        if self.co.xattrs == Xattrs::All {
             copy_xattrs_to(src, dst, self.dst, !self.co.plain_dir || self.co.carry.is_some())?;
-        } else if self.co.acl {
+        } else if self.co.xattrs == Xattrs::Acl {
             copy_acl(src, dst, self.dst, !self.co.plain_dir || self.co.carry.is_some() || self.existing.is_some())?;
         }
         Ok(())
@@ -740,13 +768,13 @@ impl<'a> Job<'a> {
             Some(e) => Some(e),
             None => {
                 // On any error below the clone goes with `entry`.
-                let entry = PendingFile::create(self.dir.clone(), self.name, self.dst, Naming::Temporary, self.attrs().create_perm())?;
+                let entry = PendingFile::create(self.dir.clone(), self.name, self.dst, NewName::Temporary, self.attrs().create_perm())?;
                 let file = entry.file();
                 match sys::ficlone(&**file, reader.file()) {
                     Ok(()) => {
                         self.extra(reader.file(), file, smeta, creator)?;
                         sys::apply_attrs(file, self.permissions(), self.wo.atime, self.wo.mtime).map_err(|(op, e)| Error::io(op, self.dst, e))?;
-                        if self.wo.sync {
+                        if self.wo.durability.each_file() {
                             sys::fsync(file, self.dst)?;
                         }
                         self.progress.add_bytes(reader.len());
@@ -767,7 +795,7 @@ impl<'a> Job<'a> {
                             decision,
                             direct_bytes: 0,
                             tail_bytes: 0,
-                            synced: self.wo.sync,
+                            synced: self.wo.durability.each_file(),
                             backend: None,
                         }));
                     }
@@ -856,7 +884,7 @@ impl<'a> Job<'a> {
         }
         // The attributes are set by the finish, and made durable by its fsync. The file comes
         // back under its temporary name (or none), to be named by `Staged::commit`.
-        let (report, entry) = if self.wo.sync { f.finish_durable()? } else { f.finish_unbatched()? };
+        let (report, entry) = if self.wo.durability.each_file() { f.finish_durable()? } else { f.finish_unbatched()? };
         self.entry = entry;
         Ok(report)
     }
@@ -864,7 +892,7 @@ impl<'a> Job<'a> {
     /// The existing file `existing`, to be written in place (emptied first when `truncate`).
     fn adopt(&mut self, existing: File, creator: Option<&FileCreator>, len: u64, truncate: bool) -> NewFile {
         self.stream_dst = existing.metadata().is_ok_and(|m| !m.is_file());
-        let opts = CreateOptions { mode: self.wo.io.mode, durability: Durability::synced(self.wo.sync), deferred_drops: 0 };
+        let opts = CreateOptions { mode: self.wo.io.mode, durability: Durability::synced(self.wo.durability.each_file()), deferred_drops: 0 };
         match creator {
             Some(c) => c.adopt_existing(existing, self.dir.clone(), self.name, self.dst, len, self.attrs(), truncate),
             None => FileCreator::new(opts).adopt_existing(existing, self.dir.clone(), self.name, self.dst, len, self.attrs(), truncate),
@@ -879,24 +907,28 @@ impl<'a> Job<'a> {
         // A creator that names files after their syncfs creates this one without a name, to be
         // named after the caller's syncfs (and verified after it, when asked); not for a copy
         // made durable on its own (it uses its temporary name).
-        if let Some(c) = creator.filter(|c| c.publishes() && !self.wo.sync) {
+        if let Some(c) = creator.filter(|c| c.publishes() && !self.wo.durability.each_file()) {
             self.after_syncfs = true;
             return c.create(self.dir.clone(), self.name, self.dst, len, self.attrs());
         }
         let creator = match creator.filter(|c| !c.publishes()) {
             Some(c) => c,
             None => {
-                own = FileCreator::new(CreateOptions { mode: self.wo.io.mode, durability: Durability::synced(self.wo.sync), deferred_drops: 0 });
+                own = FileCreator::new(CreateOptions {
+                    mode: self.wo.io.mode,
+                    durability: Durability::synced(self.wo.durability.each_file()),
+                    deferred_drops: 0,
+                });
                 &own
             }
         };
-        creator.create_as(self.dir.clone(), self.name, self.dst, len, self.attrs(), Naming::Temporary)
+        creator.create_as(self.dir.clone(), self.name, self.dst, len, self.attrs(), NewName::Temporary)
     }
 
     /// A large file: streamed through the writer's queue.
     fn stream(&mut self, reader: &mut Reader) -> Result<(Method, WriteReport, u64)> {
         let mut wo = self.wo.clone();
-        wo.atomic = true;
+        wo.naming = Naming::Temporary;
         wo.size_hint = Some(reader.len());
         wo.permissions = self.permissions();
         // Under a budget smaller than asked for, the writer may only hold what the reader's lease
@@ -1000,7 +1032,7 @@ impl<'a> Job<'a> {
             deferred: None,
             dir: self.dir.clone(),
             path: self.dst.to_path_buf(),
-            sync: self.wo.sync,
+            sync: self.wo.durability.each_file(),
             report: CopyReport { src: self.src.to_path_buf(), method, reflink_fallback: fallback, read, read_backend, write, data_bytes, verify: None },
         };
         if let (Some(algo), Some(h)) = (self.co.verify.filter(|_| !self.stream_dst), self.hasher.take()) {

@@ -8,20 +8,45 @@ use serde::Serialize;
 
 use crate::caps::{self, FsCaps, SystemCaps};
 use crate::error::{Error, Hint, Result};
-use crate::policy::{self, Decision, Mode, Refusal};
+use crate::policy::{self, Decision, Mode, Reason, Refusal};
 use crate::residency::{self, Residency};
 
 /// How a read or a write would go: the mode and why, or, where the requested mode is refused,
 /// that mode, why, and what to ask for instead.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
     /// The mode that would be used (the refused mode when `hint` is set).
     pub mode: Mode,
-    /// Why: the rule that fired, or `refused: ` and what the probe found.
-    pub reason: String,
+    /// Why: the rule that fired, or the refusal and what the probe found (serialized as words:
+    /// the rule's, or `refused: ` and the probe's).
+    pub reason: PlanReason,
     /// For a refusal, the modes that work here instead (front ends word it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<Hint>,
+}
+
+/// Why a [`Plan`] goes as it does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlanReason {
+    /// The policy's rule that fired.
+    Rule(Reason),
+    /// The requested mode is refused: what the probe found.
+    Refused(String),
+}
+
+impl std::fmt::Display for PlanReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlanReason::Rule(r) => write!(f, "{r}"),
+            PlanReason::Refused(why) => write!(f, "refused: {why}"),
+        }
+    }
+}
+
+impl Serialize for PlanReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 impl Plan {
@@ -34,8 +59,8 @@ impl Plan {
 impl From<std::result::Result<Decision, Refusal>> for Plan {
     fn from(d: std::result::Result<Decision, Refusal>) -> Plan {
         match d {
-            Ok(d) => Plan { mode: d.mode.into(), reason: d.reason.to_string(), hint: None },
-            Err(r) => Plan { mode: r.mode, reason: format!("refused: {}", r.reason), hint: Some(r.hint) },
+            Ok(d) => Plan { mode: d.mode.into(), reason: PlanReason::Rule(d.reason), hint: None },
+            Err(r) => Plan { mode: r.mode, reason: PlanReason::Refused(r.reason), hint: Some(r.hint) },
         }
     }
 }
@@ -147,7 +172,8 @@ mod tests {
         let read = Plan::from(policy::decide_read(Mode::Direct, &fs, 1 << 20, None));
         assert!(read.is_refused());
         assert_eq!(read.mode, Mode::Direct);
-        assert_eq!(read.reason, format!("refused: {}", no.reason));
+        assert_eq!(read.reason, PlanReason::Refused(no.reason.clone()));
+        assert_eq!(read.reason.to_string(), format!("refused: {}", no.reason));
         assert_eq!(read.hint, Some(Hint::Modes(vec![Mode::Auto, Mode::DontCache])));
         let json = serde_json::to_value(&read).unwrap();
         assert_eq!(json["hint"], serde_json::json!({"modes": ["auto", "dontcache"]}), "{json}");

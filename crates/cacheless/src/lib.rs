@@ -67,18 +67,18 @@ pub mod temps;
 mod units;
 mod write;
 
-pub use backend::{BackendChoice, BackendKind};
+pub use backend::{BackendChoice, BackendKind, BackendReason, Buffers};
 pub use buf::{round_up, AlignedBuf, Budget, Lease, LeaseRequest, Shares};
 pub use copy::{
-    copy_file, copy_file_with, copy_in_place, copy_xattrs, open_parent, stage_copy, stage_copy_from, Carry, CopyOptions, CopyReport, Method, Reflink, Source,
-    Sparse, Staged, VerifyHook, VerifyReport,
+    copy_file, copy_file_with, copy_in_place, copy_xattrs, open_parent, stage_copy, stage_copy_from, Carry, CopyOptions, CopyReport, Method, Ownership,
+    Reflink, Source, Sparse, Staged, VerifyHook, VerifyReport, Xattrs,
 };
-pub use create::{sync_filesystem, CreateOptions, Durability, FileAttrs, FileCreator, Keeper, NewFile, Published};
+pub use create::{sync_filesystem, CreateOptions, FileAttrs, FileCreator, Keeper, NewFile, Published};
 pub use create_queue::{CreateQueue, CreateTicket};
 pub use env::check_disabled;
 pub use error::{strerror, Error, ErrorKind, Hint, Result};
 pub use mode::{Mode, Taken};
-pub use options::{IoOptions, DEFAULT_BLOCK_SIZE, DEFAULT_BUDGET, DEFAULT_QUEUE_DEPTH};
+pub use options::{Durability, IoOptions, Naming, DEFAULT_BLOCK_SIZE, DEFAULT_BUDGET, DEFAULT_QUEUE_DEPTH};
 pub use pending::{initial_mode, Named, Parked, PendingFile};
 pub use plan::{check_forced, Plan};
 pub use policy::{decide_read, decide_write, Decision, Reason, Refusal};

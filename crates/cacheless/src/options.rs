@@ -42,3 +42,109 @@ impl Default for IoOptions {
         IoOptions::new(Budget::new(DEFAULT_BUDGET))
     }
 }
+
+/// When a job's files are made durable, and when they get their final names: one type for every
+/// writer (a single file's write, a tree copy, an extraction, a pack), each taking the variants
+/// it can honour and refusing the others before anything moves (see each job's options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Each file is fsynced (its data and attributes, and its folder after the rename that
+    /// names it) before it is named and closed (the default of a single file's write).
+    #[default]
+    EachFile,
+    /// Nothing is made durable: a crash may leave files empty or short under their names
+    /// (`--no-sync`, `sync=False`). With `write_back` (bytes), small files are written back
+    /// together for the cache's sake as under [`Durability::AtTheEnd`], and (extraction) named
+    /// after their batch's syncfs as under [`Durability::NamedAfterSync`]; no syncfs ends the job.
+    Off {
+        /// Bytes of small files written back together (`None`: each file on its own).
+        write_back: Option<u64>,
+    },
+    /// Nothing is synced file by file: the job makes the whole tree durable at the end (one
+    /// syncfs; for a [`crate::FileCreator`], its caller does). With `write_back` (bytes),
+    /// files under `SMALL_WRITE` that auto would write uncached are written plainly instead,
+    /// kept open, and once this many bytes of them (or [`crate::CreateOptions::deferred_drops`]
+    /// files) are waiting, the filesystem is synced (syncfs, which writes them back in a few
+    /// large requests rather than one or more each) and their pages are dropped: the cache
+    /// never holds more than about this many bytes of theirs, and the device sees a fraction of
+    /// the requests. Dirty pages of other programs on the same filesystem are written back by
+    /// the same syncfs (they stay cached).
+    AtTheEnd {
+        /// Bytes of small files written back together (`None`: each file on its own).
+        write_back: Option<u64>,
+    },
+    /// As [`Durability::AtTheEnd`], and files are named only once their data is durable:
+    /// [`crate::FileCreator::create`] creates each file without a name (O_TMPFILE), or under a
+    /// temporary name beside its final one where the filesystem has no O_TMPFILE (or
+    /// `CACHELESS_DISABLE=tmpfile`); once finished it waits in the batch, and the batch's syncfs
+    /// is followed by the links (or renames) that name its files. A power cut then leaves under
+    /// a final name nothing, the file it replaced, or the complete new file, never a file whose
+    /// data did not reach the disk (which ext4 shows as zeros of the new length); what it may
+    /// leave besides is nothing (an unnamed file is freed at the next mount) or, under
+    /// temporary names, the temporaries `.NAME.cacheless-BOOT-PID-N.lk.tmp`. A last
+    /// [`crate::FileCreator::publish_now`] names what is still waiting, and the job's final
+    /// syncfs makes the names durable (extract's default). The batch is written back every
+    /// `write_back` bytes (32 MiB when `None`; small files are then written as auto decides) or
+    /// [`crate::CreateOptions::deferred_drops`] files.
+    NamedAfterSync {
+        /// Bytes per batch, and small files written plainly to be written back together.
+        write_back: Option<u64>,
+    },
+}
+
+impl Durability {
+    /// [`Durability::EachFile`] where `sync`, else [`Durability::Off`] without batches: a door's
+    /// `sync` switch (`--no-sync`, `sync=False`) for a job that syncs file by file.
+    pub fn synced(sync: bool) -> Durability {
+        if sync {
+            Durability::EachFile
+        } else {
+            Durability::Off { write_back: None }
+        }
+    }
+
+    /// Whether each file is fsynced before it is named and closed.
+    pub fn each_file(self) -> bool {
+        self == Durability::EachFile
+    }
+
+    /// Whether the job's files are durable when it reports success (every variant but `Off`).
+    pub fn durable(self) -> bool {
+        !matches!(self, Durability::Off { .. })
+    }
+
+    /// Bytes of small files written back together (0: none are).
+    pub fn write_back(self) -> u64 {
+        match self {
+            Durability::EachFile => 0,
+            Durability::Off { write_back } | Durability::AtTheEnd { write_back } | Durability::NamedAfterSync { write_back } => write_back.unwrap_or(0),
+        }
+    }
+
+    /// Whether files are named after their batch's syncfs.
+    pub fn names_after_sync(self) -> bool {
+        matches!(self, Durability::NamedAfterSync { .. })
+    }
+
+    /// The error refusing this durability for `job` on `path`, a job that takes only `offered`
+    /// (their names); nothing has moved when a job returns it.
+    pub fn refused(self, job: &str, path: &std::path::Path, offered: &str) -> crate::Error {
+        crate::Error::message(
+            crate::ErrorKind::InvalidInput,
+            path,
+            format!("{job} {}: durability {self:?} is not offered (it takes {offered}); nothing was done", path.display()),
+        )
+    }
+}
+
+/// How a file being written is named (a single file's write: [`crate::WriteOptions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Naming {
+    /// Under a temporary name beside the destination, renamed over it once complete (the
+    /// default): the final name shows the old file or the whole new one, never a part.
+    #[default]
+    Temporary,
+    /// Under the final name from the start, which must not exist; an unfinished file is still
+    /// removed.
+    Final,
+}

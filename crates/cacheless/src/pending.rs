@@ -43,13 +43,13 @@ pub fn initial_mode(permissions: Option<u32>, create: Option<u32>) -> u32 {
 
 /// How a new file is named while it is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Naming {
+pub(crate) enum NewName {
     /// Under its final name from the start (it must not exist).
     Final,
     /// Under a temporary name beside it, `.NAME.cacheless-BOOT-PID-N.lk.tmp` (see [`crate::sys::temps::temp_name`]).
     Temporary,
     /// Without a name (O_TMPFILE) with permission bits `mode`, or where the filesystem has
-    /// none (or it is switched off), as [`Naming::Temporary`].
+    /// none (or it is switched off), as [`NewName::Temporary`].
     Unnamed { mode: u32 },
 }
 
@@ -85,25 +85,25 @@ impl PendingFile {
     /// Creates a new file for `name` (one path component) in `dir`, named as `naming` says,
     /// read-write, with permission bits `mode` (see [`initial_mode`]). `path` names it in
     /// errors.
-    pub(crate) fn create(dir: Arc<OwnedFd>, name: &OsStr, path: &Path, naming: Naming, mode: u32) -> Result<PendingFile> {
+    pub(crate) fn create(dir: Arc<OwnedFd>, name: &OsStr, path: &Path, naming: NewName, mode: u32) -> Result<PendingFile> {
         sys::check_name("create", path, name)?;
         let (fd, at) = match naming {
-            Naming::Final => {
+            NewName::Final => {
                 let fd = sys::openat(&*dir, name, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from).map_err(|e| Error::io("create", path, e))?;
                 (fd, At::Final)
             }
-            Naming::Unnamed { mode: unnamed } => match create_unnamed(dir.as_fd(), path, unnamed)? {
+            NewName::Unnamed { mode: unnamed } => match create_unnamed(dir.as_fd(), path, unnamed)? {
                 Some(fd) => (fd, At::Unnamed),
                 None => create_temp(dir.as_fd(), name, path, mode)?,
             },
-            Naming::Temporary => create_temp(dir.as_fd(), name, path, mode)?,
+            NewName::Temporary => create_temp(dir.as_fd(), name, path, mode)?,
         };
         Ok(PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false })
     }
 
-    /// A file created elsewhere (an openat on an io_uring), as [`Naming::Temporary`] makes one
+    /// A file created elsewhere (an openat on an io_uring), as [`NewName::Temporary`] makes one
     /// under the temporary name `tmp` (held here by its lock as `create` holds one: `None`
-    /// where its name is no longer its own), or [`Naming::Unnamed`] one without a name (`tmp`
+    /// where its name is no longer its own), or [`NewName::Unnamed`] one without a name (`tmp`
     /// `None`).
     pub(crate) fn adopt(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path, tmp: Option<OsString>) -> Option<PendingFile> {
         if let Some(t) = &tmp {
@@ -383,11 +383,11 @@ mod tests {
     /// start for `Final`), the data and the name after, and nothing at all when dropped.
     #[test]
     fn each_naming_publishes_or_leaves_nothing() {
-        for naming in [Naming::Final, Naming::Temporary, Naming::Unnamed { mode: 0o640 }] {
+        for naming in [NewName::Final, NewName::Temporary, NewName::Unnamed { mode: 0o640 }] {
             let d = tempfile::tempdir().unwrap();
             std::fs::write(d.path().join("f"), b"old").unwrap();
             let fd = dir(d.path());
-            if naming == Naming::Final {
+            if naming == NewName::Final {
                 let e = PendingFile::create(fd.clone(), OsStr::new("f"), &d.path().join("f"), naming, 0o600).unwrap_err();
                 assert_eq!(e.errno(), Some(libc::EEXIST), "{e}");
                 std::fs::remove_file(d.path().join("f")).unwrap();
@@ -395,14 +395,14 @@ mod tests {
             let p = PendingFile::create(fd.clone(), OsStr::new("f"), &d.path().join("f"), naming, 0o600).unwrap();
             (&**p.file()).write_all(b"new data").unwrap();
             match naming {
-                Naming::Final => assert_eq!(names(d.path()), ["f"]),
-                Naming::Temporary => {
+                NewName::Final => assert_eq!(names(d.path()), ["f"]),
+                NewName::Temporary => {
                     assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"old");
                     assert_eq!(names(d.path()).len(), 2);
                 }
-                Naming::Unnamed { .. } => assert_eq!(names(d.path()).len(), 1 + usize::from(!p.unnamed())),
+                NewName::Unnamed { .. } => assert_eq!(names(d.path()).len(), 1 + usize::from(!p.unnamed())),
             }
-            assert_eq!(p.unpublished(), naming != Naming::Final);
+            assert_eq!(p.unpublished(), naming != NewName::Final);
             let mut back = String::new();
             io::Read::read_to_string(&mut p.reopen().unwrap(), &mut back).unwrap();
             assert_eq!(back, "new data");
@@ -448,7 +448,7 @@ mod tests {
         assert_eq!(initial_mode(None, Some(0o4755)), 0o755);
         // And the file is created with them.
         let d = tempfile::tempdir().unwrap();
-        let p = PendingFile::create(dir(d.path()), OsStr::new("f"), &d.path().join("f"), Naming::Temporary, initial_mode(Some(0o644), None)).unwrap();
+        let p = PendingFile::create(dir(d.path()), OsStr::new("f"), &d.path().join("f"), NewName::Temporary, initial_mode(Some(0o644), None)).unwrap();
         assert_eq!(p.file().metadata().unwrap().permissions().mode() & 0o7777, 0o600);
     }
 }

@@ -16,6 +16,7 @@ use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Hint, Result};
 use crate::policy::{self, Decision, Mode, Refusal, Taken};
 use crate::sys;
+use crate::sys::RwFlags;
 
 /// The largest request size accepted (a read or write syscall moves at most 2 GiB at once).
 pub const MAX_BLOCK_SIZE: usize = 1 << 30;
@@ -32,7 +33,7 @@ pub struct Plan {
     /// What the file's filesystem offers.
     pub caps: Arc<FsCaps>,
     /// preadv2/pwritev2 flags for every request (RWF_DONTCACHE in dontcache mode).
-    pub(crate) flags: i32,
+    pub(crate) flags: RwFlags,
 }
 
 impl Plan {
@@ -42,7 +43,7 @@ impl Plan {
             (Taken::Direct, Ok(a)) => (a.offset.max(1) as usize, a.mem.max(1) as usize),
             _ => (1, 1),
         };
-        let flags = if decision.mode == Taken::DontCache { RWF_DONTCACHE } else { 0 };
+        let flags = if decision.mode == Taken::DontCache { RWF_DONTCACHE } else { RwFlags::NONE };
         Plan { decision, align, mem_align, caps, flags }
     }
 
@@ -136,18 +137,20 @@ pub(crate) fn open_queue(kind: BackendKind, depth: usize, lease: Option<&Lease>,
         Error::io("io_uring setup", path, e).with_kind(ErrorKind::Unsupported).with_hint(Hint::Backends(vec![BackendKind::Auto, BackendKind::Threads]))
     })?;
     if let Some(l) = lease {
-        choice.reason += &backend::try_register(q.as_mut(), l);
+        choice.buffers = backend::try_register(q.as_mut(), l);
     }
     Ok((q, choice))
 }
 
 /// An I/O error of a request in `mode` with `flags`, with a note and a hint where the mode is
 /// the cause.
-pub(crate) fn io_error(op: &'static str, path: &Path, e: io::Error, mode: Taken, flags: i32, caps: &FsCaps) -> Error {
+pub(crate) fn io_error(op: &'static str, path: &Path, e: io::Error, mode: Taken, flags: RwFlags, caps: &FsCaps) -> Error {
     let e = Error::io(op, path, e);
     match e.errno() {
         Some(libc::EINVAL) if mode == Taken::Direct => e.with_note("O_DIRECT refused a request").with_hint(policy::alternatives(Mode::Direct, caps)),
-        Some(libc::EOPNOTSUPP) if flags & RWF_DONTCACHE != 0 => e.with_note("RWF_DONTCACHE unsupported").with_hint(policy::alternatives(Mode::DontCache, caps)),
+        Some(libc::EOPNOTSUPP) if flags.contains(RWF_DONTCACHE) => {
+            e.with_note("RWF_DONTCACHE unsupported").with_hint(policy::alternatives(Mode::DontCache, caps))
+        }
         _ => e,
     }
 }

@@ -16,8 +16,8 @@ use crate::backend::{BackendChoice, Completion, Lane, Op, OpKind};
 use crate::buf::{round_up, AlignedBuf, Budget, Lease, LeaseRequest};
 use crate::caps::FsCaps;
 use crate::error::{Error, ErrorKind, Result};
-use crate::options::IoOptions;
-use crate::pending::{initial_mode, Naming, PendingFile};
+use crate::options::{Durability, IoOptions, Naming};
+use crate::pending::{initial_mode, NewName, PendingFile};
 use crate::plan::{self, Plan};
 use crate::policy::{self, Decision, Taken};
 use crate::read::Chunk;
@@ -37,14 +37,14 @@ pub struct WriteOptions {
     pub io: IoOptions,
     /// Final size, when known: picks the mode, and preallocates the file.
     pub size_hint: Option<u64>,
-    /// Write under a temporary name beside the destination and rename it into place in
-    /// `finish` (default). When false, write under the final name, which must not exist;
-    /// either way an unfinished file is removed.
-    pub atomic: bool,
-    /// Make the file durable (fsync of its data and attributes, and of the directory after the
-    /// rename) before
-    /// `finish` returns (default true).
-    pub sync: bool,
+    /// Under a temporary name, renamed into place in `finish` (default), or under the final
+    /// name from the start; either way an unfinished file is removed.
+    pub naming: Naming,
+    /// [`Durability::EachFile`] (the default) makes the file durable (fsync of its data and
+    /// attributes, and of the directory after the rename) before `finish` returns; under any
+    /// other variant the writer syncs nothing, and the caller makes the file durable
+    /// (`AtTheEnd`, `NamedAfterSync`: the job's syncfs) or nobody does (`Off`).
+    pub durability: Durability,
     /// Permission bits to set (default: 0666 less the umask, as open(2) makes them).
     pub permissions: Option<u32>,
     /// The mode the file is created with, before the umask (see [`crate::FileAttrs::create`]).
@@ -65,7 +65,16 @@ impl WriteOptions {
 impl From<IoOptions> for WriteOptions {
     /// Writes with a job's shared settings: atomic, durable, no size hint or attributes.
     fn from(io: IoOptions) -> WriteOptions {
-        WriteOptions { io, size_hint: None, atomic: true, sync: true, permissions: None, create_mode: None, mtime: None, atime: None }
+        WriteOptions {
+            io,
+            size_hint: None,
+            naming: Naming::Temporary,
+            durability: Durability::EachFile,
+            permissions: None,
+            create_mode: None,
+            mtime: None,
+            atime: None,
+        }
     }
 }
 
@@ -125,7 +134,7 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Creates `path` (atomically by default: see [`WriteOptions::atomic`]).
+    /// Creates `path` (atomically by default: see [`WriteOptions::naming`]).
     pub fn create(path: impl AsRef<Path>, opts: &WriteOptions) -> Result<Writer> {
         let path = path.as_ref();
         let (dir, name) = sys::open_parent(path)?;
@@ -144,7 +153,10 @@ impl Writer {
     pub fn create_in_shared(dir: Arc<OwnedFd>, name: &OsStr, path: &Path, opts: &WriteOptions) -> Result<Writer> {
         sys::check_name("create", path, name)?;
         plan::check_block_size("create", path, opts.io.block_size)?;
-        let naming = if opts.atomic { Naming::Temporary } else { Naming::Final };
+        let naming = match opts.naming {
+            Naming::Temporary => NewName::Temporary,
+            Naming::Final => NewName::Final,
+        };
         let entry = PendingFile::create(dir, name, path, naming, initial_mode(opts.permissions, opts.create_mode))?;
         // A failure to decide how to write removes the file with `entry`.
         let plan = plan::choose(entry.file(), path, "create", None, |caps| policy::decide_write(opts.io.mode, caps, opts.size_hint))?;
@@ -461,7 +473,7 @@ impl Writer {
         let report = self.write_rest()?;
         // Where the rename happened and only the directory's fsync failed, the complete,
         // durable file stays in place (removing it would also lose the file it replaced).
-        self.entry.take().map_or(Ok(()), |e| e.publish(self.opts.sync))?;
+        self.entry.take().map_or(Ok(()), |e| e.publish(self.opts.durability.each_file()))?;
         Ok(report)
     }
 
@@ -523,7 +535,7 @@ impl Writer {
         }
         // Attributes before the sync, so that it makes them durable with the data.
         sys::apply_attrs(&self.file, self.opts.permissions, self.opts.atime, self.opts.mtime).map_err(|(op, e)| self.err(op, e))?;
-        if self.opts.sync {
+        if self.opts.durability.each_file() {
             sys::fsync(&self.file, &self.path)?;
         }
         // Drop what went through the cache: the direct tail, the last write-behind windows.
@@ -552,7 +564,7 @@ impl Writer {
             decision: self.plan.decision.clone(),
             direct_bytes: self.direct_bytes,
             tail_bytes,
-            synced: self.opts.sync,
+            synced: self.opts.durability.each_file(),
             backend: self.choice.clone(),
         })
     }

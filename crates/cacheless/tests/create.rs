@@ -289,7 +289,7 @@ fn a_staged_small_copy_takes_its_name_only_when_committed_and_leaves_nothing_whe
     let creator = FileCreator::new(CreateOptions { durability: Durability::NamedAfterSync { write_back: None }, ..CreateOptions::default() });
     let budget = Budget::new(16 << 20);
     let mut wo = WriteOptions::new(budget.clone());
-    wo.sync = false;
+    wo.durability = Durability::Off { write_back: None };
     wo.permissions = Some(0o640);
     wo.mtime = Some(UNIX_EPOCH + Duration::new(1_234_567_890, 123_456_789));
     wo.atime = wo.mtime;

@@ -25,7 +25,7 @@ fn wo(mode: Mode, backend: BackendKind, block: usize) -> WriteOptions {
     o.io.backend = backend;
     o.io.block_size = block;
     o.io.queue_depth = 4;
-    o.sync = false;
+    o.durability = cacheless::Durability::Off { write_back: None };
     o
 }
 
@@ -201,7 +201,7 @@ fn small_budget_still_completes() {
     r.io.block_size = 128 << 10;
     let mut w = WriteOptions::new(budget.clone());
     w.io.block_size = 128 << 10;
-    w.sync = false;
+    w.durability = cacheless::Durability::Off { write_back: None };
     let dst = d.path().join("d");
     copy_file(&src, &dst, &r, &w, &Progress::new()).unwrap();
     assert!(std::fs::read(&dst).unwrap() == data);
@@ -244,7 +244,7 @@ fn direct_read_and_write_leave_no_cache() {
     cacheless::residency::evict_path(&src).unwrap();
     let dst = d.path().join("d");
     let mut w = wo(Mode::Auto, BackendKind::Auto, 1 << 20);
-    w.sync = true;
+    w.durability = cacheless::Durability::EachFile;
     let rep = copy_file(&src, &dst, &ro(Mode::Auto, BackendKind::Auto, 1 << 20), &w, &Progress::new()).unwrap();
     assert_eq!(rep.read.mode, Taken::Direct);
     assert_eq!(rep.write.decision.mode, Taken::Direct);
@@ -269,10 +269,15 @@ fn uring_registered_buffers_are_used_and_byte_exact() {
     let mut got = Vec::new();
     r.read_to_end(&mut got).unwrap();
     assert!(got == data);
-    let reason = &r.backend().unwrap().reason;
-    assert!(reason.contains("registered buffers") || reason.contains("plain buffers ("), "{reason}");
+    let choice = r.backend().unwrap();
+    assert!(
+        matches!(choice.buffers, cacheless::Buffers::Registered(n) if n > 0)
+            || matches!(choice.buffers, cacheless::Buffers::OverMemlock { .. } | cacheless::Buffers::RegistrationFailed(_)),
+        "{choice:?}"
+    );
+    assert!(choice.why().contains("registered buffers") || choice.why().contains("plain buffers ("), "{}", choice.why());
     if rustix::process::geteuid().is_root() {
-        assert!(reason.contains("registered buffers"), "root is not memlock-limited: {reason}");
+        assert!(matches!(choice.buffers, cacheless::Buffers::Registered(_)), "root is not memlock-limited: {}", choice.why());
     }
 }
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use cacheless::Progress;
-use cacheless_archive::{extract, ExtractOptions, Input};
+use cacheless::{Durability, Progress};
+use cacheless_archive::{extract, ExtractOptions, Input, Listing, OldFiles};
 use clap::Args;
 
 use crate::common::CommonOpts;
@@ -237,6 +237,22 @@ fn directories(args: &ExtractArgs, matches: Option<&clap::ArgMatches>) -> (PathB
     (dest.unwrap_or_else(|| PathBuf::from(".")), chdirs)
 }
 
+/// GNU tar's one choice about existing entries, from `-k`, `--skip-old-files`, `--overwrite`
+/// and `--no-overwrite-dir`: two of them are refused as GNU refuses them, naming the later one
+/// first (their order comes from the command line's matches).
+fn old_files(args: &ExtractArgs, matches: Option<&clap::ArgMatches>) -> Result<OldFiles> {
+    let given = [args.keep_old_files, args.skip_old_files, args.overwrite, args.no_overwrite_dir];
+    let ids = ["keep_old_files", "skip_old_files", "overwrite", "no_overwrite_dir"];
+    let mut chosen: Vec<(usize, (&str, OldFiles))> =
+        (0..4).filter(|&i| given[i]).map(|i| (matches.and_then(|m| m.index_of(ids[i])).unwrap_or(i), OldFiles::OPTIONS[i])).collect();
+    chosen.sort_by_key(|&(at, _)| at);
+    match chosen.as_slice() {
+        [] => Ok(OldFiles::Replace),
+        [(_, (_, one))] => Ok(*one),
+        [(_, (first, _)), (_, (later, _)), ..] => Err(ui::UsageError(format!("'{later}' cannot be used with '{first}'")).into()),
+    }
+}
+
 /// Runs `cacheless extract`: exit 0 when every member was extracted, 1 otherwise, 130 or 143
 /// when interrupted by SIGINT or SIGTERM.
 pub fn run(args: &ExtractArgs, common: &CommonOpts, matches: Option<&clap::ArgMatches>) -> Result<ExitCode> {
@@ -257,8 +273,16 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts, matches: Option<&clap::ArgMa
         }
         false => None,
     };
-    opts.sync = !args.no_sync;
-    opts.keep_old_files = args.keep_old_files;
+    let write_back = match args.writeback_batch {
+        Some(0) => None,
+        Some(b) => Some(b),
+        None => Some(cacheless_archive::DEFAULT_WRITE_BACK),
+    };
+    opts.durability = match args.no_sync {
+        true => Durability::Off { write_back },
+        false => Durability::NamedAfterSync { write_back },
+    };
+    opts.old_files = old_files(args, matches)?;
     opts.ignore_zeros = args.ignore_zeros;
     for w in &args.warning {
         let (on, word) = w.strip_prefix("no-").map_or((true, w.as_str()), |rest| (false, rest));
@@ -270,12 +294,10 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts, matches: Option<&clap::ArgMa
             _ => {}
         }
     }
-    opts.skip_old_files = args.skip_old_files;
     opts.keep_directory_symlink = args.keep_directory_symlink;
     if let Some(top) = &args.one_top_level {
         opts.one_top_level = Some(one_top_level(Path::new(top), &args.archive)?);
     }
-    opts.no_overwrite_dir = args.no_overwrite_dir;
     if !args.transform.is_empty() {
         let mut t = cacheless_archive::transform::Transform::new();
         for expr in &args.transform {
@@ -284,7 +306,6 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts, matches: Option<&clap::ArgMa
         opts.transform = Some(Arc::new(t));
     }
     opts.show_transformed_names = args.show_transformed_names;
-    opts.overwrite = args.overwrite;
     opts.dereference = args.dereference;
     // GNU tar: --suffix implies --backup.
     if args.backup.is_some() || args.suffix.is_some() {
@@ -329,12 +350,8 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts, matches: Option<&clap::ArgMa
         opts.decompress_threads = t;
     }
     opts.zstd_window_log_max = args.long;
-    if let Some(b) = args.writeback_batch {
-        opts.batch_writeback = b;
-    }
     opts.progress = Some(progress.clone());
-    opts.list = common.verbose > 0;
-    opts.list_long = common.verbose > 1;
+    opts.listing = Listing::of_verbosity(common.verbose);
     if args.debug && common.backend.to_string() != "auto" {
         eprintln!(
             "cacheless: --backend {} applies to reading the archive and writing large files; smaller files are written by the thread-pool creator",
@@ -380,8 +397,8 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts, matches: Option<&clap::ArgMa
             report.elapsed_s,
             ui::rate(report.bytes, report.elapsed_s),
             report.source.compression.name(),
-            report.source.read_mode,
-            report.source.reason,
+            report.source.read.mode(),
+            report.source.read,
             match report.source.frames {
                 Some(f) => format!("{f} frames decoded on {} threads", report.source.decompress_threads),
                 None => format!("decoded on {} thread(s)", report.source.decompress_threads),

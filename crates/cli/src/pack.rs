@@ -148,7 +148,7 @@ pub fn run(args: &PackArgs, common: &CommonOpts) -> Result<ExitCode> {
     o.members.one_file_system = args.one_file_system;
     o.members.xattrs = args.xattrs;
     o.members.acls = args.acls;
-    o.sync = !args.no_sync;
+    o.durability = cacheless::Durability::synced(!args.no_sync);
     o.read_threads = args.read_threads;
     o.io = io;
     o.progress = Some(progress.clone());

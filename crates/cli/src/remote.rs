@@ -222,11 +222,10 @@ pub fn archive_input(url: &Path, budget: &cacheless::Budget, flags: &RemoteFlags
     let remote = Arc::new(Remote::connect(&loc, &opts)?);
     let info = remote.head(&loc)?;
     let in_flight = opts.concurrency.min((budget.limit() / opts.part_size.max(1)).max(1));
-    let reason =
-        format!("ranged GETs of {}, up to {in_flight} in flight, pinned to ETag {}", ui::size(opts.part_size as u64), info.etag.as_deref().unwrap_or("none"));
+    let read = cacheless_archive::source::SourceRead::Download { part_size: opts.part_size as u64, in_flight, etag: info.etag.clone() };
     let len = Some(info.size);
     let reader = cacheless_remote::ObjectReader::open(remote, info, budget.clone())?;
-    Ok(cacheless_archive::Input::Named { reader: Box::new(reader), mode: "remote".into(), reason, len })
+    Ok(cacheless_archive::Input::Named { reader: Box::new(reader), read, len })
 }
 
 /// `pack -o URL`: a writer whose bytes are uploaded as parts as they come, and the handle that

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use cacheless::backup::BackupKind;
-use cacheless::{CopyOptions, CopyReport, Error, IoOptions};
+use cacheless::{CopyOptions, CopyReport, Durability, Error, IoOptions};
 use cacheless_remote::RemoteOptions;
 
 /// Called with each item that failed (the job goes on with the rest).
@@ -275,8 +275,10 @@ pub struct CpOptions {
     pub copy: CopyOptions,
     /// Worker threads copying files (default: 2 per CPU, 4 to 16).
     pub threads: Option<usize>,
-    /// Make the copies durable before renaming them into place (default true).
-    pub sync: bool,
+    /// [`Durability::EachFile`] (the default): each copy is durable before it takes its name
+    /// (small files a batch at a time, by the batch's syncfs, named after it); `Off { write_back:
+    /// None }`: nothing is synced (`--no-sync`). The other variants are refused.
+    pub durability: Durability,
     /// Walk the sources first to set the progress's totals of bytes and files.
     pub count_totals: bool,
     /// Told of each failed item.
@@ -321,7 +323,7 @@ impl CpOptions {
             open_dangling: false,
             copy: CopyOptions::new(),
             threads: None,
-            sync: true,
+            durability: Durability::EachFile,
             count_totals: false,
             on_error: None,
             on_copied: None,
@@ -429,7 +431,7 @@ impl fmt::Debug for CpOptions {
             .field("inplace", &self.inplace)
             .field("copy", &self.copy)
             .field("threads", &self.threads)
-            .field("sync", &self.sync)
+            .field("durability", &self.durability)
             .field("count_totals", &self.count_totals)
             .field("remote", &self.remote)
             .finish_non_exhaustive()
@@ -501,10 +503,10 @@ pub struct Transfer {
     pub requests: u64,
     /// Whether the server answered ranges (downloads).
     pub ranged: bool,
-    /// The local file's I/O mode.
-    pub mode: Option<String>,
-    /// Why that mode.
-    pub reason: Option<String>,
+    /// How the local file was read or written, and why (serialized as `mode` and `reason`);
+    /// `None` for a transfer skipped.
+    #[serde(flatten)]
+    pub local: Option<cacheless::Decision>,
     /// The object's ETag.
     pub etag: Option<String>,
     /// With `verify`: checked (true), or not checkable (`None`: a multipart upload's ETag).

@@ -125,8 +125,7 @@ fn skipped(source: String, destination: String, download: bool, etag: Option<Str
         skipped: true,
         requests: 0,
         ranged: false,
-        mode: None,
-        reason: None,
+        local: None,
         etag,
         verified: None,
         backup: None,
@@ -709,8 +708,7 @@ impl Run<'_> {
                         skipped: false,
                         requests: r.parts,
                         ranged: false,
-                        mode: Some(r.read.mode.to_string()),
-                        reason: Some(r.read.reason.to_string()),
+                        local: Some(r.read.clone()),
                         etag: r.etag,
                         verified: r.verified.map(|_| true),
                         backup: None,
@@ -726,7 +724,7 @@ impl Run<'_> {
         let o = self.o;
         let cancel = self.progress.cancel_flag();
         let mut wo = WriteOptions::from(o.io.clone());
-        wo.sync = o.sync;
+        wo.durability = o.durability;
         if let Some(c) = carry {
             // What GNU's write in place keeps: the mode (owner-only until the owner is set),
             // the access time.
@@ -745,8 +743,7 @@ impl Run<'_> {
             skipped: false,
             requests: r.fetch.ranges,
             ranged: r.fetch.ranged,
-            mode: Some(r.write.decision.mode.to_string()),
-            reason: Some(r.write.decision.reason.to_string()),
+            local: Some(r.write.decision.clone()),
             etag: info.etag.clone(),
             verified,
             backup: None,
@@ -810,8 +807,7 @@ fn attributes_only(dir: &Arc<OwnedFd>, name: &OsStr, to: &Path, info: &ObjectInf
         skipped: false,
         requests: 0,
         ranged: false,
-        mode: None,
-        reason: Some("--attributes-only: no data".into()),
+        local: Some(cacheless::Decision { mode: cacheless::Taken::NoData, reason: cacheless::Reason::AttributesOnly }),
         etag: info.etag.clone(),
         verified: None,
         backup: None,

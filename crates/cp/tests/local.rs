@@ -254,3 +254,35 @@ fn a_tree_copys_small_files_are_written_back_by_their_batch_and_leave_nothing_ca
     assert_eq!(state(&dst), want);
     assert_eq!(budget.used(), 0, "buffers not returned to the budget");
 }
+
+/// A durability the tree copy does not offer (it syncs each file, or a batch's by the batch's
+/// syncfs, or nothing) is refused before anything moves, naming the destination; the two it
+/// offers copy the tree.
+#[test]
+fn a_durability_the_copy_does_not_offer_is_refused_before_anything_moves() {
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("sub/f"), b"data").unwrap();
+    let dst = d.path().join("dst");
+    let mut o = TreeOptions::new(IoOptions::default()).archive();
+    for refused in [
+        cacheless::Durability::AtTheEnd { write_back: None },
+        cacheless::Durability::NamedAfterSync { write_back: None },
+        cacheless::Durability::Off { write_back: Some(1 << 20) },
+    ] {
+        o.durability = refused;
+        let e = copy_tree(std::slice::from_ref(&src), &dst, &o, &Arc::new(Progress::new())).unwrap_err();
+        assert_eq!(e.kind(), cacheless::ErrorKind::InvalidInput, "{refused:?}: {e}");
+        assert_eq!(e.path(), dst, "{refused:?}: {e}");
+        assert!(e.to_string().contains("durability"), "{refused:?}: {e}");
+        assert!(!dst.exists(), "{refused:?}: the destination was made");
+    }
+    for taken in [cacheless::Durability::EachFile, cacheless::Durability::Off { write_back: None }] {
+        o.durability = taken;
+        let r = run(&src, &dst, &o);
+        assert!(r.first_error.is_none(), "{taken:?}: {:?}", r.first_error);
+        assert_eq!(std::fs::read(dst.join("sub/f")).unwrap(), b"data", "{taken:?}");
+        std::fs::remove_dir_all(&dst).unwrap();
+    }
+}

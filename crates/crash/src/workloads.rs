@@ -669,7 +669,7 @@ fn extract_from(name: &str, file: &'static str, held_open: Option<usize>, pack: 
             o.io = io(Mode::Auto);
             // Small batches, so that the small files are written back in many of them (about
             // twenty), each ended by a syncfs, between and around the two large files.
-            o.batch_writeback = 64 << 10;
+            o.durability = Durability::NamedAfterSync { write_back: Some(64 << 10) };
             o.held_open = held_open;
             let r = cacheless_archive::extract(Input::Path(ctx.scratch.join(file)), &o).map_err(|e| e.to_string())?;
             if !r.is_ok() {

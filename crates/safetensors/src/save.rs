@@ -97,7 +97,7 @@ pub fn serialize(tensors: &[TensorData<'_>], metadata: Option<&HashMap<String, S
 
 /// Saves `tensors` to `path` byte-for-byte as the `safetensors` package does: under a temporary
 /// name beside it, in the mode chosen for the file (direct I/O for large files), fsync'ed
-/// and renamed over `path` (`opts.atomic` and `opts.sync` are forced on). Readers and mappings
+/// and renamed over `path` (`opts.naming` and `opts.durability` are forced to `Temporary` and `EachFile`). Readers and mappings
 /// of an old `path` keep seeing the old file. `progress` counts bytes and cancels; a failed or
 /// cancelled save leaves `path` as it was and no temporary behind.
 pub fn save(
@@ -127,8 +127,8 @@ pub fn save_staged(
     progress.add_total_bytes(total);
     let mut wo = opts.clone();
     wo.size_hint = Some(total);
-    wo.atomic = true;
-    wo.sync = true;
+    wo.naming = cacheless::Naming::Temporary;
+    wo.durability = cacheless::Durability::EachFile;
     let mut w = Writer::create(path, &wo)?;
     w.write_bytes(&head)?;
     progress.add_bytes(head.len() as u64);

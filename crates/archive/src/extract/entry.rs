@@ -21,6 +21,7 @@ use super::jobs::{
 use super::options::{ExtractOptions, ExtractReport};
 use super::shares::Shares;
 use crate::error::Error;
+use crate::extract::options::{Listing, OldFiles};
 use crate::fsops::{sanitize, Dir, RelPath, Root, Sanitized};
 use crate::source;
 use crate::tarparse::{Entry, Kind, Parser};
@@ -394,7 +395,7 @@ impl Ctx<'_> {
     /// (standard error while contents go to standard output), in GNU's escape quoting; as
     /// stored, or with `--show-transformed-names` as it is extracted (`rel`, where known).
     fn list(&mut self, e: &Entry, stored: &[u8], rel: Option<&RelPath>) {
-        if !self.opts.list || self.listed == Some(e.offset) {
+        if self.opts.listing == Listing::Off || self.listed == Some(e.offset) {
             return;
         }
         self.listed = Some(e.offset);
@@ -408,9 +409,9 @@ impl Ctx<'_> {
             }
             _ => stored.to_vec(),
         };
-        let mut line = if self.opts.list_long { self.long_listing(e) } else { Vec::new() };
+        let mut line = if self.opts.listing.long() { self.long_listing(e) } else { Vec::new() };
         line.extend_from_slice(&cacheless::quote::escape(&shown));
-        if self.opts.list_long {
+        if self.opts.listing.long() {
             match (e.kind, &e.link) {
                 (Kind::Symlink, Some(l)) => {
                     line.extend_from_slice(b" -> ");
@@ -500,7 +501,7 @@ impl Ctx<'_> {
             return Ok(());
         };
         self.list(e, stored, Some(&rel));
-        if self.opts.skip_old_files && self.root.exists(&rel) {
+        if self.opts.old_files == OldFiles::Skip && self.root.exists(&rel) {
             // GNU tar --skip-old-files: what is there stays, silently.
             self.report.skipped += 1;
             return Ok(());
@@ -529,7 +530,7 @@ impl Ctx<'_> {
             None => None,
         };
         let path = backup.is_some().then(|| self.gnu_name(e, &rel));
-        if self.opts.list_long {
+        if self.opts.listing.long() {
             self.root.implicit_log.get_or_insert_with(Vec::new);
         }
         let made = self.place(parser, e, rel, meta);
@@ -541,7 +542,7 @@ impl Ctx<'_> {
         }
         if let (Err(_), Some((pfd, name, to)), Some(path)) = (&made, backup, path) {
             // GNU tar: the backup takes its name back where the member failed.
-            if sys::renameat(&pfd, &to, &pfd, &name).is_ok() && self.opts.list {
+            if sys::renameat(&pfd, &to, &pfd, &name).is_ok() && self.opts.listing != Listing::Off {
                 self.say(
                     format!("Renaming {} back to {}\n", cacheless::quote::quote(backup_path(&path, &name, &to)), cacheless::quote::quote(&path)).as_bytes(),
                 );
@@ -574,7 +575,7 @@ impl Ctx<'_> {
             let why = std::io::Error::new(std::io::Error::from(er).kind(), format!("cannot rename to {}: {}", to.to_string_lossy(), std::io::Error::from(er)));
             io("backup", why)
         })?;
-        if self.opts.list {
+        if self.opts.listing != Listing::Off {
             let path = self.gnu_name(e, rel);
             self.say(format!("Renaming {} to {}\n", cacheless::quote::quote(&path), cacheless::quote::quote(backup_path(&path, &name, &to))).as_bytes());
         }
@@ -668,17 +669,19 @@ impl Ctx<'_> {
                     self.report.dirs += 1;
                     return Ok(());
                 }
-                match self.root.mkdir(&rel, self.opts.keep_old_files)? {
+                match self.root.mkdir(&rel, self.opts.old_files.keeps())? {
                     Dir::Made => self.dirs.push((self.active, rel, meta)),
                     // GNU tar --no-overwrite-dir: an existing folder keeps its mode, not its time.
-                    Dir::Existing if self.opts.no_overwrite_dir => self.dirs.push((self.active, rel, Meta { time_only: true, extra: None, ..meta })),
+                    Dir::Existing if self.opts.old_files == OldFiles::NoOverwriteDir => {
+                        self.dirs.push((self.active, rel, Meta { time_only: true, extra: None, ..meta }));
+                    }
                     Dir::Existing => self.dirs.push((self.active, rel, meta)),
                     Dir::Kept => {}
                 }
                 self.report.dirs += 1;
             }
             Kind::File => {
-                if self.opts.overwrite && self.overwrite(parser, e, &rel, &meta)? {
+                if self.opts.old_files == OldFiles::Overwrite && self.overwrite(parser, e, &rel, &meta)? {
                     self.report.files += 1;
                     self.report.bytes += e.size;
                     return Ok(());
@@ -692,7 +695,8 @@ impl Ctx<'_> {
             }
             Kind::Symlink => {
                 let target = e.link.clone().unwrap_or_default();
-                let (pfd, ()) = self.root.create_with(&rel, self.opts.keep_old_files, "symlinkat", |d, n| sys::symlinkat(OsStr::from_bytes(&target), d, n))?;
+                let (pfd, ()) =
+                    self.root.create_with(&rel, self.opts.old_files.keeps(), "symlinkat", |d, n| sys::symlinkat(OsStr::from_bytes(&target), d, n))?;
                 self.root.note_placed(&pfd, last_name(&rel).as_bytes(), &target);
                 let name = last_name(&rel);
                 if let Some((uid, gid)) = meta.chown.then(|| super::jobs::ids(&meta)).flatten() {
@@ -740,7 +744,7 @@ impl Ctx<'_> {
                 let tname = tname.to_vec();
                 let (pfd, ()) = self
                     .root
-                    .create_with(&rel, self.opts.keep_old_files, "linkat", |d, n| sys::linkat(&tfd, OsStr::from_bytes(&tname), d, n, AtFlags::empty()))?;
+                    .create_with(&rel, self.opts.old_files.keeps(), "linkat", |d, n| sys::linkat(&tfd, OsStr::from_bytes(&tname), d, n, AtFlags::empty()))?;
                 // A link to a file named before the archive's checksums reached it goes with
                 // it, should they fail.
                 self.sh.gate.note_link(&pfd, last_name(&rel), &rel.to_path());
@@ -759,9 +763,9 @@ impl Ctx<'_> {
                     _ => rustix::fs::FileType::BlockDevice,
                 };
                 let devn = rustix::fs::makedev(e.dev.0, e.dev.1);
-                let (pfd, ()) = self
-                    .root
-                    .create_with(&rel, self.opts.keep_old_files, "mknodat", |d, n| sys::mknodat(d, n, ft, rustix::fs::Mode::from_raw_mode(meta.mode), devn))?;
+                let (pfd, ()) = self.root.create_with(&rel, self.opts.old_files.keeps(), "mknodat", |d, n| {
+                    sys::mknodat(d, n, ft, rustix::fs::Mode::from_raw_mode(meta.mode), devn)
+                })?;
                 // Its owner, then its mode exactly (mknod applied the umask; a chown clears
                 // set-ID bits), then its time.
                 let name = last_name(&rel);
@@ -826,7 +830,7 @@ impl Ctx<'_> {
     /// here, in archive order, as is anything with old files kept.
     fn create_entry<T>(&mut self, rel: &RelPath, mut make: impl FnMut(&Arc<OwnedFd>, &OsStr) -> cacheless::Result<T>) -> Result<T, Fail> {
         let mut engine_err = None;
-        let keep_old = self.opts.keep_old_files;
+        let keep_old = self.opts.old_files.keeps();
         // In a directory this extraction made, only its own entries can be there, and a
         // directory among them it knows of: no need to look.
         let look = keep_old || !self.root.only_ours_at(rel);
@@ -968,7 +972,7 @@ impl Ctx<'_> {
     /// Large files go through the engine's `Writer`: its policy (O_DIRECT bulk and a tail after
     /// clearing O_DIRECT in auto mode), its queue of writes in flight, its removal of a file
     /// dropped unfinished. Created with `create_in` (O_CREAT|O_EXCL|O_NOFOLLOW under the final
-    /// name, `atomic = false`), so namespace order and replacement stay as for other entries.
+    /// name, `Naming::Final`), so namespace order and replacement stay as for other entries.
     /// Chunk buffers handed to it are not leased (the channel bounds them to 5 x 4 MiB): the
     /// Writer leases its own buffers from the same budget, and a worker waiting for that lease
     /// must not wait on chunks that only it can release.
@@ -976,8 +980,8 @@ impl Ctx<'_> {
         let mut wo = self.shares.large_file(&self.opts.io);
         wo.size_hint = Some(e.size);
         // Under a temporary name, renamed once a syncfs made it durable (see `jobs`).
-        wo.atomic = true;
-        wo.sync = false;
+        wo.naming = cacheless::Naming::Temporary;
+        wo.durability = cacheless::Durability::NamedAfterSync { write_back: None };
         wo.permissions = Some(meta.mode);
         wo.mtime = Some(system_time(meta.mtime));
         let display = self.root.path.join(rel.to_path());

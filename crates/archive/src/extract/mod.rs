@@ -7,7 +7,7 @@
 //! in flight at once. Every byte goes through the engine: small files are read whole and
 //! written by its `FileCreator` (its mode per file, its deferred page drops; files under 1 MiB
 //! are written back in batches, a syncfs per 32 MiB of them, so that the device sees a few
-//! large requests instead of one or more per file, see `ExtractOptions::batch_writeback`), large ones are
+//! large requests instead of one or more per file, see `ExtractOptions::durability`), large ones are
 //! streamed in 4 MiB chunks to its `Writer` (O_DIRECT with its queue of writes in flight, on
 //! io_uring or threads). No file gets its final name before its data is durable: small ones
 //! are created without a name (O_TMPFILE) and large ones under a temporary name, and each
@@ -56,7 +56,7 @@ use crate::tarparse::Parser;
 use entry::{Ctx, Fail};
 use gate::Gate;
 use jobs::{apply_meta, Shared, Why};
-pub use options::{ExtractOptions, ExtractReport};
+pub use options::{ExtractOptions, ExtractReport, Listing, OldFiles, DEFAULT_WRITE_BACK};
 use shares::Shares;
 
 /// Fewest small files the descriptor plan must let be created ahead of their data for them to
@@ -71,6 +71,10 @@ const PIPELINE_MIN: usize = 8;
 /// the entry being written is removed.
 pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     let t0 = Instant::now();
+    let write_back = match opts.durability {
+        Durability::NamedAfterSync { write_back } | Durability::Off { write_back } => write_back,
+        d => return Err(d.refused("extract", &opts.dest, "NamedAfterSync or Off").into()),
+    };
     let progress = opts.progress.clone().unwrap_or_default();
     let shares = Shares::new(opts);
     let mut warnings = Vec::new();
@@ -126,11 +130,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     // archive leaves none of the files its bad part made.
     let gate = Arc::new(Gate::new(stream.verified(), opts.held_open.map_or(plan.held, |n| n.min(plan.held))));
     let creator = FileCreator::with_keeper(
-        CreateOptions {
-            mode: opts.io.mode,
-            durability: Durability::NamedAfterSync { write_back: (opts.batch_writeback > 0).then_some(opts.batch_writeback) },
-            deferred_drops: plan.deferred,
-        },
+        CreateOptions { mode: opts.io.mode, durability: Durability::NamedAfterSync { write_back }, deferred_drops: plan.deferred },
         gate.clone(),
     );
     let sh = Arc::new(Shared::new(creator, gate, progress.clone()));
@@ -297,7 +297,7 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     }
     let t_sync = Instant::now();
     // An interrupted run stops at once: what it completed stays, not made durable.
-    if opts.sync && !report.interrupted {
+    if opts.durability.durable() && !report.interrupted {
         // The engine's: it also fails where the filesystem went read-only on a write error,
         // which a plain syncfs answers with success.
         // Each destination's filesystem (one syncfs each where -C named several).

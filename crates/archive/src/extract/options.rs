@@ -8,6 +8,78 @@ use crate::error::Error;
 use crate::modes::ModeCounts;
 use crate::source::SourceInfo;
 
+/// Bytes of small files written back together by default (see [`ExtractOptions::durability`]).
+pub const DEFAULT_WRITE_BACK: u64 = 32 << 20;
+
+/// What a member does to an entry already at its name: GNU tar's "old files" choice, one of
+/// its options or none (GNU refuses two of them together; so does the command line).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OldFiles {
+    /// The member replaces the entry (a new inode, named once complete); an existing folder
+    /// takes the member's mode and time (GNU tar's default).
+    #[default]
+    Replace,
+    /// As `Replace`, and an existing folder keeps its mode and time (`--no-overwrite-dir`).
+    NoOverwriteDir,
+    /// A regular file already where a file member goes is written in place (its inode, and so
+    /// its other hard links, get the new data), as GNU tar `--overwrite` writes it; a symlink
+    /// there is replaced unless [`ExtractOptions::dereference`].
+    Overwrite,
+    /// Existing files are kept: an existing file is an entry failure, an existing folder keeps
+    /// its mode and time (`-k`, `--keep-old-files`; see docs/extract.md).
+    Keep,
+    /// Existing files and folders are kept as they are, silently: members whose name is taken
+    /// are skipped (`--skip-old-files`).
+    Skip,
+}
+
+impl OldFiles {
+    /// GNU tar's option for each choice but the default, as its messages name them.
+    pub const OPTIONS: [(&'static str, OldFiles); 4] = [
+        ("--keep-old-files", OldFiles::Keep),
+        ("--skip-old-files", OldFiles::Skip),
+        ("--overwrite", OldFiles::Overwrite),
+        ("--no-overwrite-dir", OldFiles::NoOverwriteDir),
+    ];
+
+    /// Whether existing files are kept, each an entry failure (`-k`).
+    pub fn keeps(self) -> bool {
+        self == OldFiles::Keep
+    }
+}
+
+/// Whether and how members are named as they are reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Listing {
+    /// Not named (the default).
+    #[default]
+    Off,
+    /// Each member named on standard output as it is reached, as stored in the archive (GNU
+    /// tar `-v`; on standard error with `to_stdout`, as GNU). Members not taken (not named,
+    /// excluded, nothing left after `strip_components`) are not named.
+    Names,
+    /// GNU tar's long listing (`-vv`): type and mode, owner/group (numbers with
+    /// `numeric_owner` or where the archive has no names), size or device numbers, the
+    /// modification time in local time, the name, and a link's target.
+    Long,
+}
+
+impl Listing {
+    /// GNU tar's count of `-v`: none, one, two or more.
+    pub fn of_verbosity(v: u8) -> Listing {
+        match v {
+            0 => Listing::Off,
+            1 => Listing::Names,
+            _ => Listing::Long,
+        }
+    }
+
+    /// Whether the listing is GNU's long one (`-vv`).
+    pub fn long(self) -> bool {
+        self == Listing::Long
+    }
+}
+
 /// What `extract` does and how.
 #[derive(Clone, Debug)]
 pub struct ExtractOptions {
@@ -15,11 +87,18 @@ pub struct ExtractOptions {
     pub dest: PathBuf,
     /// Leading path components to drop (GNU `--strip-components`).
     pub strip_components: usize,
-    /// syncfs before reporting success (false: not crash-safe, faster).
-    pub sync: bool,
-    /// Keep existing files instead of replacing them (an existing file is an entry failure;
-    /// an existing folder keeps its mode and time; see docs/extract.md).
-    pub keep_old_files: bool,
+    /// Files are named after their batch's syncfs (the checksum hold needs it), and a syncfs of
+    /// each destination's filesystem ends the job: [`cacheless::Durability::NamedAfterSync`]
+    /// (the default, batches of 32 MiB), or [`cacheless::Durability::Off`] (`--no-sync`: the same
+    /// batches, no final syncfs; not crash-safe, faster). `write_back`: bytes of small files that
+    /// auto would write uncached written plainly and written back together by one syncfs, their
+    /// pages then dropped (the device sees a few large requests rather than one or more per file,
+    /// and the cache holds at most about this much of them); `None` writes each as auto decides
+    /// (RWF_DONTCACHE), in batches of 32 MiB. The other variants are refused.
+    pub durability: cacheless::Durability,
+    /// What a member does to an entry already at its name: GNU tar's one choice among `-k`,
+    /// `--skip-old-files`, `--overwrite` and `--no-overwrite-dir` (see [`OldFiles`]).
+    pub old_files: OldFiles,
     /// Zero blocks do not end the archive (GNU tar `-i`, `--ignore-zeros`): archives written one
     /// after another (`cat a.tar b.tar`) are extracted whole, to the input's end.
     pub ignore_zeros: bool,
@@ -29,25 +108,15 @@ pub struct ExtractOptions {
     /// GNU tar's warning of an extended header keyword it does not know
     /// (`--warning=unknown-keyword`, on by default).
     pub warn_unknown_keyword: bool,
-    /// Keep existing files and folders as they are, silently: members whose name is taken are
-    /// skipped (GNU tar `--skip-old-files`).
-    pub skip_old_files: bool,
     /// Before a member takes the name of an existing entry that is not a folder (as `stat`
     /// sees it, a symlink followed), that entry is renamed to its backup name (GNU tar
     /// `--backup`, with GNU's naming: `cacheless::backup::backup_name_in`), said under `list`.
     /// Where the member then fails before its file is written, the backup takes its name back.
     pub backup: Option<(cacheless::backup::BackupKind, String)>,
-    /// A regular file already where a file member goes is written in place (its inode, and so
-    /// its other hard links, get the new data), as GNU tar `--overwrite` writes it; a symlink
-    /// there is replaced unless `dereference`. Default: the member replaces it (a new inode,
-    /// named once complete).
-    pub overwrite: bool,
-    /// With `overwrite`, a symlink where a file member goes is followed to the regular file it
+    /// With [`OldFiles::Overwrite`], a symlink where a file member goes is followed to the regular file it
     /// names, wherever that is, and that file is written (GNU tar `-h`/`--dereference`). A
     /// symlink to nothing is replaced (GNU creates the file it names).
     pub dereference: bool,
-    /// An existing folder keeps its mode and time (GNU tar `--no-overwrite-dir`).
-    pub no_overwrite_dir: bool,
     /// A symlink to a folder that was there before, where a folder member has its name, stays
     /// as it is, and the members below go through it (GNU tar `--keep-directory-symlink`).
     /// Default: it is replaced by a folder, as GNU replaces it.
@@ -60,7 +129,7 @@ pub struct ExtractOptions {
     /// target before anything else (`strip_components`, `one_top_level`); members are still
     /// selected (`members`, `exclude`) and listed by their stored names.
     pub transform: Option<Arc<crate::transform::Transform>>,
-    /// With `list`, name members as they are extracted, after `transform`, `strip_components`
+    /// With a [`Listing`], name members as they are extracted, after `transform`, `strip_components`
     /// and `one_top_level` (GNU tar `--show-transformed-names`).
     pub show_transformed_names: bool,
     /// Names as they are (GNU tar `-P`/`--absolute-names`): one beginning with '/' from the
@@ -82,14 +151,9 @@ pub struct ExtractOptions {
     /// Write the contents of regular members to standard output, one after another, and create
     /// nothing (GNU tar `-O`).
     pub to_stdout: bool,
-    /// Name each member on standard output as it is reached, as stored in the archive (GNU tar
-    /// `-v`; on standard error with `to_stdout`, as GNU). Members not taken (not named,
-    /// excluded, nothing left after `strip_components`) are not named.
-    pub list: bool,
-    /// With `list`, GNU tar's long listing (`-vv`): type and mode, owner/group (numbers with
-    /// `numeric_owner` or where the archive has no names), size or device numbers, the
-    /// modification time in local time, the name, and a link's target.
-    pub list_long: bool,
+    /// Whether and how each member is named as it is reached (GNU tar `-v`, `-vv`; see
+    /// [`Listing`]).
+    pub listing: Listing,
     /// Give each member the archive's owner and group (GNU tar `--same-owner`, its default as
     /// root): by their names where the archive has them and this system knows them, else by
     /// their numbers. A member whose owner cannot be set is kept and reported, without set-ID
@@ -139,13 +203,6 @@ pub struct ExtractOptions {
     /// writes in flight; smaller ones are written whole by the engine's `FileCreator`. Either
     /// way the engine's policy picks the mode (O_DIRECT for large files in auto mode).
     pub direct_min: u64,
-    /// Small files that auto would write uncached are written plainly and written back together
-    /// once this many bytes of them wait (a syncfs, then their pages dropped): the device sees
-    /// a few large requests rather than one or more per file, and the cache holds at most
-    /// about this much of them. 0 writes each back on its own (RWF_DONTCACHE). Default 32 MiB.
-    /// Bytes of small files written back together (see `cacheless::Durability::NamedAfterSync`;
-    /// 0: each written as auto decides, in batches of 32 MiB).
-    pub batch_writeback: u64,
     /// Most finished files kept open while they wait for the archive's checksums covering
     /// their data (a compressed archive: see docs/extract.md); those past them wait under
     /// temporary names. `None` (the default): most of the descriptors the soft RLIMIT_NOFILE
@@ -172,17 +229,14 @@ impl ExtractOptions {
         ExtractOptions {
             dest: dest.into(),
             strip_components: 0,
-            sync: true,
-            keep_old_files: false,
+            durability: cacheless::Durability::NamedAfterSync { write_back: Some(DEFAULT_WRITE_BACK) },
+            old_files: OldFiles::Replace,
             ignore_zeros: false,
             warn_timestamp: true,
             warn_unknown_keyword: true,
             keep_directory_symlink: false,
             one_top_level: None,
-            skip_old_files: false,
-            no_overwrite_dir: false,
             backup: None,
-            overwrite: false,
             dereference: false,
             transform: None,
             show_transformed_names: false,
@@ -191,8 +245,7 @@ impl ExtractOptions {
             members: Vec::new(),
             exclude: Vec::new(),
             to_stdout: false,
-            list: false,
-            list_long: false,
+            listing: Listing::Off,
             same_owner: root,
             numeric_owner: false,
             same_permissions: root,
@@ -207,7 +260,6 @@ impl ExtractOptions {
             held_open: None,
             io: cacheless::IoOptions::default(),
             direct_min: 1 << 20,
-            batch_writeback: 32 << 20,
             force_walk: false,
             umask: None,
             progress: None,

@@ -165,7 +165,7 @@ fn interrupted(what: &Path) -> Error {
 /// (nothing is left under its name); unreadable or changing input files are reported in the
 /// report (`is_ok()` false) and the archive is still complete and valid.
 pub fn pack(opts: PackOptions) -> Result<PackReport> {
-    let sync = opts.sync;
+    let sync = opts.durability.each_file();
     let (report, archive) = pack_staged(opts)?;
     if let Some(a) = archive {
         // Made durable by its writer when `sync`; the name too then.
@@ -176,12 +176,15 @@ pub fn pack(opts: PackOptions) -> Result<PackReport> {
 
 /// [`pack`] up to the archive's rename: a complete archive file is returned under its
 /// temporary name, for the caller to name with `PendingFile::publish` (durable when
-/// `opts.sync`) once nothing stands in the way (a Ctrl-C that came meanwhile); dropped instead,
+/// `opts.durability` is `EachFile`) once nothing stands in the way (a Ctrl-C that came meanwhile); dropped instead,
 /// it is removed. `None` for a stream.
 pub fn pack_staged(mut opts: PackOptions) -> Result<(PackReport, Option<cacheless::PendingFile>)> {
     let t0 = Instant::now();
     let progress = opts.progress.clone().unwrap_or_default();
     let c = opts.compression;
+    if !matches!(opts.durability, cacheless::Durability::EachFile | cacheless::Durability::Off { write_back: None }) {
+        return Err(opts.durability.refused("pack", &out_path(&opts.output), "EachFile, or Off without write_back").into());
+    }
     let (level, frame) = level_and_frame(&opts)?;
     let sh = shares(&opts, frame);
     let output = std::mem::replace(&mut opts.output, Output::Path(PathBuf::new()));
@@ -258,8 +261,8 @@ fn open_output(output: Output, opts: &PackOptions, sh: &Shares) -> Result<Opened
             }
             let mut wo = WriteOptions::from(opts.io.clone());
             wo.io.budget = sh.write().clone();
-            wo.sync = opts.sync;
-            wo.atomic = true;
+            wo.durability = opts.durability;
+            wo.naming = cacheless::Naming::Temporary;
             let w = cacheless::Writer::create(&p, &wo)?;
             let m = w.file().metadata().map_err(|e| Error::io("stat", &p, e))?;
             skip.push((m.dev(), m.ino()));

@@ -196,8 +196,10 @@ pub struct PackOptions {
     pub threads: usize,
     /// Bytes of tar stream per independent compressed frame.
     pub frame_size: usize,
-    /// Make the archive durable before returning (false: `--no-sync`).
-    pub sync: bool,
+    /// [`cacheless::Durability::EachFile`] (the default): the archive file is durable, and its
+    /// name, before `pack` returns; `Off { write_back: None }` (`--no-sync`): nothing is synced.
+    /// The other variants are refused.
+    pub durability: cacheless::Durability,
     /// How input files are read and the archive file written (mode, backend, request size,
     /// depth: the read-ahead of each input and the archive's writes in flight), and the budget
     /// every buffer comes out of.
@@ -222,7 +224,7 @@ impl PackOptions {
             level: None,
             threads: cpus,
             frame_size: DEFAULT_FRAME_SIZE,
-            sync: true,
+            durability: cacheless::Durability::EachFile,
             io: IoOptions::default(),
             read_threads: 8,
             progress: None,

@@ -198,7 +198,7 @@ pub fn ours(archive: &Path, dest: &Path, mode: Mode, walk: bool) -> Option<Extra
     let mut o = ExtractOptions::new(dest);
     o.io.mode = mode;
     o.force_walk = walk;
-    o.sync = false;
+    o.durability = cacheless::Durability::Off { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) };
     o.threads = 4;
     let r = match extract(Input::Path(archive.to_path_buf()), &o) {
         Ok(r) => r,

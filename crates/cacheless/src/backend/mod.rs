@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::CString;
+use std::fmt;
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -28,7 +29,7 @@ use serde::Serialize;
 use crate::buf::{AlignedBuf, Lease};
 use crate::caps;
 pub use crate::mode::BackendKind;
-use crate::sys;
+use crate::sys::{self, RwFlags};
 
 mod threads;
 mod uring;
@@ -74,7 +75,7 @@ struct Rw {
     start: usize,
     len: usize,
     /// preadv2/pwritev2 flags (RWF_DONTCACHE).
-    rw_flags: i32,
+    rw_flags: RwFlags,
     /// Bytes already transferred by earlier submissions of this op (short transfers).
     done: usize,
 }
@@ -116,7 +117,7 @@ impl Op {
     /// An op on `buf[start..start+len]`. Errors (InvalidInput) if the range exceeds the buffer
     /// or the file range overflows.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn owned(kind: OpKind, file: Arc<File>, offset: u64, buf: AlignedBuf, start: usize, len: usize, rw_flags: i32, tag: u64) -> io::Result<Op> {
+    pub(crate) fn owned(kind: OpKind, file: Arc<File>, offset: u64, buf: AlignedBuf, start: usize, len: usize, rw_flags: RwFlags, tag: u64) -> io::Result<Op> {
         let fits = start.checked_add(len).is_some_and(|end| end <= buf.capacity());
         if !fits || offset.checked_add(len as u64).is_none_or(|end| end > i64::MAX as u64) {
             return Err(io::Error::new(
@@ -135,7 +136,7 @@ impl Op {
     /// freed by anyone else until this op's completion has been returned by the queue (or the
     /// op is dropped without ever having been pushed).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn borrowed(kind: OpKind, file: Arc<File>, offset: u64, ptr: *mut u8, len: usize, rw_flags: i32, tag: u64, owner: u64) -> Op {
+    pub(crate) unsafe fn borrowed(kind: OpKind, file: Arc<File>, offset: u64, ptr: *mut u8, len: usize, rw_flags: RwFlags, tag: u64, owner: u64) -> Op {
         let rw = Rw { kind, file, offset, mem: IoMem::Borrowed(RawMem { ptr }), start: 0, len, rw_flags, done: 0 };
         Op { req: Req::Rw(rw), tag, owner }
     }
@@ -293,18 +294,85 @@ pub(crate) unsafe trait Queue: Send {
     }
 }
 
-/// Which backend a queue got, and why. Serialized as `{"name": "io_uring" | "threads", "reason"}`.
+/// Why a queue got its backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendReason {
+    /// The caller asked for it.
+    Requested,
+    /// Auto, and io_uring works here.
+    Available,
+    /// Auto, and the probe found io_uring unavailable (why, as the probe says it).
+    UringUnavailable(String),
+    /// Auto, and setting up the ring failed with this errno (EPERM, ENOSYS, ENOMEM, EOPNOTSUPP).
+    UringSetupFailed(i32),
+}
+
+/// What became of an io_uring queue's buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Buffers {
+    /// None were offered (a thread queue, or a queue given no lease).
+    NotOffered,
+    /// This many registered with the ring (fixed-buffer reads and writes).
+    Registered(usize),
+    /// Plain buffers: registering them would pass the memlock limit (KiB asked, KiB allowed).
+    OverMemlock {
+        /// KiB of the buffers.
+        kib: u64,
+        /// The limit, in KiB.
+        limit_kib: u64,
+    },
+    /// Plain buffers: the registration failed with this errno.
+    RegistrationFailed(i32),
+}
+
+/// Which backend a queue got, and why. Serialized as `{"name": "io_uring" | "threads",
+/// "reason"}`, the reason in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendChoice {
     /// The backend in effect: [`BackendKind::Uring`] or [`BackendKind::Threads`] (never auto).
     pub kind: BackendKind,
     /// Why this one.
-    pub reason: String,
+    pub reason: BackendReason,
+    /// What became of its buffers.
+    pub buffers: Buffers,
+}
+
+impl fmt::Display for BackendReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendReason::Requested => f.write_str("requested"),
+            BackendReason::Available => f.write_str("available"),
+            BackendReason::UringUnavailable(why) => write!(f, "io_uring unavailable: {why}"),
+            BackendReason::UringSetupFailed(e) => write!(f, "io_uring setup failed: {}", caps::errno_name(&io::Error::from_raw_os_error(*e))),
+        }
+    }
+}
+
+impl fmt::Display for Buffers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Buffers::NotOffered => Ok(()),
+            Buffers::Registered(n) => write!(f, "{n} registered buffers"),
+            Buffers::OverMemlock { kib, limit_kib } => write!(f, "plain buffers ({kib} KiB over the memlock limit of {limit_kib} KiB)"),
+            Buffers::RegistrationFailed(e) => write!(f, "plain buffers (registration failed: {})", caps::errno_name(&io::Error::from_raw_os_error(*e))),
+        }
+    }
 }
 
 impl BackendChoice {
-    fn new(kind: BackendKind, reason: impl Into<String>) -> BackendChoice {
-        BackendChoice { kind, reason: reason.into() }
+    fn new(kind: BackendKind, reason: BackendReason) -> BackendChoice {
+        BackendChoice { kind, reason, buffers: Buffers::NotOffered }
+    }
+
+    /// Why, in words: the reason, and what became of the buffers where any were offered
+    /// (`available; 8 registered buffers`).
+    pub fn why(&self) -> String {
+        match self.buffers {
+            Buffers::NotOffered => self.reason.to_string(),
+            b => format!("{}; {b}", self.reason),
+        }
     }
 
     /// The backend's name in reports: "io_uring" or "threads".
@@ -321,7 +389,7 @@ impl Serialize for BackendChoice {
         use serde::ser::SerializeStruct;
         let mut st = s.serialize_struct("BackendChoice", 2)?;
         st.serialize_field("name", self.name())?;
-        st.serialize_field("reason", &self.reason)?;
+        st.serialize_field("reason", &self.why())?;
         st.end()
     }
 }
@@ -331,20 +399,20 @@ impl Serialize for BackendChoice {
 pub(crate) fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn Queue>, BackendChoice)> {
     let depth = depth.max(1);
     match kind {
-        BackendKind::Threads => Ok((Box::new(ThreadQueue::new(depth)), BackendChoice::new(BackendKind::Threads, "requested"))),
+        BackendKind::Threads => Ok((Box::new(ThreadQueue::new(depth)), BackendChoice::new(BackendKind::Threads, BackendReason::Requested))),
         BackendKind::Uring | BackendKind::Auto => {
             let forced = kind == BackendKind::Uring;
             if let Err(u) = &caps::system().uring {
                 if forced {
                     return Err(io::Error::new(io::ErrorKind::Unsupported, format!("io_uring unavailable: {}", u.reason)));
                 }
-                return Ok((Box::new(ThreadQueue::new(depth)), BackendChoice::new(BackendKind::Threads, format!("io_uring unavailable: {}", u.reason))));
+                return Ok((Box::new(ThreadQueue::new(depth)), BackendChoice::new(BackendKind::Threads, BackendReason::UringUnavailable(u.reason.clone()))));
             }
             match UringQueue::new(depth) {
-                Ok(q) => Ok((Box::new(q), BackendChoice::new(BackendKind::Uring, if forced { "requested" } else { "available" }))),
+                Ok(q) => Ok((Box::new(q), BackendChoice::new(BackendKind::Uring, if forced { BackendReason::Requested } else { BackendReason::Available }))),
                 Err(e) if !forced && matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSYS | libc::ENOMEM | libc::EOPNOTSUPP)) => Ok((
                     Box::new(ThreadQueue::new(depth)),
-                    BackendChoice::new(BackendKind::Threads, format!("io_uring setup failed: {}", caps::errno_name(&e))),
+                    BackendChoice::new(BackendKind::Threads, BackendReason::UringSetupFailed(e.raw_os_error().unwrap_or(0))),
                 )),
                 Err(e) => Err(e),
             }
@@ -368,20 +436,20 @@ pub(crate) fn open_in_order(depth: usize) -> io::Result<Box<dyn Queue>> {
 
 /// Registers `lease`'s buffers with `q` when the memlock limit allows it (root, holding
 /// CAP_IPC_LOCK, is not limited), and says what happened, for the backend report.
-pub(crate) fn try_register(q: &mut dyn Queue, lease: &Lease) -> String {
+pub(crate) fn try_register(q: &mut dyn Queue, lease: &Lease) -> Buffers {
     if q.kind() != BackendKind::Uring {
-        return String::new();
+        return Buffers::NotOffered;
     }
     let bytes = lease.bytes() as u64;
     let root = rustix::process::geteuid().is_root();
     if let (false, Some(limit)) = (root, caps::system().memlock_limit) {
         if bytes > limit {
-            return format!("; plain buffers ({} KiB over the memlock limit of {} KiB)", bytes >> 10, limit >> 10);
+            return Buffers::OverMemlock { kib: bytes >> 10, limit_kib: limit >> 10 };
         }
     }
     match q.register(lease) {
-        Ok(()) => format!("; {} registered buffers", lease.count()),
-        Err(e) => format!("; plain buffers (registration failed: {})", caps::errno_name(&e)),
+        Ok(()) => Buffers::Registered(lease.count()),
+        Err(e) => Buffers::RegistrationFailed(e.raw_os_error().unwrap_or(0)),
     }
 }
 
@@ -544,7 +612,7 @@ pub(crate) fn read_into<D: Driver>(
     block: usize,
     depth: usize,
     align: usize,
-    rw_flags: i32,
+    rw_flags: RwFlags,
 ) -> Result<usize, D::Error> {
     let owner = NEXT_OWNER.fetch_add(1, Ordering::Relaxed);
     let len = mem.len();
@@ -619,7 +687,7 @@ mod tests {
     #[test]
     fn an_owned_op_outside_its_buffer_or_the_file_range_is_refused() {
         let f = Arc::new(tempfile::tempfile().unwrap());
-        let op = |start, len, offset| Op::owned(OpKind::Read, f.clone(), offset, AlignedBuf::new(4096, 4096), start, len, 0, 0);
+        let op = |start, len, offset| Op::owned(OpKind::Read, f.clone(), offset, AlignedBuf::new(4096, 4096), start, len, RwFlags::NONE, 0);
         assert!(op(0, 4096, 0).is_ok());
         assert!(op(4095, 1, 0).is_ok());
         for (start, len, offset) in [(0, 4097, 0), (4096, 1, 0), (1, 4096, 0), (usize::MAX, 2, 0), (0, 4096, u64::MAX - 10), (0, 1, i64::MAX as u64)] {
@@ -745,7 +813,7 @@ mod tests {
             let file = Arc::new(f);
             let mut mem = vec![0u8; 8 << 20];
             let mut d = PanicsAfterFirst { lane: Lane::new() };
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_into(&mut d, &file, &mut mem, 0, 64 << 10, 8, 512, 0)));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_into(&mut d, &file, &mut mem, 0, 64 << 10, 8, 512, RwFlags::NONE)));
             // Reached only if the panic unwound out of read_into: the child then exits 0.
             assert!(r.is_err());
             return;

@@ -101,10 +101,10 @@ impl UringQueue {
                 let fixed = op.owned_base().and_then(|b| fixed_bufs.binary_search(&b).ok()).and_then(|i| u16::try_from(i).ok());
                 let ptr = op.ptr();
                 match (op.kind, fixed) {
-                    (OpKind::Read, Some(i)) => opcode::ReadFixed::new(fd, ptr, len, i).offset(op.offset).rw_flags(op.rw_flags).build(),
-                    (OpKind::Write, Some(i)) => opcode::WriteFixed::new(fd, ptr, len, i).offset(op.offset).rw_flags(op.rw_flags).build(),
-                    (OpKind::Read, None) => opcode::Read::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
-                    (OpKind::Write, None) => opcode::Write::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags).build(),
+                    (OpKind::Read, Some(i)) => opcode::ReadFixed::new(fd, ptr, len, i).offset(op.offset).rw_flags(op.rw_flags.uring_bits()).build(),
+                    (OpKind::Write, Some(i)) => opcode::WriteFixed::new(fd, ptr, len, i).offset(op.offset).rw_flags(op.rw_flags.uring_bits()).build(),
+                    (OpKind::Read, None) => opcode::Read::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags.uring_bits()).build(),
+                    (OpKind::Write, None) => opcode::Write::new(fd, ptr, len).offset(op.offset).rw_flags(op.rw_flags.uring_bits()).build(),
                 }
             }
             Req::OpenAt(o) => {
@@ -549,7 +549,7 @@ pub(crate) mod fault {
             o.io.backend = BackendKind::Uring;
             o.io.block_size = BLOCK;
             o.io.queue_depth = 4;
-            o.sync = false;
+            o.durability = crate::Durability::Off { write_back: None };
             let mut w = Writer::create(&p, &o).unwrap();
             fail_submit(5, libc::ENXIO);
             let err = match bytes.chunks(100_000).try_for_each(|c| w.write_all(c)) {
@@ -576,7 +576,7 @@ pub(crate) mod fault {
             unsafe { q.ring.submission().push(&nop).unwrap() };
             q.ring.submit_and_wait(1).unwrap();
             let f = Arc::new(tempfile::tempfile().unwrap());
-            let op = Op::owned(OpKind::Read, f, 0, AlignedBuf::new(4096, 4096), 0, 4096, 0, 7).unwrap();
+            let op = Op::owned(OpKind::Read, f, 0, AlignedBuf::new(4096, 4096), 0, 4096, crate::sys::RwFlags::NONE, 7).unwrap();
             q.push(op);
             let c = q.wait().unwrap();
             assert_eq!(c.op.tag(), 7);

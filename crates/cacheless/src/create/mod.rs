@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::buf::AlignedBuf;
 use crate::caps::{self, FsCaps, RWF_DONTCACHE};
 use crate::error::{Error, ErrorKind, Result};
-use crate::pending::{Naming, PendingFile};
+pub use crate::options::Durability;
+use crate::pending::{NewName, PendingFile};
 use crate::plan::{self, Plan};
 use crate::policy::{self, Decision, Mode, Reason, Taken};
 use crate::progress::Progress;
@@ -32,74 +33,6 @@ use batch::{Batch, Batched};
 /// Direct writes from memory that is not aligned for O_DIRECT go through an aligned bounce
 /// buffer of at most this size.
 const BOUNCE: usize = 1 << 20;
-
-/// When a [`FileCreator`]'s files are made durable, and when they get their final names: the
-/// valid combinations of syncing each file, writing small files back together and naming files
-/// after their batch's syncfs, one variant each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// Each file is fsynced (its data and attributes) before it is closed (the default).
-    #[default]
-    EachFile,
-    /// Nothing is synced here: the caller makes the whole tree durable at the end. With
-    /// `write_back` (bytes), files under `SMALL_WRITE` that auto would write uncached
-    /// are written plainly instead, kept open, and once this many bytes of them (or
-    /// [`CreateOptions::deferred_drops`] files) are waiting, the filesystem is synced (syncfs,
-    /// which writes them back in a few large requests rather than one or more each) and their
-    /// pages are dropped: the cache never holds more than about this many bytes of theirs, and
-    /// the device sees a fraction of the requests. Dirty pages of other programs on the same
-    /// filesystem are written back by the same syncfs (they stay cached).
-    AtTheEnd {
-        /// Bytes of small files written back together (`None`: each file on its own).
-        write_back: Option<u64>,
-    },
-    /// As [`Durability::AtTheEnd`], and files are named only once their data is durable:
-    /// [`FileCreator::create`] creates each file without a name (O_TMPFILE), or under a
-    /// temporary name beside its final one where the filesystem has no O_TMPFILE (or
-    /// `CACHELESS_DISABLE=tmpfile`); once finished it waits in the batch, and the batch's syncfs
-    /// is followed by the links (or renames) that name its files. A power cut then leaves under
-    /// a final name nothing, the file it replaced, or the complete new file, never a file whose
-    /// data did not reach the disk (which ext4 shows as zeros of the new length); what it may
-    /// leave besides is nothing (an unnamed file is freed at the next mount) or, under
-    /// temporary names, the temporaries `.NAME.cacheless-BOOT-PID-N.lk.tmp`. A last
-    /// [`FileCreator::publish_now`] names what is still waiting, and the caller's final syncfs
-    /// makes the names durable (extract). The batch is written back every `write_back` bytes
-    /// (32 MiB when `None`; small files are then written as auto decides) or
-    /// [`CreateOptions::deferred_drops`] files.
-    NamedAfterSync {
-        /// Bytes per batch, and small files written plainly to be written back together.
-        write_back: Option<u64>,
-    },
-}
-
-impl Durability {
-    /// [`Durability::EachFile`] where `sync`, else [`Durability::AtTheEnd`] without batches.
-    pub fn synced(sync: bool) -> Durability {
-        if sync {
-            Durability::EachFile
-        } else {
-            Durability::AtTheEnd { write_back: None }
-        }
-    }
-
-    /// Whether each file is fsynced before it is closed.
-    pub fn each_file(self) -> bool {
-        self == Durability::EachFile
-    }
-
-    /// Bytes of small files written back together (0: none are).
-    fn write_back(self) -> u64 {
-        match self {
-            Durability::EachFile => 0,
-            Durability::AtTheEnd { write_back } | Durability::NamedAfterSync { write_back } => write_back.unwrap_or(0),
-        }
-    }
-
-    /// Whether files are named after their batch's syncfs.
-    fn names_after_sync(self) -> bool {
-        matches!(self, Durability::NamedAfterSync { .. })
-    }
-}
 
 /// How a [`FileCreator`] writes its files.
 #[derive(Debug, Clone)]
@@ -252,7 +185,7 @@ impl FileCreator {
     /// the report. On error nothing is left under `name`.
     pub fn write_file(&self, dir: BorrowedFd<'_>, name: &OsStr, display_path: &Path, data: &[u8], attrs: &FileAttrs) -> Result<WriteReport> {
         let dir = Arc::new(dir.try_clone_to_owned().map_err(|e| Error::io("dup", display_path, e))?);
-        let mut f = self.create_as(dir, name, display_path, data.len() as u64, attrs.clone(), Naming::Final)?;
+        let mut f = self.create_as(dir, name, display_path, data.len() as u64, attrs.clone(), NewName::Final)?;
         f.write_at(data, 0)?;
         f.finish()
     }
@@ -276,7 +209,7 @@ impl FileCreator {
     /// cancelled it stops with an `Interrupted` error.
     pub fn stage_replace(&self, path: &Path, data: &[u8], attrs: &FileAttrs, progress: &Progress) -> Result<(WriteReport, Option<PendingFile>)> {
         let (dir, name) = sys::open_parent(path)?;
-        let mut f = self.create_as(Arc::new(dir), name, path, data.len() as u64, attrs.clone(), Naming::Temporary)?;
+        let mut f = self.create_as(Arc::new(dir), name, path, data.len() as u64, attrs.clone(), NewName::Temporary)?;
         progress.add_total_bytes(data.len() as u64);
         for (i, piece) in data.chunks(STAGE_PIECE).enumerate() {
             if progress.is_cancelled() {
@@ -303,24 +236,24 @@ impl FileCreator {
     /// be created 0600 and changed after.
     pub fn create(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs) -> Result<NewFile> {
         let naming = if !self.shared.publishes() {
-            Naming::Final
+            NewName::Final
         } else if self.prefers_temporary() {
             // It would be parked under a temporary name once finished: it gets one now, which
             // costs a rename where parking costs a link and a rename.
-            Naming::Temporary
+            NewName::Temporary
         } else {
-            Naming::Unnamed { mode: 0 }
+            NewName::Unnamed { mode: 0 }
         };
         self.create_as(dir, name, display_path, size_hint, attrs, naming)
     }
 
-    /// As [`FileCreator::create`], named as `naming` says (for [`Naming::Unnamed`], with the
+    /// As [`FileCreator::create`], named as `naming` says (for [`NewName::Unnamed`], with the
     /// mode [`FileCreator::unnamed_perm`] gives, whatever it holds).
-    pub(crate) fn create_as(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs, naming: Naming) -> Result<NewFile> {
+    pub(crate) fn create_as(&self, dir: Arc<OwnedFd>, name: &OsStr, display_path: &Path, size_hint: u64, attrs: FileAttrs, naming: NewName) -> Result<NewFile> {
         let (naming, exact) = match naming {
-            Naming::Unnamed { .. } => {
+            NewName::Unnamed { .. } => {
                 let (perm, exact) = self.unnamed_perm(&dir, &attrs);
-                (Naming::Unnamed { mode: perm }, exact)
+                (NewName::Unnamed { mode: perm }, exact)
             }
             n => (n, false),
         };
@@ -688,7 +621,7 @@ impl Draft {
             Taken::Direct => self.write_direct(data, off)?,
             Taken::DontCache => self.write_dontcache(data, off)?,
             Taken::DropBehind => self.write_behind(data, off)?,
-            Taken::Buffered | Taken::NoData | Taken::Remote => sys::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?,
+            Taken::Buffered | Taken::NoData | Taken::Remote => sys::write_full(&self.file, data, off, sys::RwFlags::NONE).map_err(|e| self.err("write", e))?,
         }
         self.end = self.end.max(off + data.len() as u64);
         Ok(())
@@ -720,7 +653,7 @@ impl Draft {
             }
             let bulk_data = &data[..bulk];
             let r = if bulk_data.as_ptr() as usize % mem_align == 0 {
-                sys::write_full(&self.file, bulk_data, off, 0)
+                sys::write_full(&self.file, bulk_data, off, sys::RwFlags::NONE)
             } else {
                 self.bounce(bulk_data, off, align.max(mem_align))
             };
@@ -756,7 +689,7 @@ impl Draft {
         while done < data.len() {
             let n = size.min(data.len() - done);
             b[..n].copy_from_slice(&data[done..done + n]);
-            sys::write_full(&self.file, &b[..n], off + done as u64, 0)?;
+            sys::write_full(&self.file, &b[..n], off + done as u64, sys::RwFlags::NONE)?;
             done += n;
         }
         Ok(())
@@ -787,7 +720,7 @@ impl Draft {
     /// A plain write, dropped from the cache at once (which starts its writeback) and again
     /// later (see [`CreateOptions::deferred_drops`]).
     fn write_behind(&mut self, data: &[u8], off: u64) -> Result<()> {
-        sys::write_full(&self.file, data, off, 0).map_err(|e| self.err("write", e))?;
+        sys::write_full(&self.file, data, off, sys::RwFlags::NONE).map_err(|e| self.err("write", e))?;
         // A batched file's pages are written back and dropped with its batch's.
         if !self.batched {
             let _ = residency::drop_range(&self.file, off, data.len() as u64);

@@ -12,7 +12,8 @@ use rustix::fs::OFlags;
 use rustix::io::Errno;
 
 use super::{call, publish, Site};
-use crate::caps::{self, FsCaps, RWF_DONTCACHE};
+pub use crate::caps::RwFlags;
+use crate::caps::{self, FsCaps};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fault::{self, Injected};
 
@@ -175,13 +176,13 @@ fn injected(site: Site, file: &File, len: usize) -> Result<usize, Errno> {
 
 /// pwrite/pwritev2 until all of `data` is written at `off`: short counts carry on from where
 /// they stopped, EINTR and EAGAIN are retried (as the backends do).
-pub fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: i32) -> io::Result<()> {
+pub fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: RwFlags) -> io::Result<()> {
     while !data.is_empty() {
         let r = injected(Site::Write, file, data.len()).and_then(|len| {
-            if flags == 0 {
+            if flags == RwFlags::NONE {
                 rustix::io::pwrite(file.as_fd(), &data[..len], off)
             } else {
-                rustix::io::pwritev2(file.as_fd(), &[io::IoSlice::new(&data[..len])], off, rw_flags(flags))
+                rustix::io::pwritev2(file.as_fd(), &[io::IoSlice::new(&data[..len])], off, rustix::io::ReadWriteFlags::from_bits_retain(flags.bits()))
             }
         });
         match r {
@@ -201,13 +202,13 @@ pub fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: i32) -> io:
 
 /// One pread/preadv2 of up to `buf.len()` bytes at `off` (short only at end of file, or where
 /// the caller decides), with EINTR and EAGAIN retried.
-pub fn read_once(file: &File, buf: &mut [u8], off: u64, flags: i32) -> io::Result<usize> {
+pub fn read_once(file: &File, buf: &mut [u8], off: u64, flags: RwFlags) -> io::Result<usize> {
     loop {
         let r = injected(Site::Read, file, buf.len()).and_then(|len| {
-            if flags == 0 {
+            if flags == RwFlags::NONE {
                 rustix::io::pread(file.as_fd(), &mut buf[..len], off)
             } else {
-                rustix::io::preadv2(file.as_fd(), &mut [io::IoSliceMut::new(&mut buf[..len])], off, rw_flags(flags))
+                rustix::io::preadv2(file.as_fd(), &mut [io::IoSliceMut::new(&mut buf[..len])], off, rustix::io::ReadWriteFlags::from_bits_retain(flags.bits()))
             }
         });
         match r {
@@ -215,11 +216,6 @@ pub fn read_once(file: &File, buf: &mut [u8], off: u64, flags: i32) -> io::Resul
             r => return r.map_err(io::Error::from),
         }
     }
-}
-
-/// The RWF_* bits as preadv2/pwritev2 take them (io_uring takes the same bits as an i32).
-fn rw_flags(flags: i32) -> rustix::io::ReadWriteFlags {
-    rustix::io::ReadWriteFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()))
 }
 
 /// Whether a write's error says the filesystem refuses RWF_DONTCACHE (it does so before any
@@ -233,13 +229,13 @@ pub fn dontcache_refused(e: &io::Error) -> bool {
 /// Returns whether the pages stay cached (the caller drops them).
 pub fn write_uncached(file: &File, data: &[u8], off: u64, caps: &FsCaps) -> io::Result<bool> {
     if caps.dontcache.is_ok() {
-        match write_full(file, data, off, RWF_DONTCACHE) {
+        match write_full(file, data, off, RwFlags::DONTCACHE) {
             Ok(()) => return Ok(false),
             Err(e) if dontcache_refused(&e) => caps::refuse_dontcache(caps.dev, &e),
             Err(e) => return Err(e),
         }
     }
-    write_full(file, data, off, 0)?;
+    write_full(file, data, off, RwFlags::NONE)?;
     Ok(true)
 }
 

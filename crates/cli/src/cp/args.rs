@@ -260,7 +260,7 @@ pub fn parse(args: &[OsString]) -> Result<CpArgs, Stop> {
                 a.cp.copy.rate = rate.map(|r| std::sync::Arc::new(cacheless::RateLimit::new(r)));
             }
             id::THREADS => a.cp.threads = Some(bounded("--threads", arg_ref, common::parse_threads)?),
-            id::NO_SYNC => a.cp.sync = false,
+            id::NO_SYNC => a.cp.durability = cacheless::Durability::Off { write_back: None },
             id::MODE => a.mode = Some(own_value("--mode", arg_ref)?),
             id::BACKEND => a.backend = Some(own_value("--backend", arg_ref)?),
             id::BLOCK_SIZE => a.block_size = Some(bounded("--block-size", arg_ref, common::parse_block_size)?),

@@ -421,7 +421,7 @@ fn ask(q: &Question<'_>) -> bool {
 /// A transfer to or from a URL: with `--debug`, how it went (requests, how the local file was
 /// read or written, and why); with `--verify`, a download that could not be checked.
 fn said(prog: &str, t: &Transfer, debug: bool, verify: bool) {
-    if verify && t.download && !t.skipped && t.verified.is_none() && t.mode.is_some() {
+    if verify && t.download && !t.skipped && t.verified.is_none() && t.local.as_ref().is_some_and(|d| d.mode != cacheless::Taken::NoData) {
         eprintln!("{prog}: {}: not verified: its ETag is no MD5 of its bytes (a multipart upload's), and the server gives no other checksum", t.source);
     }
     if !debug || t.skipped {
@@ -433,7 +433,7 @@ fn said(prog: &str, t: &Transfer, debug: bool, verify: bool) {
         (false, _, 0) => "one PUT".to_string(),
         (false, _, n) => format!("{n} parts"),
     };
-    let (mode, reason) = (t.mode.as_deref().unwrap_or(""), t.reason.as_deref().unwrap_or(""));
+    let (mode, reason) = t.local.as_ref().map_or((String::new(), String::new()), |d| (d.mode.to_string(), d.reason.to_string()));
     let what = if t.download { "written" } else { "read" };
     let url = if t.download { &t.source } else { &t.destination };
     eprintln!("{prog}: {url}: {} in {how}; {what} {mode} ({reason})", ui::size(t.bytes));
@@ -449,7 +449,7 @@ fn say_copied(r: &CopyReport) {
             r.read.reason,
             r.write.decision.mode,
             r.write.decision.reason,
-            r.write.backend.as_ref().map(|b| format!(", {} ({})", b.name(), b.reason)).unwrap_or_default()
+            r.write.backend.as_ref().map(|b| format!(", {} ({})", b.name(), b.why())).unwrap_or_default()
         ),
     };
     let fb = r.reflink_fallback.as_ref().map(|f| format!("; no reflink: {f}")).unwrap_or_default();

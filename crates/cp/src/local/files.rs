@@ -23,10 +23,10 @@ use crate::options::{Gate, Note, OnNote, Preserve};
 use cacheless::pool::Work;
 use cacheless::quote::quote;
 use cacheless::sys;
-use cacheless::FileCreator;
 use cacheless::ReadOptions;
 use cacheless::WriteOptions;
 use cacheless::{copy_in_place, stage_copy_from, Carry, CopyOptions, CopyReport, Method, Source, Staged};
+use cacheless::{Durability, FileCreator, Ownership, Xattrs};
 use cacheless::{Error, ErrorKind};
 
 /// `S_IFMT` of a mode.
@@ -264,10 +264,8 @@ impl Copier {
                 .filter(|_| sys::accessat(&*job.dir, ".", rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK, AtFlags::EACCESS).is_ok());
             // GNU's rules for an existing destination: only what --preserve asks changes.
             wo.permissions = r.preserve.mode.then_some(smode & 0o7777);
-            co.owner = r.preserve.ownership;
-            co.xattrs = r.preserve.xattr;
-            co.acl = r.preserve.mode && !r.preserve.xattr;
-            co.strict_owner = r.root;
+            co.owner = Ownership::of(r.preserve.ownership, r.root);
+            co.xattrs = xattrs_of(r.preserve.xattr, r.preserve.mode);
             match carry {
                 Some(c) => {
                     // A complete copy replaces the file, with what GNU's write in place keeps:
@@ -307,13 +305,11 @@ impl Copier {
         } else {
             None
         };
-        co.owner = r.preserve.ownership;
-        co.xattrs = r.preserve.xattr;
-        co.acl = (r.preserve.mode || r.no_preserve_mode) && !r.preserve.xattr;
-        co.strict_owner = r.root;
+        co.owner = Ownership::of(r.preserve.ownership, r.root);
+        co.xattrs = xattrs_of(r.preserve.xattr, r.preserve.mode || r.no_preserve_mode);
         let batch = self.batched && len <= self.co.small_file && regular && r.data;
         if batch {
-            wo.sync = false;
+            wo.durability = Durability::AtTheEnd { write_back: None };
         }
         let creator = match &self.unnamed {
             Some(c) if batch => c,
@@ -424,5 +420,15 @@ impl Work for Copier {
     }
     fn panicked(&self, name: String, message: String) {
         self.sink.fail(Error::new(ErrorKind::Io, "copy", name, format!("internal error while copying it ({message}); removed")));
+    }
+}
+
+/// The extended attributes a copy takes: all with `--preserve=xattr`, else the access ACL where
+/// the mode is preserved or explicitly not (GNU cp sets the ACL the mode says either way).
+fn xattrs_of(xattr: bool, acl: bool) -> Xattrs {
+    match (xattr, acl) {
+        (true, _) => Xattrs::All,
+        (false, true) => Xattrs::Acl,
+        (false, false) => Xattrs::None,
     }
 }

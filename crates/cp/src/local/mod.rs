@@ -47,7 +47,7 @@ use cacheless::sys;
 use cacheless::Progress;
 use cacheless::ReadOptions;
 use cacheless::WriteOptions;
-use cacheless::{CopyOptions, CopyReport};
+use cacheless::{CopyOptions, CopyReport, Ownership, Xattrs};
 use cacheless::{CreateOptions, Durability, FileCreator};
 use cacheless::{Error, ErrorKind, Result};
 use files::{Copier, Rules};
@@ -184,11 +184,11 @@ pub(crate) fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<P
     let root = sys::is_root();
     let umask = sys::umask().unwrap_or(0o022);
     let mut co = o.copy.clone();
-    co.owner = o.preserve.ownership;
-    co.xattrs = o.preserve.xattr;
+    co.owner = Ownership::of(o.preserve.ownership, false);
+    co.xattrs = if o.preserve.xattr { Xattrs::All } else { Xattrs::None };
     co.same_checked = true;
     let mut wo = WriteOptions::from(o.io.clone());
-    wo.sync = o.sync;
+    wo.durability = o.durability;
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     let plan = fd_plan_now(o.threads.unwrap_or((cpus * 2).clamp(4, 16)).max(1));
     let sink = Arc::new(Sink {
@@ -200,7 +200,7 @@ pub(crate) fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<P
     });
     // Verified copies too: a batch's copies are read back after its syncfs (see `Staged::prefetch`),
     // or, under temporary names, each on its own before it joins the batch.
-    let batched = o.sync;
+    let batched = o.durability.durable();
     // A batch's small files wait for its syncfs without a name (O_TMPFILE), each holding its
     // descriptor until linked: where the descriptors allow a batch of a useful size. Elsewhere
     // they wait under temporary names, closed, and are renamed.
@@ -297,7 +297,7 @@ pub(crate) fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<P
     let t_sync = Instant::now();
     copier.flush(copier.rest());
     if !progress.is_cancelled() {
-        finish(&mut w, dst, o.sync);
+        finish(&mut w, dst, o.durability.durable());
     }
     let final_sync_s = t_sync.elapsed().as_secs_f64();
     let progress_samples = sampler.map(samples::Sampler::finish).unwrap_or_default();
