@@ -208,6 +208,19 @@ pub fn runtime() -> std::io::Result<&'static tokio::runtime::Runtime> {
     Ok(new)
 }
 
+/// TLS through ring: rustls's provider for this process, installed before the first client is
+/// built (reqwest's, and those object_store builds for credentials). A provider the program
+/// installed itself stays.
+fn tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Err only where another thread installed one meanwhile: that one serves.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    });
+}
+
 /// The first of these environment variables that is set and not empty.
 fn env_of(names: &[&str]) -> Option<String> {
     names.iter().find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
@@ -222,6 +235,7 @@ impl Remote {
     /// variables. Sends no request.
     pub fn connect(loc: &Location, opts: &RemoteOptions) -> Result<Remote> {
         let fail = |what: String| Error::new(ErrorKind::InvalidInput, "connect", loc.to_string(), what);
+        tls_provider();
         let mut secrets = Vec::new();
         let mut b = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
