@@ -337,10 +337,7 @@ pub fn extract<'py>(
     let ropts = opts::remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)?;
     let mut eo = cacheless_archive::ExtractOptions::new(&dest);
     eo.io = opts::io(mode, "auto", memory, None, None)?;
-    eo.durability = match sync {
-        true => Durability::NamedAfterSync { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) },
-        false => Durability::Off { write_back: Some(cacheless_archive::DEFAULT_WRITE_BACK) },
-    };
+    eo.durability = Durability::batched(sync, Some(cacheless_archive::DEFAULT_WRITE_BACK));
     eo.strip_components = strip_components;
     if keep_old_files {
         eo.old_files = cacheless_archive::OldFiles::Keep;

@@ -52,7 +52,7 @@ pub fn split(budget: &Budget, opts: &RemoteOptions) -> (Budget, Budget) {
 /// ahead into `budget`.
 pub fn archive_input(url: &str, opts: &RemoteOptions, budget: &Budget) -> Result<cacheless_archive::Input> {
     let (remote, info) = open(url, opts)?;
-    let in_flight = opts.concurrency.min((budget.limit() / opts.part_size.max(1)).max(1));
+    let in_flight = cacheless_remote::ObjectReader::in_flight(opts, budget);
     let read = cacheless_archive::source::SourceRead::Download { part_size: opts.part_size as u64, in_flight, etag: info.etag.clone() };
     let len = Some(info.size);
     let reader = cacheless_remote::ObjectReader::open(Arc::new(remote), info, budget.clone())?;

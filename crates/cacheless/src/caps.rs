@@ -24,9 +24,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rustix::fs::{statx, AtFlags, StatxFlags};
 use serde::Serialize;
 
-/// `RWF_DONTCACHE` for preadv2/pwritev2 and io_uring (Linux 6.14+).
-pub const RWF_DONTCACHE: RwFlags = RwFlags::DONTCACHE;
-
 /// The flags of one read or write request (preadv2/pwritev2's, io_uring's `rw_flags`): the
 /// `RWF_*` bits the engine uses, typed from the plan that picks them to the call that passes
 /// them.
@@ -43,6 +40,11 @@ impl RwFlags {
     /// The bits, as preadv2/pwritev2 take them.
     pub fn bits(self) -> u32 {
         self.0
+    }
+
+    /// The flags as rustix's preadv2/pwritev2 take them.
+    pub(crate) fn for_rustix(self) -> rustix::io::ReadWriteFlags {
+        rustix::io::ReadWriteFlags::from_bits_retain(self.0)
     }
 
     /// The bits as io_uring's `rw_flags` field takes them (the same bits, as an `i32`).
@@ -500,7 +502,7 @@ fn probe_dontcache(fd: BorrowedFd<'_>) -> Support {
     let span = file.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len().min(PROBE_SPAN));
     let before = file.as_ref().filter(|_| span > 0).and_then(|f| crate::residency::resident_pages(f, 0, span).ok());
     let mut b = [0u8; 1];
-    let probed = rustix::io::preadv2(fd, &mut [io::IoSliceMut::new(&mut b)], 0, rustix::io::ReadWriteFlags::from_bits_retain(RWF_DONTCACHE.bits()));
+    let probed = rustix::io::preadv2(fd, &mut [io::IoSliceMut::new(&mut b)], 0, RwFlags::DONTCACHE.for_rustix());
     if let (Some(f), Some(before)) = (&file, &before) {
         let _ = crate::residency::drop_brought_in(f, 0, span, before);
     }

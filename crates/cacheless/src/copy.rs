@@ -448,6 +448,18 @@ pub enum Xattrs {
     All,
 }
 
+impl Xattrs {
+    /// GNU cp's: all with `--preserve=xattr`, else the access ACL where `acl` (the mode is
+    /// preserved, or explicitly not: GNU sets the ACL the mode says either way), else none.
+    pub fn of(xattr: bool, acl: bool) -> Xattrs {
+        match (xattr, acl) {
+            (true, _) => Xattrs::All,
+            (false, true) => Xattrs::Acl,
+            (false, false) => Xattrs::None,
+        }
+    }
+}
+
 /// Copies the regular file `src` to `dst`: written under a temporary name, made durable (where
 /// `wo.durability` is `EachFile`), then renamed over `dst`. Refuses to copy a file onto itself. Checks
 /// `progress` for cancellation between requests; an interrupted copy leaves `dst` untouched.
@@ -892,11 +904,15 @@ impl<'a> Job<'a> {
     /// The existing file `existing`, to be written in place (emptied first when `truncate`).
     fn adopt(&mut self, existing: File, creator: Option<&FileCreator>, len: u64, truncate: bool) -> NewFile {
         self.stream_dst = existing.metadata().is_ok_and(|m| !m.is_file());
-        let opts = CreateOptions { mode: self.wo.io.mode, durability: Durability::synced(self.wo.durability.each_file()), deferred_drops: 0 };
         match creator {
             Some(c) => c.adopt_existing(existing, self.dir.clone(), self.name, self.dst, len, self.attrs(), truncate),
-            None => FileCreator::new(opts).adopt_existing(existing, self.dir.clone(), self.name, self.dst, len, self.attrs(), truncate),
+            None => self.own_creator().adopt_existing(existing, self.dir.clone(), self.name, self.dst, len, self.attrs(), truncate),
         }
+    }
+
+    /// A creator of this copy's own, where the caller gave none: durable as the write options say.
+    fn own_creator(&self) -> FileCreator {
+        FileCreator::new(CreateOptions { mode: self.wo.io.mode, durability: Durability::synced(self.wo.durability.each_file()), deferred_drops: 0 })
     }
 
     fn new_file(&mut self, creator: Option<&FileCreator>, len: u64) -> Result<NewFile> {
@@ -914,11 +930,7 @@ impl<'a> Job<'a> {
         let creator = match creator.filter(|c| !c.publishes()) {
             Some(c) => c,
             None => {
-                own = FileCreator::new(CreateOptions {
-                    mode: self.wo.io.mode,
-                    durability: Durability::synced(self.wo.durability.each_file()),
-                    deferred_drops: 0,
-                });
+                own = self.own_creator();
                 &own
             }
         };

@@ -103,6 +103,27 @@ impl Durability {
         }
     }
 
+    /// [`Durability::NamedAfterSync`] where `sync`, else [`Durability::Off`], both with
+    /// `write_back`: a door's `sync` switch for a job that names its files after their batch's
+    /// syncfs (extract).
+    pub fn batched(sync: bool, write_back: Option<u64>) -> Durability {
+        if sync {
+            Durability::NamedAfterSync { write_back }
+        } else {
+            Durability::Off { write_back }
+        }
+    }
+
+    /// For a job that makes its files durable one by one or not at all (cp, pack): `Ok` for
+    /// [`Durability::EachFile`] and `Off` without batches, else the refusal (see
+    /// [`Durability::refused`]).
+    pub fn file_by_file(self, job: &str, path: &std::path::Path) -> crate::Result<()> {
+        match self {
+            Durability::EachFile | Durability::Off { write_back: None } => Ok(()),
+            d => Err(d.refused(job, path, "EachFile, or Off without write_back")),
+        }
+    }
+
     /// Whether each file is fsynced before it is named and closed.
     pub fn each_file(self) -> bool {
         self == Durability::EachFile

@@ -12,11 +12,10 @@ use std::sync::Arc;
 
 use crate::backend::{self, BackendChoice, BackendKind, Queue};
 use crate::buf::Lease;
-use crate::caps::{self, FsCaps, RWF_DONTCACHE};
+use crate::caps::{self, FsCaps, RwFlags};
 use crate::error::{Error, ErrorKind, Hint, Result};
 use crate::policy::{self, Decision, Mode, Refusal, Taken};
 use crate::sys;
-use crate::sys::RwFlags;
 
 /// The largest request size accepted (a read or write syscall moves at most 2 GiB at once).
 pub const MAX_BLOCK_SIZE: usize = 1 << 30;
@@ -43,7 +42,7 @@ impl Plan {
             (Taken::Direct, Ok(a)) => (a.offset.max(1) as usize, a.mem.max(1) as usize),
             _ => (1, 1),
         };
-        let flags = if decision.mode == Taken::DontCache { RWF_DONTCACHE } else { RwFlags::NONE };
+        let flags = if decision.mode == Taken::DontCache { RwFlags::DONTCACHE } else { RwFlags::NONE };
         Plan { decision, align, mem_align, caps, flags }
     }
 
@@ -148,7 +147,7 @@ pub(crate) fn io_error(op: &'static str, path: &Path, e: io::Error, mode: Taken,
     let e = Error::io(op, path, e);
     match e.errno() {
         Some(libc::EINVAL) if mode == Taken::Direct => e.with_note("O_DIRECT refused a request").with_hint(policy::alternatives(Mode::Direct, caps)),
-        Some(libc::EOPNOTSUPP) if flags.contains(RWF_DONTCACHE) => {
+        Some(libc::EOPNOTSUPP) if flags.contains(RwFlags::DONTCACHE) => {
             e.with_note("RWF_DONTCACHE unsupported").with_hint(policy::alternatives(Mode::DontCache, caps))
         }
         _ => e,

@@ -278,10 +278,7 @@ pub fn run(args: &ExtractArgs, common: &CommonOpts, matches: Option<&clap::ArgMa
         Some(b) => Some(b),
         None => Some(cacheless_archive::DEFAULT_WRITE_BACK),
     };
-    opts.durability = match args.no_sync {
-        true => Durability::Off { write_back },
-        false => Durability::NamedAfterSync { write_back },
-    };
+    opts.durability = Durability::batched(!args.no_sync, write_back);
     opts.old_files = old_files(args, matches)?;
     opts.ignore_zeros = args.ignore_zeros;
     for w in &args.warning {

@@ -221,7 +221,7 @@ pub fn archive_input(url: &Path, budget: &cacheless::Budget, flags: &RemoteFlags
     let opts = flags.options()?;
     let remote = Arc::new(Remote::connect(&loc, &opts)?);
     let info = remote.head(&loc)?;
-    let in_flight = opts.concurrency.min((budget.limit() / opts.part_size.max(1)).max(1));
+    let in_flight = cacheless_remote::ObjectReader::in_flight(&opts, budget);
     let read = cacheless_archive::source::SourceRead::Download { part_size: opts.part_size as u64, in_flight, etag: info.etag.clone() };
     let len = Some(info.size);
     let reader = cacheless_remote::ObjectReader::open(remote, info, budget.clone())?;

@@ -37,7 +37,7 @@ mod remote;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cacheless::{Durability, Progress, Result};
+use cacheless::{Progress, Result};
 
 pub use cacheless::backup::BackupKind;
 pub use local::target;
@@ -58,9 +58,7 @@ pub fn is_url(p: &Path) -> bool {
 /// returned, and the first is kept in the report; an error is returned only when the job cannot
 /// start: no source, a destination that cannot take them, an option the operands cannot honour.
 pub fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<Progress>) -> Result<CpReport> {
-    if !matches!(o.durability, Durability::EachFile | Durability::Off { write_back: None }) {
-        return Err(o.durability.refused("cp", dst, "EachFile, or Off without write_back"));
-    }
+    o.durability.file_by_file("cp", dst)?;
     if is_url(dst) || srcs.iter().any(|s| is_url(s)) {
         remote::copy(srcs, dst, o, progress)
     } else {

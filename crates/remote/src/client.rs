@@ -213,12 +213,8 @@ pub fn runtime() -> std::io::Result<&'static tokio::runtime::Runtime> {
 /// installed itself stays.
 fn tls_provider() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Err only where another thread installed one meanwhile: that one serves.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-    });
+    // Err where one is installed already: that one serves.
+    ONCE.call_once(|| drop(rustls::crypto::ring::default_provider().install_default()));
 }
 
 /// The first of these environment variables that is set and not empty.

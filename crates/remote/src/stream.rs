@@ -35,6 +35,12 @@ pub struct ObjectReader {
 }
 
 impl ObjectReader {
+    /// The ranges a reader of `opts` keeps in flight within `budget`: the concurrency asked
+    /// for, at most as many parts as the budget holds (at least one).
+    pub fn in_flight(opts: &crate::RemoteOptions, budget: &Budget) -> usize {
+        opts.concurrency.min((budget.limit() / opts.part_size.max(1)).max(1))
+    }
+
     /// Starts fetching `info`'s object.
     pub fn open(remote: Arc<Remote>, info: ObjectInfo, budget: Budget) -> Result<ObjectReader> {
         let cancel = Arc::new(AtomicBool::new(false));

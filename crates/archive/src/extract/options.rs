@@ -49,7 +49,7 @@ impl OldFiles {
 }
 
 /// Whether and how members are named as they are reached.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Listing {
     /// Not named (the default).
     #[default]

@@ -182,9 +182,7 @@ pub fn pack_staged(mut opts: PackOptions) -> Result<(PackReport, Option<cacheles
     let t0 = Instant::now();
     let progress = opts.progress.clone().unwrap_or_default();
     let c = opts.compression;
-    if !matches!(opts.durability, cacheless::Durability::EachFile | cacheless::Durability::Off { write_back: None }) {
-        return Err(opts.durability.refused("pack", &out_path(&opts.output), "EachFile, or Off without write_back").into());
-    }
+    opts.durability.file_by_file("pack", &out_path(&opts.output))?;
     let (level, frame) = level_and_frame(&opts)?;
     let sh = shares(&opts, frame);
     let output = std::mem::replace(&mut opts.output, Output::Path(PathBuf::new()));

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::buf::AlignedBuf;
-use crate::caps::{self, FsCaps, RWF_DONTCACHE};
+use crate::caps::{self, FsCaps};
 use crate::error::{Error, ErrorKind, Result};
 pub use crate::options::Durability;
 use crate::pending::{NewName, PendingFile};
@@ -696,7 +696,7 @@ impl Draft {
     }
 
     fn write_dontcache(&mut self, data: &[u8], off: u64) -> Result<()> {
-        match sys::write_full(&self.file, data, off, RWF_DONTCACHE) {
+        match sys::write_full(&self.file, data, off, sys::RwFlags::DONTCACHE) {
             // RWF_DONTCACHE drops pages as their writeback ends, but not always every one: the
             // file is dropped again when it is closed (or once written back, when not synced).
             Ok(()) => {

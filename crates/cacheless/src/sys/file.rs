@@ -182,7 +182,7 @@ pub fn write_full(file: &File, mut data: &[u8], mut off: u64, flags: RwFlags) ->
             if flags == RwFlags::NONE {
                 rustix::io::pwrite(file.as_fd(), &data[..len], off)
             } else {
-                rustix::io::pwritev2(file.as_fd(), &[io::IoSlice::new(&data[..len])], off, rustix::io::ReadWriteFlags::from_bits_retain(flags.bits()))
+                rustix::io::pwritev2(file.as_fd(), &[io::IoSlice::new(&data[..len])], off, flags.for_rustix())
             }
         });
         match r {
@@ -208,7 +208,7 @@ pub fn read_once(file: &File, buf: &mut [u8], off: u64, flags: RwFlags) -> io::R
             if flags == RwFlags::NONE {
                 rustix::io::pread(file.as_fd(), &mut buf[..len], off)
             } else {
-                rustix::io::preadv2(file.as_fd(), &mut [io::IoSliceMut::new(&mut buf[..len])], off, rustix::io::ReadWriteFlags::from_bits_retain(flags.bits()))
+                rustix::io::preadv2(file.as_fd(), &mut [io::IoSliceMut::new(&mut buf[..len])], off, flags.for_rustix())
             }
         });
         match r {

@@ -265,7 +265,7 @@ impl Copier {
             // GNU's rules for an existing destination: only what --preserve asks changes.
             wo.permissions = r.preserve.mode.then_some(smode & 0o7777);
             co.owner = Ownership::of(r.preserve.ownership, r.root);
-            co.xattrs = xattrs_of(r.preserve.xattr, r.preserve.mode);
+            co.xattrs = Xattrs::of(r.preserve.xattr, r.preserve.mode);
             match carry {
                 Some(c) => {
                     // A complete copy replaces the file, with what GNU's write in place keeps:
@@ -306,7 +306,7 @@ impl Copier {
             None
         };
         co.owner = Ownership::of(r.preserve.ownership, r.root);
-        co.xattrs = xattrs_of(r.preserve.xattr, r.preserve.mode || r.no_preserve_mode);
+        co.xattrs = Xattrs::of(r.preserve.xattr, r.preserve.mode || r.no_preserve_mode);
         let batch = self.batched && len <= self.co.small_file && regular && r.data;
         if batch {
             wo.durability = Durability::AtTheEnd { write_back: None };
@@ -420,15 +420,5 @@ impl Work for Copier {
     }
     fn panicked(&self, name: String, message: String) {
         self.sink.fail(Error::new(ErrorKind::Io, "copy", name, format!("internal error while copying it ({message}); removed")));
-    }
-}
-
-/// The extended attributes a copy takes: all with `--preserve=xattr`, else the access ACL where
-/// the mode is preserved or explicitly not (GNU cp sets the ACL the mode says either way).
-fn xattrs_of(xattr: bool, acl: bool) -> Xattrs {
-    match (xattr, acl) {
-        (true, _) => Xattrs::All,
-        (false, true) => Xattrs::Acl,
-        (false, false) => Xattrs::None,
     }
 }

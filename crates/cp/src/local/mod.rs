@@ -185,7 +185,7 @@ pub(crate) fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<P
     let umask = sys::umask().unwrap_or(0o022);
     let mut co = o.copy.clone();
     co.owner = Ownership::of(o.preserve.ownership, false);
-    co.xattrs = if o.preserve.xattr { Xattrs::All } else { Xattrs::None };
+    co.xattrs = Xattrs::of(o.preserve.xattr, false);
     co.same_checked = true;
     let mut wo = WriteOptions::from(o.io.clone());
     wo.durability = o.durability;
