@@ -7,8 +7,8 @@ use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use cacheless::{Budget, Mode};
-use cacheless_archive::{extract, ExtractOptions, Input};
+use cacheless::{Budget, Durability, Mode};
+use cacheless_archive::{extract, ExtractOptions, Input, DEFAULT_WRITE_BACK};
 use libfuzzer_sys::fuzz_target;
 
 /// Where each run gets a folder of its own: tmpfs when there is one (fast), else the temp folder.
@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
     let budget = Budget::new(16 << 20);
     o.io.budget = budget.clone();
     o.io.mode = Mode::Auto;
-    o.sync = false;
+    o.durability = Durability::Off { write_back: Some(DEFAULT_WRITE_BACK) };
     o.threads = 2;
     o.direct_min = 64 << 10;
     let r = extract(Input::Stream(Box::new(Cursor::new(data.to_vec()))), &o);
