@@ -912,7 +912,12 @@ impl<'a> Job<'a> {
 
     /// A creator of this copy's own, where the caller gave none: durable as the write options say.
     fn own_creator(&self) -> FileCreator {
-        FileCreator::new(CreateOptions { mode: self.wo.io.mode, durability: Durability::synced(self.wo.durability.each_file()), deferred_drops: 0 })
+        FileCreator::new(CreateOptions {
+            mode: self.wo.io.mode,
+            durability: Durability::synced(self.wo.durability.each_file()),
+            deferred_drops: 0,
+            batched_open: usize::MAX,
+        })
     }
 
     fn new_file(&mut self, creator: Option<&FileCreator>, len: u64) -> Result<NewFile> {

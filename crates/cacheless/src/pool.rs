@@ -95,8 +95,14 @@ pub struct FdPlan {
     /// Small files created ahead of their data (an extraction's batches waiting for their
     /// creation), each holding itself and its directory.
     pub pipeline: usize,
-    /// Files kept open for their batch's syncfs and their second page drop.
+    /// Files of a batch (written back together by one syncfs), and the files kept open for a
+    /// second page drop (see `CreateOptions::deferred_drops`).
     pub deferred: usize,
+    /// Most finished files open in batches at once, each holding itself and its directory
+    /// (see `CreateOptions::batched_open`): a batch per worker and two more where they fit
+    /// (each worker may be syncing one while the next fills and the caller publishes one),
+    /// two batches at least.
+    pub batched_open: usize,
     /// Directories kept open by the resolver.
     pub dirs: usize,
     /// Finished files kept open while they wait for their input's checksums (an extraction
@@ -108,10 +114,9 @@ pub struct FdPlan {
 /// Descriptors a job may hold at most: a large file's writer holds its file, its directory (a
 /// duplicate), an io_uring instance, and the job its parent directory.
 const PER_JOB: usize = 4;
-/// Descriptors a file waiting for its batch's syncfs may hold: itself, its directory (files of
-/// one directory share it, files of many do not), and itself again among those kept for a
-/// second page drop.
-const PER_DEFERRED: usize = 3;
+/// Descriptors a finished file of a batch holds until its batch is synced: itself and its
+/// directory (files of one directory share it, files of many do not).
+const PER_BATCHED: usize = 2;
 /// Most small files created ahead of their data.
 const PIPELINE_MAX: usize = 160;
 /// Most small files in one job, each holding itself and its directory.
@@ -147,13 +152,18 @@ pub fn fd_plan(limit: u64, open_now: u64, threads: usize) -> FdPlan {
     let rest = avail.saturating_sub((threads + queue + 1) * per_job(batch));
     let pipeline = (rest / 8).min(PIPELINE_MAX);
     let rest = rest - pipeline * 2;
-    let deferred = (rest / 2 / PER_DEFERRED).min(512);
-    let rest = rest - deferred * PER_DEFERRED;
+    // Half of what is left for batches: the files kept for a second page drop (one each)
+    // and the files open in batches, two batches at least; as many as the workers can sync
+    // side by side where that fits.
+    let share = rest / 2;
+    let deferred = (share / (2 * PER_BATCHED + 1)).min(512);
+    let batched_open = (deferred * (threads + 2)).min((share - deferred) / PER_BATCHED);
+    let rest = rest - deferred - batched_open * PER_BATCHED;
     let dirs = rest.clamp(1, 4096);
     // What is left, less an eighth kept free: held files (a single-frame archive holds every
     // file it makes until its end), up to a bound on the kernel memory they pin.
     let held = (rest.saturating_sub(dirs) / 8 * 7).min(HELD_MAX);
-    FdPlan { limit, threads, queue, batch, pipeline, deferred, dirs, held }
+    FdPlan { limit, threads, queue, batch, pipeline, deferred, batched_open, dirs, held }
 }
 
 /// The message a panic carried (a worker's or a decoder's, caught and turned into an error).
@@ -213,7 +223,16 @@ mod tests {
         for (limit, threads) in [(1024u64, 16usize), (1024, 4), (256, 16), (64, 16), (40, 4), (1 << 20, 16)] {
             let p = fd_plan(limit, 10, threads);
             assert!(p.threads >= 1 && p.threads <= threads && p.queue >= 1 && p.dirs >= 1, "{limit}: {p:?}");
-            let used = (p.threads + p.queue + 1) * (2 * p.batch).max(PER_JOB) + p.pipeline * 2 + p.deferred * PER_DEFERRED + p.dirs + p.held + RESERVE + 10;
+            // Two batches fit at least, and no more than the workers can fill and sync.
+            assert!(p.batched_open >= 2 * p.deferred && p.batched_open <= (p.threads + 2) * p.deferred, "{limit}: {p:?}");
+            let used = (p.threads + p.queue + 1) * (2 * p.batch).max(PER_JOB)
+                + p.pipeline * 2
+                + p.deferred
+                + p.batched_open * PER_BATCHED
+                + p.dirs
+                + p.held
+                + RESERVE
+                + 10;
             if limit >= 64 {
                 assert!(used as u64 <= limit, "{limit}: {p:?} uses {used}");
             }
@@ -221,11 +240,12 @@ mod tests {
         // A generous limit keeps the full figures.
         let p = fd_plan(1 << 20, 10, 16);
         assert_eq!((p.threads, p.queue, p.batch, p.pipeline, p.deferred, p.dirs), (16, 128, 32, 160, 512, 4096));
+        assert_eq!(p.batched_open, 18 * 512, "a batch for each worker syncing, one filling, one the caller publishes");
         // And holds files open for the checksums up to its bound; a tighter limit, most of what
         // is left, no more.
         assert_eq!(p.held, HELD_MAX);
         let p = fd_plan(20_000, 10, 16);
-        let spare = 20_000 - 10 - RESERVE - (p.threads + p.queue + 1) * 64 - p.pipeline * 2 - p.deferred * PER_DEFERRED - p.dirs;
+        let spare = 20_000 - 10 - RESERVE - (p.threads + p.queue + 1) * 64 - p.pipeline * 2 - p.deferred - p.batched_open * PER_BATCHED - p.dirs;
         assert!(p.held > spare / 2 && p.held < spare, "{p:?}");
     }
 }

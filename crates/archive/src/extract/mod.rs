@@ -130,7 +130,12 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     // archive leaves none of the files its bad part made.
     let gate = Arc::new(Gate::new(stream.verified(), opts.held_open.map_or(plan.held, |n| n.min(plan.held))));
     let creator = FileCreator::with_keeper(
-        CreateOptions { mode: opts.io.mode, durability: Durability::NamedAfterSync { write_back }, deferred_drops: plan.deferred },
+        CreateOptions {
+            mode: opts.io.mode,
+            durability: Durability::NamedAfterSync { write_back },
+            deferred_drops: plan.deferred,
+            batched_open: plan.batched_open,
+        },
         gate.clone(),
     );
     let sh = Arc::new(Shared::new(creator, gate, progress.clone()));

@@ -63,6 +63,27 @@ pub(super) struct Batched {
 pub(super) struct Batch {
     files: Vec<Batched>,
     bytes: u64,
+    /// Finished files open in this batch and in those being synced.
+    open: usize,
+    /// Batches being synced now.
+    syncing: usize,
+}
+
+/// A batch being synced: its files are counted open until it is done, however it ends.
+struct Syncing<'a> {
+    shared: &'a Shared,
+    files: usize,
+}
+
+impl Drop for Syncing<'_> {
+    fn drop(&mut self) {
+        {
+            let mut b = self.shared.batch.lock().unwrap_or_else(|e| e.into_inner());
+            b.open -= self.files;
+            b.syncing -= 1;
+        }
+        self.shared.synced.notify_all();
+    }
 }
 
 impl std::fmt::Debug for Batch {
@@ -99,16 +120,26 @@ impl Shared {
 
     /// Adds a finished file to the batch (its pages to drop, its name to give), writing the
     /// batch back once it is full.
+    ///
+    /// Past [`CreateOptions::batched_open`](super::CreateOptions::batched_open) files open in
+    /// batches, it first waits for a batch being synced to end.
     pub(super) fn add_to_batch(&self, entry: Batched, bytes: u64) {
         let full = {
             let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
+            // A slow syncfs must not let every writer hold a batch of its own beyond the
+            // descriptors the job has: past its share, wait for one to be done. (With none
+            // being synced, this file's batch is written back below instead.)
+            while b.open >= self.opts.batched_open && b.syncing > 0 {
+                b = self.synced.wait(b).unwrap_or_else(|e| e.into_inner());
+            }
             b.files.push(entry);
             b.bytes += bytes;
+            b.open += 1;
             let max_bytes = match self.opts.durability.write_back() {
                 0 => PUBLISH_BATCH,
                 n => n,
             };
-            b.bytes >= max_bytes || b.files.len() >= self.opts.deferred_drops.max(1)
+            b.bytes >= max_bytes || b.files.len() >= self.opts.deferred_drops.max(1) || b.open >= self.opts.batched_open
         };
         if full {
             self.write_back_batch();
@@ -124,15 +155,22 @@ impl Shared {
     /// the files durable (syncfs reports it to every descriptor of the filesystem opened before
     /// it).
     pub(super) fn write_back_batch(&self) {
-        let batch = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|e| e.into_inner()));
-        let Some(first) = batch.files.first() else {
+        let (batch, _syncing) = {
+            let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
+            let files = std::mem::take(&mut b.files);
+            b.bytes = 0;
+            b.syncing += 1;
+            let n = files.len();
+            (files, Syncing { shared: self, files: n })
+        };
+        let Some(first) = batch.first() else {
             // Nothing to sync; what the keeper holds may be named by now.
             if let Some(k) = &self.keeper {
                 k.synced();
             }
             return;
         };
-        let synced = if batch.files.iter().any(|b| b.publish.is_some()) {
+        let synced = if batch.iter().any(|b| b.publish.is_some()) {
             sys::syncfs(first.file.as_fd())
         } else {
             if !fault::skipped(Step::Syncfs) {
@@ -140,7 +178,7 @@ impl Shared {
             }
             Ok(())
         };
-        for b in batch.files {
+        for b in batch {
             if let Some((pending, then)) = b.publish {
                 match (&synced, &self.keeper) {
                     (Ok(()), Some(k)) => k.keep(b.key, pending, then),

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use crate::buf::AlignedBuf;
 use crate::caps::{self, FsCaps};
@@ -46,6 +46,11 @@ pub struct CreateOptions {
     /// writeback. 0 drops once only (pages still under writeback then stay cached). Also the
     /// most files of a batch (see [`Durability`]). Default 64.
     pub deferred_drops: usize,
+    /// Most finished files open in batches at once: in the one being filled and in those being
+    /// synced (each writer may be syncing one). A writer that would pass it waits for a sync to
+    /// end, so that a slow syncfs (a busy disk, another program's dirty pages) costs time, not
+    /// more descriptors than the job has (see `pool::FdPlan::batched_open`). Default: no bound.
+    pub batched_open: usize,
 }
 
 impl Default for CreateOptions {
@@ -55,9 +60,9 @@ impl Default for CreateOptions {
 }
 
 impl CreateOptions {
-    /// Auto mode, each file fsynced, 64 deferred drops.
+    /// Auto mode, each file fsynced, 64 deferred drops, no bound on the files open in batches.
     pub fn new() -> CreateOptions {
-        CreateOptions { mode: Mode::Auto, durability: Durability::EachFile, deferred_drops: 64 }
+        CreateOptions { mode: Mode::Auto, durability: Durability::EachFile, deferred_drops: 64, batched_open: usize::MAX }
     }
 }
 
@@ -87,6 +92,8 @@ struct Shared {
     /// [`Durability::AtTheEnd`]), and files waiting for their name (see
     /// [`Durability::NamedAfterSync`]).
     batch: Mutex<Batch>,
+    /// Signalled when a batch's sync ends (see [`CreateOptions::batched_open`]).
+    synced: Condvar,
     /// The last directory files were created in and its device: files created one after
     /// another in one directory cost one fstat for all, not one each.
     last_dir: Mutex<Option<(Arc<OwnedFd>, caps::FsKey)>>,
@@ -166,6 +173,7 @@ impl FileCreator {
                 opts,
                 deferred: Mutex::new(VecDeque::new()),
                 batch: Mutex::default(),
+                synced: Condvar::new(),
                 last_dir: Mutex::new(None),
                 umask: OnceLock::new(),
                 exact_dir: Mutex::new(None),
@@ -815,5 +823,70 @@ mod tests {
         let e = forced.write_file(dir.as_fd(), OsStr::new("g"), Path::new("g"), b"x", &FileAttrs::default()).unwrap_err();
         assert_eq!(e.hint(), Some(&crate::Hint::Modes(vec![Mode::Auto, Mode::DropBehind])));
         assert!(!d.path().join("g").exists());
+    }
+
+    /// Names every file a while after its batch's syncfs, as a slow syncfs would delay it.
+    struct Slow;
+
+    impl Keeper for Slow {
+        fn keep(&self, _: u64, file: PendingFile, then: Published) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            then(file.publish(false));
+        }
+        fn synced(&self) {}
+    }
+
+    /// The most files that wait open in batches when four writers finish 40 files each into
+    /// batches of 4 whose sync is slow, with `batched_open` as given.
+    fn most_open_in_batches(batched_open: usize) -> usize {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let d = tempfile::tempdir().unwrap();
+        let dir = Arc::new(sys::open(d.path(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).unwrap());
+        let opts =
+            CreateOptions { durability: Durability::NamedAfterSync { write_back: Some(1 << 20) }, deferred_drops: 4, batched_open, ..CreateOptions::new() };
+        let creator = FileCreator::with_keeper(opts, Arc::new(Slow));
+        let (open, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (creator, dir, open, most) = (creator.clone(), dir.clone(), open.clone(), most.clone());
+                s.spawn(move || {
+                    for i in 0..40 {
+                        let name = format!("t{t}-{i}");
+                        let mut f = creator.create(dir.clone(), OsStr::new(&name), Path::new(&name), 5, FileAttrs::default()).unwrap();
+                        f.write_at(name.as_bytes(), 0).unwrap();
+                        // Counted from before it joins a batch (one too many per writer at most)
+                        // until it is named.
+                        most.fetch_max(open.fetch_add(1, SeqCst) + 1, SeqCst);
+                        let open = open.clone();
+                        f.finish_then(Box::new(move |r| {
+                            r.unwrap();
+                            open.fetch_sub(1, SeqCst);
+                        }))
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        creator.publish_now();
+        assert_eq!(open.load(SeqCst), 0, "every file named");
+        for t in 0..4 {
+            for i in 0..40 {
+                let name = format!("t{t}-{i}");
+                assert_eq!(std::fs::read(d.path().join(&name)).unwrap(), name.as_bytes());
+            }
+        }
+        most.load(SeqCst)
+    }
+
+    /// Writers that fill batches faster than they are synced wait once `batched_open` files
+    /// are open in batches: a slow syncfs costs time, not descriptors past the job's share.
+    /// Without the bound, each writer holds a batch of its own being synced besides the one
+    /// filling.
+    #[test]
+    fn files_open_in_batches_stay_within_their_bound_however_slow_the_sync() {
+        let bounded = most_open_in_batches(8);
+        assert!(bounded <= 8 + 4, "{bounded} files open in batches, bound 8 (and one per writer)");
+        let unbounded = most_open_in_batches(usize::MAX);
+        assert!(unbounded > 8 + 4, "only {unbounded} files open without a bound: the test shows nothing");
     }
 }

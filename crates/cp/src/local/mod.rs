@@ -213,6 +213,7 @@ pub(crate) fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<P
             mode: o.io.mode,
             durability: Durability::NamedAfterSync { write_back: Some(files::PLAIN_BATCH_BYTES) },
             deferred_drops: plan.deferred,
+            batched_open: plan.batched_open,
         })
     });
     let batch_files = if unnamed.is_some() { files::BATCH_FILES.min(plan.deferred) } else { files::BATCH_FILES };
@@ -222,7 +223,12 @@ pub(crate) fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<P
         wo,
         co_plain: CopyOptions { plain_dir: true, ..co.clone() },
         co,
-        creator: FileCreator::new(CreateOptions { mode: o.io.mode, durability: Durability::AtTheEnd { write_back: None }, deferred_drops: plan.deferred }),
+        creator: FileCreator::new(CreateOptions {
+            mode: o.io.mode,
+            durability: Durability::AtTheEnd { write_back: None },
+            deferred_drops: plan.deferred,
+            batched_open: plan.batched_open,
+        }),
         unnamed,
         batch_files,
         sink: sink.clone(),
