@@ -292,6 +292,46 @@ fn a_transfer_that_did_not_get_every_byte_fails_as_curl_fails_and_leaves_nothing
     }
 }
 
+/// A download from a server that sends its headers and then nothing waits as long as the read
+/// timeout allows (120 s by default); SIGINT or SIGTERM ends it within a second, and nothing is
+/// left: `cp` and `extract` of a URL (whose archive is read through a stream of its own) with
+/// 130 or 143 and a word of it, `cat` and `hash` killed by the signal as GNU cat and sha256sum are.
+#[test]
+fn a_download_waiting_on_a_stalled_server_ends_on_a_signal() {
+    use rustix::process::Signal;
+    let Some(h) = servers::bad_http() else { return };
+    let d = scratch();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("f"), data(2 * MIB, 70)).unwrap();
+    let tar = h.root.join("stalled.tar");
+    assert!(Command::new("tar").arg("-cf").arg(&tar).arg("-C").arg(&src).arg("f").status().unwrap().success());
+    let url = h.url("stall", "stalled.tar");
+    let out = d.path().join("out");
+    for (sig, code) in [(Signal::INT, 130), (Signal::TERM, 143)] {
+        let cases: [(&str, Vec<&str>); 4] =
+            [("cp", vec!["cp", &url, s(&out)]), ("cat", vec!["cat", &url]), ("hash", vec!["hash", &url]), ("extract", vec!["extract", "-C", s(&out), &url])];
+        for (what, args) in cases {
+            let child = cacheless_testkit::cacheless().args(&args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+            let t0 = Instant::now();
+            let o = cacheless_testkit::interrupt(child, std::time::Duration::from_millis(700), sig);
+            assert!(t0.elapsed() < std::time::Duration::from_millis(1700), "{what} on SIG{sig:?}: {:?}", t0.elapsed());
+            use std::os::unix::process::ExitStatusExt;
+            if o.status.signal() == Some(sig.as_raw()) {
+                // `cat` and `hash` write nothing but their output, and end as GNU cat and
+                // sha256sum end: killed by the signal.
+                assert!(what == "cat" || what == "hash", "{what} killed by SIG{sig:?}");
+            } else {
+                assert_eq!(o.status.code(), Some(code), "{what}: {}", err(&o));
+                assert!(err(&o).contains("interrupted"), "{what}: {}", err(&o));
+            }
+            let left: Vec<_> = std::fs::read_dir(&out).map(|r| r.map(|e| e.unwrap().file_name()).collect()).unwrap_or_default();
+            assert!(left.is_empty() && !out.is_file(), "{what}: {left:?}");
+            assert!(cacheless_testkit::names(d.path()).iter().all(|n| !n.contains(".cacheless-")), "{what}: a temporary left");
+        }
+    }
+}
+
 #[test]
 fn errors_carry_the_service_s_code_and_message_never_a_body_a_signature_or_a_key() {
     let Some(h) = servers::bad_http() else { return };

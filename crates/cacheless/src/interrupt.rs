@@ -37,6 +37,12 @@ pub fn requested() -> bool {
     flags().lock().unwrap_or_else(|e| e.into_inner()).iter().any(|w| w.upgrade().is_some_and(|f| f.load(Ordering::Relaxed)))
 }
 
+/// The error a call that waited ends with once the user asked to stop: ECANCELED, not EINTR,
+/// which readers retry.
+pub fn cancelled() -> std::io::Error {
+    std::io::Error::from_raw_os_error(libc::ECANCELED)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -67,15 +67,24 @@ impl ObjectReader {
 }
 
 impl io::Read for ObjectReader {
+    /// Waits for the next range as long as the server takes (its read timeout bounds that),
+    /// unless the user asks to stop (see [`cacheless::interrupt`]): the download is cancelled
+    /// then and the read fails with ECANCELED within a tenth of a second.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         while self.pos >= self.cur.len() {
-            match self.rx.recv() {
+            match self.rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(Ok(c)) => {
                     self.cur = c;
                     self.pos = 0;
                 }
                 Ok(Err(e)) => return Err(e),
-                Err(_) => return Ok(0),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if cacheless::interrupt::requested() {
+                        self.cancel.store(true, Ordering::Relaxed);
+                        return Err(cacheless::interrupt::cancelled());
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(0),
             }
         }
         let n = (self.cur.len() - self.pos).min(buf.len());

@@ -266,12 +266,12 @@ impl<F: AsFd> io::Read for FdStream<F> {
 }
 
 /// Waits until `fd` is ready for `events` (or hung up, or in error: the next call says), in
-/// slices of 100 ms; EINTR once the user asks to stop ([`crate::interrupt`]). A regular file
+/// slices of 100 ms; ECANCELED once the user asks to stop ([`crate::interrupt::cancelled`]). A regular file
 /// is always ready.
 pub fn wait_ready(fd: BorrowedFd<'_>, events: rustix::event::PollFlags) -> io::Result<()> {
     loop {
         if crate::interrupt::requested() {
-            return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+            return Err(crate::interrupt::cancelled());
         }
         let mut p = [rustix::event::PollFd::from_borrowed_fd(fd, events)];
         let slice = rustix::event::Timespec { tv_sec: 0, tv_nsec: 100_000_000 };
