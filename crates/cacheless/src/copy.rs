@@ -916,7 +916,7 @@ impl<'a> Job<'a> {
             mode: self.wo.io.mode,
             durability: Durability::synced(self.wo.durability.each_file()),
             deferred_drops: 0,
-            batched_open: usize::MAX,
+            ..CreateOptions::new()
         })
     }
 

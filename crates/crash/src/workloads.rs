@@ -488,12 +488,8 @@ fn creator_batch() -> Workload {
         run: Box::new(move |ctx: &Ctx| {
             let dir_path = ctx.path("x");
             let dir = std::fs::File::open(&dir_path).map_err(|e| format!("open {}: {e}", dir_path.display()))?;
-            let c = FileCreator::new(CreateOptions {
-                mode: Mode::Auto,
-                durability: Durability::AtTheEnd { write_back: Some(32 << 10) },
-                deferred_drops: 8,
-                batched_open: usize::MAX,
-            });
+            let c =
+                FileCreator::new(CreateOptions { durability: Durability::AtTheEnd { write_back: Some(32 << 10) }, deferred_drops: 8, ..CreateOptions::new() });
             for (p, d) in &run_files {
                 let name = Path::new(p).file_name().unwrap_or(OsStr::new(p));
                 c.write_file(dir.as_fd(), name, &ctx.path(p), d, &FileAttrs::default()).map_err(|e| e.to_string())?;

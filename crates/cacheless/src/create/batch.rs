@@ -63,10 +63,17 @@ pub(super) struct Batched {
 pub(super) struct Batch {
     files: Vec<Batched>,
     bytes: u64,
-    /// Finished files open in this batch and in those being synced.
-    open: usize,
+    /// Files of the batches being synced now (open until their batch is done).
+    in_sync: usize,
     /// Batches being synced now.
     syncing: usize,
+}
+
+impl Batch {
+    /// Finished files open in this batch and in those being synced.
+    fn open(&self) -> usize {
+        self.files.len() + self.in_sync
+    }
 }
 
 /// A batch being synced: its files are counted open until it is done, however it ends.
@@ -79,7 +86,7 @@ impl Drop for Syncing<'_> {
     fn drop(&mut self) {
         {
             let mut b = self.shared.batch.lock().unwrap_or_else(|e| e.into_inner());
-            b.open -= self.files;
+            b.in_sync -= self.files;
             b.syncing -= 1;
         }
         self.shared.synced.notify_all();
@@ -129,17 +136,16 @@ impl Shared {
             // A slow syncfs must not let every writer hold a batch of its own beyond the
             // descriptors the job has: past its share, wait for one to be done. (With none
             // being synced, this file's batch is written back below instead.)
-            while b.open >= self.opts.batched_open && b.syncing > 0 {
+            while b.open() >= self.opts.batched_open && b.syncing > 0 {
                 b = self.synced.wait(b).unwrap_or_else(|e| e.into_inner());
             }
             b.files.push(entry);
             b.bytes += bytes;
-            b.open += 1;
             let max_bytes = match self.opts.durability.write_back() {
                 0 => PUBLISH_BATCH,
                 n => n,
             };
-            b.bytes >= max_bytes || b.files.len() >= self.opts.deferred_drops.max(1) || b.open >= self.opts.batched_open
+            b.bytes >= max_bytes || b.files.len() >= self.opts.deferred_drops.max(1) || b.open() >= self.opts.batched_open
         };
         if full {
             self.write_back_batch();
@@ -159,8 +165,9 @@ impl Shared {
             let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
             let files = std::mem::take(&mut b.files);
             b.bytes = 0;
-            b.syncing += 1;
             let n = files.len();
+            b.syncing += 1;
+            b.in_sync += n;
             (files, Syncing { shared: self, files: n })
         };
         let Some(first) = batch.first() else {

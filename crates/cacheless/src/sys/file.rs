@@ -266,8 +266,8 @@ impl<F: AsFd> io::Read for FdStream<F> {
 }
 
 /// Waits until `fd` is ready for `events` (or hung up, or in error: the next call says), in
-/// slices of 100 ms; ECANCELED once the user asks to stop ([`crate::interrupt::cancelled`]). A regular file
-/// is always ready.
+/// slices of 100 ms; ECANCELED once the user asks to stop ([`crate::interrupt::cancelled`]). A
+/// regular file is always ready.
 pub fn wait_ready(fd: BorrowedFd<'_>, events: rustix::event::PollFlags) -> io::Result<()> {
     loop {
         if crate::interrupt::requested() {
