@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The crates whose modules are checked, by their source folder.
-const CRATES: [&str; 10] = [
+const CRATES: [&str; 11] = [
+    "crates/sys/src",
     "crates/cacheless/src",
     "crates/archive/src",
     "crates/remote/src",
@@ -339,12 +340,20 @@ fn the_engine_s_modules_stand_on_their_floors() {
             floor.insert(n[1].to_string(), r[1].parse().unwrap());
         }
     }
-    let src = root().join("crates/cacheless/src");
-    let mods = modules(&src, &["lib.rs"]);
+    // The engine is two crates: the kernel facade (cacheless-sys) below, and the engine proper,
+    // which names the facade's modules at its root (`use cacheless_sys::buf;`), so that one
+    // table and one graph hold both.
+    let mut mods = BTreeMap::new();
+    let mut exports = BTreeMap::new();
+    for src in ["crates/sys/src", "crates/cacheless/src"] {
+        let src = root().join(src);
+        mods.extend(modules(&src, &["lib.rs"]));
+        exports.extend(root_exports(&src));
+    }
     let listed: BTreeSet<&String> = floor.keys().collect();
     let present: BTreeSet<&String> = mods.keys().collect();
     assert_eq!(listed, present, "the floors table lists exactly the engine's modules");
-    let g = graph(&mods, "crate", &root_exports(&src));
+    let g = graph(&mods, "crate", &exports);
     let mut up = Vec::new();
     for (m, to) in &g {
         for n in to {
@@ -359,18 +368,20 @@ fn the_engine_s_modules_stand_on_their_floors() {
 /// The crates whose kernel calls go through the engine's `sys` facade: the shipped ones. (The
 /// crash simulator, the benchmark harness and the test kit drive the kernel as tools of their
 /// own: mounts, cgroups, block devices.)
-const SHIPPED: [&str; 7] =
-    ["crates/cacheless/src", "crates/archive/src", "crates/remote/src", "crates/cp/src", "crates/safetensors/src", "crates/cli/src", "bindings/python/src"];
+const SHIPPED: [&str; 8] = [
+    "crates/sys/src",
+    "crates/cacheless/src",
+    "crates/archive/src",
+    "crates/remote/src",
+    "crates/cp/src",
+    "crates/safetensors/src",
+    "crates/cli/src",
+    "bindings/python/src",
+];
 
 /// The engine's files that may name rustix or libc calls: the facade, and what sits below it or
 /// beside it on purpose (the I/O requests, the probes, the residency calls, aligned memory).
-const KERNEL: [&str; 5] = [
-    "crates/cacheless/src/sys/",
-    "crates/cacheless/src/backend/",
-    "crates/cacheless/src/caps.rs",
-    "crates/cacheless/src/residency.rs",
-    "crates/cacheless/src/buf.rs",
-];
+const KERNEL: [&str; 5] = ["crates/sys/src/sys/", "crates/sys/src/backend/", "crates/sys/src/caps.rs", "crates/sys/src/residency.rs", "crates/sys/src/buf.rs"];
 
 /// rustix's functions that make no system call (device numbers).
 const PURE: [&str; 3] = ["makedev", "major", "minor"];
@@ -476,11 +487,11 @@ fn the_facade_check_sees_a_call_and_an_imported_function() {
 /// the probes, the residency calls, and the Python binding's buffer protocol. Every crate
 /// denies unsafe code at its root; these allow it again.
 const UNSAFE: [&str; 6] = [
-    "crates/cacheless/src/backend/",
-    "crates/cacheless/src/buf.rs",
-    "crates/cacheless/src/caps.rs",
-    "crates/cacheless/src/residency.rs",
-    "crates/cacheless/src/sys/lock.rs",
+    "crates/sys/src/backend/",
+    "crates/sys/src/buf.rs",
+    "crates/sys/src/caps.rs",
+    "crates/sys/src/residency.rs",
+    "crates/sys/src/sys/lock.rs",
     "bindings/python/src/pybuf.rs",
 ];
 
@@ -507,4 +518,60 @@ fn unsafe_code_is_allowed_only_where_the_architecture_says() {
         let name = u.rsplit_once("src/").unwrap().1;
         assert!(doc.contains(&format!("`{name}`")), "docs/ARCHITECTURE.md names {name} among the unsafe files");
     }
+}
+
+/// The manifest of the shipped crate whose sources are in `src` (the command line's is the
+/// workspace's root).
+fn manifest(src: &str) -> String {
+    match src {
+        "crates/cli/src" => "Cargo.toml".to_string(),
+        s => s.replace("/src", "/Cargo.toml"),
+    }
+}
+
+/// The crates that bind the kernel's calls.
+const BINDINGS: [&str; 4] = ["rustix", "libc", "nix", "io-uring"];
+
+/// The crates a manifest's `[dependencies]` name (not its dev-dependencies: a test may set up
+/// what it checks with the kernel's own calls).
+fn dependencies(manifest: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut inside = false;
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            inside = line == "[dependencies]" || line.starts_with("[target.") && line.ends_with(".dependencies]");
+            continue;
+        }
+        if inside && !line.starts_with('#') {
+            if let Some(name) = line.split(['=', '.', ' ']).next().filter(|n| !n.is_empty()) {
+                out.insert(name.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Cargo holds the facade's boundary: only cacheless-sys depends on the kernel's bindings, so
+/// that no other shipped crate can call them.
+#[test]
+fn only_the_facade_crate_depends_on_the_kernel_s_bindings() {
+    let mut found = Vec::new();
+    for m in SHIPPED.map(manifest) {
+        let deps = dependencies(&std::fs::read_to_string(root().join(&m)).unwrap());
+        let bound: Vec<&str> = BINDINGS.iter().copied().filter(|b| deps.contains(*b)).collect();
+        if m == "crates/sys/Cargo.toml" {
+            assert_eq!(bound, BINDINGS, "the facade is where the bindings are");
+        } else if !bound.is_empty() {
+            found.push(format!("{m}: {bound:?}"));
+        }
+    }
+    assert!(found.is_empty(), "shipped crates that depend on the kernel's bindings (call them through cacheless::sys):\n{}", found.join("\n"));
+    let sample =
+        "[package]\nname = \"x\"\n[dependencies]\nrustix.workspace = true\nlibc = \"0.2\"\n# nix = \"1\"\n[dev-dependencies]\nio-uring.workspace = true\n";
+    assert_eq!(
+        dependencies(sample),
+        BTreeSet::from(["rustix".to_string(), "libc".to_string()]),
+        "the check reads the manifest's dependencies, not its comments nor dev-dependencies"
+    );
 }

@@ -62,7 +62,9 @@ pub fn engine(e: &cacheless::Error) -> PyErr {
     }
     let path = e.path();
     match e.kind() {
-        ErrorKind::Unsupported => UnsupportedError::new_err((e.errno().unwrap_or(libc::EOPNOTSUPP), text, path.to_string_lossy().into_owned())),
+        ErrorKind::Unsupported => {
+            UnsupportedError::new_err((e.errno().unwrap_or(cacheless::sys::consts::EOPNOTSUPP), text, path.to_string_lossy().into_owned()))
+        }
         ErrorKind::Interrupted => PyKeyboardInterrupt::new_err(text),
         ErrorKind::SameFile => Python::attach(|py| {
             let msg = format!("{}: {text}", path.display());
@@ -71,11 +73,11 @@ pub fn engine(e: &cacheless::Error) -> PyErr {
                 Err(err) => err,
             }
         }),
-        ErrorKind::InvalidInput if e.errno().is_none() && path.is_dir() => os_error(Some(libc::EISDIR), text, path),
+        ErrorKind::InvalidInput if e.errno().is_none() && path.is_dir() => os_error(Some(cacheless::sys::consts::EISDIR), text, path),
         ErrorKind::InvalidInput if e.errno().is_none() => PyValueError::new_err(format!("{}: {text}", path.display())),
-        ErrorKind::NotFound if e.errno().is_none() => os_error(Some(libc::ENOENT), text, path),
-        ErrorKind::PermissionDenied if e.errno().is_none() => os_error(Some(libc::EACCES), text, path),
-        ErrorKind::AlreadyExists if e.errno().is_none() => os_error(Some(libc::EEXIST), text, path),
+        ErrorKind::NotFound if e.errno().is_none() => os_error(Some(cacheless::sys::consts::ENOENT), text, path),
+        ErrorKind::PermissionDenied if e.errno().is_none() => os_error(Some(cacheless::sys::consts::EACCES), text, path),
+        ErrorKind::AlreadyExists if e.errno().is_none() => os_error(Some(cacheless::sys::consts::EEXIST), text, path),
         _ => os_error(e.errno(), text, path),
     }
 }

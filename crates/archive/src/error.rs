@@ -114,10 +114,10 @@ mod tests {
 
     #[test]
     fn display_says_the_os_error_once_and_source_does_not_repeat_it() {
-        let e = Error::io("openat", "a/b", io::Error::from_raw_os_error(libc::EACCES));
+        let e = Error::io("openat", "a/b", io::Error::from_raw_os_error(cacheless::sys::consts::EACCES));
         assert_eq!(e.to_string().matches("os error 13").count(), 1, "{e}");
         assert!(std::error::Error::source(&e).is_none());
-        let e = Error::Engine(cacheless::Error::io("read", "x.tar", io::Error::from_raw_os_error(libc::EIO)));
+        let e = Error::Engine(cacheless::Error::io("read", "x.tar", io::Error::from_raw_os_error(cacheless::sys::consts::EIO)));
         assert_eq!(e.to_string(), "read 'x.tar': Input/output error (os error 5)");
         assert!(std::error::Error::source(&e).is_none());
     }

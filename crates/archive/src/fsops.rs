@@ -1,5 +1,6 @@
 //! Namespace operations beneath the destination directory, never through a symlink the
-//! archive made that could lead out of it.
+//! archive made that could lead out of it: extraction's resolution policy over the facade's
+//! directory capability (`sys::DirFd`, whose calls on a name never follow a symlink there).
 //!
 //! Every entry's parent directory is resolved relative to the destination's directory fd with
 //! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (Linux 5.6+). Where
@@ -24,8 +25,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
-use rustix::io::Errno;
+use cacheless::sys::Errno;
+use cacheless::sys::{DirFd, OFlags};
 
 use crate::error::{Error, Result};
 
@@ -143,14 +144,6 @@ pub struct Root {
 /// Most directories [`Root`] remembers having made.
 const MADE_MAX: usize = 1 << 20;
 
-fn dir_flags() -> OFlags {
-    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC
-}
-
-fn beneath() -> ResolveFlags {
-    ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
-}
-
 fn join(comps: &[Vec<u8>]) -> Vec<u8> {
     comps.join(&b'/')
 }
@@ -165,7 +158,7 @@ impl Root {
             made.insert(Vec::new());
         }
         let fd = sys::look(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC).map_err(|e| Error::io("open", path, e))?;
-        let (resolve, resolve_reason) = match sys::lookat2(&fd, ".", dir_flags(), beneath()) {
+        let (resolve, resolve_reason) = match DirFd::of(&fd).look_dir_beneath(".") {
             Ok(_) => (Resolve::Openat2, "openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS".to_string()),
             Err(e) if e == Errno::NOSYS || e == Errno::PERM || e == Errno::INVAL || e == Errno::OPNOTSUPP => {
                 (Resolve::Walk, format!("openat2 unavailable ({e}): O_NOFOLLOW walk"))
@@ -232,12 +225,12 @@ impl Root {
             return Ok(fd.clone());
         }
         let fd = match self.resolve {
-            Resolve::Openat2 => match sys::lookat2(self.fd.as_fd(), OsStr::from_bytes(&join(comps)), dir_flags(), beneath()) {
+            Resolve::Openat2 => match DirFd::of(&*self.fd).look_dir_beneath(OsStr::from_bytes(&join(comps))) {
                 Ok(fd) => Arc::new(fd),
                 Err(Errno::NOENT) if create => {
                     let pfd = self.dir(parent)?;
                     self.mkdir_one(&pfd, comps, last)?;
-                    Arc::new(sys::lookat2(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW, beneath()).map_err(|e| self.refuse(comps, e))?)
+                    Arc::new(DirFd::of(&*pfd).look_dir_beneath(OsStr::from_bytes(last)).map_err(|e| self.refuse(comps, e))?)
                 }
                 Err(Errno::LOOP | Errno::NOTDIR) => self.through_links(comps, create)?,
                 Err(e) => return Err(self.refuse(comps, e)),
@@ -273,7 +266,7 @@ impl Root {
     /// unless it may be followed (see [`Root::follow`]); created first where it is missing
     /// and `create`.
     fn open_one(&mut self, pfd: &OwnedFd, comps: &[Vec<u8>], last: &[u8], create: bool) -> Result<OwnedFd> {
-        let open = |pfd: &OwnedFd| sys::lookat(pfd.as_fd(), OsStr::from_bytes(last), dir_flags() | OFlags::NOFOLLOW);
+        let open = |pfd: &OwnedFd| DirFd::of(pfd).look_dir(OsStr::from_bytes(last));
         match open(pfd) {
             Ok(fd) => Ok(fd),
             Err(Errno::NOENT) if create => {
@@ -303,18 +296,18 @@ impl Root {
         if depth >= 40 {
             return Err(Errno::LOOP);
         }
-        let st = sys::statat(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Symlink {
+        let st = DirFd::of(&dir).stat(OsStr::from_bytes(name))?;
+        if sys::FileType::from_raw_mode(st.st_mode) != sys::FileType::Symlink {
             return Err(Errno::NOTDIR);
         }
         if self.placed_overflow || self.placed.contains(&(st.st_dev, st.st_ino)) {
             return Err(Errno::LOOP);
         }
-        let text = sys::readlinkat(dir, OsStr::from_bytes(name))?;
+        let text = DirFd::of(&dir).readlink(OsStr::from_bytes(name))?;
         let text = text.as_bytes();
-        let mut cur = if text.starts_with(b"/") { sys::look("/", dir_flags())? } else { sys::lookat(dir, ".", dir_flags())? };
+        let mut cur = if text.starts_with(b"/") { sys::look("/", DirFd::HANDLE)? } else { DirFd::of(&dir).look_dir(".")? };
         for c in text.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".") {
-            cur = match sys::lookat(&cur, OsStr::from_bytes(c), dir_flags() | OFlags::NOFOLLOW) {
+            cur = match DirFd::of(&cur).look_dir(OsStr::from_bytes(c)) {
                 Ok(f) => f,
                 Err(Errno::LOOP | Errno::NOTDIR) => self.walk_link(cur.as_fd(), c, depth + 1)?,
                 Err(e) => return Err(e),
@@ -331,7 +324,7 @@ impl Root {
         if !(target.starts_with(b"/") || target.split(|&b| b == b'/').any(|c| c == b"..")) {
             return;
         }
-        match sys::statat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
+        match DirFd::of(parent).stat(OsStr::from_bytes(name)) {
             Ok(st) if self.placed.len() < MADE_MAX => {
                 self.placed.insert((st.st_dev, st.st_ino));
             }
@@ -357,7 +350,7 @@ impl Root {
     }
 
     fn mkdir_one(&mut self, pfd: &OwnedFd, comps: &[Vec<u8>], last: &[u8]) -> Result<()> {
-        match sys::mkdirat(pfd.as_fd(), OsStr::from_bytes(last), Mode::from_raw_mode(self.implicit_dir_mode)) {
+        match DirFd::of(pfd).mkdir(OsStr::from_bytes(last), self.implicit_dir_mode) {
             Ok(()) => {
                 self.implicit_dirs += 1;
                 if let Some(log) = &mut self.implicit_log {
@@ -412,18 +405,18 @@ impl Root {
     /// Removes whatever is at `name` in `parent` (a non-directory, or an empty directory) so that
     /// an entry can replace it, as GNU tar does by default. `Ok(false)` if nothing was there.
     pub fn remove_existing(&mut self, parent: &OwnedFd, path: &RelPath, name: &[u8]) -> Result<bool> {
-        match sys::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::empty()) {
+        match DirFd::of(parent).unlink(OsStr::from_bytes(name)) {
             Ok(()) => Ok(true),
             Err(Errno::NOENT) => Ok(false),
             Err(Errno::ISDIR) | Err(Errno::PERM) => {
                 if self.rmdir_allowed.take().as_ref() != Some(&path.0) {
                     self.dir_in_way = Some(path.0.clone());
-                    return Err(Error::io("rmdir (to replace it)", path.to_path(), std::io::Error::from_raw_os_error(libc::EBUSY)));
+                    return Err(Error::io("rmdir (to replace it)", path.to_path(), std::io::Error::from_raw_os_error(sys::consts::EBUSY)));
                 }
                 self.invalidate(&path.0);
                 // It may have been reached under other names, through symlinks.
                 self.placing();
-                match sys::unlinkat(parent.as_fd(), OsStr::from_bytes(name), AtFlags::REMOVEDIR) {
+                match DirFd::of(parent).rmdir(OsStr::from_bytes(name)) {
                     Ok(()) => {
                         self.removed_dirs.push(path.0.clone());
                         Ok(true)
@@ -441,20 +434,20 @@ impl Root {
     pub fn mkdir(&mut self, path: &RelPath, keep_old: bool) -> Result<Dir> {
         let Some((parent, name)) = path.split() else { return Ok(if keep_old { Dir::Kept } else { Dir::Existing }) };
         let pfd = self.dir(parent)?;
-        match sys::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)) {
+        match DirFd::of(&*pfd).mkdir(OsStr::from_bytes(name), 0o700) {
             Ok(()) => {
                 self.note_made(&path.0);
                 Ok(Dir::Made)
             }
             Err(Errno::EXIST) if keep_old => Ok(Dir::Kept),
             Err(Errno::EXIST) => {
-                let st = sys::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).map_err(|e| Error::io("fstatat", path.to_path(), e))?;
-                if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+                let st = DirFd::of(&*pfd).stat(OsStr::from_bytes(name)).map_err(|e| Error::io("fstatat", path.to_path(), e))?;
+                if sys::FileType::from_raw_mode(st.st_mode) == sys::FileType::Directory {
                     return Ok(Dir::Existing);
                 }
                 self.placing();
                 self.remove_existing(&pfd, path, name)?;
-                sys::mkdirat(pfd.as_fd(), OsStr::from_bytes(name), Mode::from_raw_mode(0o700)).map_err(|e| Error::io("mkdirat", path.to_path(), e))?;
+                DirFd::of(&*pfd).mkdir(OsStr::from_bytes(name), 0o700).map_err(|e| Error::io("mkdirat", path.to_path(), e))?;
                 self.note_made(&path.0);
                 Ok(Dir::Made)
             }
@@ -469,17 +462,17 @@ impl Root {
         path: &RelPath,
         keep_old: bool,
         opname: &'static str,
-        mut op: impl FnMut(&Arc<OwnedFd>, &OsStr) -> rustix::io::Result<T>,
+        mut op: impl FnMut(&Arc<OwnedFd>, &OsStr) -> sys::KResult<T>,
     ) -> Result<(Arc<OwnedFd>, T)> {
         let Some((parent, name)) = path.split() else {
-            return Err(Error::io(opname, &self.path, std::io::Error::from_raw_os_error(libc::EISDIR)));
+            return Err(Error::io(opname, &self.path, std::io::Error::from_raw_os_error(sys::consts::EISDIR)));
         };
         let pfd = self.dir(parent)?;
         let n = OsStr::from_bytes(name);
         match op(&pfd, n) {
             Ok(t) => Ok((pfd, t)),
             Err(Errno::EXIST) if keep_old => {
-                Err(Error::io("not replacing existing file (keeping old files)", path.to_path(), std::io::Error::from_raw_os_error(libc::EEXIST)))
+                Err(Error::io("not replacing existing file (keeping old files)", path.to_path(), std::io::Error::from_raw_os_error(sys::consts::EEXIST)))
             }
             Err(Errno::EXIST) => {
                 self.remove_existing(&pfd, path, name)?;
@@ -494,7 +487,7 @@ impl Root {
     pub fn exists(&mut self, path: &RelPath) -> bool {
         let Some((parent, name)) = path.split() else { return true };
         match self.existing_dir(parent) {
-            Ok(pfd) => sys::statat(pfd.as_fd(), OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).is_ok(),
+            Ok(pfd) => DirFd::of(&*pfd).stat(OsStr::from_bytes(name)).is_ok(),
             Err(_) => false,
         }
     }
@@ -502,11 +495,10 @@ impl Root {
     /// Opens the directory at `path` itself (read-only, no symlink) for fchmod/futimens.
     pub fn open_dir_for_meta(&mut self, path: &RelPath) -> Result<OwnedFd> {
         match path.split() {
-            None => sys::lookat(self.fd.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC).map_err(|e| Error::io("open", &self.path, e)),
+            None => DirFd::of(&*self.fd).open_dir(".").map_err(|e| Error::io("open", &self.path, e)),
             Some((parent, name)) => {
                 let pfd = self.dir(parent)?;
-                sys::lookat(pfd.as_fd(), OsStr::from_bytes(name), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC)
-                    .map_err(|e| self.refuse(&path.0, e))
+                DirFd::of(&*pfd).open_dir(OsStr::from_bytes(name)).map_err(|e| self.refuse(&path.0, e))
             }
         }
     }

@@ -370,8 +370,8 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
     let input = match input {
         Input::Path(path) if std::fs::metadata(&path).is_ok_and(|m| !m.is_file() && !m.file_type().is_block_device() && !m.is_dir()) => {
             // A FIFO with no writer yet is waited for in a way Ctrl-C ends, and so is its data.
-            let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOCTTY;
-            let fd = cacheless::sys::open_interruptible(cacheless::sys::CWD, path.as_path(), flags, rustix::fs::Mode::empty())
+            let flags = cacheless::sys::OFlags::RDONLY | cacheless::sys::OFlags::CLOEXEC | cacheless::sys::OFlags::NOCTTY;
+            let fd = cacheless::sys::open_interruptible(cacheless::sys::CWD, path.as_path(), flags, cacheless::sys::FMode::empty())
                 .map_err(|e| Error::io("open", &path, io::Error::from(e)))?;
             not_regular = Some(path.clone());
             Input::Stream(Box::new(cacheless::sys::FdStream(fd)))

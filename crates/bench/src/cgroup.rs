@@ -170,7 +170,7 @@ impl MemoryCgroup {
         remove_stale(&parent);
         let dir = parent.join(name);
         if let Err(e) = fs::create_dir(&dir) {
-            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::EROFS) {
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(cacheless::sys::consts::EROFS) {
                 " (the low-memory scenario creates a memory cgroup: run as root, or in a cgroup delegated to you)"
             } else {
                 ""
@@ -281,14 +281,14 @@ impl MemoryCgroup {
                     self.dir = PathBuf::new();
                     return Ok(());
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                Err(e) if e.raw_os_error() == Some(cacheless::sys::consts::EBUSY) => {
                     last = Some(e);
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
                 Err(e) => return Err(Error::io(&self.dir, "remove cgroup", e)),
             }
         }
-        let busy = last.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EBUSY));
+        let busy = last.unwrap_or_else(|| std::io::Error::from_raw_os_error(cacheless::sys::consts::EBUSY));
         Err(Error::io(&self.dir, "remove cgroup", busy))
     }
 }

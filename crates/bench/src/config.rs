@@ -147,7 +147,7 @@ impl BenchConfig {
     /// 2 GiB take about a minute on a disk that reads 1.5 GiB/s; the size is kept small so that the square
     /// stays whole.
     pub fn quick(dir_for_space: &Path) -> BenchConfig {
-        let avail_disk = rustix::fs::statvfs(dir_for_space).map(|s| s.f_bavail.saturating_mul(s.f_frsize)).unwrap_or(1 << 30);
+        let avail_disk = cacheless::sys::space_available(dir_for_space).unwrap_or(1 << 30);
         let mem = read_meminfo().map(|m| m.total).unwrap_or(2 << 30);
         let total = (avail_disk / 4).min(mem / 2).clamp(256 << 20, 2 << 30);
         let per_file = (total / 2) & !((1 << 20) - 1);

@@ -98,7 +98,7 @@ mod tests {
 
     #[test]
     fn display_says_the_os_error_once_and_source_does_not_repeat_it() {
-        let e = Error::io("/proc/vmstat", "read", io::Error::from_raw_os_error(libc::EACCES));
+        let e = Error::io("/proc/vmstat", "read", io::Error::from_raw_os_error(cacheless::sys::consts::EACCES));
         assert_eq!(e.to_string(), "read /proc/vmstat: Permission denied (os error 13)");
         assert!(std::error::Error::source(&e).is_none());
     }

@@ -63,14 +63,13 @@ pub fn main(args: &[String]) -> Result<()> {
 
 /// Arranges for SIGKILL when the parent goes, and checks that it has not gone already.
 fn orphan_guard(parent: u64) -> Result<()> {
-    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
-        .map_err(|e| Error::io("/proc/self", "prctl(PR_SET_PDEATHSIG)", e.into()))?;
+    cacheless::sys::die_with_parent().map_err(|e| Error::io("/proc/self", "prctl(PR_SET_PDEATHSIG)", e))?;
     parent_is(parent)
 }
 
 /// Checks that this process's parent is `parent`.
 fn parent_is(parent: u64) -> Result<()> {
-    let now = rustix::process::Pid::as_raw(rustix::process::getppid());
+    let now = cacheless::sys::parent_pid();
     if u64::try_from(now).ok() != Some(parent) {
         return Err(Error::Scenario(format!("{SUBCOMMAND}: its parent {parent} is gone (now {now})")));
     }
@@ -110,7 +109,7 @@ fn hold(free: u64, max: u64) -> Result<()> {
         chunks.push(v);
         held += step;
     }
-    let locked = rustix::mm::mlockall(rustix::mm::MlockAllFlags::CURRENT).is_ok();
+    let locked = cacheless::sys::lock_memory();
     say(&format!("held {held} {} {}", u8::from(locked), read_meminfo()?.available))?;
     wait_for_eof();
     drop(chunks);

@@ -156,7 +156,7 @@ pub(crate) struct ColdStart {
 /// what was dirty when it was called; the wait below also covers what got dirty since, and kswapd. Each
 /// trial records the wait and the Dirty + Writeback it started with, and the files' residency.
 pub(crate) fn make_cold(files: &[PathBuf], drop_caches: bool, kswapd: &[u32], cancel: &AtomicBool) -> Result<ColdStart> {
-    rustix::fs::sync();
+    cacheless::sys::sync_all();
     if drop_caches {
         let p = "/proc/sys/vm/drop_caches";
         std::fs::write(p, "3").map_err(|e| Error::io(p, "write (needs root)", e))?;
@@ -189,7 +189,7 @@ pub(crate) fn settle(kswapd: &[u32], cancel: &AtomicBool) -> Result<ColdStart> {
         }
         let p0 = Instant::now();
         if dirty > SETTLED_DIRTY_BYTES {
-            rustix::fs::sync();
+            cacheless::sys::sync_all();
         }
         std::thread::sleep(SETTLE_POLL.saturating_sub(p0.elapsed()));
         let now = kswapd_cpu(kswapd).total_s();

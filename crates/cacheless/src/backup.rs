@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 
-use rustix::fs::OFlags;
+use crate::sys::OFlags;
 use serde::Serialize;
 
 use crate::sys;

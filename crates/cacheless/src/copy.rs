@@ -17,7 +17,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use rustix::fs::{AtFlags, Mode as FMode, OFlags};
+use crate::sys::{AtFlags, FMode, OFlags};
 use serde::Serialize;
 
 use crate::buf::AlignedBuf;
@@ -237,8 +237,8 @@ pub struct CopyReport {
 /// Errnos on which FICLONE means "cannot clone here" rather than a failure: the filesystem has
 /// no reflinks (EOPNOTSUPP, ENOTTY where the ioctl is unknown), source and destination are on
 /// different filesystems (EXDEV), or this file cannot be cloned (EINVAL).
-fn clone_refused(e: rustix::io::Errno) -> bool {
-    matches!(e, rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::XDEV | rustix::io::Errno::INVAL | rustix::io::Errno::NOTTY)
+fn clone_refused(e: sys::Errno) -> bool {
+    matches!(e, sys::Errno::OPNOTSUPP | sys::Errno::XDEV | sys::Errno::INVAL | sys::Errno::NOTTY)
 }
 
 /// A copy written and closed under a temporary name beside its destination (or none), with
@@ -279,7 +279,7 @@ impl Staged {
         }
         .map_err(|e| Error::io("evict", &self.path, e))?;
         // Best effort: without it the read below waits for the disk on its own.
-        sys::fadvise(&**f, rustix::fs::Advice::WillNeed);
+        sys::fadvise(&**f, sys::Advice::WillNeed);
         Ok(())
     }
 
@@ -372,7 +372,7 @@ impl Carry {
     /// What to carry over from `old` (with status `st`), or `None` where this user could not
     /// give a new file all of it (another owner or group, an attribute only a privileged
     /// process may set): the file is then written in place.
-    pub fn of(old: &File, st: &rustix::fs::Stat, root: bool) -> Option<Carry> {
+    pub fn of(old: &File, st: &sys::Stat, root: bool) -> Option<Carry> {
         let (euid, in_group) = (sys::euid(), sys::in_group);
         if !root && (st.st_uid != euid || !in_group(st.st_gid)) {
             return None;
@@ -387,9 +387,9 @@ impl Carry {
         let mut mode = st.st_mode & 0o7777;
         if !root {
             // What the kernel drops when a process without CAP_FSETID writes the file.
-            mode &= !libc::S_ISUID;
-            if mode & libc::S_IXGRP != 0 || !in_group(st.st_gid) {
-                mode &= !libc::S_ISGID;
+            mode &= !sys::consts::S_ISUID;
+            if mode & sys::consts::S_IXGRP != 0 || !in_group(st.st_gid) {
+                mode &= !sys::consts::S_ISGID;
             }
         }
         let atime = sys::system_time(st.st_atime, i64::try_from(st.st_atime_nsec).unwrap_or(0));
@@ -509,7 +509,7 @@ pub fn stage_copy(
     creator: Option<&FileCreator>,
     progress: &Progress,
 ) -> Result<Staged> {
-    let fd = sys::open_interruptible(rustix::fs::CWD, src, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty())
+    let fd = sys::open_interruptible(sys::CWD, src, OFlags::RDONLY | OFlags::CLOEXEC, FMode::empty())
         .map_err(io::Error::from)
         .map_err(|e| Error::io("open", src, e))?;
     stage_copy_from(Source::File(File::from(fd), None), src, dir, name, dst, ro, wo, co, creator, progress)
@@ -744,7 +744,7 @@ impl<'a> Job<'a> {
                 let (u, g) = want;
                 match sys::fchown(dst, Some(u), Some(g)) {
                     Ok(()) => {}
-                    Err(rustix::io::Errno::PERM | rustix::io::Errno::INVAL) if self.co.owner == Ownership::Tried => {
+                    Err(sys::Errno::PERM | sys::Errno::INVAL) if self.co.owner == Ownership::Tried => {
                         let _ = sys::fchown(dst, None, Some(g));
                         self.drop_special = true;
                     }
@@ -812,7 +812,7 @@ impl<'a> Job<'a> {
                         }));
                     }
                     Err(e) if clone_refused(e) => {
-                        if e != rustix::io::Errno::INVAL {
+                        if e != sys::Errno::INVAL {
                             crate::caps::refuse_clone(key, e);
                         }
                         Some(e)
@@ -821,11 +821,11 @@ impl<'a> Job<'a> {
                 }
             }
         };
-        let e = errno.unwrap_or(rustix::io::Errno::OPNOTSUPP);
+        let e = errno.unwrap_or(sys::Errno::OPNOTSUPP);
         let why = match e {
-            rustix::io::Errno::XDEV => "FICLONE: EXDEV (source and destination on different filesystems)",
-            rustix::io::Errno::INVAL => "FICLONE: EINVAL (this file cannot be cloned here)",
-            rustix::io::Errno::NOTTY => "FICLONE: ENOTTY (the filesystem has no reflinks)",
+            sys::Errno::XDEV => "FICLONE: EXDEV (source and destination on different filesystems)",
+            sys::Errno::INVAL => "FICLONE: EINVAL (this file cannot be cloned here)",
+            sys::Errno::NOTTY => "FICLONE: ENOTTY (the filesystem has no reflinks)",
             _ => "FICLONE: EOPNOTSUPP (the filesystem has no reflinks)",
         }
         .to_string();
@@ -1111,14 +1111,14 @@ fn copy_acl(src: &File, dst: &File, path: &Path, inherited: bool) -> Result<()> 
     const ACL: &str = "system.posix_acl_access";
     match sys::xattr_get(sys::XattrAt::Fd(src.as_fd()), ACL) {
         Ok(v) if !v.is_empty() => match sys::xattr_set(sys::XattrAt::Fd(dst.as_fd()), ACL, &v) {
-            Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
+            Ok(()) | Err(sys::Errno::OPNOTSUPP) => Ok(()),
             Err(e) => Err(Error::io("preserving permissions for {}", path, e.into())),
         },
-        Ok(_) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) if inherited => match sys::xattr_remove(sys::XattrAt::Fd(dst.as_fd()), ACL) {
-            Ok(()) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(()),
+        Ok(_) | Err(sys::Errno::NODATA | sys::Errno::OPNOTSUPP) if inherited => match sys::xattr_remove(sys::XattrAt::Fd(dst.as_fd()), ACL) {
+            Ok(()) | Err(sys::Errno::NODATA | sys::Errno::OPNOTSUPP) => Ok(()),
             Err(e) => Err(Error::io("preserving permissions for {}", path, e.into())),
         },
-        Ok(_) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(()),
+        Ok(_) | Err(sys::Errno::NODATA | sys::Errno::OPNOTSUPP) => Ok(()),
         Err(e) => Err(Error::io("getxattr", path, e.into())),
     }
 }
@@ -1131,19 +1131,19 @@ fn mismatch(path: &Path, algo: Algo, got: &str, want: &str) -> Error {
 /// lseek(SEEK_DATA) from `pos` (Linux 3.1+): the next data offset, `None` past the last data.
 /// A filesystem without it (EINVAL) reports the whole file as data, as the kernel's default does.
 fn data_at(f: &File, pos: u64) -> io::Result<Option<u64>> {
-    match sys::seek(f, rustix::fs::SeekFrom::Data(pos)) {
+    match sys::seek(f, sys::SeekFrom::Data(pos)) {
         Ok(o) => Ok(Some(o)),
-        Err(rustix::io::Errno::NXIO) => Ok(None),
-        Err(rustix::io::Errno::INVAL) => Ok(Some(pos)),
+        Err(sys::Errno::NXIO) => Ok(None),
+        Err(sys::Errno::INVAL) => Ok(Some(pos)),
         Err(e) => Err(e.into()),
     }
 }
 
 /// lseek(SEEK_HOLE) from `pos` (Linux 3.1+): the next hole (the end of the file if none).
 fn hole_at(f: &File, pos: u64) -> io::Result<u64> {
-    match sys::seek(f, rustix::fs::SeekFrom::Hole(pos)) {
+    match sys::seek(f, sys::SeekFrom::Hole(pos)) {
         Ok(o) => Ok(o),
-        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NXIO) => Ok(u64::MAX),
+        Err(sys::Errno::INVAL | sys::Errno::NXIO) => Ok(u64::MAX),
         Err(e) => Err(e.into()),
     }
 }
@@ -1166,7 +1166,7 @@ fn copy_xattrs_filtered(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: 
     let (src, dst) = (src.as_fd(), dst.as_fd());
     let list = match sys::xattr_names(sys::XattrAt::Fd(src.as_fd())) {
         Ok(l) => l,
-        Err(rustix::io::Errno::OPNOTSUPP) => return Ok(()),
+        Err(sys::Errno::OPNOTSUPP) => return Ok(()),
         Err(e) => return Err(Error::io("listxattr", path, e.into())),
     };
     for name in list.split(|&b| b == 0).filter(|n| !n.is_empty() && keep(n)) {
@@ -1174,11 +1174,11 @@ fn copy_xattrs_filtered(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: 
         let value = match sys::xattr_get(sys::XattrAt::Fd(src.as_fd()), name) {
             Ok(v) => v,
             // Removed since it was listed.
-            Err(rustix::io::Errno::NODATA) => continue,
+            Err(sys::Errno::NODATA) => continue,
             Err(e) => return Err(Error::io("getxattr", path, e.into())),
         };
         match sys::xattr_set(sys::XattrAt::Fd(dst.as_fd()), name, &value) {
-            Ok(()) | Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::PERM) => {}
+            Ok(()) | Err(sys::Errno::OPNOTSUPP | sys::Errno::PERM) => {}
             Err(e) => return Err(Error::io("setxattr", path, e.into()).with_note(format!("attribute {}", name.to_string_lossy()))),
         }
     }
@@ -1192,7 +1192,7 @@ fn copy_xattrs_filtered(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: 
     }
     let inherited = match sys::xattr_names(sys::XattrAt::Fd(dst.as_fd())) {
         Ok(l) => l,
-        Err(rustix::io::Errno::OPNOTSUPP) => return Ok(()),
+        Err(sys::Errno::OPNOTSUPP) => return Ok(()),
         Err(e) => return Err(Error::io("listxattr", path, e.into())),
     };
     for acl in acls {
@@ -1201,7 +1201,7 @@ fn copy_xattrs_filtered(src: impl AsFd, dst: impl AsFd, path: &Path, inherited: 
         }
         let name = <OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(acl);
         match sys::xattr_remove(sys::XattrAt::Fd(dst.as_fd()), name) {
-            Ok(()) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => {}
+            Ok(()) | Err(sys::Errno::NODATA | sys::Errno::OPNOTSUPP) => {}
             Err(e) => return Err(Error::io("removexattr", path, e.into()).with_note(format!("attribute {}", name.to_string_lossy()))),
         }
     }

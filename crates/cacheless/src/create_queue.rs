@@ -259,7 +259,7 @@ impl CreateQueue {
                 }
             }
             Slot::Completed(a, Opened { dir, fd: Err(e), .. }) => {
-                if e.raw_os_error() == Some(libc::EINTR) || (e.raw_os_error() == Some(libc::EEXIST) && a.temp) {
+                if e.raw_os_error() == Some(sys::consts::EINTR) || (e.raw_os_error() == Some(sys::consts::EEXIST) && a.temp) {
                     // Interrupted before it was made, or its temporary name taken (another
                     // process's): made again, here, under another one where it needs one.
                     return self.creator.create(dir, &a.name, &a.path, a.size_hint, a.attrs);
@@ -389,7 +389,7 @@ fn discard(o: Opened, temp: bool) {
     let Ok(fd) = o.fd else { return };
     drop(fd);
     if temp {
-        let _ = sys::unlinkat(&*o.dir, o.at.as_c_str(), rustix::fs::AtFlags::empty());
+        let _ = sys::unlinkat(&*o.dir, o.at.as_c_str(), sys::AtFlags::empty());
     }
 }
 
@@ -397,7 +397,7 @@ fn discard(o: Opened, temp: bool) {
 mod tests {
     use super::*;
     use crate::create::{CreateOptions, Durability};
-    use rustix::fs::{Mode as FMode, OFlags};
+    use crate::sys::{FMode, OFlags};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn open_dir(p: &Path) -> Arc<OwnedFd> {
@@ -501,7 +501,7 @@ mod tests {
         // Every file is made under a temporary name.
         let creator = FileCreator::with_keeper(opts, Arc::new(Temporaries));
         let mut q = CreateQueue::new(&creator);
-        backend::fail_submit(1, libc::ENXIO);
+        backend::fail_submit(1, sys::consts::ENXIO);
         let tickets: Vec<_> = (0..24u32)
             .map(|i| q.push(dir.clone(), OsStr::new(&format!("f{i:02}")), Path::new(&format!("f{i:02}")), 10, FileAttrs::default()).unwrap())
             .collect();
@@ -514,7 +514,7 @@ mod tests {
                     good.push(format!("f{i:02}"));
                 }
                 Err(e) => {
-                    assert_eq!(e.errno(), Some(libc::ENXIO), "{e}");
+                    assert_eq!(e.errno(), Some(sys::consts::ENXIO), "{e}");
                     assert!(e.to_string().contains(&format!("f{i:02}")), "{e}");
                     failed.push(i);
                 }

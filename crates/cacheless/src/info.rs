@@ -167,7 +167,7 @@ mod tests {
 
     #[test]
     fn a_refused_mode_is_described_with_the_modes_to_ask_for_instead() {
-        let no = caps::Unavailable { reason: "open(O_DIRECT): EINVAL (invalid input)".into(), errno: Some(libc::EINVAL) };
+        let no = caps::Unavailable { reason: "open(O_DIRECT): EINVAL (invalid input)".into(), errno: Some(crate::sys::consts::EINVAL) };
         let fs = FsCaps { dev: 1, fs_type: "tmpfs".into(), direct: Err(no.clone()), dontcache: Ok(()), direct_write_cached: None };
         let read = Plan::from(policy::decide_read(Mode::Direct, &fs, 1 << 20, None));
         assert!(read.is_refused());

@@ -27,42 +27,38 @@
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 #![warn(missing_docs)]
 
-mod backend;
+use cacheless_sys::backend;
 pub mod backup;
-mod buf;
-pub mod caps;
-pub mod conv;
+use cacheless_sys::buf;
+pub use cacheless_sys::caps;
+pub use cacheless_sys::conv;
 mod copy;
 mod create;
 mod create_queue;
 pub mod digest;
-mod env;
-mod error;
+use cacheless_sys::env;
+use cacheless_sys::error;
 #[cfg(feature = "fault-injection")]
-pub mod fault;
+pub use cacheless_sys::fault;
 #[cfg(not(feature = "fault-injection"))]
-mod fault;
+use cacheless_sys::fault;
 pub mod info;
-pub mod interrupt;
+pub use cacheless_sys::interrupt;
 pub mod limits;
-mod mode;
-mod names;
+use cacheless_sys::mode;
 mod options;
 mod pending;
 mod plan;
 mod policy;
 pub mod pool;
 mod progress;
-pub mod quote;
+pub use cacheless_sys::quote;
 mod rate;
 mod read;
-pub mod residency;
+pub use cacheless_sys::residency;
 #[doc(hidden)]
-pub mod sys;
-/// Temporaries' names and their owners' leftovers: part of `sys/` (the facade), declared here so
-/// that it has one public path.
-#[path = "sys/temps.rs"]
-pub mod temps;
+pub use cacheless_sys::sys;
+pub use cacheless_sys::temps;
 
 mod units;
 mod write;

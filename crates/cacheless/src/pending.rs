@@ -18,7 +18,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustix::fs::{AtFlags, Mode as FMode, OFlags};
+use crate::sys::{AtFlags, DirFd, FMode, OFlags};
 
 use crate::error::{Error, Result};
 use crate::residency;
@@ -26,7 +26,7 @@ use crate::sys;
 
 /// The flags of every new regular file the engine creates under a name: read-write, and
 /// created here (`O_EXCL`), never an existing file or the target of a symlink in its place.
-pub(crate) const EXCLUSIVE: OFlags = OFlags::CREATE.union(OFlags::EXCL).union(OFlags::RDWR).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
+pub(crate) const EXCLUSIVE: OFlags = DirFd::CREATE_NEW.union(OFlags::RDWR);
 
 /// The permission bits a new file is created with (before the umask), the one rule for every
 /// file the engine makes: never wider than the bits it ends with (`permissions`, where they
@@ -89,7 +89,7 @@ impl PendingFile {
         sys::check_name("create", path, name)?;
         let (fd, at) = match naming {
             NewName::Final => {
-                let fd = sys::openat(&*dir, name, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from).map_err(|e| Error::io("create", path, e))?;
+                let fd = DirFd::of(&*dir).create_new(name, OFlags::RDWR, mode).map_err(io::Error::from).map_err(|e| Error::io("create", path, e))?;
                 (fd, At::Final)
             }
             NewName::Unnamed { mode: unnamed } => match create_unnamed(dir.as_fd(), path, unnamed)? {
@@ -338,7 +338,7 @@ impl Drop for PendingFile {
 /// with permission bits `mode`; `path` names it in errors.
 fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, mode: u32) -> Result<(OwnedFd, At)> {
     loop {
-        let (fd, tmp) = sys::beside_held(dir, name, |dir, t| sys::openat(dir, t, EXCLUSIVE, FMode::from_raw_mode(mode)).map_err(io::Error::from))
+        let (fd, tmp) = sys::beside_held(dir, name, |dir, t| DirFd::from(dir).create_new(t, OFlags::RDWR, mode).map_err(io::Error::from))
             .map_err(|e| Error::io("create", path, e))?;
         // Its own lock proves its writer alive while it is open (parked, its job's claim on a
         // folder above it, see `park`). Its name taken by a cleaner before the lock: made again.
@@ -356,7 +356,7 @@ fn create_unnamed(dir: BorrowedFd<'_>, path: &Path, mode: u32) -> Result<Option<
     if !sys::tmpfile_available(dir) {
         return Ok(None);
     }
-    match sys::openat(dir, ".", sys::UNNAMED, FMode::from_raw_mode(mode)).map_err(io::Error::from) {
+    match DirFd::from(dir).create_unnamed(mode).map_err(io::Error::from) {
         Ok(fd) => Ok(Some(fd)),
         Err(e) if sys::tmpfile_refused(&e, dir) => Ok(None),
         Err(e) => Err(Error::io("create", path, e)),
@@ -389,7 +389,7 @@ mod tests {
             let fd = dir(d.path());
             if naming == NewName::Final {
                 let e = PendingFile::create(fd.clone(), OsStr::new("f"), &d.path().join("f"), naming, 0o600).unwrap_err();
-                assert_eq!(e.errno(), Some(libc::EEXIST), "{e}");
+                assert_eq!(e.errno(), Some(sys::consts::EEXIST), "{e}");
                 std::fs::remove_file(d.path().join("f")).unwrap();
             }
             let p = PendingFile::create(fd.clone(), OsStr::new("f"), &d.path().join("f"), naming, 0o600).unwrap();

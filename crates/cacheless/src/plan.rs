@@ -117,7 +117,7 @@ pub(crate) fn choose(
     let mut decision = decide(&caps).map_err(|r| refused(op, path, r))?;
     if decision.mode == Taken::Direct {
         if let Err(e) = sys::set_direct(file, true) {
-            if e.raw_os_error() != Some(libc::EINVAL) {
+            if e.raw_os_error() != Some(sys::consts::EINVAL) {
                 return Err(direct_refused(path, e, &caps));
             }
             let mut this_file = (*caps).clone();
@@ -146,8 +146,8 @@ pub(crate) fn open_queue(kind: BackendKind, depth: usize, lease: Option<&Lease>,
 pub(crate) fn io_error(op: &'static str, path: &Path, e: io::Error, mode: Taken, flags: RwFlags, caps: &FsCaps) -> Error {
     let e = Error::io(op, path, e);
     match e.errno() {
-        Some(libc::EINVAL) if mode == Taken::Direct => e.with_note("O_DIRECT refused a request").with_hint(policy::alternatives(Mode::Direct, caps)),
-        Some(libc::EOPNOTSUPP) if flags.contains(RwFlags::DONTCACHE) => {
+        Some(sys::consts::EINVAL) if mode == Taken::Direct => e.with_note("O_DIRECT refused a request").with_hint(policy::alternatives(Mode::Direct, caps)),
+        Some(sys::consts::EOPNOTSUPP) if flags.contains(RwFlags::DONTCACHE) => {
             e.with_note("RWF_DONTCACHE unsupported").with_hint(policy::alternatives(Mode::DontCache, caps))
         }
         _ => e,

@@ -299,7 +299,7 @@ mod tests {
     use crate::caps::{AlignSource, DioAlign, Unavailable};
 
     fn caps(dontcache: bool, cached: Option<&str>) -> FsCaps {
-        let no = Unavailable { reason: "preadv2(RWF_DONTCACHE): EOPNOTSUPP".into(), errno: Some(libc::EOPNOTSUPP) };
+        let no = Unavailable { reason: "preadv2(RWF_DONTCACHE): EOPNOTSUPP".into(), errno: Some(crate::sys::consts::EOPNOTSUPP) };
         FsCaps {
             dev: 1,
             fs_type: "btrfs".into(),

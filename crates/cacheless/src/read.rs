@@ -151,7 +151,7 @@ impl Reader {
     /// Opens `path` and chooses its mode.
     pub fn open(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<Reader> {
         let path = path.as_ref();
-        let fd = sys::open_interruptible(rustix::fs::CWD, path, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+        let fd = sys::open_interruptible(sys::CWD, path, sys::OFlags::RDONLY | sys::OFlags::CLOEXEC, sys::FMode::empty())
             .map_err(io::Error::from)
             .map_err(|e| Error::io("open", path, e))?;
         Reader::from_file(File::from(fd), path, opts)
@@ -204,7 +204,7 @@ impl Reader {
             // read-ahead would cache pages ahead of the request before we look at them, so it is
             // turned off for this descriptor: our own queue does the read-ahead. A file read in
             // one request needs no such call: read-ahead stops at the end of the file.
-            sys::fadvise(&file, rustix::fs::Advice::Random);
+            sys::fadvise(&file, sys::Advice::Random);
         }
         let stamp = Stamp::of(&meta);
         let blocks = crate::conv::usize_of(len.div_ceil(block as u64)).max(1);

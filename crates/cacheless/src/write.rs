@@ -337,7 +337,7 @@ impl Writer {
         let done = self.done_upto();
         while done >= self.wb_started + WRITE_BEHIND_WINDOW {
             let start = self.wb_started;
-            residency::sync_range(&self.file, start, WRITE_BEHIND_WINDOW, libc::SYNC_FILE_RANGE_WRITE).map_err(|e| self.err("sync_file_range", e))?;
+            residency::sync_range(&self.file, start, WRITE_BEHIND_WINDOW, sys::consts::SYNC_FILE_RANGE_WRITE).map_err(|e| self.err("sync_file_range", e))?;
             self.wb_started += WRITE_BEHIND_WINDOW;
             if start >= self.wb_dropped + WRITE_BEHIND_WINDOW {
                 let prev = self.wb_dropped;
@@ -346,7 +346,7 @@ impl Writer {
                     &self.file,
                     prev,
                     len,
-                    libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                    sys::consts::SYNC_FILE_RANGE_WAIT_BEFORE | sys::consts::SYNC_FILE_RANGE_WRITE | sys::consts::SYNC_FILE_RANGE_WAIT_AFTER,
                 )
                 .map_err(|e| self.err("sync_file_range", e))?;
                 let _ = residency::drop_range(&self.file, prev, len);

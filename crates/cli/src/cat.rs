@@ -48,7 +48,7 @@ pub fn run(args: &CatArgs, common: &CommonOpts) -> Result<ExitCode> {
                 write_stdout(d).map_err(|e| cacheless::Error::io("write", "standard output", e))
             }) {
                 Ok(()) => {}
-                Err(e) if e.errno() == Some(libc::EPIPE) => return Ok(ExitCode::SUCCESS),
+                Err(e) if e.errno() == Some(cacheless::sys::consts::EPIPE) => return Ok(ExitCode::SUCCESS),
                 Err(e) => ui::item_error(&progress, &e),
             }
             continue;

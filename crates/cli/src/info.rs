@@ -74,7 +74,7 @@ pub fn run(args: &InfoArgs, common: &CommonOpts) -> Result<ExitCode> {
             println!("  memlock limit  {}", ui::size(m));
         }
         for i in &infos {
-            println!("{} ({}, {} on device {}:{})", ui::shown(&i.path), i.kind, i.fs.fs_type, rustix::fs::major(i.fs.dev), rustix::fs::minor(i.fs.dev));
+            println!("{} ({}, {} on device {}:{})", ui::shown(&i.path), i.kind, i.fs.fs_type, cacheless::sys::major(i.fs.dev), cacheless::sys::minor(i.fs.dev));
             println!(
                 "  O_DIRECT       {}",
                 support(&i.fs.direct, |a| format!(

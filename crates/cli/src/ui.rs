@@ -29,7 +29,7 @@ impl StdError for UsageError {}
 /// success for a command like cat.
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().map(|io| io.kind() == std::io::ErrorKind::BrokenPipe).unwrap_or(false))
-        || e.chain().any(|c| c.downcast_ref::<cacheless::Error>().map(|ce| ce.errno() == Some(libc::EPIPE)).unwrap_or(false))
+        || e.chain().any(|c| c.downcast_ref::<cacheless::Error>().map(|ce| ce.errno() == Some(cacheless::sys::consts::EPIPE)).unwrap_or(false))
 }
 
 /// Feeds standard input to `f` in 1 MiB pieces until end of input or the first error.

@@ -27,9 +27,9 @@ use std::time::Instant;
 
 use cacheless::backup::backup_name_in;
 use cacheless::quote::quote;
+use cacheless::sys::{AtFlags, FMode, OFlags};
 use cacheless::{sys, Carry, Error, ErrorKind, Progress, Reflink, Result, Sparse, WriteOptions};
 use cacheless_remote::{download_into, landed_etag, upload_file, url_of, verify_download, Location, ObjectInfo, Remote, Scheme};
-use rustix::fs::{AtFlags, Mode as FMode, OFlags};
 
 use crate::options::{CpOptions, CpReport, Deref, Existing, Link, Note, Question, Target, Transfer};
 
@@ -217,12 +217,12 @@ impl Under {
         let parent = self.folder(up)?;
         let name = OsStr::from_bytes(name);
         let path = self.path.join(OsStr::from_bytes(rel));
-        match sys::mkdirat(parent.as_fd(), name, FMode::from_raw_mode(0o777)) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        match sys::DirFd::of(&parent).mkdir(name, 0o777) {
+            Ok(()) | Err(sys::Errno::EXIST) => {}
             Err(e) => return Err(Error::io("cannot create directory {}", &path, e.into())),
         }
-        let fd = sys::openat(parent.as_fd(), name, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty()).map_err(|e| {
-            if matches!(e, rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) {
+        let fd = sys::DirFd::of(&parent).open_dir(name).map_err(|e| {
+            if matches!(e, sys::Errno::LOOP | sys::Errno::NOTDIR) {
                 Error::message(
                     ErrorKind::AlreadyExists,
                     &path,
@@ -431,10 +431,10 @@ impl Run<'_> {
         let mut backup = None;
         let mut carry = None;
         match existing {
-            Err(rustix::io::Errno::NOENT) => {}
+            Err(sys::Errno::NOENT) => {}
             Err(e) => return self.fail(Error::io("cannot stat {}", &to, e.into())),
             Ok(st) => {
-                if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                if st.st_mode & sys::consts::S_IFMT == sys::consts::S_IFDIR {
                     return self.fail(Error::message(ErrorKind::AlreadyExists, &to, format!("cannot overwrite directory {} with non-directory", quote(&to))));
                 }
                 if o.update && not_older(&to, &st, &info) {
@@ -443,9 +443,9 @@ impl Run<'_> {
                 match &o.existing {
                     Existing::Keep => return self.skip(skipped(info.location.to_string(), text(&to), true, info.etag.clone())),
                     Existing::Ask(ask) => {
-                        let unwritable = st.st_mode & libc::S_IFMT != libc::S_IFLNK
+                        let unwritable = st.st_mode & sys::consts::S_IFMT != sys::consts::S_IFLNK
                             && !sys::is_root()
-                            && sys::accessat(dir.as_fd(), name.as_os_str(), rustix::fs::Access::WRITE_OK, AtFlags::EACCESS).is_err();
+                            && sys::accessat(dir.as_fd(), name.as_os_str(), sys::Access::WRITE_OK, AtFlags::EACCESS).is_err();
                         let q = Question { dst: &to, unwritable_mode: unwritable.then_some(st.st_mode & 0o7777), replace: o.force || o.remove_destination };
                         if !ask(&q) {
                             return self.skip(skipped(info.location.to_string(), text(&to), true, info.etag.clone()));
@@ -464,7 +464,7 @@ impl Run<'_> {
                     // Replaced by the rename that names the download: the same end, and a failure
                     // leaves what was there.
                     self.note(&Note::Removed(&to));
-                } else if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+                } else if st.st_mode & sys::consts::S_IFMT == sys::consts::S_IFREG {
                     // GNU writes the file in place, which keeps its inode: the download replaces
                     // it whole with what can be seen of it kept (mode, owner, attributes), or,
                     // where a new file could not keep that (other names, another owner), is
@@ -762,7 +762,7 @@ enum Dest<'a> {
 
 /// What a download replacing the regular file `name` (with `st`) keeps of it: what GNU's write
 /// in place keeps, where a new file can have it all; else why the download is refused for it.
-fn replaced(dir: &Arc<OwnedFd>, name: &OsStr, to: &Path, st: &rustix::fs::Stat) -> Result<Carry> {
+fn replaced(dir: &Arc<OwnedFd>, name: &OsStr, to: &Path, st: &sys::Stat) -> Result<Carry> {
     let refuse = |why: &str| {
         Error::message(ErrorKind::Unsupported, to, format!("{}: {why}: a download replaces a file whole", quote(to)))
             .with_note("--remove-destination replaces it with a new file, --backup keeps the old one aside")
@@ -781,7 +781,7 @@ fn replaced(dir: &Arc<OwnedFd>, name: &OsStr, to: &Path, st: &rustix::fs::Stat) 
 /// elsewhere (landed by another tool, a filesystem without user attributes) when its
 /// modification time is not older than the object's, as GNU leaves a destination that is not
 /// older than its source.
-fn not_older(to: &Path, st: &rustix::fs::Stat, info: &ObjectInfo) -> bool {
+fn not_older(to: &Path, st: &sys::Stat, info: &ObjectInfo) -> bool {
     match (landed_etag(to), &info.etag) {
         (Some(have), Some(want)) => have == *want && u64::try_from(st.st_size).is_ok_and(|n| n == info.size),
         _ => sys::system_time(st.st_mtime, i64::try_from(st.st_mtime_nsec).unwrap_or(0)) >= info.last_modified,
@@ -797,7 +797,7 @@ fn attributes_only(dir: &Arc<OwnedFd>, name: &OsStr, to: &Path, info: &ObjectInf
     };
     drop(fd);
     let t = sys::timespec(info.last_modified);
-    let times = rustix::fs::Timestamps { last_access: t, last_modification: t };
+    let times = sys::Timestamps { last_access: t, last_modification: t };
     sys::utimensat(dir.as_fd(), name, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| Error::io("preserving times for {}", to, e.into()))?;
     Ok(Transfer {
         source: info.location.to_string(),

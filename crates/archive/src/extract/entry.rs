@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 
+use cacheless::sys::Errno;
+use cacheless::sys::{AtFlags, DirFd};
 use cacheless::{AlignedBuf, CreateQueue, CreateTicket, NewFile};
-use rustix::fs::AtFlags;
-use rustix::io::Errno;
 
 use super::jobs::{
     attrs, named, own, owned, system_time, times, Data, Extra, Job, Meta, Msg, Settled, Shared, Slab, Small, Why, BATCH_BYTES, CHUNK, SLAB_ALIGN, SLAB_BYTES,
@@ -116,13 +116,7 @@ impl Owners {
         if let Some(id) = known.get(name) {
             return *id;
         }
-        let id = std::str::from_utf8(name).ok().and_then(|n| {
-            if group {
-                nix::unistd::Group::from_name(n).ok().flatten().map(|g| g.gid.as_raw())
-            } else {
-                nix::unistd::User::from_name(n).ok().flatten().map(|u| u.uid.as_raw())
-            }
-        });
+        let id = std::str::from_utf8(name).ok().and_then(|n| if group { sys::group_id(n) } else { sys::user_id(n) });
         known.insert(name.to_vec(), id);
         id
     }
@@ -377,7 +371,7 @@ impl Ctx<'_> {
                 if let Some(dir) = self.root.take_dir_in_way() {
                     self.settle_under(&dir, &e)?;
                     self.root.allow_rmdir(dir);
-                } else if err.errno() == Some(libc::EMFILE) {
+                } else if err.errno() == Some(sys::consts::EMFILE) {
                     // Out of descriptors: the files in flight hold them until they are named.
                     // Once every one is, and no directory is held open, there is room.
                     self.settle_under(&RelPath(Vec::new()), &e)?;
@@ -542,7 +536,7 @@ impl Ctx<'_> {
         }
         if let (Err(_), Some((pfd, name, to)), Some(path)) = (&made, backup, path) {
             // GNU tar: the backup takes its name back where the member failed.
-            if sys::renameat(&pfd, &to, &pfd, &name).is_ok() && self.opts.listing != Listing::Off {
+            if DirFd::of(&pfd).rename(&to, DirFd::of(&pfd), &name).is_ok() && self.opts.listing != Listing::Off {
                 self.say(
                     format!("Renaming {} back to {}\n", cacheless::quote::quote(backup_path(&path, &name, &to)), cacheless::quote::quote(&path)).as_bytes(),
                 );
@@ -567,11 +561,11 @@ impl Ctx<'_> {
         match sys::statat(&pfd, &name, AtFlags::empty()) {
             Err(Errno::NOENT) => return Ok(None),
             Err(er) => return Err(io("cannot stat (for --backup)", er.into())),
-            Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => return Ok(None),
+            Ok(st) if sys::FileType::from_raw_mode(st.st_mode) == sys::FileType::Directory => return Ok(None),
             Ok(_) => {}
         }
         let to = cacheless::backup::backup_name_in(pfd.as_fd(), &name, kind, suffix).map_err(|er| io("cannot name a backup", er))?;
-        sys::renameat(&pfd, &name, &pfd, &to).map_err(|er| {
+        DirFd::of(&pfd).rename(&name, DirFd::of(&pfd), &to).map_err(|er| {
             let why = std::io::Error::new(std::io::Error::from(er).kind(), format!("cannot rename to {}: {}", to.to_string_lossy(), std::io::Error::from(er)));
             io("backup", why)
         })?;
@@ -696,11 +690,11 @@ impl Ctx<'_> {
             Kind::Symlink => {
                 let target = e.link.clone().unwrap_or_default();
                 let (pfd, ()) =
-                    self.root.create_with(&rel, self.opts.old_files.keeps(), "symlinkat", |d, n| sys::symlinkat(OsStr::from_bytes(&target), d, n))?;
+                    self.root.create_with(&rel, self.opts.old_files.keeps(), "symlinkat", |d, n| DirFd::of(d).symlink(OsStr::from_bytes(&target), n))?;
                 self.root.note_placed(&pfd, last_name(&rel).as_bytes(), &target);
                 let name = last_name(&rel);
                 if let Some((uid, gid)) = meta.chown.then(|| super::jobs::ids(&meta)).flatten() {
-                    let _ = sys::chownat(&pfd, name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW);
+                    let _ = DirFd::of(&pfd).set_owner(name, Some(uid), Some(gid));
                 }
                 if let Some(x) = &meta.extra {
                     // Extended attributes of a symlink's own (trusted.*, security.*); no ACL.
@@ -708,7 +702,7 @@ impl Ctx<'_> {
                         self.warn(w);
                     }
                 }
-                let _ = sys::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
+                let _ = DirFd::of(&pfd).set_times(name, &times(meta.mtime));
                 self.report.symlinks += 1;
             }
             Kind::HardLink => {
@@ -724,7 +718,7 @@ impl Ctx<'_> {
                     return Err(Fail::Entry(Error::io(
                         "refused hard link to the destination itself",
                         rel.to_path(),
-                        std::io::Error::from_raw_os_error(libc::EPERM),
+                        std::io::Error::from_raw_os_error(sys::consts::EPERM),
                     )));
                 };
                 if trel == rel {
@@ -744,7 +738,7 @@ impl Ctx<'_> {
                 let tname = tname.to_vec();
                 let (pfd, ()) = self
                     .root
-                    .create_with(&rel, self.opts.old_files.keeps(), "linkat", |d, n| sys::linkat(&tfd, OsStr::from_bytes(&tname), d, n, AtFlags::empty()))?;
+                    .create_with(&rel, self.opts.old_files.keeps(), "linkat", |d, n| DirFd::of(d).link(DirFd::of(&tfd), OsStr::from_bytes(&tname), n))?;
                 // A link to a file named before the archive's checksums reached it goes with
                 // it, should they fail.
                 self.sh.gate.note_link(&pfd, last_name(&rel), &rel.to_path());
@@ -758,27 +752,25 @@ impl Ctx<'_> {
                     return Ok(());
                 }
                 let ft = match e.kind {
-                    Kind::Fifo => rustix::fs::FileType::Fifo,
-                    Kind::CharDev => rustix::fs::FileType::CharacterDevice,
-                    _ => rustix::fs::FileType::BlockDevice,
+                    Kind::Fifo => sys::FileType::Fifo,
+                    Kind::CharDev => sys::FileType::CharacterDevice,
+                    _ => sys::FileType::BlockDevice,
                 };
-                let devn = rustix::fs::makedev(e.dev.0, e.dev.1);
-                let (pfd, ()) = self.root.create_with(&rel, self.opts.old_files.keeps(), "mknodat", |d, n| {
-                    sys::mknodat(d, n, ft, rustix::fs::Mode::from_raw_mode(meta.mode), devn)
-                })?;
+                let devn = sys::makedev(e.dev.0, e.dev.1);
+                let (pfd, ()) = self.root.create_with(&rel, self.opts.old_files.keeps(), "mknodat", |d, n| DirFd::of(d).mknod(n, ft, meta.mode, devn))?;
                 // Its owner, then its mode exactly (mknod applied the umask; a chown clears
                 // set-ID bits), then its time.
                 let name = last_name(&rel);
                 let chowned = match (meta.chown, super::jobs::ids(&meta)) {
                     (false, _) => Ok(()),
-                    (true, Some((u, g))) => sys::chownat(&pfd, name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW),
+                    (true, Some((u, g))) => DirFd::of(&pfd).set_owner(name, Some(u), Some(g)),
                     (true, None) => Err(Errno::OVERFLOW),
                 };
                 let (mode, owner) = owned(chowned, &meta, &rel);
                 if let Some(why) = owner {
                     self.sh.fail(why);
                 }
-                if let Err(er) = sys::chmodat(&pfd, name, mode, AtFlags::empty()) {
+                if let Err(er) = DirFd::of(&pfd).set_mode(name, mode) {
                     self.sh.fail(Why::os(&rel, "chmod", er));
                 }
                 if let Some(x) = &meta.extra {
@@ -786,7 +778,7 @@ impl Ctx<'_> {
                         self.warn(w);
                     }
                 }
-                let _ = sys::utimensat(&pfd, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW);
+                let _ = DirFd::of(&pfd).set_times(name, &times(meta.mtime));
             }
         }
         Ok(())
@@ -835,8 +827,8 @@ impl Ctx<'_> {
         // directory among them it knows of: no need to look.
         let look = keep_old || !self.root.only_ours_at(rel);
         let r = self.root.create_with(rel, keep_old, "create", |d, n| {
-            match look.then(|| sys::statat(d, n, AtFlags::SYMLINK_NOFOLLOW)) {
-                Some(Ok(st)) if keep_old || rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory => return Err(Errno::EXIST),
+            match look.then(|| DirFd::of(d).stat(n)) {
+                Some(Ok(st)) if keep_old || sys::FileType::from_raw_mode(st.st_mode) == sys::FileType::Directory => return Err(Errno::EXIST),
                 _ => {}
             }
             match make(d, n) {
@@ -851,7 +843,7 @@ impl Ctx<'_> {
         match r {
             Ok((_, t)) => Ok(t),
             Err(err) => Err(match engine_err {
-                Some(ee) if ee.errno() != Some(libc::EEXIST) => Fail::Entry(Error::Engine(ee)),
+                Some(ee) if ee.errno() != Some(sys::consts::EEXIST) => Fail::Entry(Error::Engine(ee)),
                 _ => err.into(),
             }),
         }
@@ -859,7 +851,7 @@ impl Ctx<'_> {
 
     fn file(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: RelPath, meta: Meta) -> Result<(), Fail> {
         if rel.split().is_none() {
-            return Err(Fail::Entry(Error::io("refused", "member", std::io::Error::from_raw_os_error(libc::EISDIR))));
+            return Err(Fail::Entry(Error::io("refused", "member", std::io::Error::from_raw_os_error(sys::consts::EISDIR))));
         }
         if e.size > BATCHED_MAX {
             // Its buffers are leased while the batch's lease is not held back by the parser.
@@ -1012,9 +1004,9 @@ impl Ctx<'_> {
     fn overwrite(&mut self, parser: &mut Parser<source::TarStream>, e: &Entry, rel: &RelPath, meta: &Meta) -> Result<bool, Fail> {
         let Some((parent, name)) = rel.split() else { return Ok(false) };
         let Ok(pfd) = self.root.existing_dir(parent) else { return Ok(false) };
-        let mut flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::NONBLOCK;
+        let mut flags = sys::OFlags::WRONLY | sys::OFlags::CLOEXEC | sys::OFlags::NOCTTY | sys::OFlags::NONBLOCK;
         if !self.opts.dereference {
-            flags |= rustix::fs::OFlags::NOFOLLOW;
+            flags |= sys::OFlags::NOFOLLOW;
         }
         // Not there, a symlink not to be followed, or anything that cannot be opened so: made
         // anew.

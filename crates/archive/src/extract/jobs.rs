@@ -13,8 +13,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use cacheless::pool::Work;
+use cacheless::sys::Timestamps;
 use cacheless::{AlignedBuf, FileAttrs, FileCreator, NewFile, Progress, Taken};
-use rustix::fs::Timestamps;
 
 use crate::fsops::RelPath;
 use crate::modes::ModeCounter;
@@ -76,9 +76,7 @@ pub(super) fn apply_extra(at: sys::XattrAt<'_>, x: &Extra, rel: &RelPath) -> Vec
             }
             Some(Ok(Some(v))) => sys::xattr_set(at, attr, v),
             // Nothing to remove where there is none, or no ACLs at all.
-            Some(Ok(None)) => {
-                sys::xattr_remove(at, attr).or_else(|e| if matches!(e, rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) { Ok(()) } else { Err(e) })
-            }
+            Some(Ok(None)) => sys::xattr_remove(at, attr).or_else(|e| if matches!(e, sys::Errno::NODATA | sys::Errno::OPNOTSUPP) { Ok(()) } else { Err(e) }),
         };
         if let Err(e) = done {
             said(what, &std::io::Error::from(e));
@@ -109,11 +107,11 @@ pub(super) fn ids(m: &Meta) -> Option<(u32, u32)> {
 /// fchown to the entry's owner when ownership is restored, and only where the entry does not
 /// have it already (as root, most archives' files are root's, as new files are): a change of
 /// owner is a journaled inode update, a look at it (fstat) is not.
-pub(super) fn chown(fd: impl AsFd, m: &Meta) -> rustix::io::Result<()> {
+pub(super) fn chown(fd: impl AsFd, m: &Meta) -> sys::KResult<()> {
     if !m.chown {
         return Ok(());
     }
-    let (uid, gid) = ids(m).ok_or(rustix::io::Errno::OVERFLOW)?;
+    let (uid, gid) = ids(m).ok_or(sys::Errno::OVERFLOW)?;
     if sys::fstat(&fd).is_ok_and(|st| st.st_uid == uid && st.st_gid == gid) {
         return Ok(());
     }
@@ -129,7 +127,7 @@ pub(super) struct Why {
 
 impl Why {
     /// `what` failed on the entry `rel` with the OS error `e`: "REL: WHAT: ERROR".
-    pub(super) fn os(rel: &RelPath, what: &str, e: rustix::io::Errno) -> Why {
+    pub(super) fn os(rel: &RelPath, what: &str, e: sys::Errno) -> Why {
         Why { msg: format!("{}: {what}: {}", rel.to_path().display(), std::io::Error::from(e)), errno: Some(e.raw_os_error()) }
     }
 
@@ -162,7 +160,7 @@ pub(super) fn own(fd: impl AsFd, m: &Meta, rel: &RelPath) -> (u32, Option<Why>) 
 
 /// The mode an entry is to get, and what went wrong, after `chowned`: the outcome of giving it
 /// its owner (see [`own`]; also for an entry that cannot be opened, such as a FIFO).
-pub(super) fn owned(chowned: rustix::io::Result<()>, m: &Meta, rel: &RelPath) -> (u32, Option<Why>) {
+pub(super) fn owned(chowned: sys::KResult<()>, m: &Meta, rel: &RelPath) -> (u32, Option<Why>) {
     match chowned {
         Ok(()) => (m.mode, None),
         Err(e) => (

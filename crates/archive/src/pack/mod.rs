@@ -253,7 +253,7 @@ fn open_output(output: Output, opts: &PackOptions, sh: &Shares) -> Result<Opened
         Output::Path(p) => {
             if let Ok(m) = std::fs::metadata(&p) {
                 if m.is_dir() {
-                    return Err(Error::io("create", &p, std::io::Error::from_raw_os_error(libc::EISDIR)));
+                    return Err(Error::io("create", &p, std::io::Error::from_raw_os_error(cacheless::sys::consts::EISDIR)));
                 }
                 skip.push((m.dev(), m.ino()));
             }

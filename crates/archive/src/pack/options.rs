@@ -55,17 +55,13 @@ impl Owner {
         let numeric = name.strip_prefix('+').unwrap_or(name);
         if id.is_none() && !numeric.is_empty() && numeric.bytes().all(|b| b.is_ascii_digit()) {
             let id: u32 = numeric.parse().map_err(|_| format!("invalid {what} '{s}': id out of range"))?;
-            let name = if group {
-                nix::unistd::Group::from_gid(id.into()).ok().flatten().map(|g| g.name)
-            } else {
-                nix::unistd::User::from_uid(id.into()).ok().flatten().map(|u| u.name)
-            };
+            let name = if group { cacheless::sys::group_name(id) } else { cacheless::sys::user_name(id) };
             return Ok(Owner { id, name: name.unwrap_or_default() });
         }
         let id = match id {
             Some(i) => i,
-            None if group => nix::unistd::Group::from_name(name).ok().flatten().map(|g| g.gid.as_raw()).ok_or_else(|| no_such(s))?,
-            None => nix::unistd::User::from_name(name).ok().flatten().map(|u| u.uid.as_raw()).ok_or_else(|| no_such(s))?,
+            None if group => cacheless::sys::group_id(name).ok_or_else(|| no_such(s))?,
+            None => cacheless::sys::user_id(name).ok_or_else(|| no_such(s))?,
         };
         Ok(Owner { id, name: name.to_string() })
     }

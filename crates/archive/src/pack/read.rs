@@ -112,13 +112,13 @@ pub(crate) fn plan(base: &ReadOptions, size: u64, sparse: bool) -> (ReadOptions,
 /// The ranges of a file that hold data (SEEK_DATA / SEEK_HOLE), clipped to `size`; a file that
 /// ends in a hole gets a last empty segment at `size`, as GNU tar writes it.
 fn data_segments(f: &File, size: u64) -> std::io::Result<Vec<(u64, u64)>> {
-    use rustix::fs::SeekFrom;
+    use cacheless::sys::SeekFrom;
     let mut out = Vec::new();
     let mut off = 0u64;
     while off < size {
         let d = match sys::seek(f, SeekFrom::Data(off)) {
             Ok(d) => d,
-            Err(rustix::io::Errno::NXIO) => break,
+            Err(sys::Errno::NXIO) => break,
             Err(e) => return Err(e.into()),
         };
         if d >= size {
@@ -145,14 +145,9 @@ pub(crate) fn run(job: Job) {
         let _ = tx.send(Msg::Failed { msg, errno, _lease: lease });
     };
     // O_NOFOLLOW: the walk saw a regular file; a symlink put in its place is not followed.
-    let file = match sys::openat(
-        &*at.dir,
-        at.name.as_os_str(),
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .map(File::from)
-    .map_err(std::io::Error::from)
+    let file = match sys::openat(&*at.dir, at.name.as_os_str(), sys::OFlags::RDONLY | sys::OFlags::NOFOLLOW | sys::OFlags::CLOEXEC, sys::FMode::empty())
+        .map(File::from)
+        .map_err(std::io::Error::from)
     {
         Ok(f) => f,
         Err(e) => return fail(format!("cannot open: {e}"), e.raw_os_error(), lease),

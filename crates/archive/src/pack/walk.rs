@@ -13,7 +13,7 @@
 //! folder's names and the depth, not with the tree.
 
 use cacheless::sys;
-use rustix::fs::{AtFlags, FileType, OFlags, Stat};
+use cacheless::sys::{AtFlags, FileType, OFlags, Stat};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -79,22 +79,10 @@ struct Names {
 
 impl Names {
     fn user(&mut self, uid: u32) -> Vec<u8> {
-        self.users
-            .entry(uid)
-            .or_insert_with(|| match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-                Ok(Some(u)) => u.name.into_bytes(),
-                _ => Vec::new(),
-            })
-            .clone()
+        self.users.entry(uid).or_insert_with(|| sys::user_name(uid).map(String::into_bytes).unwrap_or_default()).clone()
     }
     fn group(&mut self, gid: u32) -> Vec<u8> {
-        self.groups
-            .entry(gid)
-            .or_insert_with(|| match nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid)) {
-                Ok(Some(g)) => g.name.into_bytes(),
-                _ => Vec::new(),
-            })
-            .clone()
+        self.groups.entry(gid).or_insert_with(|| sys::group_name(gid).map(String::into_bytes).unwrap_or_default()).clone()
     }
 }
 
@@ -191,7 +179,7 @@ struct Opened {
     id: (u64, u64),
 }
 
-fn open_dir(dir: BorrowedFd<'_>, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+fn open_dir(dir: BorrowedFd<'_>, name: &OsStr) -> sys::KResult<OwnedFd> {
     sys::lookat(dir, name, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC)
 }
 
@@ -267,7 +255,7 @@ impl Walker<'_> {
             mtime,
             size: 0,
             link: Vec::new(),
-            dev: (rustix::fs::major(rdev), rustix::fs::minor(rdev)),
+            dev: (sys::major(rdev), sys::minor(rdev)),
             xattrs: Vec::new(),
             acl_access: None,
             acl_default: None,
@@ -477,7 +465,7 @@ type AclTexts = (Option<Vec<u8>>, Option<Vec<u8>>);
 fn read_acls(at: sys::XattrAt<'_>, dir: bool, mode: u32, names: &mut Names) -> std::io::Result<AclTexts> {
     let get = |n: &str| match sys::xattr_get(at, OsStr::new(n)) {
         Ok(v) => Ok(Some(v)),
-        Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => Ok(None),
+        Err(sys::Errno::NODATA | sys::Errno::OPNOTSUPP) => Ok(None),
         Err(e) => Err(std::io::Error::from(e)),
     };
     let access = get(crate::acl::ACCESS)?;
@@ -500,7 +488,7 @@ fn read_acls(at: sys::XattrAt<'_>, dir: bool, mode: u32, names: &mut Names) -> s
 fn read_xattrs(at: sys::XattrAt<'_>) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let names = match sys::xattr_names(at) {
         Ok(n) => n,
-        Err(rustix::io::Errno::OPNOTSUPP) => return Ok(Vec::new()),
+        Err(sys::Errno::OPNOTSUPP) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
     let mut out = Vec::new();
@@ -508,7 +496,7 @@ fn read_xattrs(at: sys::XattrAt<'_>) -> std::io::Result<Vec<(Vec<u8>, Vec<u8>)>>
         match sys::xattr_get(at, OsStr::from_bytes(key)) {
             Ok(val) => out.push((key.to_vec(), val)),
             // Removed since it was listed.
-            Err(rustix::io::Errno::NODATA) => {}
+            Err(sys::Errno::NODATA) => {}
             Err(e) => return Err(e.into()),
         }
     }

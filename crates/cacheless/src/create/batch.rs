@@ -191,7 +191,7 @@ impl Shared {
                     (Ok(()), Some(k)) => k.keep(b.key, pending, then),
                     (Ok(()), None) => then(pending.publish(false)),
                     // Dropping `pending` removes its temporary.
-                    (Err(e), _) => then(Err(Error::io("syncfs", pending.path(), io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))))),
+                    (Err(e), _) => then(Err(Error::io("syncfs", pending.path(), io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(sys::consts::EIO))))),
                 }
             }
             if b.drop_pages {

@@ -791,7 +791,7 @@ impl Draft {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rustix::fs::{Mode as FMode, OFlags};
+    use crate::sys::{FMode, OFlags};
 
     /// Where the probe could not tell (it could not read the file) and a write is the first to
     /// meet a refusal of RWF_DONTCACHE, auto takes write-behind, says why, and remembers it

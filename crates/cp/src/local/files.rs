@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use rustix::fs::{AtFlags, Mode as FMode, OFlags};
+use cacheless::sys::{AtFlags, DirFd, FMode, OFlags};
 
 use super::Sink;
 use crate::options::{Gate, Note, OnNote, Preserve};
@@ -31,7 +31,7 @@ use cacheless::{Error, ErrorKind};
 
 /// `S_IFMT` of a mode.
 pub(super) fn kind(mode: u32) -> u32 {
-    mode & libc::S_IFMT
+    mode & sys::consts::S_IFMT
 }
 
 /// Access and modification times of `m`, as the writer takes them.
@@ -182,7 +182,7 @@ impl Copier {
     /// Puts the backup of a destination back after the copy over it failed.
     fn unbackup(&self, job: &FileJob, backup: &Path) {
         let Some(bname) = backup.file_name() else { return };
-        match sys::renameat(&*job.dir, bname, &*job.dir, job.name.as_os_str()) {
+        match DirFd::of(&*job.dir).rename(bname, DirFd::of(&*job.dir), job.name.as_os_str()) {
             Ok(()) => self.note(&Note::Unbackup { backup, dst: &job.dst }),
             Err(e) => self.sink.fail(Error::io("cannot un-backup {}", &job.dst, e.into())),
         }
@@ -218,18 +218,18 @@ impl Copier {
                 Ok(fd) => existing = Some(File::from(fd)),
                 // A symlink followed to nothing: refused, as GNU refuses it.
                 Err(e)
-                    if e.raw_os_error() == Some(libc::ENOENT)
+                    if e.raw_os_error() == Some(sys::consts::ENOENT)
                         && job.follow_dst
-                        && sys::statat(&*job.dir, job.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|l| kind(l.st_mode) == libc::S_IFLNK) =>
+                        && sys::statat(&*job.dir, job.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|l| kind(l.st_mode) == sys::consts::S_IFLNK) =>
                 {
                     return Err(Error::message(ErrorKind::NotFound, &job.dst, format!("not writing through dangling symlink {}", quote(&job.dst))));
                 }
                 // Gone since the walk looked: a new file.
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) if e.raw_os_error() == Some(sys::consts::ENOENT) => {}
                 // `-f`: what cannot be opened is removed, and the copy made anew.
-                Err(_) if r.force => match sys::unlinkat(&*job.dir, job.name.as_os_str(), AtFlags::empty()) {
+                Err(_) if r.force => match DirFd::of(&*job.dir).unlink(job.name.as_os_str()) {
                     Ok(()) => self.note(&Note::Removed(&job.dst)),
-                    Err(rustix::io::Errno::NOENT) => {}
+                    Err(sys::Errno::NOENT) => {}
                     Err(u) => return Err(Error::io("cannot remove {}", &job.dst, u.into())),
                 },
                 Err(e) => return Err(Error::io("cannot create regular file {}", &job.dst, e)),
@@ -244,7 +244,7 @@ impl Copier {
         }
         let smode = smeta.mode();
         let len = smeta.len();
-        let regular = kind(smode) == libc::S_IFREG;
+        let regular = kind(smode) == sys::consts::S_IFREG;
         let source = if !r.data {
             Source::Nothing(src)
         } else if regular {
@@ -256,12 +256,12 @@ impl Copier {
             let ost = sys::fstat(&old).map_err(|e| Error::io("cannot fstat {}", &job.dst, e.into()))?;
             // Named through a symlink (one the user named): written where the link points, in
             // place, as GNU writes it.
-            let through_link =
-                job.follow_dst && sys::statat(&*job.dir, job.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|l| kind(l.st_mode) == libc::S_IFLNK);
-            let carry = (!r.inplace && r.data && !through_link && kind(ost.st_mode) == libc::S_IFREG && ost.st_nlink == 1)
+            let through_link = job.follow_dst
+                && sys::statat(&*job.dir, job.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|l| kind(l.st_mode) == sys::consts::S_IFLNK);
+            let carry = (!r.inplace && r.data && !through_link && kind(ost.st_mode) == sys::consts::S_IFREG && ost.st_nlink == 1)
                 .then(|| Carry::of(&old, &ost, r.root))
                 .flatten()
-                .filter(|_| sys::accessat(&*job.dir, ".", rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK, AtFlags::EACCESS).is_ok());
+                .filter(|_| sys::accessat(&*job.dir, ".", sys::Access::WRITE_OK | sys::Access::EXEC_OK, AtFlags::EACCESS).is_ok());
             // GNU's rules for an existing destination: only what --preserve asks changes.
             wo.permissions = r.preserve.mode.then_some(smode & 0o7777);
             co.owner = Ownership::of(r.preserve.ownership, r.root);
@@ -364,7 +364,7 @@ impl Copier {
         if let Err(e) = sys::syncfs(b.files[0].dir().as_fd()) {
             // Not durable: none of them takes its final name (dropping them removes them).
             for s in &b.files {
-                self.sink.fail(Error::io("syncfs", s.path(), std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))));
+                self.sink.fail(Error::io("syncfs", s.path(), std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(sys::consts::EIO))));
             }
             return;
         }

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rustix::fs::{Mode as FMode, OFlags};
+use cacheless::sys::{FMode, OFlags};
 
 use crate::options::{CpOptions, CpReport, Deref, Note, OnCopied, OnError, Target};
 use cacheless::caps::CapsMemo;
@@ -153,7 +153,7 @@ pub(crate) fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<P
                 if srcs.len() > 1 {
                     return Err(Error::io("target {}", dst, e));
                 }
-                (None, e.raw_os_error() == Some(libc::ENOENT))
+                (None, e.raw_os_error() == Some(sys::consts::ENOENT))
             }
         },
     };
@@ -373,9 +373,9 @@ impl Walker<'_> {
                 PathBuf::from(std::ffi::OsStr::from_bytes(&sraw[..skip + end]))
             };
             let dpath = concat(dst, part);
-            let missing = sys::statat(&**tfd, part, rustix::fs::AtFlags::empty());
+            let missing = sys::statat(&**tfd, part, sys::AtFlags::empty());
             let missing = match missing {
-                Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                Ok(st) if st.st_mode & sys::consts::S_IFMT == sys::consts::S_IFDIR => {
                     made = false;
                     false
                 }
@@ -385,7 +385,7 @@ impl Walker<'_> {
             if missing || o.preserve.ownership || o.preserve.mode || o.preserve.timestamps {
                 let sm = match std::fs::metadata(&src_part) {
                     Ok(m) if m.is_dir() => m,
-                    Ok(_) => return Err(Error::io("failed to get attributes of {}", &src_part, std::io::Error::from_raw_os_error(libc::ENOTDIR))),
+                    Ok(_) => return Err(Error::io("failed to get attributes of {}", &src_part, std::io::Error::from_raw_os_error(sys::consts::ENOTDIR))),
                     Err(e) => return Err(Error::io("failed to get attributes of {}", &src_part, e)),
                 };
                 let mut restore = None;
@@ -400,13 +400,11 @@ impl Walker<'_> {
                             0
                         };
                     let mkmode = if o.no_preserve_mode { 0o777 } else { smode } & 0o7777 & !omitted;
-                    sys::mkdirat(&**tfd, part, FMode::from_raw_mode(mkmode))
-                        .map_err(std::io::Error::from)
-                        .map_err(|e| Error::io("cannot make directory {}", &dpath, e))?;
+                    sys::DirFd::of(&**tfd).mkdir(part, mkmode).map_err(std::io::Error::from).map_err(|e| Error::io("cannot make directory {}", &dpath, e))?;
                     o.note(&Note::Parent { src: &src_part, dst: &dpath });
                     made = true;
-                    let st = sys::statat(&**tfd, part, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                        .map_err(|e| Error::io("failed to get attributes of {}", &dpath, e.into()))?;
+                    let st =
+                        sys::statat(&**tfd, part, sys::AtFlags::SYMLINK_NOFOLLOW).map_err(|e| Error::io("failed to get attributes of {}", &dpath, e.into()))?;
                     if !o.preserve.mode {
                         let mut om = omitted;
                         if om & !st.st_mode != 0 {
@@ -417,7 +415,7 @@ impl Walker<'_> {
                         }
                     }
                     if st.st_mode & 0o700 != 0o700 {
-                        sys::chmodat(&**tfd, part, (st.st_mode | 0o700) & 0o7777, rustix::fs::AtFlags::empty())
+                        sys::chmodat(&**tfd, part, (st.st_mode | 0o700) & 0o7777, sys::AtFlags::empty())
                             .map_err(|e| Error::io("setting permissions for {}", &dpath, e.into()))?;
                     }
                 }
@@ -438,22 +436,22 @@ impl Walker<'_> {
         for (part, sm, restore) in attrs.into_iter().rev() {
             let dpath = concat(dst, &part);
             if o.preserve.timestamps {
-                if let Err(e) = sys::utimensat(&**tfd, &part, &walk::timestamps(&sm), rustix::fs::AtFlags::empty()) {
+                if let Err(e) = sys::utimensat(&**tfd, &part, &walk::timestamps(&sm), sys::AtFlags::empty()) {
                     return self.copier.sink.fail(Error::io("failed to preserve times for {}", &dpath, e.into()));
                 }
             }
             if o.preserve.ownership {
                 let (u, g) = (sm.uid(), sm.gid());
-                if let Err(e) = sys::chownat(&**tfd, &part, Some(u), Some(g), rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
-                    if self.root || !matches!(e, rustix::io::Errno::PERM | rustix::io::Errno::INVAL) {
+                if let Err(e) = sys::DirFd::of(&**tfd).set_owner(&part, Some(u), Some(g)) {
+                    if self.root || !matches!(e, sys::Errno::PERM | sys::Errno::INVAL) {
                         return self.copier.sink.fail(Error::io("failed to preserve ownership for {}", &dpath, e.into()));
                     }
-                    let _ = sys::chownat(&**tfd, &part, None, Some(g), rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
+                    let _ = sys::DirFd::of(&**tfd).set_owner(&part, None, Some(g));
                 }
             }
             let mode = if o.preserve.mode { Some(sm.mode() & 0o7777) } else { restore };
             if let Some(m) = mode {
-                if let Err(e) = sys::chmodat(&**tfd, &part, m, rustix::fs::AtFlags::empty()) {
+                if let Err(e) = sys::chmodat(&**tfd, &part, m, sys::AtFlags::empty()) {
                     return self.copier.sink.fail(Error::io("failed to preserve permissions for {}", &dpath, e.into()));
                 }
             }

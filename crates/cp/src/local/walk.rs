@@ -17,7 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustix::fs::{AtFlags, Mode as FMode, OFlags, Stat};
+use cacheless::sys::{AtFlags, DirFd, FMode, OFlags, Stat};
 
 use super::files::{kind, Copier, FileJob, Jobs, JOB_FILES};
 use crate::options::CpOptions;
@@ -30,13 +30,13 @@ use cacheless::sys::{self, default_acl};
 use cacheless::{Error, ErrorKind};
 
 fn is_dir(mode: u32) -> bool {
-    kind(mode) == libc::S_IFDIR
+    kind(mode) == sys::consts::S_IFDIR
 }
 fn is_lnk(mode: u32) -> bool {
-    kind(mode) == libc::S_IFLNK
+    kind(mode) == sys::consts::S_IFLNK
 }
 fn is_reg(mode: u32) -> bool {
-    kind(mode) == libc::S_IFREG
+    kind(mode) == sys::consts::S_IFREG
 }
 
 /// An entry of the destination: its directory (open, when the walk holds it) and name there,
@@ -58,8 +58,14 @@ impl<'a> At<'a> {
     fn fd(&self) -> BorrowedFd<'_> {
         match self.dir {
             Some(d) => d.as_fd(),
-            None => rustix::fs::CWD,
+            None => sys::CWD,
         }
+    }
+    /// The folder `name` is resolved in, as a capability: the tree copy's resolution policy is
+    /// its folders' handles, opened as the walk descends (the command line's operands from the
+    /// working directory, followed as GNU cp follows them).
+    fn dir(&self) -> DirFd<'_> {
+        self.fd().into()
     }
     fn stat(&self, follow: bool) -> io::Result<Stat> {
         let flags = if follow { AtFlags::empty() } else { AtFlags::SYMLINK_NOFOLLOW };
@@ -78,7 +84,7 @@ impl<'a> At<'a> {
         match (self.dir, dir_part.is_empty()) {
             (Some(d), true) => Ok((d.clone(), base)),
             (d, _) => {
-                let at = d.map_or(rustix::fs::CWD, |d| d.as_fd());
+                let at = d.map_or(sys::CWD, |d| d.as_fd());
                 let p = if dir_part.is_empty() { OsStr::new(".") } else { OsStr::from_bytes(dir_part) };
                 // Search access is enough where the user may not read the directory.
                 let fd = match sys::openat(at, p, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, FMode::empty()).map_err(io::Error::from) {
@@ -144,7 +150,7 @@ impl DirAttrs {
     fn of(m: &std::fs::Metadata) -> DirAttrs {
         DirAttrs { mode: m.mode(), uid: m.uid(), gid: m.gid(), atime: (m.atime(), m.atime_nsec()), mtime: (m.mtime(), m.mtime_nsec()) }
     }
-    fn times(&self) -> rustix::fs::Timestamps {
+    fn times(&self) -> sys::Timestamps {
         sys::timestamps(Some(self.atime), Some(self.mtime))
     }
 }
@@ -323,8 +329,8 @@ impl Walker<'_> {
                         have_lstat = use_lstat;
                         dst_st = Some(st);
                     }
-                    Err(e) if e.raw_os_error() == Some(libc::ELOOP) && o.force => {}
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => new_dst = true,
+                    Err(e) if e.raw_os_error() == Some(sys::consts::ELOOP) && o.force => {}
+                    Err(e) if e.raw_os_error() == Some(sys::consts::ENOENT) => new_dst = true,
                     Err(e) => return self.fail(Error::io("cannot stat {}", dst, e)),
                 }
             }
@@ -361,7 +367,7 @@ impl Walker<'_> {
                         }
                         Existing::Ask(ask) => {
                             let unwritable =
-                                !is_lnk(d.st_mode) && !self.root && sys::accessat(at.fd(), at.name, rustix::fs::Access::WRITE_OK, AtFlags::EACCESS).is_err();
+                                !is_lnk(d.st_mode) && !self.root && sys::accessat(at.fd(), at.name, sys::Access::WRITE_OK, AtFlags::EACCESS).is_err();
                             let q = Question { dst, unwritable_mode: unwritable.then_some(d.st_mode & 0o7777), replace: o.force || o.remove_destination };
                             if !ask(&q) {
                                 self.skipped += 1;
@@ -399,7 +405,7 @@ impl Walker<'_> {
                     }
                     match make_backup(at, *bk, suffix) {
                         Ok(b) => backup = Some(b),
-                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                        Err(e) if e.raw_os_error() == Some(sys::consts::ENOENT) => {}
                         Err(e) => return self.fail(Error::io("cannot backup {}", dst, e)),
                     }
                     new_dst = true;
@@ -498,7 +504,11 @@ impl Walker<'_> {
             self.hard(src, at, cmdline, o.force || matches!(o.existing, Existing::Ask(_)) || replace_link)
         } else if is_reg(mode) || (o.copy_as_regular() && !is_lnk(mode)) {
             self.file(src, at, meta, new_dst, cmdline, backup.clone(), replace_link, through_link)
-        } else if kind(mode) == libc::S_IFIFO || kind(mode) == libc::S_IFBLK || kind(mode) == libc::S_IFCHR || kind(mode) == libc::S_IFSOCK {
+        } else if kind(mode) == sys::consts::S_IFIFO
+            || kind(mode) == sys::consts::S_IFBLK
+            || kind(mode) == sys::consts::S_IFCHR
+            || kind(mode) == sys::consts::S_IFSOCK
+        {
             self.special(src, at, &meta, omitted, new_dst, replace_link)
         } else if is_lnk(mode) {
             self.symlink(src, at, &meta, dst_st.filter(|_| !new_dst), replace_link || o.force)
@@ -667,7 +677,7 @@ impl Walker<'_> {
             }
             None => bname,
         };
-        match sys::renameat(at.fd(), from.as_os_str(), at.fd(), at.name) {
+        match at.dir().rename(from.as_os_str(), at.dir(), at.name) {
             Ok(()) => self.o.note(&Note::Unbackup { backup, dst: at.path }),
             Err(e) => self.copier.sink.fail(Error::io("cannot un-backup {}", at.path, e.into())),
         }
@@ -689,7 +699,7 @@ impl Walker<'_> {
         let dst = at.path;
         // A new file named with a trailing slash cannot be made (GNU: "Not a directory").
         if new_dst && at.name.as_bytes().ends_with(b"/") {
-            return self.fail(Error::io("cannot create regular file {}", dst, io::Error::from_raw_os_error(libc::ENOTDIR)));
+            return self.fail(Error::io("cannot create regular file {}", dst, io::Error::from_raw_os_error(sys::consts::ENOTDIR)));
         }
         // A command-line destination that is a dangling symlink is not written through.
         let mut at_name = None;
@@ -768,17 +778,18 @@ impl Walker<'_> {
     /// Makes an entry at `at` with `make(dir, name)`, a call of the `sys` facade (its own fault
     /// site, EINTR retried). Where `replace` and a name is there already, the entry is made under a temporary name and renamed over it (so that a failure
     /// leaves what was there); returns whether a name was replaced.
-    fn make(&self, at: At<'_>, replace: bool, make: impl Fn(BorrowedFd<'_>, &OsStr) -> rustix::io::Result<()>) -> io::Result<bool> {
+    fn make(&self, at: At<'_>, replace: bool, make: impl Fn(BorrowedFd<'_>, &OsStr) -> sys::KResult<()>) -> io::Result<bool> {
         match make(at.fd(), at.name).map_err(io::Error::from) {
             Err(e) if replace && e.kind() == io::ErrorKind::AlreadyExists => {}
             r => return r.map(|()| false),
         }
         let (dir, name) = at.parent()?;
         let ((), tmp, _claim) = sys::beside(dir.as_fd(), &name, |d, t| make(d, t).map_err(io::Error::from))?;
-        let r = sys::renameat(dir.as_fd(), tmp.as_os_str(), dir.as_fd(), name.as_os_str()).map_err(io::Error::from);
+        let dir = DirFd::of(&dir);
+        let r = dir.rename(tmp.as_os_str(), dir, name.as_os_str()).map_err(io::Error::from);
         // After a failure, and after a rename onto another name of the same file (which renames
         // nothing and succeeds), the temporary name is still there.
-        let _ = sys::unlinkat(dir.as_fd(), tmp.as_os_str(), AtFlags::empty());
+        let _ = dir.unlink(tmp.as_os_str());
         r.map(|()| true)
     }
 
@@ -801,7 +812,7 @@ impl Walker<'_> {
                 return self.message(ErrorKind::InvalidInput, dst, format!("{name}: can make relative symbolic links only in current directory"));
             }
         }
-        match self.make(at, replace, |d, n| sys::symlinkat(src, d, n)) {
+        match self.make(at, replace, |d, n| DirFd::from(d).symlink(src, n)) {
             Ok(_) => self.made(),
             Err(e) => self.fail(Error::io(format!("cannot create symbolic link {{}} to {}", quote(src)), dst, e)),
         }
@@ -810,7 +821,7 @@ impl Walker<'_> {
     /// `-l`: a hard link to the source.
     fn hard(&mut self, src: &Path, at: At<'_>, cmdline: bool, replace: bool) -> Outcome {
         let follow = if self.follows(cmdline) { AtFlags::SYMLINK_FOLLOW } else { AtFlags::empty() };
-        match self.make(at, replace, |d, n| sys::linkat(rustix::fs::CWD, src, d, n, follow)) {
+        match self.make(at, replace, |d, n| sys::linkat(sys::CWD, src, d, n, follow)) {
             Ok(_) => {
                 self.hardlinks += 1;
                 self.made()
@@ -829,14 +840,14 @@ impl Walker<'_> {
     /// A FIFO, device or socket, made anew (recursive, without `--copy-contents`).
     fn special(&mut self, src: &Path, at: At<'_>, meta: &std::fs::Metadata, omitted: u32, new_dst: bool, replace: bool) -> Outcome {
         let mode = meta.mode() & !omitted;
-        let (ft, perm) = (rustix::fs::FileType::from_raw_mode(mode), FMode::from_raw_mode(mode & 0o7777));
-        let made = self.make(at, replace, |d, n| sys::mknodat(d, n, ft, perm, meta.rdev()));
+        let (ft, perm) = (sys::FileType::from_raw_mode(mode), mode & 0o7777);
+        let made = self.make(at, replace, |d, n| DirFd::from(d).mknod(n, ft, perm, meta.rdev()));
         match made {
             Ok(_) => {
                 self.made();
                 self.post(src, at, meta, omitted, new_dst, false)
             }
-            Err(e) if kind(meta.mode()) == libc::S_IFIFO => self.fail(Error::io("cannot create fifo {}", at.path, e)),
+            Err(e) if kind(meta.mode()) == sys::consts::S_IFIFO => self.fail(Error::io("cannot create fifo {}", at.path, e)),
             Err(e) => self.fail(Error::io("cannot create special file {}", at.path, e)),
         }
     }
@@ -847,7 +858,7 @@ impl Walker<'_> {
             Ok(t) => t,
             Err(e) => return self.fail(Error::io("cannot read symbolic link {}", src, e)),
         };
-        if let Err(e) = self.make(at, replace, |d, n| sys::symlinkat(&target, d, n)) {
+        if let Err(e) = self.make(at, replace, |d, n| DirFd::from(d).symlink(&target, n)) {
             // `-u` onto the same symlink: nothing to do.
             let same = self.o.update
                 && existing.is_some_and(|d| is_lnk(d.st_mode))
@@ -877,9 +888,9 @@ impl Walker<'_> {
         let mut mode = meta.mode();
         if o.preserve.ownership {
             let (u, g) = (meta.uid(), meta.gid());
-            if let Err(e) = sys::chownat(at.fd(), at.name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW) {
-                if !self.root && matches!(e, rustix::io::Errno::PERM | rustix::io::Errno::INVAL) {
-                    let _ = sys::chownat(at.fd(), at.name, None, Some(g), AtFlags::SYMLINK_NOFOLLOW);
+            if let Err(e) = at.dir().set_owner(at.name, Some(u), Some(g)) {
+                if !self.root && matches!(e, sys::Errno::PERM | sys::Errno::INVAL) {
+                    let _ = at.dir().set_owner(at.name, None, Some(g));
                     mode &= !0o7000;
                 } else {
                     let what = if symlink { at.path.display().to_string() } else { quote(at.path) };
@@ -910,7 +921,7 @@ impl Walker<'_> {
             Some(mode & 0o7777)
         } else if o.no_preserve_mode && new_dst {
             let k = kind(mode);
-            Some(if k == libc::S_IFDIR || k == libc::S_IFSOCK { 0o777 } else { 0o666 } & !self.umask)
+            Some(if k == sys::consts::S_IFDIR || k == sys::consts::S_IFSOCK { 0o777 } else { 0o666 } & !self.umask)
         } else if omitted & !self.umask != 0 {
             match at.stat(false) {
                 Ok(d) if (omitted & !self.umask) & !d.st_mode != 0 => Some((d.st_mode | (omitted & !self.umask)) & 0o7777),
@@ -954,16 +965,14 @@ impl Walker<'_> {
         let mut omitted = omitted;
         if make {
             let mode = (meta.mode() & 0o7777) & !omitted;
-            if let Err(e) = sys::mkdirat(at.fd(), at.name, FMode::from_raw_mode(mode)).map_err(io::Error::from) {
+            if let Err(e) = at.dir().mkdir(at.name, mode).map_err(io::Error::from) {
                 return self.fail(Error::io("cannot create directory {}", dst, e));
             }
             o.note(&Note::Copy { src, dst, backup: None });
         } else {
             omitted = 0;
         }
-        let fd = match sys::openat(at.fd(), at.name, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, FMode::empty())
-            .map_err(io::Error::from)
-        {
+        let fd = match at.dir().open_dir(at.name).map_err(io::Error::from) {
             Ok(fd) => Arc::new(fd),
             Err(e) => return self.fail(Error::io("cannot stat {}", dst, e)),
         };
@@ -971,7 +980,7 @@ impl Walker<'_> {
             Ok(s) => s,
             Err(e) => return self.fail(Error::io("cannot stat {}", dst, e.into())),
         };
-        let keep_sgid = st.st_mode & libc::S_ISGID != 0;
+        let keep_sgid = st.st_mode & sys::consts::S_ISGID != 0;
         if make {
             if st.st_mode & 0o700 != 0o700 {
                 restore = Some(st.st_mode & 0o7777);
@@ -1064,7 +1073,7 @@ impl Walker<'_> {
         if o.preserve.ownership {
             let (u, g) = (d.meta.uid, d.meta.gid);
             if let Err(e) = sys::fchown(&*fd, Some(u), Some(g)) {
-                if !self.root && matches!(e, rustix::io::Errno::PERM | rustix::io::Errno::INVAL) {
+                if !self.root && matches!(e, sys::Errno::PERM | sys::Errno::INVAL) {
                     let _ = sys::fchown(&*fd, None, Some(g));
                     mode &= !0o7000;
                 } else {
@@ -1084,7 +1093,7 @@ impl Walker<'_> {
                 }
             }
         }
-        let sgid = if d.keep_sgid { libc::S_ISGID } else { 0 };
+        let sgid = if d.keep_sgid { sys::consts::S_ISGID } else { 0 };
         let set = if o.preserve.mode {
             Some(mode | sgid)
         } else if o.no_preserve_mode && d.new {
@@ -1108,7 +1117,7 @@ impl Walker<'_> {
     pub fn hardlink(&self, l: &PendingLink) -> Result<(), Error> {
         let at = At::path(&l.dst);
         let replaced = self
-            .make(at, true, |d, n| sys::linkat(rustix::fs::CWD, &l.first, d, n, AtFlags::empty()))
+            .make(at, true, |d, n| sys::linkat(sys::CWD, &l.first, d, n, AtFlags::empty()))
             .map_err(|e| Error::io(format!("cannot create hard link {{}} to {}", quote(&l.first)), &l.dst, e))?;
         if replaced {
             self.o.note(&Note::Removed(&l.dst));
@@ -1118,7 +1127,7 @@ impl Walker<'_> {
 }
 
 /// The error text of an errno, as strerror words it.
-pub(super) fn strerror(e: rustix::io::Errno) -> String {
+pub(super) fn strerror(e: sys::Errno) -> String {
     cacheless::strerror(e.raw_os_error())
 }
 
@@ -1151,7 +1160,7 @@ fn open_path_at(at: At<'_>) -> io::Result<OwnedFd> {
         .map_err(io::Error::from)
 }
 
-pub(super) fn timestamps(m: &std::fs::Metadata) -> rustix::fs::Timestamps {
+pub(super) fn timestamps(m: &std::fs::Metadata) -> sys::Timestamps {
     sys::timestamps(Some((m.atime(), m.atime_nsec())), Some((m.mtime(), m.mtime_nsec())))
 }
 
@@ -1184,7 +1193,7 @@ fn source_is_backup(base: &OsStr, meta: &std::fs::Metadata, at: At<'_>, suffix: 
 /// the backup's path.
 fn make_backup(at: At<'_>, kind: BackupKind, suffix: &str) -> io::Result<PathBuf> {
     let (rel, path) = backup_name(at, kind, suffix)?;
-    sys::renameat(at.fd(), at.name, at.fd(), rel.as_os_str())?;
+    at.dir().rename(at.name, at.dir(), rel.as_os_str())?;
     Ok(path)
 }
 

@@ -3,7 +3,8 @@
 //! cachestat, fadvise) and `buf` (aligned memory) name rustix or libc; `tests/architecture.rs` holds
 //! every other source file of the workspace's shipped crates to that.
 //!
-//! Split by concern, one file each, every item re-exported here: `file.rs` (creating a file,
+//! Split by concern, one file each, every item re-exported here: `dir.rs` ([`DirFd`], the directory
+//! capability: the calls on a name in a folder, with no symlink at the name followed), `file.rs` (creating a file,
 //! reading and writing its data), `ns.rs` (opening, making, linking, renaming and removing
 //! names, and looking at them), `meta.rs` (mode, owner, times, extended attributes), `sync.rs`
 //! (fsync, syncfs, the commit sequence), `process.rs` (the process's ids, umask, limits), [`lock`] (open-file-description locks) and
@@ -22,6 +23,7 @@
 //! The module is public for the workspace's crates (the archive crate's extraction makes the
 //! same namespace and metadata calls as the tree copy); it is no part of the library's API.
 
+mod dir;
 mod file;
 pub mod lock;
 mod meta;
@@ -30,8 +32,9 @@ mod process;
 mod sync;
 /// Declared at the crate root (`cacheless::temps`, its one public path); named here for the
 /// engine's callers, as the rest of the facade is.
-pub(crate) use crate::temps;
+pub use crate::temps;
 
+pub use self::dir::DirFd;
 pub use self::file::*;
 pub use self::meta::*;
 pub use self::ns::*;
@@ -40,12 +43,29 @@ pub use self::sync::*;
 
 use std::io;
 
-use rustix::io::Errno;
-
 pub use crate::fault::Site;
 use crate::fault::{self, Injected};
 /// The current directory, for the `*at` calls given a path.
 pub use rustix::fs::CWD;
+
+// The kernel's vocabulary: the types the calls above take and return, for callers to build
+// and match them without naming the bindings (which only this crate depends on). Values, not
+// calls: device numbers are arithmetic.
+pub use rustix::fs::{
+    major, makedev, minor, Access, Advice, AtFlags, Dev, FileType, Gid, Mode as FMode, OFlags, RawMode, ResolveFlags, SeekFrom, Stat, StatVfs,
+    StatVfsMountFlags, Timespec, Timestamps, Uid, XattrFlags,
+};
+pub use rustix::io::{Errno, Result as KResult};
+
+/// The kernel's numbers a caller matches or builds: errno values, the file type and mode bits,
+/// `sync_file_range`'s flags.
+pub mod consts {
+    pub use libc::{
+        EACCES, EBUSY, EEXIST, EINTR, EINVAL, EIO, EISDIR, ELOOP, EMFILE, ENOENT, ENOSPC, ENOTDIR, ENXIO, EOPNOTSUPP, EPERM, EPIPE, EROFS,
+        SYNC_FILE_RANGE_WAIT_AFTER, SYNC_FILE_RANGE_WAIT_BEFORE, SYNC_FILE_RANGE_WRITE, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK,
+        S_ISGID, S_ISUID, S_ISVTX, S_IXGRP,
+    };
+}
 
 /// Makes a call that can fail transiently (`site` says which kind), retrying it when
 /// interrupted; under the `fault-injection` feature a planned fault takes the call's place.

@@ -23,7 +23,9 @@ pub enum LockKind {
 /// folder are no data, so a slot names whatever its users agree on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockRange {
+    /// Every byte of the file.
     Whole,
+    /// The one byte at this offset.
     Byte(u64),
 }
 

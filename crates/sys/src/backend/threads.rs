@@ -16,7 +16,7 @@ use super::{run_sync, BackendKind, Completion, Op, Queue};
 const MAX_WORKERS: usize = 64;
 
 /// A queue served by a pool of worker threads.
-pub(crate) struct ThreadQueue {
+pub struct ThreadQueue {
     jobs: Option<Sender<Op>>,
     jobs_rx: Arc<Mutex<Receiver<Op>>>,
     done_tx: Sender<Completion>,
@@ -30,7 +30,7 @@ pub(crate) struct ThreadQueue {
 
 impl ThreadQueue {
     /// A queue of `depth`; workers start as requests arrive.
-    pub(crate) fn new(depth: usize) -> ThreadQueue {
+    pub fn new(depth: usize) -> ThreadQueue {
         let (jobs, jobs_rx) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
         ThreadQueue {

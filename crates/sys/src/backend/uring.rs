@@ -25,7 +25,7 @@ struct Slot {
 }
 
 /// A queue backed by an io_uring instance.
-pub(crate) struct UringQueue {
+pub struct UringQueue {
     ring: IoUring,
     /// Ops in flight, indexed by the SQE's user_data. The ring owns each op's memory until its
     /// completion arrives; the op (and so its buffer and file) lives here until then.
@@ -62,7 +62,7 @@ fn transient(e: &io::Error) -> bool {
 
 impl UringQueue {
     /// Sets up a ring with room for `depth` requests.
-    pub(crate) fn new(depth: usize) -> io::Result<UringQueue> {
+    pub fn new(depth: usize) -> io::Result<UringQueue> {
         let depth = depth.max(1);
         let entries = u32::try_from(depth.next_power_of_two()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "io_uring queue too deep"))?;
         let ring = IoUring::new(entries)?;
@@ -82,7 +82,7 @@ impl UringQueue {
 
     /// Has one kernel worker run this ring's blocking requests, in order (see
     /// [`open_in_order`](super::open_in_order)); a kernel without the limit keeps its own.
-    pub(crate) fn one_worker(&self) {
+    pub fn one_worker(&self) {
         let _ = self.ring.submitter().register_iowq_max_workers(&mut [1, 1]);
     }
 
@@ -134,7 +134,7 @@ impl UringQueue {
     /// Hands queued SQEs to the kernel. EAGAIN and EBUSY leave them queued for the next
     /// `io_uring_enter` (the wait), which is not an error.
     fn submit(&mut self) -> io::Result<()> {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "fault-injection"))]
         if let Some(e) = fault::take_submit_error() {
             return Err(e);
         }
@@ -410,8 +410,8 @@ impl Drop for UringQueue {
 }
 
 /// Test-only fault injection: makes a chosen `io_uring_enter` submission on this thread fail.
-#[cfg(test)]
-pub(crate) mod fault {
+#[cfg(any(test, feature = "fault-injection"))]
+pub mod fault {
     use std::cell::Cell;
     use std::io;
 
@@ -420,7 +420,7 @@ pub(crate) mod fault {
     }
 
     /// Lets `after` submissions on this thread through, then fails the next one with `errno`.
-    pub(crate) fn fail_submit(after: u32, errno: i32) {
+    pub fn fail_submit(after: u32, errno: i32) {
         FAIL.with(|f| f.set(Some((after, errno))));
     }
 
@@ -442,10 +442,7 @@ pub(crate) mod fault {
     #[cfg(test)]
     mod tests {
         use super::super::*;
-        use super::fail_submit;
-        use crate::buf::{AlignedBuf, Budget};
-        use crate::{BackendKind, Mode, ReadOptions, Reader, WriteOptions, Writer};
-        use std::io::Write;
+        use crate::buf::AlignedBuf;
         use std::sync::Arc;
 
         /// True (after saying why) when io_uring is missing and the test cannot run; a failure
@@ -453,115 +450,6 @@ pub(crate) mod fault {
         #[track_caller]
         fn no_uring() -> bool {
             !cacheless_testkit::require("uring", crate::caps::system().uring.as_ref().map(|_| ()).map_err(|u| u.reason.clone()))
-        }
-
-        fn data(len: usize) -> Vec<u8> {
-            let mut x = 0x9E37_79B9_7F4A_7C15u64;
-            (0..len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x.to_le_bytes()[0]
-                })
-                .collect()
-        }
-
-        const BLOCK: usize = 256 << 10;
-
-        /// An 8 MiB scratch file (its directory, path and bytes) and a reader on it through
-        /// io_uring, with the budget its buffers come from.
-        fn uring_reader() -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>, Budget, Reader) {
-            let dir = cacheless_testkit::scratch();
-            let p = dir.path().join("src");
-            let bytes = data(8 << 20);
-            std::fs::write(&p, &bytes).unwrap();
-            let budget = Budget::new(8 << 20);
-            let mut o = ReadOptions::new(budget.clone());
-            o.io.mode = Mode::Buffered;
-            o.io.backend = BackendKind::Uring;
-            o.io.block_size = BLOCK;
-            o.io.queue_depth = 4;
-            let r = Reader::open(&p, &o).unwrap();
-            (dir, p, bytes, budget, r)
-        }
-
-        /// A submission that fails mid-stream: the chunks before it are right, the error names
-        /// the file and the operation, and every buffer comes back to the budget (none was freed
-        /// while the kernel still had it: its SQE went out with a later submission).
-        #[test]
-        fn failed_submit_mid_stream_read() {
-            if no_uring() {
-                return;
-            }
-            let (_dir, p, bytes, budget, mut r) = uring_reader();
-            fail_submit(6, libc::ENXIO);
-            let mut good = 0;
-            let err = loop {
-                match r.next_chunk() {
-                    Ok(Some(c)) => {
-                        let off = crate::conv::usize_of(c.offset());
-                        assert!(c[..] == bytes[off..off + c.len()], "chunk at {off} differs");
-                        good += 1;
-                    }
-                    Ok(None) => panic!("the injected failure was not reported"),
-                    Err(e) => break e,
-                }
-            };
-            assert!(good > 0, "chunks before the failure arrive");
-            assert_eq!((err.op(), err.path(), err.errno()), ("read", p.as_path(), Some(libc::ENXIO)), "{err}");
-            drop(r);
-            assert_eq!(budget.used(), 0, "every buffer is back in the budget");
-        }
-
-        /// The same for reads into borrowed memory: the call returns only once every piece is
-        /// back, so the next call on the same queue is byte-exact.
-        #[test]
-        fn failed_submit_read_at() {
-            if no_uring() {
-                return;
-            }
-            let (_dir, p, bytes, budget, mut r) = uring_reader();
-            let mut buf = vec![0u8; 6 << 20];
-            fail_submit(3, libc::ENXIO);
-            let err = r.read_at(&mut buf, 1000).unwrap_err();
-            assert_eq!((err.op(), err.path(), err.errno()), ("read", p.as_path(), Some(libc::ENXIO)), "{err}");
-            buf.fill(0);
-            assert_eq!(r.read_at(&mut buf, 1000).unwrap(), buf.len());
-            assert!(buf[..] == bytes[1000..1000 + buf.len()]);
-            drop(r);
-            assert_eq!(budget.used(), 0);
-        }
-
-        /// A failed submission while writing: an error naming the file and the operation, and
-        /// the unfinished file removed once the writes in flight are back.
-        #[test]
-        fn failed_submit_mid_stream_write() {
-            if no_uring() {
-                return;
-            }
-            let dir = cacheless_testkit::scratch();
-            let p = dir.path().join("dst");
-            let bytes = data(8 << 20);
-            let budget = Budget::new(8 << 20);
-            let mut o = WriteOptions::new(budget.clone());
-            o.io.mode = Mode::Buffered;
-            o.io.backend = BackendKind::Uring;
-            o.io.block_size = BLOCK;
-            o.io.queue_depth = 4;
-            o.durability = crate::Durability::Off { write_back: None };
-            let mut w = Writer::create(&p, &o).unwrap();
-            fail_submit(5, libc::ENXIO);
-            let err = match bytes.chunks(100_000).try_for_each(|c| w.write_all(c)) {
-                Err(e) => {
-                    drop(w);
-                    e.into_inner().and_then(|e| e.downcast::<crate::Error>().ok()).map(|e| *e).expect("an engine error")
-                }
-                Ok(()) => w.finish().map(|_| ()).unwrap_err(),
-            };
-            assert_eq!((err.op(), err.path(), err.errno()), ("write", p.as_path(), Some(libc::ENXIO)), "{err}");
-            assert_eq!(budget.used(), 0, "every buffer is back in the budget");
-            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the unfinished file is removed");
         }
 
         /// A completion the queue does not know is an error on the next completion, not a panic.

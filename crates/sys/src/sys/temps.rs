@@ -174,7 +174,7 @@ pub fn claim_path(path: &Path) -> Claim {
 /// [`Claim`]), locked for as long as it is open, and checks that the name is still its own (a
 /// cleaner on another machine, which sees no claim, may have taken it before the lock): `false`
 /// where it is not, and the caller makes another. A filesystem without locks holds none.
-pub(crate) fn hold_file(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, tmp: &OsStr) -> bool {
+pub fn hold_file(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, tmp: &OsStr) -> bool {
     if lock::lock_wait(fd, LockKind::Exclusive, LockRange::Whole).is_err() {
         return true;
     }

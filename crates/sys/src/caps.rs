@@ -43,7 +43,7 @@ impl RwFlags {
     }
 
     /// The flags as rustix's preadv2/pwritev2 take them.
-    pub(crate) fn for_rustix(self) -> rustix::io::ReadWriteFlags {
+    pub fn for_rustix(self) -> rustix::io::ReadWriteFlags {
         rustix::io::ReadWriteFlags::from_bits_retain(self.0)
     }
 
@@ -69,7 +69,7 @@ pub struct Unavailable {
 
 impl Unavailable {
     /// `what` failed with errno `e`.
-    pub(crate) fn errno(what: &str, e: &io::Error) -> Unavailable {
+    pub fn errno(what: &str, e: &io::Error) -> Unavailable {
         Unavailable { reason: format!("{what}: {}", errno_name(e)), errno: e.raw_os_error() }
     }
     fn disabled(what: &str) -> Unavailable {
@@ -383,8 +383,8 @@ pub fn not_regular(dev: u64, kind: &std::fs::FileType) -> FsCaps {
 
 /// Replaces the cached verdicts for the filesystem of `file` (tests of verdicts only a write
 /// can reveal).
-#[cfg(test)]
-pub(crate) fn set_cached(file: &File, caps: FsCaps) {
+#[cfg(any(test, feature = "fault-injection"))]
+pub fn set_cached(file: &File, caps: FsCaps) {
     let k = key(file.as_fd(), caps.dev);
     cache().lock().unwrap_or_else(|e| e.into_inner()).insert(k, Arc::new(caps));
 }
@@ -596,7 +596,7 @@ pub fn fs_name(magic: u64) -> String {
 
 /// Records that a write on device `dev` refused RWF_DONTCACHE where the probe could not tell
 /// (it could not read the file), so later files there take the next mode at once.
-pub(crate) fn refuse_dontcache(dev: u64, e: &io::Error) {
+pub fn refuse_dontcache(dev: u64, e: &io::Error) {
     let mut c = cache().lock().unwrap_or_else(|e| e.into_inner());
     for old in c.values_mut().filter(|v| v.dev == dev) {
         if old.dontcache.is_ok() {
@@ -653,7 +653,7 @@ pub fn probe_tmpfile(dir: &Path) -> Support {
 
 /// Whether `e`, the error of an O_TMPFILE open, says the filesystem (or the kernel) has none
 /// (EOPNOTSUPP; EISDIR or EINVAL from kernels and filesystems that do not know the flag).
-pub(crate) fn says_no_tmpfile(e: &io::Error) -> bool {
+pub fn says_no_tmpfile(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL))
 }
 
@@ -663,7 +663,7 @@ pub fn tmpfile_refused_somewhere() -> bool {
 }
 
 /// Records that the filesystem of device `dev` refused O_TMPFILE with `e`.
-pub(crate) fn refuse_tmpfile(dev: u64, e: &io::Error) {
+pub fn refuse_tmpfile(dev: u64, e: &io::Error) {
     let mut v = NO_TMPFILE.lock().unwrap_or_else(|e| e.into_inner());
     if !v.iter().any(|(d, _)| *d == dev) {
         v.push((dev, Unavailable::errno("O_TMPFILE", e)));
@@ -685,7 +685,7 @@ pub fn flink() -> Support {
 }
 
 /// Records that linkat(AT_EMPTY_PATH) was refused with `e`.
-pub(crate) fn refuse_flink(e: &io::Error) {
+pub fn refuse_flink(e: &io::Error) {
     let _ = NO_FLINK.set(Unavailable::errno("linkat(AT_EMPTY_PATH)", e));
 }
 
@@ -694,13 +694,13 @@ pub(crate) fn refuse_flink(e: &io::Error) {
 static NO_CLONE: Mutex<Vec<((u64, u64), rustix::io::Errno)>> = Mutex::new(Vec::new());
 
 /// How FICLONE from a file on device `pair.0` to one on `pair.1` was refused, if it was.
-pub(crate) fn clone_refused_between(pair: (u64, u64)) -> Option<rustix::io::Errno> {
+pub fn clone_refused_between(pair: (u64, u64)) -> Option<rustix::io::Errno> {
     NO_CLONE.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(p, _)| *p == pair).map(|(_, e)| *e)
 }
 
 /// Records that FICLONE from device `pair.0` to `pair.1` was refused with `e` (not EINVAL,
 /// which is about one file).
-pub(crate) fn refuse_clone(pair: (u64, u64), e: rustix::io::Errno) {
+pub fn refuse_clone(pair: (u64, u64), e: rustix::io::Errno) {
     let mut v = NO_CLONE.lock().unwrap_or_else(|e| e.into_inner());
     if !v.iter().any(|(p, _)| *p == pair) {
         v.push((pair, e));

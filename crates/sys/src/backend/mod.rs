@@ -35,13 +35,13 @@ mod threads;
 mod uring;
 
 use threads::ThreadQueue;
-#[cfg(test)]
-pub(crate) use uring::fault::fail_submit;
+#[cfg(any(test, feature = "fault-injection"))]
+pub use uring::fault::fail_submit;
 use uring::UringQueue;
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OpKind {
+pub enum OpKind {
     /// Read into the op's memory.
     Read,
     /// Write from the op's memory.
@@ -104,7 +104,7 @@ enum Req {
 /// The fields are private and the constructors check them: every safe way to build or change
 /// an op keeps a read or write's `start + len` within its memory, which is what lets
 /// [`run_sync`] and the io_uring backend hand the range to the kernel.
-pub(crate) struct Op {
+pub struct Op {
     req: Req,
     /// Caller's tag, returned in the completion.
     tag: u64,
@@ -117,7 +117,7 @@ impl Op {
     /// An op on `buf[start..start+len]`. Errors (InvalidInput) if the range exceeds the buffer
     /// or the file range overflows.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn owned(kind: OpKind, file: Arc<File>, offset: u64, buf: AlignedBuf, start: usize, len: usize, rw_flags: RwFlags, tag: u64) -> io::Result<Op> {
+    pub fn owned(kind: OpKind, file: Arc<File>, offset: u64, buf: AlignedBuf, start: usize, len: usize, rw_flags: RwFlags, tag: u64) -> io::Result<Op> {
         let fits = start.checked_add(len).is_some_and(|end| end <= buf.capacity());
         if !fits || offset.checked_add(len as u64).is_none_or(|end| end > i64::MAX as u64) {
             return Err(io::Error::new(
@@ -136,7 +136,7 @@ impl Op {
     /// freed by anyone else until this op's completion has been returned by the queue (or the
     /// op is dropped without ever having been pushed).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn borrowed(kind: OpKind, file: Arc<File>, offset: u64, ptr: *mut u8, len: usize, rw_flags: RwFlags, tag: u64, owner: u64) -> Op {
+    pub unsafe fn borrowed(kind: OpKind, file: Arc<File>, offset: u64, ptr: *mut u8, len: usize, rw_flags: RwFlags, tag: u64, owner: u64) -> Op {
         let rw = Rw { kind, file, offset, mem: IoMem::Borrowed(RawMem { ptr }), start: 0, len, rw_flags, done: 0 };
         Op { req: Req::Rw(rw), tag, owner }
     }
@@ -145,20 +145,20 @@ impl Op {
     /// or under a name with O_CREAT | O_EXCL). Its completion's result is 0 on success, and
     /// [`Op::into_opened`] gives the descriptor. A fault site ([`Site::Open`](crate::fault::Site::Open)), as a creation
     /// on the caller's thread is.
-    pub(crate) fn open_at(dir: Arc<OwnedFd>, path: CString, flags: OFlags, mode: u32, tag: u64) -> Op {
+    pub fn open_at(dir: Arc<OwnedFd>, path: CString, flags: OFlags, mode: u32, tag: u64) -> Op {
         Op { req: Req::OpenAt(OpenAt { dir, path, flags, mode, opened: None }), tag, owner: 0 }
     }
 
     /// The caller's tag.
-    pub(crate) fn tag(&self) -> u64 {
+    pub fn tag(&self) -> u64 {
         self.tag
     }
     /// Who started the op (0: an op on an owned buffer).
-    pub(crate) fn owner(&self) -> u64 {
+    pub fn owner(&self) -> u64 {
         self.owner
     }
     /// The owned buffer, if the op has one.
-    pub(crate) fn into_buf(self) -> Option<AlignedBuf> {
+    pub fn into_buf(self) -> Option<AlignedBuf> {
         match self.req {
             Req::Rw(Rw { mem: IoMem::Owned(b), .. }) => Some(b),
             _ => None,
@@ -167,7 +167,7 @@ impl Op {
 
     /// An open's folder, its name, and the descriptor the kernel opened (`None` where it
     /// failed); `None` for a read or write.
-    pub(crate) fn into_opened(self) -> Option<(Arc<OwnedFd>, CString, Option<OwnedFd>)> {
+    pub fn into_opened(self) -> Option<(Arc<OwnedFd>, CString, Option<OwnedFd>)> {
         match self.req {
             Req::OpenAt(o) => Some((o.dir, o.path, o.opened)),
             Req::Rw(_) => None,
@@ -175,7 +175,7 @@ impl Op {
     }
 
     /// Moves past `n` transferred bytes, for resubmitting the rest of a short transfer.
-    pub(crate) fn advance(&mut self, n: usize) {
+    pub fn advance(&mut self, n: usize) {
         if let Req::Rw(rw) = &mut self.req {
             let n = n.min(rw.len);
             rw.start += n;
@@ -224,7 +224,7 @@ impl Rw {
 }
 
 /// A finished op and its result (bytes transferred, or the OS error).
-pub(crate) struct Completion {
+pub struct Completion {
     /// The op, with its memory (and for an open, the descriptor opened).
     pub op: Op,
     /// Bytes transferred in all (0 for an open), or the error that stopped the op.
@@ -252,7 +252,7 @@ impl Completion {
 /// - touch no memory outside each op's `start..start+len` range.
 ///
 /// [`read_into`] lends borrowed memory on the strength of this.
-pub(crate) unsafe trait Queue: Send {
+pub unsafe trait Queue: Send {
     /// Starts `op`. Never fails: an op that cannot be started comes back from `wait` with the
     /// error. The caller keeps `in_flight() < depth()`.
     fn push(&mut self, op: Op);
@@ -396,7 +396,7 @@ impl Serialize for BackendChoice {
 
 /// Opens a queue of `depth` with the requested backend. A forced io_uring that the kernel
 /// refuses is an error; auto falls back to threads on EPERM, ENOSYS, ENOMEM or EOPNOTSUPP.
-pub(crate) fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn Queue>, BackendChoice)> {
+pub fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn Queue>, BackendChoice)> {
     let depth = depth.max(1);
     match kind {
         BackendKind::Threads => Ok((Box::new(ThreadQueue::new(depth)), BackendChoice::new(BackendKind::Threads, BackendReason::Requested))),
@@ -425,7 +425,7 @@ pub(crate) fn open_queue(kind: BackendKind, depth: usize) -> io::Result<(Box<dyn
 /// folder and the inode allocator), and in order lets a caller wait for the n-th with one
 /// wake-up ([`Queue::wait_ready`]). A kernel without the worker limit (before 5.15) runs them
 /// on as many workers as it likes, which is still correct. Errors where io_uring is missing.
-pub(crate) fn open_in_order(depth: usize) -> io::Result<Box<dyn Queue>> {
+pub fn open_in_order(depth: usize) -> io::Result<Box<dyn Queue>> {
     if let Err(u) = &caps::system().uring {
         return Err(io::Error::new(io::ErrorKind::Unsupported, format!("io_uring unavailable: {}", u.reason)));
     }
@@ -436,7 +436,7 @@ pub(crate) fn open_in_order(depth: usize) -> io::Result<Box<dyn Queue>> {
 
 /// Registers `lease`'s buffers with `q` when the memlock limit allows it (root, holding
 /// CAP_IPC_LOCK, is not limited), and says what happened, for the backend report.
-pub(crate) fn try_register(q: &mut dyn Queue, lease: &Lease) -> Buffers {
+pub fn try_register(q: &mut dyn Queue, lease: &Lease) -> Buffers {
     if q.kind() != BackendKind::Uring {
         return Buffers::NotOffered;
     }
@@ -455,7 +455,7 @@ pub(crate) fn try_register(q: &mut dyn Queue, lease: &Lease) -> Buffers {
 
 /// Does one op synchronously on the calling thread (the thread backend's worker body, and the
 /// shortcut for single-request files that need no queue).
-pub(crate) fn run_sync(mut op: Op) -> Completion {
+pub fn run_sync(mut op: Op) -> Completion {
     let result = match &mut op.req {
         Req::Rw(rw) => {
             let (ptr, len, off) = (rw.ptr(), rw.len, rw.offset);
@@ -486,29 +486,29 @@ pub(crate) fn run_sync(mut op: Op) -> Completion {
 /// The requests of one reader or writer: its queue, opened on first need, and the requests
 /// done on the calling thread instead (a file that is one request needs no queue).
 #[derive(Default)]
-pub(crate) struct Lane {
+pub struct Lane {
     queue: Option<Box<dyn Queue>>,
     here: VecDeque<Completion>,
 }
 
 impl Lane {
     /// A lane with no queue yet.
-    pub(crate) fn new() -> Lane {
+    pub fn new() -> Lane {
         Lane::default()
     }
     /// Whether a queue is open.
-    pub(crate) fn has_queue(&self) -> bool {
+    pub fn has_queue(&self) -> bool {
         self.queue.is_some()
     }
     /// Installs the queue later requests go to; only while none is open, so a queue with
     /// requests in flight is never replaced.
-    pub(crate) fn open(&mut self, q: Box<dyn Queue>) {
+    pub fn open(&mut self, q: Box<dyn Queue>) {
         if self.queue.is_none() {
             self.queue = Some(q);
         }
     }
     /// Starts `op` on the queue, or on this thread when no queue is open.
-    pub(crate) fn push(&mut self, op: Op) {
+    pub fn push(&mut self, op: Op) {
         match &mut self.queue {
             Some(q) => q.push(op),
             None => self.here.push_back(run_sync(op)),
@@ -517,7 +517,7 @@ impl Lane {
 
     /// Queues `op` to start with the next [`Lane::flush`] or wait (see
     /// [`Queue::push_deferred`]); without a queue it runs now, as [`Lane::push`].
-    pub(crate) fn push_deferred(&mut self, op: Op) {
+    pub fn push_deferred(&mut self, op: Op) {
         match self.queue.as_mut() {
             Some(q) => q.push_deferred(op),
             None => self.here.push_back(run_sync(op)),
@@ -525,19 +525,19 @@ impl Lane {
     }
 
     /// Starts every op queued by [`Lane::push_deferred`].
-    pub(crate) fn flush(&mut self) {
+    pub fn flush(&mut self) {
         if let Some(q) = self.queue.as_mut() {
             q.flush();
         }
     }
 
     /// Ops queued by [`Lane::push_deferred`] and not started yet.
-    pub(crate) fn deferred(&self) -> usize {
+    pub fn deferred(&self) -> usize {
         self.queue.as_ref().map_or(0, |q| q.deferred())
     }
     /// The next completion, waiting for one if need be. Errors when nothing is in flight or the
     /// queue can no longer be waited on.
-    pub(crate) fn wait(&mut self) -> io::Result<Completion> {
+    pub fn wait(&mut self) -> io::Result<Completion> {
         if let Some(c) = self.here.pop_front() {
             return Ok(c);
         }
@@ -547,11 +547,11 @@ impl Lane {
         }
     }
     /// A completion that is already available.
-    pub(crate) fn poll(&mut self) -> Option<Completion> {
+    pub fn poll(&mut self) -> Option<Completion> {
         self.here.pop_front().or_else(|| self.queue.as_mut().and_then(|q| q.poll()))
     }
     /// Requests started and not yet returned.
-    pub(crate) fn in_flight(&self) -> usize {
+    pub fn in_flight(&self) -> usize {
         self.here.len() + self.queue.as_ref().map_or(0, |q| q.in_flight())
     }
 }
@@ -562,7 +562,7 @@ impl Lane {
 /// A safe trait: `read_into` only ever hands its requests to a [`Lane`], and counts the ones
 /// that come back by an id no other request carries, so nothing an implementation does can make
 /// it return while one of its requests may still touch the memory it borrows.
-pub(crate) trait Driver {
+pub trait Driver {
     /// The caller's error type.
     type Error;
     /// Gets the lane ready for a request of `len` bytes (opens its queue if need be).
@@ -604,7 +604,7 @@ impl Drop for InFlight {
 /// panics while pieces are in flight, the process aborts rather than let the kernel write into
 /// memory that has been given back.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn read_into<D: Driver>(
+pub fn read_into<D: Driver>(
     d: &mut D,
     file: &Arc<File>,
     mem: &mut [u8],

@@ -5,8 +5,8 @@
 //! The engine consults the plan at the single places where it issues those calls: each read or
 //! write request of both backends (the thread pool's pread/pwrite, and io_uring's completions,
 //! whose result the fault replaces), the whole-buffer writes of the file creator and of a
-//! direct file's tail, the opens of [`Reader`](crate::Reader), [`Writer`](crate::Writer) and
-//! [`FileCreator`](crate::FileCreator), fdatasync and fsync, the rename of a finished file, and
+//! direct file's tail, the opens of `cacheless::Reader`, `cacheless::Writer` and
+//! `cacheless::FileCreator`, fdatasync and fsync, the rename of a finished file, and
 //! every call of the `sys` facade that changes something: the namespace calls (mkdirat,
 //! symlinkat, linkat, mknodat: [`Site::Open`]) and the metadata calls (fchmod, fchown, futimens,
 //! utimensat, extended attributes: [`Site::Meta`]) of the tree copy and of extraction alike.
@@ -15,9 +15,9 @@
 //!
 //! The plan is process-wide, because requests run on worker threads and rings: a test binary
 //! that injects faults must run its cases one at a time and nothing else beside them. Until
-//! [`start`] is called, each check is one relaxed atomic load.
+//! `start` is called, each check is one relaxed atomic load.
 //!
-//! [`sweep`] runs a workload once clean, to count its operations, then once for every position
+//! `sweep` runs a workload once clean, to count its operations, then once for every position
 //! of every kind of operation with every fault that applies there, under a watchdog that aborts
 //! the process if one run hangs.
 //!
@@ -165,7 +165,7 @@ impl Fault {
     }
 }
 
-/// Which call fails and how: the `nth` (from 0) call at `site` after [`start`] gets `fault`.
+/// Which call fails and how: the `nth` (from 0) call at `site` after `start` gets `fault`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Plan {
     /// The kind of call.
@@ -178,7 +178,7 @@ pub struct Plan {
 
 /// What the engine does in place of (or to) one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Injected {
+pub enum Injected {
     /// Fail with this errno instead of making the call.
     Errno(i32),
     /// Transfer at most this many bytes.
@@ -201,7 +201,7 @@ fn short_of(len: usize, direct: bool) -> Option<usize> {
 #[cfg(feature = "fault-injection")]
 pub use armed::*;
 
-/// A step that makes written data durable, which [`skip_durability`] can remove to show that a
+/// A step that makes written data durable, which `skip_durability` can remove to show that a
 /// crash test notices the loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Step {
@@ -249,16 +249,16 @@ pub fn skip_durability(steps: &[Step]) {
     SKIPPED.store(bits, std::sync::atomic::Ordering::SeqCst);
 }
 
-/// Whether [`skip_durability`] removed `step`.
+/// Whether `skip_durability` removed `step`.
 #[cfg(feature = "fault-injection")]
-pub(crate) fn skipped(step: Step) -> bool {
+pub fn skipped(step: Step) -> bool {
     SKIPPED.load(std::sync::atomic::Ordering::Relaxed) & step.bit() != 0
 }
 
 /// Without the feature every step is taken.
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
-pub(crate) fn skipped(_step: Step) -> bool {
+pub fn skipped(_step: Step) -> bool {
     false
 }
 
@@ -266,7 +266,7 @@ pub(crate) fn skipped(_step: Step) -> bool {
 /// `direct` says whether it is open with O_DIRECT, asked only for a short count), if any;
 /// counts the call.
 #[cfg(feature = "fault-injection")]
-pub(crate) fn check(site: Site, len: usize, direct: impl FnOnce() -> bool) -> Option<Injected> {
+pub fn check(site: Site, len: usize, direct: impl FnOnce() -> bool) -> Option<Injected> {
     take(site, |fault| match fault.errno() {
         Some(e) => Some(Injected::Errno(e)),
         None => short_of(len, direct()).map(Injected::Short),
@@ -276,7 +276,7 @@ pub(crate) fn check(site: Site, len: usize, direct: impl FnOnce() -> bool) -> Op
 /// Without the feature nothing is ever injected.
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
-pub(crate) fn check(_site: Site, _len: usize, _direct: impl FnOnce() -> bool) -> Option<Injected> {
+pub fn check(_site: Site, _len: usize, _direct: impl FnOnce() -> bool) -> Option<Injected> {
     None
 }
 
@@ -290,7 +290,7 @@ mod armed {
 
     use super::{Fault, Plan, Site};
 
-    /// Set between [`start`] and [`stop`]: calls are counted and the plan consulted.
+    /// Set between `start` and [`stop`]: calls are counted and the plan consulted.
     static ON: AtomicBool = AtomicBool::new(false);
 
     #[derive(Default)]
@@ -308,7 +308,7 @@ mod armed {
 
     /// Counts a call at `site`; if it is the planned one, `make` says what to inject (`None`
     /// where the fault cannot apply to this call, which then goes ahead untouched).
-    pub(crate) fn take<T>(site: Site, make: impl FnOnce(Fault) -> Option<T>) -> Option<T> {
+    pub fn take<T>(site: Site, make: impl FnOnce(Fault) -> Option<T>) -> Option<T> {
         if !ON.load(Ordering::Relaxed) {
             return None;
         }
@@ -328,7 +328,7 @@ mod armed {
         ON.store(true, Ordering::SeqCst);
     }
 
-    /// What happened between [`start`] and [`stop`].
+    /// What happened between `start` and [`stop`].
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct Outcome {
         counts: [u64; 6],
@@ -344,7 +344,7 @@ mod armed {
         }
     }
 
-    /// Whether the planned fault has been injected since [`start`].
+    /// Whether the planned fault has been injected since `start`.
     pub fn fired() -> bool {
         state().fired
     }
@@ -358,7 +358,7 @@ mod armed {
         out
     }
 
-    /// What a [`sweep`] did.
+    /// What a `sweep` did.
     #[derive(Debug, Clone, Default, PartialEq, Eq)]
     pub struct Swept {
         /// Calls of each kind in the clean run.

@@ -277,7 +277,7 @@ impl Lease {
 
     /// Allocates every buffer of the lease now and returns the (address, length) of each,
     /// handed out or not, for registering them with io_uring.
-    pub(crate) fn preallocate(&self) -> Vec<(usize, usize)> {
+    pub fn preallocate(&self) -> Vec<(usize, usize)> {
         let mut st = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         while st.allocated < self.inner.count {
             let p = self.inner.allocate(&mut st);

@@ -65,7 +65,7 @@ impl FromStr for Mode {
 }
 
 /// The mode a file was read or written with: what the engine took for it, never `Auto` (a
-/// requested [`Mode`] may be). A decision's ([`crate::Decision`]) mode.
+/// requested [`Mode`] may be). A decision's (`cacheless::Decision`) mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Taken {
