@@ -25,6 +25,11 @@
 # FRESH_FS (ext4 or xfs: every trial extracts into a filesystem of that kind made for it on a
 # loop device, see bench/lib.sh's fresh_fs; FRESH_GIB and FRESH_INODES size it; default: into
 # WORK itself).
+# Beside them, by default, the tool `floor`: bench/floor.c replaying the tree's names and sizes
+# (mkdirat, openat + write + close, symlinkat, one syncfs; one thread, the data from memory), the
+# least an extraction does, so that every figure stands beside its floor (once a round, whatever
+# the archive). SOURCE_TREE (an existing folder, e.g. an unpacked source tree) is extracted in
+# place of the generated one.
 # The 200,000-file variant: NAME=200k LARGE=0 MEDIUM=0 SMALL=200000 SMALL_MAX_KIB=8 bench/extract.sh
 # The 1,000,000-file variant (0-4 KiB; about 12 GiB of scratch space with both archives and the
 # output): NAME=1m LARGE=0 MEDIUM=0 SMALL=1000000 SMALL_MIN_KIB=0 SMALL_MAX_KIB=4 bench/extract.sh
@@ -34,13 +39,18 @@ cd "$(dirname "$0")/.."
 source bench/lib.sh
 WORK=${WORK:-/var/tmp/cacheless-bench-extract}
 . bench/snapshot-tree.sh
-TOOLS=${TOOLS:-cacheless tar tar-T0}
+TOOLS=${TOOLS:-cacheless tar tar-T0 floor}
 ARCHIVES=${ARCHIVES:-single multi}
 ARCH_single=$WORK/$NAME.tar.zst
 ARCH_multi=$WORK/$NAME.frames.tar.zst
 [ "$TREE_BUILT" = 0 ] || rm -f "$ARCH_single" "$ARCH_multi"
 [ -f "$ARCH_single" ] || tar -I zstd -cf "$ARCH_single" -C "$TREE" .
 [ -f "$ARCH_multi" ] || "$BIN" pack -o "$ARCH_multi" -C "$TREE" . >/dev/null
+# The floor (bench/floor.c): the tree's names and sizes, replayed by a plain program.
+MANIFEST=$WORK/$NAME.manifest
+[ "$TREE_BUILT" = 0 ] && [ -f "$MANIFEST" ] || find "$TREE" -mindepth 1 -printf '%y\0%m\0%s\0%P\0%l\0' > "$MANIFEST"
+FLOOR=$WORK/floor
+[ "$FLOOR" -nt bench/floor.c ] || cc -O2 -o "$FLOOR" bench/floor.c
 TREE_BYTES=$(du -sb --apparent-size "$TREE" | cut -f1)
 FILES=$(find "$TREE" -type f | wc -l)
 # With FRESH_FS, the tree is extracted into a filesystem made anew for each trial (bench/lib.sh).
@@ -67,6 +77,7 @@ command_for() {
         before) echo "\"$BEFORE\" extract --json $EXTRA \"$2\" -C \"$OUT\" > \"$WORK/report.json\"" ;;
         tar) echo "tar -I zstd -xf \"$2\" -C \"$OUT\" && sync" ;;
         tar-T0) echo "tar -I 'zstd -T0' -xf \"$2\" -C \"$OUT\" && sync" ;;
+        floor) echo "\"$FLOOR\" \"$MANIFEST\" \"$OUT\"" ;;
         *) echo "unknown tool $1" >&2; exit 2 ;;
     esac
 }
@@ -89,7 +100,11 @@ one() { # tool@archive run position
     echo "$tool,$kind,$run,$pos,${t// /,},$((after - before)),$(resident_kib "$arch"),$TREE_BYTES,$FILES,$frames,$dthreads" | tee -a "$RAW"
 }
 ITEMS=()
-for a in $ARCHIVES; do for t in $TOOLS; do ITEMS+=("$t@$a"); done; done
+# The floor reads no archive: it runs once a round, under the first kind.
+for a in $ARCHIVES; do for t in $TOOLS; do
+    [ "$t" = floor ] && [ "$a" != "${ARCHIVES%% *}" ] && continue
+    ITEMS+=("$t@$a")
+done; done
 for run in $(seq 1 "$RUNS"); do
     pos=0
     for item in $(rotate "$run" "${ITEMS[@]}"); do
@@ -129,7 +144,7 @@ def sel(k): return [r for r in rows if (r["tool"], r["archive"]) == k]
 def med(k, f): return st.median(float(r[f]) for r in sel(k))
 def cpu(k): return st.median(float(r["user_s"]) + float(r["sys_s"]) for r in sel(k))
 tb = float(rows[0]["tree_bytes"]); n = rows[0]["files"]; gib = tb / 2**30
-labels = {"cacheless": "cacheless extract", "before": "previous binary", "tar": "tar -I zstd -xf && sync", "tar-T0": "tar -I 'zstd -T0' -xf && sync"}
+labels = {"cacheless": "cacheless extract", "before": "previous binary", "tar": "tar -I zstd -xf && sync", "tar-T0": "tar -I 'zstd -T0' -xf && sync", "floor": "floor (bench/floor.c: names and sizes from memory, one syncfs)"}
 print(f"\ntree: {gib:.2f} GiB apparent, {n} files; medians of {len(sel(keys[0]))} cold interleaved runs\n")
 print("| tool | archive | wall s | user s | sys s | CPU s/GiB | CPU us/file (user + sys) | syscalls/file (futex) | io_uring_enter / io_uring ops per file | page-cache growth | resident after (archive+tree) | frames / decompression threads |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -138,7 +153,8 @@ for k in keys:
     r0 = sel(k)[0]
     fr = f"{r0['frames']} / {r0['decompress_threads']}" if k[0] in ("cacheless", "before") else "-"
     pf = lambda f: float(med(k, f)) / float(n) * 1e6
-    print(f"| {labels[k[0]]} | {k[1]}-frame | {med(k,'wall_s'):.2f} | {med(k,'user_s'):.2f} | {med(k,'sys_s'):.2f} | {cpu(k)/gib:.2f} | "
+    kind = "-" if k[0] == "floor" else f"{k[1]}-frame"
+    print(f"| {labels[k[0]]} | {kind} | {med(k,'wall_s'):.2f} | {med(k,'user_s'):.2f} | {med(k,'sys_s'):.2f} | {cpu(k)/gib:.2f} | "
           f"{cpu(k)/float(n)*1e6:.1f} ({pf('user_s'):.1f} + {pf('sys_s'):.1f}) | {calls(k)} | "
           f"{per_file(k, 'io_uring_enter')} / {per_file(k, 'uring_ops')} | "
           f"{g/2**20:.0f} MiB ({100*g/tb:.1f} %) | {med(k,'resident_after_kib')/1024:.0f} MiB | {fr} |")
@@ -150,4 +166,8 @@ for a in dict.fromkeys(k[1] for k in keys):
         if (t, a) in keys:
             print(f"\n{a}-frame archive: {labels[t]} wall / cacheless wall: {med((t,a),'wall_s')/med(c,'wall_s'):.2f}x; "
                   f"CPU (user+sys) cacheless/{t}: {cpu(c)/max(cpu((t,a)),1e-9):.2f}")
+    floor = [k for k in keys if k[0] == "floor"]
+    if floor:
+        print(f"\n{a}-frame archive: cacheless's speed against the floor's (floor wall / cacheless wall): "
+              f"{med(floor[0],'wall_s')/med(c,'wall_s'):.2f}x; CPU (user+sys) cacheless/floor: {cpu(c)/max(cpu(floor[0]),1e-9):.2f}")
 PY
