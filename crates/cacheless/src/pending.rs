@@ -247,7 +247,7 @@ impl Named {
     /// `name` in `dir` as it is now (not followed where it is a symlink); `path` names it.
     /// `None` where nothing is there.
     pub fn of(dir: &Arc<OwnedFd>, name: &OsStr, path: &Path) -> Option<Named> {
-        let st = sys::statat(&**dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        let st = DirFd::of(&**dir).stat(name).ok()?;
         Some(Named { dir: dir.clone(), name: name.to_os_string(), path: path.to_path_buf(), id: (st.st_dev, st.st_ino) })
     }
 
@@ -269,7 +269,7 @@ impl Named {
     /// Removes the name where it still names the same inode (nobody replaced it since), and
     /// says whether it did.
     pub fn remove_if_same(&self) -> bool {
-        let same = sys::statat(&*self.dir, self.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| (st.st_dev, st.st_ino) == self.id);
+        let same = DirFd::of(&*self.dir).stat(self.name.as_os_str()).is_ok_and(|st| (st.st_dev, st.st_ino) == self.id);
         same && sys::unlinkat(&*self.dir, self.name.as_os_str(), AtFlags::empty()).is_ok()
     }
 }

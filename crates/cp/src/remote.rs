@@ -427,7 +427,7 @@ impl Run<'_> {
         if !planned.insert(to.clone()) {
             return self.fail(Error::message(ErrorKind::AlreadyExists, &to, format!("will not overwrite just-created {} with {}", quote(&to), quote(&src))));
         }
-        let existing = sys::statat(dir.as_fd(), name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW);
+        let existing = sys::DirFd::of(&dir).stat(name.as_os_str());
         let mut backup = None;
         let mut carry = None;
         match existing {
@@ -798,7 +798,7 @@ fn attributes_only(dir: &Arc<OwnedFd>, name: &OsStr, to: &Path, info: &ObjectInf
     drop(fd);
     let t = sys::timespec(info.last_modified);
     let times = sys::Timestamps { last_access: t, last_modification: t };
-    sys::utimensat(dir.as_fd(), name, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| Error::io("preserving times for {}", to, e.into()))?;
+    sys::DirFd::of(dir).set_times(name, &times).map_err(|e| Error::io("preserving times for {}", to, e.into()))?;
     Ok(Transfer {
         source: info.location.to_string(),
         destination: text(to),

@@ -114,7 +114,7 @@ pub(crate) fn walk(opts: &Members, skip: &[(u64, u64)], v: &mut dyn Visit) {
         for msg in std::mem::take(&mut w.pending) {
             v.warn(msg);
         }
-        let st = match sys::statat(&*base, input.as_path(), AtFlags::SYMLINK_NOFOLLOW) {
+        let st = match sys::DirFd::of(&*base).stat(input.as_path()) {
             Ok(st) => st,
             Err(e) => {
                 v.error(format!("{}: cannot stat: {}", show(input.as_os_str().as_bytes()), std::io::Error::from(e)), Some(e.raw_os_error()));
@@ -279,7 +279,7 @@ impl Walker<'_> {
                 let mut name = Vec::with_capacity(prefix.len() + child.len());
                 name.extend_from_slice(&prefix);
                 name.extend_from_slice(child.as_bytes());
-                let st = match sys::statat(&*cur, child.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                let st = match sys::DirFd::of(&*cur).stat(child.as_os_str()) {
                     Ok(st) => st,
                     Err(e) => {
                         v.error(format!("{}: cannot stat: {}", show(&name), std::io::Error::from(e)), Some(e.raw_os_error()));

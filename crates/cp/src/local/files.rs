@@ -220,7 +220,7 @@ impl Copier {
                 Err(e)
                     if e.raw_os_error() == Some(sys::consts::ENOENT)
                         && job.follow_dst
-                        && sys::statat(&*job.dir, job.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|l| kind(l.st_mode) == sys::consts::S_IFLNK) =>
+                        && DirFd::of(&*job.dir).stat(job.name.as_os_str()).is_ok_and(|l| kind(l.st_mode) == sys::consts::S_IFLNK) =>
                 {
                     return Err(Error::message(ErrorKind::NotFound, &job.dst, format!("not writing through dangling symlink {}", quote(&job.dst))));
                 }
@@ -256,8 +256,7 @@ impl Copier {
             let ost = sys::fstat(&old).map_err(|e| Error::io("cannot fstat {}", &job.dst, e.into()))?;
             // Named through a symlink (one the user named): written where the link points, in
             // place, as GNU writes it.
-            let through_link = job.follow_dst
-                && sys::statat(&*job.dir, job.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|l| kind(l.st_mode) == sys::consts::S_IFLNK);
+            let through_link = job.follow_dst && DirFd::of(&*job.dir).stat(job.name.as_os_str()).is_ok_and(|l| kind(l.st_mode) == sys::consts::S_IFLNK);
             let carry = (!r.inplace && r.data && !through_link && kind(ost.st_mode) == sys::consts::S_IFREG && ost.st_nlink == 1)
                 .then(|| Carry::of(&old, &ost, r.root))
                 .flatten()

@@ -403,8 +403,7 @@ impl Walker<'_> {
                     sys::DirFd::of(&**tfd).mkdir(part, mkmode).map_err(std::io::Error::from).map_err(|e| Error::io("cannot make directory {}", &dpath, e))?;
                     o.note(&Note::Parent { src: &src_part, dst: &dpath });
                     made = true;
-                    let st =
-                        sys::statat(&**tfd, part, sys::AtFlags::SYMLINK_NOFOLLOW).map_err(|e| Error::io("failed to get attributes of {}", &dpath, e.into()))?;
+                    let st = sys::DirFd::of(&**tfd).stat(part).map_err(|e| Error::io("failed to get attributes of {}", &dpath, e.into()))?;
                     if !o.preserve.mode {
                         let mut om = omitted;
                         if om & !st.st_mode != 0 {

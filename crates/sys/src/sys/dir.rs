@@ -23,10 +23,10 @@ use rustix::fs::{AtFlags, Dev, FileType, Mode, OFlags, ResolveFlags, Stat, Times
 use rustix::io::Result;
 use rustix::path::Arg;
 
-use super::{chmodat, chownat, linkat, mkdirat, mknodat, openat, quiet, readlinkat, renameat, symlinkat, unlinkat, utimensat};
+use super::{chmodat, chownat, linkat, lookat, lookat2, mkdirat, mknodat, openat, readlinkat, renameat, statat, symlinkat, unlinkat, utimensat};
 
-/// A folder, by its descriptor (borrowed: the folder's owner keeps it open), or the working
-/// directory. Copy: it is a reference.
+/// A folder, by its descriptor (borrowed: the folder's owner keeps it open; `sys::CWD` for the
+/// working directory). Copy: it is a reference.
 #[derive(Clone, Copy, Debug)]
 pub struct DirFd<'a>(BorrowedFd<'a>);
 
@@ -34,16 +34,6 @@ impl<'a> DirFd<'a> {
     /// The folder open as `fd` (a descriptor of a directory, as `O_PATH` or read-only).
     pub fn of(fd: &'a impl AsFd) -> DirFd<'a> {
         DirFd(fd.as_fd())
-    }
-
-    /// The working directory.
-    pub fn cwd() -> DirFd<'static> {
-        DirFd(rustix::fs::CWD)
-    }
-
-    /// The folder's descriptor.
-    pub fn fd(self) -> BorrowedFd<'a> {
-        self.0
     }
 
     /// Opens the folder `name` to read its names and change its attributes (an open, a fault
@@ -55,7 +45,7 @@ impl<'a> DirFd<'a> {
     /// Opens the folder `name` as a handle to resolve names in (`O_PATH`: no read, no
     /// permission needed to read it; a look, no fault site); a symlink there is not followed.
     pub fn look_dir<P: Arg + Copy>(self, name: P) -> Result<OwnedFd> {
-        quiet(|| rustix::fs::openat(self.0, name, Self::HANDLE | OFlags::NOFOLLOW, Mode::empty()))
+        lookat(self.0, name, Self::HANDLE | OFlags::NOFOLLOW)
     }
 
     /// Opens the folder at the relative path `path` as a handle, resolved beneath this folder
@@ -64,7 +54,7 @@ impl<'a> DirFd<'a> {
     /// link, ENOSYS (or EPERM under a seccomp filter) where the kernel has no openat2.
     pub fn look_dir_beneath<P: Arg + Copy>(self, path: P) -> Result<OwnedFd> {
         let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        quiet(|| rustix::fs::openat2(self.0, path, Self::HANDLE, Mode::empty(), resolve))
+        lookat2(self.0, path, Self::HANDLE, resolve)
     }
 
     /// The flags of a folder handle (see [`DirFd::look_dir`]).
@@ -126,7 +116,7 @@ impl<'a> DirFd<'a> {
 
     /// What `name` is (a symlink there is described, not followed).
     pub fn stat<P: Arg + Copy>(self, name: P) -> Result<Stat> {
-        quiet(|| rustix::fs::statat(self.0, name, AtFlags::SYMLINK_NOFOLLOW))
+        statat(self.0, name, AtFlags::SYMLINK_NOFOLLOW)
     }
 
     /// The text of the symlink `name`.
@@ -160,12 +150,6 @@ impl<'a> DirFd<'a> {
 impl<'a> From<BorrowedFd<'a>> for DirFd<'a> {
     fn from(fd: BorrowedFd<'a>) -> DirFd<'a> {
         DirFd(fd)
-    }
-}
-
-impl AsFd for DirFd<'_> {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0
     }
 }
 

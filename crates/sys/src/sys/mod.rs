@@ -51,19 +51,15 @@ pub use rustix::fs::CWD;
 // The kernel's vocabulary: the types the calls above take and return, for callers to build
 // and match them without naming the bindings (which only this crate depends on). Values, not
 // calls: device numbers are arithmetic.
-pub use rustix::fs::{
-    major, makedev, minor, Access, Advice, AtFlags, Dev, FileType, Gid, Mode as FMode, OFlags, RawMode, ResolveFlags, SeekFrom, Stat, StatVfs,
-    StatVfsMountFlags, Timespec, Timestamps, Uid, XattrFlags,
-};
+pub use rustix::fs::{major, makedev, minor, Access, Advice, AtFlags, FileType, Mode as FMode, OFlags, SeekFrom, Stat, Timestamps};
 pub use rustix::io::{Errno, Result as KResult};
 
 /// The kernel's numbers a caller matches or builds: errno values, the file type and mode bits,
 /// `sync_file_range`'s flags.
 pub mod consts {
     pub use libc::{
-        EACCES, EBUSY, EEXIST, EINTR, EINVAL, EIO, EISDIR, ELOOP, EMFILE, ENOENT, ENOSPC, ENOTDIR, ENXIO, EOPNOTSUPP, EPERM, EPIPE, EROFS,
-        SYNC_FILE_RANGE_WAIT_AFTER, SYNC_FILE_RANGE_WAIT_BEFORE, SYNC_FILE_RANGE_WRITE, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK,
-        S_ISGID, S_ISUID, S_ISVTX, S_IXGRP,
+        EACCES, EBUSY, EEXIST, EINTR, EINVAL, EIO, EISDIR, ELOOP, EMFILE, ENOENT, ENOTDIR, ENXIO, EOPNOTSUPP, EPERM, EPIPE, EROFS, SYNC_FILE_RANGE_WAIT_AFTER,
+        SYNC_FILE_RANGE_WAIT_BEFORE, SYNC_FILE_RANGE_WRITE, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK, S_ISGID, S_ISUID, S_IXGRP,
     };
 }
 
