@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import cacheless
-from conftest import REPO, fraction_cached, require_direct, run_python
+from conftest import REPO, ctrl_c_once, fraction_cached, require_direct, run_python
 
 SIZES = [0, 1, 511, 4095, 4096, 4097, 1 << 20, (3 << 20) + 17]
 
@@ -166,7 +166,7 @@ def test_keyboard_interrupt_leaves_no_temporary_file(disk, sigint):
     out.mkdir()
     dst = out / "dst.bin"
     with pytest.raises(KeyboardInterrupt):
-        cacheless.copy(src, dst, progress=lambda done, total: os.kill(os.getpid(), signal.SIGINT))
+        cacheless.copy(src, dst, progress=ctrl_c_once())
     assert os.listdir(out) in ([], ["dst.bin"]), "a temporary file was left behind"
     if dst.exists():
         assert dst.read_bytes() == src.read_bytes(), "a copy that finished before the signal is whole"

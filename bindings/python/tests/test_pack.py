@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import cacheless
-from conftest import REPO, fraction_cached, require_direct, run_python
+from conftest import REPO, ctrl_c_once, fraction_cached, require_direct, run_python
 
 SIZES = [0, 1, 511, 4096, 4097, (1 << 20) + 3, (3 << 20) + 17]
 
@@ -242,7 +242,7 @@ except cacheless.UnsupportedError as e:
 def test_keyboard_interrupt_leaves_no_archive_and_no_temporary(disk, sigint):
     src, out = slow_input(disk, 4)
     with pytest.raises(KeyboardInterrupt):
-        cacheless.pack(out / "a.tar.xz", ".", directory=src, threads=1, progress=lambda done, total: os.kill(os.getpid(), signal.SIGINT))
+        cacheless.pack(out / "a.tar.xz", ".", directory=src, threads=1, progress=ctrl_c_once())
     assert os.listdir(out) == [], "an interrupted pack left something behind"
 
 
