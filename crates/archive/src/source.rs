@@ -21,6 +21,9 @@ use cacheless::Progress;
 
 use crate::error::{Error, Result};
 use crate::zframes::{self, FrameReader, Stats, OUT_CHUNK};
+use ahead::{Ahead, Segments};
+
+pub mod ahead;
 
 const LZ4_MAGIC: &[u8] = &[0x04, 0x22, 0x4d, 0x18];
 
@@ -228,7 +231,7 @@ pub(crate) struct ChanReader {
 }
 
 impl ChanReader {
-    fn new(rx: Receiver<io::Result<Vec<u8>>>) -> Self {
+    pub(crate) fn new(rx: Receiver<io::Result<Vec<u8>>>) -> Self {
         ChanReader { rx, cur: Vec::new(), pos: 0, done: false }
     }
     /// Peeks the first bytes without consuming them.
@@ -302,6 +305,9 @@ pub struct TarStream {
     /// How far into the decompressed stream every checksum covering the bytes has passed (see
     /// [`TarStream::verified`]).
     verified: Arc<AtomicU64>,
+    /// The archive's checksums verified ahead by a second read, where it is a file decoded as
+    /// one stream (see [`ahead`]).
+    ahead: Option<Arc<Ahead>>,
     /// How the archive is read and what compression it has.
     pub info: SourceInfo,
 }
@@ -313,6 +319,12 @@ impl TarStream {
     /// stream is read; a byte past it may still turn out corrupt.
     pub fn verified(&self) -> Arc<AtomicU64> {
         self.verified.clone()
+    }
+
+    /// The verifier that may check the archive's checksums ahead (see [`ahead`]): where
+    /// the archive is a file decoded as one stream.
+    pub fn ahead(&self) -> Option<Arc<Ahead>> {
+        self.ahead.clone().filter(|a| a.enabled())
     }
 
     /// The counts of frames and decompression threads so far (final once the stream has been
@@ -342,6 +354,9 @@ impl Drop for TarStream {
         let (_tx, rx) = sync_channel(1);
         drop(std::mem::replace(&mut self.reader, Decoded::Chan(ChanReader::new(rx))));
         join(std::mem::take(&mut self.threads));
+        if let Some(a) = &self.ahead {
+            a.finish();
+        }
     }
 }
 
@@ -378,6 +393,8 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
         }
         i => i,
     };
+    let verified = Arc::new(AtomicU64::new(0));
+    let mut ahead = None;
     let (read, archive_len) = match input {
         Input::Path(path) => {
             let reader = cacheless::Reader::open(&path, read_options)?;
@@ -385,10 +402,13 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
             let len = Some(reader.len());
             progress.add_total_input_bytes(reader.len());
             let ab = progress.clone();
+            // A file can be read twice: its checksums may be verified ahead (see `ahead`).
+            let a = Ahead::new(path.clone(), read_options.clone(), verified.clone());
+            ahead = Some(a.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name("cacheless-read".into())
-                    .spawn(move || read_engine_thread(reader, tx, ab))
+                    .spawn(move || read_engine_thread(reader, tx, ab, a))
                     .map_err(|e| Error::io("spawn", &path, e))?,
             );
             (SourceRead::File(d), len)
@@ -405,21 +425,28 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
             (read, len)
         }
     };
+    // Whatever happens next, a verifier that never started ends with the stream.
+    let finish_ahead = |a: &Option<Arc<Ahead>>| a.iter().for_each(|a| a.off());
     let mut raw = ChanReader::new(rx);
     if let Err(e) = raw.peek() {
         // The reader thread holds the archive and its buffers: they are given back before the
         // error is.
         drop(raw);
+        finish_ahead(&ahead);
         join(threads);
         return Err(Error::from_engine_io(e).unwrap_or_else(|e| Error::io("read", "archive", e)));
     }
     let compression = Compression::detect(raw.peek().unwrap_or_default());
     let mut info = SourceInfo { compression, read, archive_len, decompress_threads: 0, frames: None };
     if compression == Compression::None {
-        return Ok(TarStream { reader: Decoded::Chan(raw), threads, stats: None, verified: Arc::new(AtomicU64::new(u64::MAX)), info });
+        finish_ahead(&ahead);
+        verified.store(u64::MAX, Ordering::Release);
+        return Ok(TarStream { reader: Decoded::Chan(raw), threads, stats: None, verified, ahead: None, info });
     }
-    let verified = Arc::new(AtomicU64::new(0));
     info.decompress_threads = 1;
+    if let Some(a) = &ahead {
+        a.enable(compression, decompress.window_log_max);
+    }
     if compression == Compression::Zstd && decompress.threads > 1 {
         // The frames' buffers are sized to the caller's share: not leased, so that they never
         // wait on the file writers' leases (which wait on the parser, which waits on the frames).
@@ -429,7 +456,7 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
         let (frames, more, stats) =
             zframes::start(zframes::RawIn::new(rx, cur, pos), plan, verified.clone()).map_err(|e| Error::io("spawn", "decompressor", e))?;
         threads.extend(more);
-        return Ok(TarStream { reader: Decoded::Frames(frames), threads, stats: Some(stats), verified, info });
+        return Ok(TarStream { reader: Decoded::Frames(frames), threads, stats: Some(stats), verified, ahead, info });
     }
     let (dtx, drx) = sync_channel::<io::Result<Vec<u8>>>(8);
     let marks = verified.clone();
@@ -447,11 +474,12 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
         Ok(t) => threads.push(t),
         Err(e) => {
             // The failed spawn dropped the receiver: the reader thread's sends fail, it exits.
+            finish_ahead(&ahead);
             join(threads);
             return Err(Error::io("spawn", "decompressor", e));
         }
     }
-    Ok(TarStream { reader: Decoded::Chan(ChanReader::new(drx)), threads, stats: None, verified, info })
+    Ok(TarStream { reader: Decoded::Chan(ChanReader::new(drx)), threads, stats: None, verified, ahead, info })
 }
 
 /// Reads a stream on its own thread, in chunks sent down `tx`.
@@ -486,12 +514,17 @@ fn join(threads: Vec<JoinHandle<()>>) {
     }
 }
 
-fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<Vec<u8>>>, verified: Arc<AtomicU64>, window_log_max: Option<u32>) {
-    let mut dec: Box<dyn Read> = match c {
+/// The decoder of a stream compressed as `c`, raising `verified` as its members' checks pass.
+pub(crate) fn decoder(c: Compression, raw: ChanReader, verified: Arc<AtomicU64>, window_log_max: Option<u32>) -> Box<dyn Read> {
+    match c {
         Compression::Lz4 => Box::new(Lz4Frames::new(raw, verified)),
         Compression::None => Box::new(raw),
         c => Box::new(Members { window_log_max, ..Members::new(c, raw, verified) }),
-    };
+    }
+}
+
+fn decompress_thread(c: Compression, raw: ChanReader, tx: SyncSender<io::Result<Vec<u8>>>, verified: Arc<AtomicU64>, window_log_max: Option<u32>) {
+    let mut dec = decoder(c, raw, verified, window_log_max);
     loop {
         let mut buf = vec![0u8; OUT_CHUNK];
         let (filled, err) = fill(&mut dec, &mut buf);
@@ -647,8 +680,9 @@ impl Read for Members {
                 self.produced += n as u64;
                 return Ok(n);
             }
-            // The member ended, its checks passed: what it held is verified.
-            self.verified.store(self.produced, Ordering::Release);
+            // The member ended, its checks passed: what it held is verified (or more already,
+            // by a verifier ahead: see `ahead`).
+            self.verified.fetch_max(self.produced, Ordering::AcqRel);
             self.input = match self.cur.take() {
                 Some(Member::Gzip(d)) => Some(d.into_inner()),
                 Some(Member::Xz(d)) => Some(d.input),
@@ -722,25 +756,58 @@ impl Read for Lz4Frames {
                 return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "stream truncated: a frame ends without its end mark"));
             }
             // The frame's end mark (and its checksums, where it has them) passed.
-            self.verified.store(self.produced, Ordering::Release);
+            self.verified.fetch_max(self.produced, Ordering::AcqRel);
             self.between = true;
         }
     }
 }
 
-fn read_engine_thread(mut r: cacheless::Reader, tx: SyncSender<io::Result<Vec<u8>>>, progress: Arc<Progress>) {
+/// Reads an archive file through the engine, in segments of `ahead::SEG` bytes (each hashed and
+/// checked by `ahead` before it is sent, see `ahead`; where no verifier can run, the
+/// engine's chunks as they come).
+fn read_engine_thread(mut r: cacheless::Reader, tx: SyncSender<io::Result<Vec<u8>>>, progress: Arc<Progress>, ahead: Arc<Ahead>) {
+    let mut segs = Segments::default();
+    let send = |v: Vec<u8>| -> bool {
+        if !ahead.is_off() {
+            if let Err(e) = ahead.check(&v) {
+                let _ = tx.send(Err(e));
+                return false;
+            }
+        }
+        tx.send(Ok(v)).is_ok()
+    };
     loop {
         match r.next_chunk() {
             Ok(Some(c)) => {
-                // Copied out so the engine's buffer goes back to its read-ahead at once.
-                let v = c.to_vec();
+                progress.add_input_bytes(c.len() as u64);
+                if ahead.is_off() {
+                    // Copied out so the engine's buffer goes back to its read-ahead at once.
+                    let v = c.to_vec();
+                    drop(c);
+                    if let Some(rest) = segs.finish() {
+                        if !send(rest) {
+                            return;
+                        }
+                    }
+                    if !send(v) {
+                        return;
+                    }
+                    continue;
+                }
+                let done = segs.add(&c);
                 drop(c);
-                progress.add_input_bytes(v.len() as u64);
-                if tx.send(Ok(v)).is_err() {
-                    return;
+                for v in done {
+                    if !send(v) {
+                        return;
+                    }
                 }
             }
-            Ok(None) => return,
+            Ok(None) => {
+                if let Some(rest) = segs.finish() {
+                    send(rest);
+                }
+                return;
+            }
             Err(e) => {
                 // The engine error travels whole (tarparse takes it back out).
                 let _ = tx.send(Err(io::Error::from(e)));

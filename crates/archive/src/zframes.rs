@@ -151,7 +151,8 @@ impl io::Read for FrameReader {
                     // The frame's worker finished it (an error would have come first).
                     Err(_) => {
                         self.cur = None;
-                        self.verified.store(self.delivered, Ordering::Release);
+                        // (Or more already, by a verifier ahead: see `crate::source::ahead`.)
+                        self.verified.fetch_max(self.delivered, Ordering::AcqRel);
                     }
                 },
                 None => match self.frames.recv() {

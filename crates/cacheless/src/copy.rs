@@ -780,7 +780,7 @@ impl<'a> Job<'a> {
             Some(e) => Some(e),
             None => {
                 // On any error below the clone goes with `entry`.
-                let entry = PendingFile::create(self.dir.clone(), self.name, self.dst, NewName::Temporary, self.attrs().create_perm())?;
+                let entry = PendingFile::create(self.dir.clone(), self.name, self.dst, NewName::Temporary, self.attrs().create_perm(), false)?;
                 let file = entry.file();
                 match sys::ficlone(&**file, reader.file()) {
                     Ok(()) => {

@@ -252,7 +252,8 @@ impl CreateQueue {
             Slot::Done(f) => Ok(*f),
             Slot::Completed(a, Opened { dir, at, fd: Ok(fd) }) => {
                 let tmp = a.temp.then(|| OsString::from_vec(at.into_bytes()));
-                match PendingFile::adopt(fd, dir.clone(), &a.name, &a.path, tmp) {
+                let covered = a.temp && self.creator.covers(&dir);
+                match PendingFile::adopt(fd, dir.clone(), &a.name, &a.path, tmp, covered) {
                     Some(entry) => Ok(self.creator.adopt(entry, a.size_hint, FileCreator::mode_given(a.attrs, a.exact))),
                     // Its temporary name taken by a cleaner before it was held: made again, here.
                     None => self.creator.create(dir, &a.name, &a.path, a.size_hint, a.attrs),

@@ -84,8 +84,9 @@ pub struct PendingFile {
 impl PendingFile {
     /// Creates a new file for `name` (one path component) in `dir`, named as `naming` says,
     /// read-write, with permission bits `mode` (see [`initial_mode`]). `path` names it in
-    /// errors.
-    pub(crate) fn create(dir: Arc<OwnedFd>, name: &OsStr, path: &Path, naming: NewName, mode: u32) -> Result<PendingFile> {
+    /// errors. `covered`: a temporary name it gets is covered by its job's claim on a folder
+    /// above it (see [`hold_temporary`]).
+    pub(crate) fn create(dir: Arc<OwnedFd>, name: &OsStr, path: &Path, naming: NewName, mode: u32, covered: bool) -> Result<PendingFile> {
         sys::check_name("create", path, name)?;
         let (fd, at) = match naming {
             NewName::Final => {
@@ -94,20 +95,20 @@ impl PendingFile {
             }
             NewName::Unnamed { mode: unnamed } => match create_unnamed(dir.as_fd(), path, unnamed)? {
                 Some(fd) => (fd, At::Unnamed),
-                None => create_temp(dir.as_fd(), name, path, mode)?,
+                None => create_temp(dir.as_fd(), name, path, mode, covered)?,
             },
-            NewName::Temporary => create_temp(dir.as_fd(), name, path, mode)?,
+            NewName::Temporary => create_temp(dir.as_fd(), name, path, mode, covered)?,
         };
         Ok(PendingFile { file: Arc::new(File::from(fd)), dir, name: name.to_os_string(), path: path.to_path_buf(), at, settled: false })
     }
 
     /// A file created elsewhere (an openat on an io_uring), as [`NewName::Temporary`] makes one
-    /// under the temporary name `tmp` (held here by its lock as `create` holds one: `None`
-    /// where its name is no longer its own), or [`NewName::Unnamed`] one without a name (`tmp`
-    /// `None`).
-    pub(crate) fn adopt(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path, tmp: Option<OsString>) -> Option<PendingFile> {
+    /// under the temporary name `tmp` (held here as `create` holds one, see [`hold_temporary`]:
+    /// `None` where its name is no longer its own), or [`NewName::Unnamed`] one without a name
+    /// (`tmp` `None`). `covered` as [`PendingFile::create`] takes it.
+    pub(crate) fn adopt(fd: OwnedFd, dir: Arc<OwnedFd>, name: &OsStr, path: &Path, tmp: Option<OsString>, covered: bool) -> Option<PendingFile> {
         if let Some(t) = &tmp {
-            if !crate::temps::hold_file(fd.as_fd(), dir.as_fd(), t) {
+            if !hold_temporary(fd.as_fd(), dir.as_fd(), t, covered) {
                 return None;
             }
         }
@@ -207,7 +208,6 @@ impl PendingFile {
     /// it has none) and closes it: a [`Parked`] file holds no descriptor of its own. Back as it
     /// was where it cannot be (no link could be made).
     pub fn park(mut self) -> std::result::Result<Parked, PendingFile> {
-        let Some(at) = self.identity() else { return Err(self) };
         // Closed, its own lock goes: what holds it from now is the claim its job keeps on a
         // folder above it (extract claims its destination; see `crate::temps`), which costs no
         // descriptor per parked file or per folder.
@@ -220,7 +220,8 @@ impl PendingFile {
             At::Final | At::InPlace => return Err(self),
         };
         self.settled = true;
-        Ok(Parked { at, tmp, settled: false })
+        let (dir, name, path) = (self.dir.clone(), std::mem::take(&mut self.name), std::mem::take(&mut self.path));
+        Ok(Parked { dir, name, path, tmp, settled: false })
     }
 
     /// Where it is to be named, and which inode it is: for a caller that names it before it
@@ -278,7 +279,10 @@ impl Named {
 /// (see [`PendingFile::park`]): renamed when published, removed when dropped.
 #[derive(Debug)]
 pub struct Parked {
-    at: Named,
+    dir: Arc<OwnedFd>,
+    /// Its final name in `dir`.
+    name: OsString,
+    path: PathBuf,
     tmp: OsString,
     settled: bool,
 }
@@ -286,7 +290,7 @@ pub struct Parked {
 impl Parked {
     /// Renames it to its final name (see [`PendingFile::publish`]).
     pub fn publish(mut self) -> Result<()> {
-        let r = sys::publish(self.at.dir.as_fd(), &self.tmp, &self.at.name, &self.at.path, false).map_err(|u| {
+        let r = sys::publish(self.dir.as_fd(), &self.tmp, &self.name, &self.path, false).map_err(|u| {
             self.settled = u.renamed;
             *u.error
         });
@@ -296,16 +300,29 @@ impl Parked {
         r
     }
 
-    /// Where it is to be named.
-    pub fn identity(&self) -> &Named {
-        &self.at
+    /// The final path, as given at creation.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The folder it is to be named in.
+    pub fn dir(&self) -> &Arc<OwnedFd> {
+        &self.dir
+    }
+
+    /// Where it is to be named, and which inode it is (as [`PendingFile::identity`] says; its
+    /// temporary name, its own, is looked at): asked only where it is to be named early, so
+    /// that parking costs no look. `None` where it cannot be looked at.
+    pub fn identity(&self) -> Option<Named> {
+        let st = DirFd::of(&*self.dir).stat(&self.tmp).ok()?;
+        Some(Named { dir: self.dir.clone(), name: self.name.clone(), path: self.path.clone(), id: (st.st_dev, st.st_ino) })
     }
 }
 
 impl Drop for Parked {
     fn drop(&mut self) {
         if !self.settled {
-            let _ = sys::unlinkat(&*self.at.dir, self.tmp.as_os_str(), AtFlags::empty());
+            let _ = sys::unlinkat(&*self.dir, self.tmp.as_os_str(), AtFlags::empty());
         }
     }
 }
@@ -334,15 +351,25 @@ impl Drop for PendingFile {
     }
 }
 
+/// Holds the regular file `fd`, just made under the temporary name `tmp` in `dir`, against
+/// cleaners (see [`crate::temps`]): by its own lock (`temps::hold_file`), unless `covered` (its
+/// job holds a claim on a folder above it for as long as it lives, and its folder is on a
+/// filesystem of this machine), where that claim is what every cleaner looks at first and the
+/// lock (a lock, a look at the file and one at its name) would add nothing. `false` where its
+/// name was taken before it was held: the caller makes another.
+pub(crate) fn hold_temporary(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, tmp: &OsStr, covered: bool) -> bool {
+    covered || crate::temps::hold_file(fd, dir, tmp)
+}
+
 /// Creates a new file under a temporary name beside `name` in `dir` (see [`crate::sys::temps::temp_name`])
-/// with permission bits `mode`; `path` names it in errors.
-fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, mode: u32) -> Result<(OwnedFd, At)> {
+/// with permission bits `mode`, held as [`hold_temporary`] holds it; `path` names it in errors.
+fn create_temp(dir: BorrowedFd<'_>, name: &OsStr, path: &Path, mode: u32, covered: bool) -> Result<(OwnedFd, At)> {
     loop {
         let (fd, tmp) = sys::beside_held(dir, name, |dir, t| DirFd::from(dir).create_new(t, OFlags::RDWR, mode).map_err(io::Error::from))
             .map_err(|e| Error::io("create", path, e))?;
         // Its own lock proves its writer alive while it is open (parked, its job's claim on a
         // folder above it, see `park`). Its name taken by a cleaner before the lock: made again.
-        if crate::temps::hold_file(fd.as_fd(), dir, &tmp) {
+        if hold_temporary(fd.as_fd(), dir, &tmp, covered) {
             return Ok((fd, At::Temporary(tmp)));
         }
     }
@@ -388,11 +415,11 @@ mod tests {
             std::fs::write(d.path().join("f"), b"old").unwrap();
             let fd = dir(d.path());
             if naming == NewName::Final {
-                let e = PendingFile::create(fd.clone(), OsStr::new("f"), &d.path().join("f"), naming, 0o600).unwrap_err();
+                let e = PendingFile::create(fd.clone(), OsStr::new("f"), &d.path().join("f"), naming, 0o600, false).unwrap_err();
                 assert_eq!(e.errno(), Some(sys::consts::EEXIST), "{e}");
                 std::fs::remove_file(d.path().join("f")).unwrap();
             }
-            let p = PendingFile::create(fd.clone(), OsStr::new("f"), &d.path().join("f"), naming, 0o600).unwrap();
+            let p = PendingFile::create(fd.clone(), OsStr::new("f"), &d.path().join("f"), naming, 0o600, false).unwrap();
             (&**p.file()).write_all(b"new data").unwrap();
             match naming {
                 NewName::Final => assert_eq!(names(d.path()), ["f"]),
@@ -411,7 +438,7 @@ mod tests {
             assert_eq!(std::fs::read(d.path().join("f")).unwrap(), b"new data", "{naming:?}");
 
             // Dropped unpublished: what was there stays, and nothing else is left.
-            let p = PendingFile::create(fd.clone(), OsStr::new("g"), &d.path().join("g"), naming, 0o600).unwrap();
+            let p = PendingFile::create(fd.clone(), OsStr::new("g"), &d.path().join("g"), naming, 0o600, false).unwrap();
             (&**p.file()).write_all(b"lost").unwrap();
             drop(p);
             assert_eq!(names(d.path()), ["f"], "{naming:?}");
@@ -448,7 +475,7 @@ mod tests {
         assert_eq!(initial_mode(None, Some(0o4755)), 0o755);
         // And the file is created with them.
         let d = tempfile::tempdir().unwrap();
-        let p = PendingFile::create(dir(d.path()), OsStr::new("f"), &d.path().join("f"), NewName::Temporary, initial_mode(Some(0o644), None)).unwrap();
+        let p = PendingFile::create(dir(d.path()), OsStr::new("f"), &d.path().join("f"), NewName::Temporary, initial_mode(Some(0o644), None), false).unwrap();
         assert_eq!(p.file().metadata().unwrap().permissions().mode() & 0o7777, 0o600);
     }
 }

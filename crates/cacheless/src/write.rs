@@ -157,7 +157,7 @@ impl Writer {
             Naming::Temporary => NewName::Temporary,
             Naming::Final => NewName::Final,
         };
-        let entry = PendingFile::create(dir, name, path, naming, initial_mode(opts.permissions, opts.create_mode))?;
+        let entry = PendingFile::create(dir, name, path, naming, initial_mode(opts.permissions, opts.create_mode), false)?;
         // A failure to decide how to write removes the file with `entry`.
         let plan = plan::choose(entry.file(), path, "create", None, |caps| policy::decide_write(opts.io.mode, caps, opts.size_hint))?;
         Ok(Writer::new(entry, path, opts, plan))

@@ -26,12 +26,21 @@ pub fn boot() -> &'static str {
     })
 }
 
+/// This process's id as its temporary names and its slot (see `sys::temps`) carry it: read once,
+/// where a call for each name cost a system call per file. A child forked from this process
+/// keeps its parent's, so that its names and its slot still agree (what keeps cleaners off its
+/// temporaries); only the PID a person reads in its names is its parent's.
+pub fn pid() -> u32 {
+    static PID: OnceLock<u32> = OnceLock::new();
+    *PID.get_or_init(std::process::id)
+}
+
 /// A temporary name beside `name`, `.NAME.cacheless-BOOT-PID-N.lk.tmp`, that no other writer
 /// of this process uses. It fits wherever `name` does: NAME is cut to leave room for the rest
 /// (any byte but '/' and NUL may end a name, so a cut is a name too). Made only under a
 /// `sys::temps::Claim` on its folder.
 pub fn temp_name(name: &OsStr) -> OsString {
-    let tail = format!(".cacheless-{}-{}-{}.lk.tmp", boot(), std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+    let tail = format!(".cacheless-{}-{}-{}.lk.tmp", boot(), pid(), COUNTER.fetch_add(1, Ordering::Relaxed));
     let bytes = name.as_bytes();
     let keep = bytes.len().min(NAME_MAX - 1 - tail.len());
     let mut t = OsString::from(".");
@@ -44,7 +53,7 @@ pub fn temp_name(name: &OsStr) -> OsString {
 /// `sys::temps::clean_tree` recognises once its owner is gone; made under a `sys::temps::Claim` on the folder it
 /// is in.
 pub fn bench_dir_name() -> String {
-    format!(".cacheless-bench-{}-{}-{}.lk", boot(), std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+    format!(".cacheless-bench-{}-{}-{}.lk", boot(), pid(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A name for a file that probes a filesystem without O_TMPFILE (see `caps`),

@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 
 use cacheless::{Keeper, Named, Parked, PendingFile, Published};
 
+use crate::source::ahead::Ahead;
+
 /// A durable file waiting for the gate to pass it: open, or parked under a temporary name with
 /// its descriptor closed, so that however many wait, they hold few descriptors.
 enum Held {
@@ -25,7 +27,7 @@ impl Held {
     fn path(&self) -> &Path {
         match self {
             Held::Open(p) => p.path(),
-            Held::Parked(p) => p.identity().path(),
+            Held::Parked(p) => p.path(),
         }
     }
 
@@ -33,7 +35,7 @@ impl Held {
     fn dir(&self) -> &Arc<OwnedFd> {
         match self {
             Held::Open(p) => p.dir(),
-            Held::Parked(p) => p.identity().dir(),
+            Held::Parked(p) => p.dir(),
         }
     }
 
@@ -41,7 +43,7 @@ impl Held {
     fn early(&self, until: u64) -> Option<Early> {
         let at = match self {
             Held::Open(p) => p.identity()?,
-            Held::Parked(p) => p.identity().clone(),
+            Held::Parked(p) => p.identity()?,
         };
         Some(Early { until, at })
     }
@@ -68,6 +70,11 @@ struct Waiting {
     files: VecDeque<(u64, Held, Published)>,
     open: usize,
     early: Vec<Early>,
+    /// Files kept so far, and of them those that waited under a temporary name.
+    kept: u64,
+    parked: u64,
+    /// Whether the verifier ahead was considered (at the first file parked).
+    asked: bool,
 }
 
 /// Holds an extraction's durable files until the input is verified past the end of their data
@@ -79,6 +86,9 @@ pub struct Gate {
     /// wait under temporary names, their descriptors closed.
     open_max: usize,
     held: Mutex<Waiting>,
+    /// The archive's checksums verified ahead (see [`crate::source::ahead`]), asked for once files are
+    /// parked, where the archive has many files for its size.
+    ahead: Option<Arc<Ahead>>,
 }
 
 impl std::fmt::Debug for Gate {
@@ -92,7 +102,30 @@ impl Gate {
     /// A gate passing files whose data ends at or before `verified`, holding at most
     /// `open_max` of the others open.
     pub fn new(verified: Arc<AtomicU64>, open_max: usize) -> Gate {
-        Gate { verified, open_max, held: Mutex::default() }
+        Gate { verified, open_max, held: Mutex::default(), ahead: None }
+    }
+
+    /// The gate, starting `ahead` (where given) once files are parked, where the archive has
+    /// many files for its size ([`Ahead::worth_it`]).
+    pub fn with_ahead(mut self, ahead: Option<Arc<Ahead>>) -> Gate {
+        self.ahead = ahead;
+        self
+    }
+
+    /// How the files waited for the archive's checksums, in words for the report: how many
+    /// waited under temporary names, and what the verifier ahead did. `None` where none waited
+    /// so.
+    pub fn report(&self) -> Option<String> {
+        let h = self.lock();
+        let mut parts = Vec::new();
+        if h.parked > 0 {
+            parts.push(format!(
+                "{} of {} files waited for the archive's checksums under temporary names (renamed), past the {} held open",
+                h.parked, h.kept, self.open_max
+            ));
+        }
+        parts.extend(self.ahead.as_ref().and_then(|a| a.report()));
+        (!parts.is_empty()).then(|| parts.join("; "))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
@@ -166,17 +199,28 @@ impl Keeper for Gate {
     /// closed) once as many as the gate allows are held open. A file that cannot be parked
     /// stays open.
     fn keep(&self, until: u64, file: PendingFile, then: Published) {
+        let mut h = self.lock();
+        h.kept += 1;
         if until <= self.passed() {
+            drop(h);
             return then(file.publish(false));
         }
-        let mut h = self.lock();
         let held = if h.open < self.open_max {
             h.open += 1;
             Held::Open(file)
         } else {
+            if !h.asked {
+                // The hold begins to cost a rename per file: a second decoding may cost less.
+                h.asked = true;
+                if let Some(a) = self.ahead.as_ref().filter(|_| Ahead::worth_it(h.kept, until)) {
+                    a.start(h.kept);
+                }
+            }
+            h.parked += 1;
             match file.park() {
                 Ok(p) => Held::Parked(p),
                 Err(file) => {
+                    h.parked -= 1;
                     h.open += 1;
                     Held::Open(file)
                 }
@@ -223,8 +267,13 @@ fn publish_all(ready: Vec<(u64, Held, Published)>) {
             then(held.publish());
         }
     };
+    if ready.len() <= RUN {
+        return name(ready);
+    }
+    // Asked only here: the kernel's answer reads the cgroup's files, where most batches name a
+    // few files or none.
     let helpers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8) - 1;
-    if ready.len() <= RUN || helpers == 0 {
+    if helpers == 0 {
         return name(ready);
     }
     let mut runs: VecDeque<Vec<(u64, Held, Published)>> = VecDeque::new();

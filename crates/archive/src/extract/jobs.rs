@@ -282,14 +282,21 @@ pub(super) struct InFlight {
     changed: Condvar,
 }
 
+/// A name in flight, shared by the map and its ticket (one copy of the name per file).
+type Key = Arc<[Vec<u8>]>;
+
+/// The hasher of the names in flight: every entry is looked up and inserted, so the hash is
+/// on each file's path; foldhash's (seeded per process) is a fraction of SipHash's cost.
+type Hasher = foldhash::fast::RandomState;
+
 #[derive(Default)]
 struct Names {
     /// Tickets issued so far.
     issued: u64,
     /// The name of each file in flight, and its latest ticket.
-    pending: HashMap<Vec<Vec<u8>>, u64>,
+    pending: HashMap<Key, u64, Hasher>,
     /// Names whose latest file failed (and was removed).
-    failed: HashSet<Vec<Vec<u8>>>,
+    failed: HashSet<Key, Hasher>,
     /// Threads waiting in [`InFlight::settle`]: a settled file wakes them only when there are
     /// some (a wake-up is a system call, and most files settle with nobody waiting).
     waiting: usize,
@@ -314,20 +321,23 @@ impl InFlight {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.issued += 1;
         let seq = st.issued;
-        st.pending.insert(rel.0.clone(), seq);
-        st.failed.remove(&rel.0);
-        Ticket { names: self.clone(), key: rel.0.clone(), seq, ok: false, until }
+        let key: Key = rel.0.as_slice().into();
+        st.pending.insert(key.clone(), seq);
+        if !st.failed.is_empty() {
+            st.failed.remove(rel.0.as_slice());
+        }
+        Ticket { names: self.clone(), key, seq, ok: false, until }
     }
 
     /// The files being written at or below `dir`.
     pub(super) fn pending_under(&self, dir: &RelPath) -> Vec<RelPath> {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.pending.keys().filter(|k| k.starts_with(&dir.0)).map(|k| RelPath(k.clone())).collect()
+        st.pending.keys().filter(|k| k.starts_with(&dir.0)).map(|k| RelPath(k.to_vec())).collect()
     }
 
     /// Whether a file named `rel` is being written (its ticket not yet settled).
     pub(super) fn pending(&self, rel: &RelPath) -> bool {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).pending.contains_key(&rel.0)
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).pending.contains_key(rel.0.as_slice())
     }
 
     /// The first folder on the way to `rel` that is the name of a file being written or
@@ -345,7 +355,7 @@ impl InFlight {
     /// when waiting is not enough. Checks `progress` for cancellation while it waits.
     pub(super) fn settle(&self, rel: &RelPath, progress: &Progress, publish: impl Fn()) -> Settled {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while st.pending.contains_key(&rel.0) {
+        while st.pending.contains_key(rel.0.as_slice()) {
             if progress.is_cancelled() {
                 return Settled::Cancelled;
             }
@@ -355,13 +365,13 @@ impl InFlight {
             let (mut guard, waited) = self.changed.wait_timeout(st, Duration::from_millis(20)).unwrap_or_else(|e| e.into_inner());
             guard.waiting -= 1;
             st = guard;
-            if waited.timed_out() && st.pending.contains_key(&rel.0) {
+            if waited.timed_out() && st.pending.contains_key(rel.0.as_slice()) {
                 drop(st);
                 publish();
                 st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             }
         }
-        if st.failed.contains(&rel.0) {
+        if st.failed.contains(rel.0.as_slice()) {
             Settled::Failed
         } else {
             Settled::Ok
@@ -374,7 +384,7 @@ impl InFlight {
 /// named or removed.
 pub(super) struct Ticket {
     names: Arc<InFlight>,
-    key: Vec<Vec<u8>>,
+    key: Key,
     seq: u64,
     ok: bool,
     /// Where the file's data ends in the tar stream.
@@ -392,10 +402,10 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let mut st = self.names.state.lock().unwrap_or_else(|e| e.into_inner());
         // A later file under the same name has its own ticket.
-        if st.pending.get(&self.key) == Some(&self.seq) {
-            st.pending.remove(&self.key);
+        if st.pending.get(&*self.key) == Some(&self.seq) {
+            st.pending.remove(&*self.key);
             if !self.ok {
-                st.failed.insert(std::mem::take(&mut self.key));
+                st.failed.insert(self.key.clone());
             }
         }
         if st.waiting > 0 {

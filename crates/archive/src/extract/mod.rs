@@ -109,13 +109,17 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     };
     let root = open_root(&opts.dest)?;
     // Files parked under temporary names while their archive's checksums are pending hold no
-    // descriptor: this process's claim on the destination keeps cleaners off them (see
-    // `cacheless::temps`).
-    let _claim = cacheless::temps::claim(root.fd());
+    // descriptor: this process's claim on each destination keeps cleaners off them (see
+    // `cacheless::temps`). Every folder the extraction creates files in is beneath one (a
+    // member is resolved beneath its destination), so on a filesystem of this machine its
+    // temporaries need no lock of their own either (see `CreateOptions::claims`).
+    let mut claims = vec![cacheless::temps::claim(root.fd())];
     // GNU tar's -C between member names: a destination each.
     let mut roots: Vec<Option<Root>> = vec![None];
     for (_, dir) in &opts.chdirs {
-        roots.push(Some(open_root(dir)?));
+        let r = open_root(dir)?;
+        claims.push(cacheless::temps::claim(r.fd()));
+        roots.push(Some(r));
     }
     // Small files created ahead of their data: the batch being filled and those waiting.
     let batch_files = (plan.pipeline / (entry::WAITING_MAX + 1)).clamp(1, jobs::BATCH_FILES.min(plan.batch));
@@ -128,13 +132,14 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     // A file takes its name only once every checksum covering its bytes has passed (the gzip
     // member's, the zstd or LZ4 frame's, the xz or bzip2 stream's): a corrupt or truncated
     // archive leaves none of the files its bad part made.
-    let gate = Arc::new(Gate::new(stream.verified(), opts.held_open.map_or(plan.held, |n| n.min(plan.held))));
+    let gate = Arc::new(Gate::new(stream.verified(), opts.held_open.map_or(plan.held, |n| n.min(plan.held))).with_ahead(stream.ahead()));
     let creator = FileCreator::with_keeper(
         CreateOptions {
             mode: opts.io.mode,
             durability: Durability::NamedAfterSync { write_back },
             deferred_drops: plan.deferred,
             batched_open: plan.batched_open,
+            claims,
         },
         gate.clone(),
     );
@@ -320,6 +325,9 @@ pub fn extract(input: Input, opts: &ExtractOptions) -> Result<ExtractReport> {
     sh.creator.drop_deferred();
     report.modes = sh.modes.counts();
     report.naming = sh.creator.naming().unwrap_or_default();
+    if let Some(how) = sh.gate.report() {
+        report.naming = format!("{}; {how}", report.naming);
+    }
     if let Ok(fs) = cacheless::caps::for_dir(&roots[0].path) {
         report.direct_ok = Some(fs.direct.is_ok());
         report.dontcache_ok = Some(fs.dontcache.is_ok());

@@ -51,6 +51,11 @@ pub struct CreateOptions {
     /// end, so that a slow syncfs (a busy disk, another program's dirty pages) costs time, not
     /// more descriptors than the job has (see `pool::FdPlan::batched_open`). Default: no bound.
     pub batched_open: usize,
+    /// Claims this job holds (see [`crate::temps::claim`]) on folders above every folder it
+    /// creates files in, kept by the creator while it lives. Where each is held, a file it
+    /// makes under a temporary name on a filesystem of this machine is held against cleaners
+    /// by them and takes no lock of its own (see `PendingFile::create`). Default: none.
+    pub claims: Vec<crate::temps::Claim>,
 }
 
 impl Default for CreateOptions {
@@ -62,7 +67,7 @@ impl Default for CreateOptions {
 impl CreateOptions {
     /// Auto mode, each file fsynced, 64 deferred drops, no bound on the files open in batches.
     pub fn new() -> CreateOptions {
-        CreateOptions { mode: Mode::Auto, durability: Durability::EachFile, deferred_drops: 64, batched_open: usize::MAX }
+        CreateOptions { mode: Mode::Auto, durability: Durability::EachFile, deferred_drops: 64, batched_open: usize::MAX, claims: Vec::new() }
     }
 }
 
@@ -105,6 +110,9 @@ struct Shared {
     exact_dir: LastDir<bool>,
     /// The last directory asked about in [`FileCreator::owner_in`] and the owner its new files get.
     owner_dir: LastDir<(u32, u32)>,
+    /// The last directory asked about in [`FileCreator::covers`] and whether it is on a
+    /// filesystem of this machine.
+    local_dir: LastDir<bool>,
     /// Who takes the files once their batch's syncfs made them durable (see [`Keeper`]);
     /// `None`: they are named then.
     keeper: Option<Arc<dyn Keeper>>,
@@ -178,6 +186,7 @@ impl FileCreator {
                 umask: OnceLock::new(),
                 exact_dir: Mutex::new(None),
                 owner_dir: Mutex::new(None),
+                local_dir: Mutex::new(None),
                 keeper,
             }),
         }
@@ -265,7 +274,8 @@ impl FileCreator {
             }
             n => (n, false),
         };
-        let entry = PendingFile::create(dir, name, display_path, naming, attrs.create_perm())?;
+        let covered = naming != NewName::Final && self.covers(&dir);
+        let entry = PendingFile::create(dir, name, display_path, naming, attrs.create_perm(), covered)?;
         let attrs = Self::mode_given(attrs, exact && entry.unnamed());
         Ok(self.new_file(entry, size_hint, attrs))
     }
@@ -300,6 +310,17 @@ impl FileCreator {
     /// as the creator's [`Keeper`] prefers.
     pub(crate) fn prefers_temporary(&self) -> bool {
         self.shared.keeper.as_ref().is_some_and(|k| k.prefers_temporary())
+    }
+
+    /// Whether a file made under a temporary name in `dir` is held against cleaners by the
+    /// creator's claims (see [`CreateOptions::claims`]): there are some, each is held, and
+    /// `dir` is on a filesystem of this machine (asked once for files created one after another
+    /// in one directory).
+    pub(crate) fn covers(&self, dir: &Arc<OwnedFd>) -> bool {
+        let claims = &self.shared.opts.claims;
+        !claims.is_empty()
+            && claims.iter().all(crate::temps::Claim::is_held)
+            && for_last_dir(&self.shared.local_dir, dir, || Some(!crate::temps::on_shared_fs(dir.as_fd()))).unwrap_or(false)
     }
 
     /// Whether files are created without their final name and named after their batch's

@@ -214,6 +214,7 @@ pub(crate) fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<P
             durability: Durability::NamedAfterSync { write_back: Some(files::PLAIN_BATCH_BYTES) },
             deferred_drops: plan.deferred,
             batched_open: plan.batched_open,
+            ..CreateOptions::new()
         })
     });
     let batch_files = if unnamed.is_some() { files::BATCH_FILES.min(plan.deferred) } else { files::BATCH_FILES };
@@ -228,6 +229,7 @@ pub(crate) fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<P
             durability: Durability::AtTheEnd { write_back: None },
             deferred_drops: plan.deferred,
             batched_open: plan.batched_open,
+            ..CreateOptions::new()
         }),
         unnamed,
         batch_files,

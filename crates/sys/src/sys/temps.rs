@@ -99,7 +99,7 @@ pub fn owner(name: &[u8]) -> Option<Owner> {
 /// This process's slot.
 fn my_slot() -> u64 {
     static SLOT: OnceLock<u64> = OnceLock::new();
-    *SLOT.get_or_init(|| slot_of(boot(), std::process::id()))
+    *SLOT.get_or_init(|| slot_of(boot(), crate::names::pid()))
 }
 
 /// A folder in which this process holds its slot: a descriptor of the folder (opened for
@@ -168,6 +168,14 @@ pub fn claim_path(path: &Path) -> Claim {
         Ok(fd) => claim(fd.as_fd()),
         Err(_) => Claim(None),
     }
+}
+
+/// Whether the folder `dir` is on a filesystem shared between machines (NFS, SMB, FUSE, ...:
+/// see `shared_fs`), where a lock on a folder is not seen by another machine's cleaner: a
+/// temporary made there needs its own lock (see [`hold_file`]) whatever claim covers it.
+/// `true` where statfs fails (the safe answer).
+pub fn on_shared_fs(dir: BorrowedFd<'_>) -> bool {
+    rustix::fs::fstatfs(dir).map_or(true, |s| u64::try_from(s.f_type).map_or(true, shared_fs))
 }
 
 /// Holds the regular file `fd`, just made under the temporary name `tmp` in `dir` (under a

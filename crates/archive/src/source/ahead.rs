@@ -1,0 +1,351 @@
+//! Checksums verified ahead of the extraction. A file extracted from a compressed archive takes
+//! its name only once every checksum covering its data has passed (see `extract::gate`). Where
+//! the archive is one zstd frame, gzip member, xz or bzip2 stream, that checksum is at its very
+//! end: every file waits for it, most of them parked under a temporary name once the files held
+//! open reach their bound, and all of them are named together at the end, a rename each, with
+//! nothing left to overlap.
+//!
+//! Where the archive is a file, a second read of it can run ahead: a thread that only decodes
+//! (no tar parsing, no files), which reaches the end in the time the extraction takes for its
+//! first part. Its checksums passing prove the bytes *it* read. The bytes the extraction reads
+//! are tied to them by a hash of each 4 MiB segment of the file (XXH3-128, as the checksums
+//! themselves guard against corruption, not forgery), taken by both reads: once every segment the
+//! extraction has decoded so far matches the verifier's, the whole stream counts as verified
+//! (`verified` is raised to its decoded length), and from then on each segment the extraction
+//! reads is checked against the verifier's before it is decoded. A file changed between the
+//! two reads fails that check, and the extraction stops there as at a bad checksum: every file
+//! named was made of bytes the checksums passed.
+//!
+//! It costs a second read of the archive and a second decoding, so it starts only where the
+//! hold costs more: once files are being parked, and only where the archive has many files per
+//! MiB (see [`Ahead::worth_it`]). Elsewhere the hold goes on as before.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use super::{ChanReader, Compression};
+
+/// The segments both reads hash: the extraction's read hands its decoder whole segments.
+pub(crate) const SEG: usize = 4 << 20;
+
+/// Files per MiB of the decoded stream from which a second decoding costs less than the hold
+/// it saves: a decoding costs about a millisecond of CPU per MiB, a parked file a temporary
+/// name and a rename, about 15 µs of kernel time.
+const FILES_PER_MIB: u64 = 64;
+
+/// A segment's hash.
+type Digest = u128;
+
+/// What the extraction and the verifier know of each other.
+#[derive(Default)]
+struct State {
+    /// The hash of each segment the extraction's read handed to its decoder, in order.
+    main: Vec<Digest>,
+    /// The verifier's hashes, once its decoding reached the end with every checksum passed.
+    ahead: Option<Vec<Digest>>,
+    /// The extraction's segments so far matched the verifier's: each next one is checked.
+    confirmed: bool,
+    /// Whether the verifier was started, and how it ended (for the report).
+    started: Option<u64>,
+    outcome: Option<String>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The verifier of one archive file (see the module's docs).
+pub struct Ahead {
+    path: PathBuf,
+    read: cacheless::ReadOptions,
+    /// Set once the compression is known and has its checksum at the end (`None`: the
+    /// extraction's read does not hash, nothing starts).
+    codec: Mutex<Option<(Compression, Option<u32>)>>,
+    verified: Arc<AtomicU64>,
+    /// No verifier can run (a plain tar, or the stream ended before it was known): the
+    /// extraction's read no longer hashes.
+    off: AtomicBool,
+    stop: AtomicBool,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Ahead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ahead").field("path", &self.path).finish()
+    }
+}
+
+impl Ahead {
+    pub(crate) fn new(path: PathBuf, read: cacheless::ReadOptions, verified: Arc<AtomicU64>) -> Arc<Ahead> {
+        Arc::new(Ahead { path, read, codec: Mutex::new(None), verified, off: AtomicBool::new(false), stop: AtomicBool::new(false), state: Mutex::default() })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The archive is `c` decoded as one stream (its checksums in its members): it may be
+    /// verified ahead.
+    pub(crate) fn enable(&self, c: Compression, window_log_max: Option<u32>) {
+        *self.codec.lock().unwrap_or_else(|e| e.into_inner()) = Some((c, window_log_max));
+    }
+
+    /// Whether the archive may be verified ahead.
+    pub(crate) fn enabled(&self) -> bool {
+        !self.is_off() && self.codec.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
+    /// No verifier will run: the extraction's read stops hashing.
+    pub(crate) fn off(&self) {
+        self.off.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether no verifier will run (the extraction's read hashes until it is known).
+    pub(crate) fn is_off(&self) -> bool {
+        self.off.load(Ordering::Relaxed)
+    }
+
+    /// Whether, `files` files having ended within the first `decoded` bytes of the stream,
+    /// a second decoding is worth its cost: 64 files per MiB at least (a decoding costs
+    /// about a millisecond of CPU per MiB, a parked file about 15 µs of kernel time).
+    pub fn worth_it(files: u64, decoded: u64) -> bool {
+        files.saturating_mul(1 << 20) >= FILES_PER_MIB.saturating_mul(decoded.max(1))
+    }
+
+    /// Starts the verifier (once; nothing where the archive cannot be verified ahead).
+    /// `files` files had been kept when it was asked, for the report.
+    pub fn start(self: &Arc<Self>, files: u64) {
+        let Some((codec, window_log_max)) = *self.codec.lock().unwrap_or_else(|e| e.into_inner()) else { return };
+        if self.is_off() {
+            return;
+        }
+        let mut st = self.lock();
+        if st.started.is_some() {
+            return;
+        }
+        st.started = Some(files);
+        let me = self.clone();
+        match std::thread::Builder::new().name("cacheless-verify".into()).spawn(move || me.run(codec, window_log_max)) {
+            Ok(t) => st.thread = Some(t),
+            Err(e) => st.outcome = Some(format!("not started ({e})")),
+        }
+    }
+
+    /// The verifier: reads the archive again, hashing its segments, and decodes it to nothing.
+    fn run(&self, codec: Compression, window_log_max: Option<u32>) {
+        let outcome = match self.verify(codec, window_log_max) {
+            Ok((hashes, total)) => {
+                let mut st = self.lock();
+                let matches = st.main.len() <= hashes.len() && st.main.iter().zip(&hashes).all(|(a, b)| a == b);
+                st.ahead = Some(hashes);
+                if matches {
+                    st.confirmed = true;
+                    // Under the lock: the extraction's next segment is checked first.
+                    self.verified.fetch_max(total, Ordering::AcqRel);
+                    "verified the whole archive".to_string()
+                } else {
+                    "read other bytes than the extraction (the file changed): not used".to_string()
+                }
+            }
+            Err(e) => format!("stopped ({e})"),
+        };
+        self.lock().outcome = Some(outcome);
+    }
+
+    /// Reads and decodes the whole archive; its segments' hashes and its decoded length where
+    /// every checksum passed to its end.
+    fn verify(&self, codec: Compression, window_log_max: Option<u32>) -> io::Result<(Vec<Digest>, u64)> {
+        let mut reader = cacheless::Reader::open(&self.path, &self.read).map_err(io::Error::other)?;
+        let (tx, rx) = sync_channel::<io::Result<Vec<u8>>>(2);
+        let stop = &self.stop;
+        std::thread::scope(|s| {
+            let hashing = std::thread::Builder::new().name("cacheless-verify".into()).spawn_scoped(s, move || {
+                let mut hashes = Vec::new();
+                let mut seg = Segments::default();
+                loop {
+                    if stop.load(Ordering::Relaxed) {
+                        return Err(io::Error::new(io::ErrorKind::Interrupted, "the extraction ended first"));
+                    }
+                    let chunk = match reader.next_chunk() {
+                        Ok(Some(c)) => c,
+                        Ok(None) => break,
+                        Err(e) => {
+                            let e = io::Error::other(e.to_string());
+                            let _ = tx.send(Err(io::Error::new(e.kind(), e.to_string())));
+                            return Err(e);
+                        }
+                    };
+                    for full in seg.add(&chunk) {
+                        hashes.push(digest(&full));
+                        if tx.send(Ok(full)).is_err() {
+                            return Err(io::Error::other("the decoder stopped"));
+                        }
+                    }
+                }
+                if let Some(last) = seg.finish() {
+                    hashes.push(digest(&last));
+                    let _ = tx.send(Ok(last));
+                }
+                Ok(hashes)
+            })?;
+            let mine = Arc::new(AtomicU64::new(0));
+            // The decoder (and the channel's end) goes at the end of this statement: a read
+            // still sending learns that it stopped.
+            let decoded = io::copy(&mut super::decoder(codec, ChanReader::new(rx), mine.clone(), window_log_max), &mut io::sink());
+            let hashes = hashing.join().map_err(|_| io::Error::other("the verifier's read panicked"))?;
+            let total = decoded?;
+            let hashes = hashes?;
+            // Every member ended with its checks passed: the whole decoded length is verified.
+            if mine.load(Ordering::Acquire) != total {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "the stream did not end at a member's end"));
+            }
+            Ok((hashes, total))
+        })
+    }
+
+    /// For the extraction's read, before it hands `seg` (its next segment) to its decoder: an
+    /// error where the verifier vouched for the stream and `seg` is not what it read there.
+    pub(crate) fn check(&self, seg: &[u8]) -> io::Result<()> {
+        let d = digest(seg);
+        let mut st = self.lock();
+        let at = st.main.len();
+        if st.confirmed && st.ahead.as_ref().and_then(|a| a.get(at)) != Some(&d) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: the archive changed while it was read (its bytes at {} MiB differ from those whose checksums passed)",
+                    self.path.display(),
+                    at * (SEG >> 20)
+                ),
+            ));
+        }
+        st.main.push(d);
+        Ok(())
+    }
+
+    /// What the verifier did, in words for the report; `None` where it never started.
+    pub fn report(&self) -> Option<String> {
+        let st = self.lock();
+        let files = st.started?;
+        let how = st.outcome.clone().unwrap_or_else(|| "still running at the end".into());
+        Some(format!("checksums verified ahead by a second read, started after {files} files: {how}"))
+    }
+
+    /// Waits for the verifier to end by itself (tests).
+    #[cfg(test)]
+    fn wait(&self) {
+        let t = self.lock().thread.take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+
+    /// Stops the verifier and waits for it.
+    pub(crate) fn finish(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let t = self.lock().thread.take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+}
+
+/// XXH3-128 of a segment.
+fn digest(b: &[u8]) -> Digest {
+    xxhash_rust::xxh3::xxh3_128(b)
+}
+
+/// Cuts a stream of chunks into segments of [`SEG`] bytes at fixed offsets (the last one
+/// shorter), whatever the chunks' sizes.
+#[derive(Default)]
+pub(crate) struct Segments {
+    cur: Vec<u8>,
+}
+
+impl Segments {
+    /// Adds `chunk`; the segments it completed.
+    pub(crate) fn add(&mut self, mut chunk: &[u8]) -> Vec<Vec<u8>> {
+        let mut done = Vec::new();
+        while !chunk.is_empty() {
+            if self.cur.capacity() == 0 {
+                self.cur.reserve_exact(SEG);
+            }
+            let n = (SEG - self.cur.len()).min(chunk.len());
+            self.cur.extend_from_slice(&chunk[..n]);
+            chunk = &chunk[n..];
+            if self.cur.len() == SEG {
+                done.push(std::mem::take(&mut self.cur));
+            }
+        }
+        done
+    }
+
+    /// The last, partial segment, if any.
+    pub(crate) fn finish(&mut self) -> Option<Vec<u8>> {
+        (!self.cur.is_empty()).then(|| std::mem::take(&mut self.cur))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_are_cut_at_fixed_offsets_whatever_the_chunks() {
+        let data: Vec<u8> = (0..(SEG * 2 + 1000)).map(|i| u8::try_from(i * 7 % 251).unwrap()).collect();
+        for step in [1000, SEG - 1, SEG, SEG + 3, data.len()] {
+            let mut s = Segments::default();
+            let mut out = Vec::new();
+            for c in data.chunks(step) {
+                out.extend(s.add(c));
+            }
+            out.extend(s.finish());
+            assert_eq!(out.iter().map(Vec::len).collect::<Vec<_>>(), [SEG, SEG, 1000], "chunks of {step}");
+            assert_eq!(out.concat(), data);
+        }
+    }
+
+    /// The verifier vouches for the stream only where the segments the extraction read so far
+    /// are those it read, and from then on a segment that differs (the file changed between
+    /// the two reads) is refused before it is decoded; where the extraction read other bytes
+    /// before, nothing is vouched for.
+    #[test]
+    fn the_verifier_vouches_only_for_the_bytes_it_read() {
+        let d = tempfile::tempdir().unwrap();
+        let plain: Vec<u8> = (0..(SEG * 3)).map(|i| u8::try_from(i * 31 % 253).unwrap()).collect();
+        let z = zstd::encode_all(&plain[..], 1).unwrap();
+        let path = d.path().join("a.zst");
+        std::fs::write(&path, &z).unwrap();
+        let ro = cacheless::ReadOptions::from(cacheless::IoOptions::default());
+        let segs: Vec<&[u8]> = z.chunks(SEG).collect();
+        for same_so_far in [true, false] {
+            let verified = Arc::new(AtomicU64::new(0));
+            let a = Ahead::new(path.clone(), ro.clone(), verified.clone());
+            a.enable(Compression::Zstd, None);
+            let first = if same_so_far { segs[0].to_vec() } else { vec![0u8; segs[0].len()] };
+            a.check(&first).unwrap();
+            a.start(1);
+            a.wait();
+            if same_so_far {
+                assert_eq!(verified.load(Ordering::Acquire), plain.len() as u64, "{}", a.report().unwrap_or_default());
+                assert!(a.report().unwrap_or_default().contains("verified the whole archive"));
+                let e = a.check(b"other bytes").unwrap_err();
+                assert!(e.to_string().contains("changed while it was read"), "{e}");
+            } else {
+                assert_eq!(verified.load(Ordering::Acquire), 0, "nothing vouched for");
+                assert!(a.report().unwrap_or_default().contains("not used"), "{:?}", a.report());
+                a.check(b"other bytes").unwrap();
+            }
+            a.finish();
+        }
+    }
+
+    #[test]
+    fn worth_it_where_files_are_many_per_mib() {
+        // 200,000 files in 0.86 GiB: yes; 24,000 in 1.88 GiB: no.
+        assert!(Ahead::worth_it(200_000, 880 << 20));
+        assert!(!Ahead::worth_it(24_000, 1925 << 20));
+        assert!(Ahead::worth_it(1, 0));
+    }
+}
