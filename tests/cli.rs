@@ -771,3 +771,46 @@ fn info_reports_o_tmpfile_per_folder_and_the_switch() {
     assert!(text.contains("linkat by fd   no (linkat(AT_EMPTY_PATH) disabled by CACHELESS_DISABLE)"), "{text}");
     assert!(!here || text.contains("O_TMPFILE      yes, new files made without a name"), "{text}");
 }
+
+/// A gzip archive file whose files wait for its one checksum (few descriptors: most are parked
+/// under temporary names): a second read checks that checksum early, and the report says so;
+/// with `CACHELESS_DISABLE=ahead` it does not, and says that instead. Both give GNU tar's
+/// files, byte for byte.
+#[test]
+fn the_archive_s_checksum_is_verified_ahead_unless_turned_off() {
+    let d = scratch();
+    let src = d.path().join("src");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(48);
+    for i in 0..3000u32 {
+        let dir = src.join(format!("d{}", i / 1000));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut b = vec![0u8; (i as usize * 13) % 900];
+        rng.fill_bytes(&mut b);
+        std::fs::write(dir.join(format!("f{i}")), b).unwrap();
+    }
+    // Past what the decoder reads ahead of the parser, so that the files wait for the end.
+    std::fs::write(src.join("zeros"), vec![0u8; 24 << 20]).unwrap();
+    let tgz = d.path().join("a.tgz");
+    assert!(Command::new("tar").arg("-czf").arg(&tgz).arg("-C").arg(&src).arg(".").status().unwrap().success());
+    let gnu = d.path().join("gnu");
+    std::fs::create_dir(&gnu).unwrap();
+    assert!(Command::new("tar").arg("-xzf").arg(&tgz).arg("-C").arg(&gnu).status().unwrap().success());
+    for (disable, says) in [("", "verified the whole archive"), ("ahead", "turned off (CACHELESS_DISABLE=ahead)")] {
+        let dest = d.path().join(format!("ours-{disable}"));
+        std::fs::create_dir(&dest).unwrap();
+        // 96 descriptors: a few dozen files held open, the rest parked.
+        let out = Command::new("prlimit")
+            .arg("--nofile=96")
+            .arg(env!("CARGO_BIN_EXE_cacheless"))
+            .env("CACHELESS_DISABLE", disable)
+            .args(["--json", "extract", "-C", s(&dest), s(&tgz)])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{disable}: {}", String::from_utf8_lossy(&out.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let naming = report["naming"].as_str().unwrap();
+        assert!(naming.contains("under temporary names (renamed)") && naming.contains(says), "{disable}: {naming}");
+        let diff = Command::new("diff").arg("-r").arg(&gnu).arg(&dest).output().unwrap();
+        assert!(diff.status.success(), "{disable}: {}", String::from_utf8_lossy(&diff.stdout));
+    }
+}

@@ -21,7 +21,7 @@ use cacheless::Progress;
 
 use crate::error::{Error, Result};
 use crate::zframes::{self, FrameReader, Stats, OUT_CHUNK};
-use ahead::{Ahead, Segments};
+use ahead::Ahead;
 
 pub mod ahead;
 
@@ -762,52 +762,27 @@ impl Read for Lz4Frames {
     }
 }
 
-/// Reads an archive file through the engine, in segments of `ahead::SEG` bytes (each hashed and
-/// checked by `ahead` before it is sent, see `ahead`; where no verifier can run, the
-/// engine's chunks as they come).
+/// Reads an archive file through the engine, each piece checked by `ahead` before it is sent
+/// (see [`ahead`]; where no verifier can run, as they come).
 fn read_engine_thread(mut r: cacheless::Reader, tx: SyncSender<io::Result<Vec<u8>>>, progress: Arc<Progress>, ahead: Arc<Ahead>) {
-    let mut segs = Segments::default();
-    let send = |v: Vec<u8>| -> bool {
-        if !ahead.is_off() {
-            if let Err(e) = ahead.check(&v) {
-                let _ = tx.send(Err(e));
-                return false;
-            }
-        }
-        tx.send(Ok(v)).is_ok()
-    };
     loop {
         match r.next_chunk() {
             Ok(Some(c)) => {
-                progress.add_input_bytes(c.len() as u64);
-                if ahead.is_off() {
-                    // Copied out so the engine's buffer goes back to its read-ahead at once.
-                    let v = c.to_vec();
-                    drop(c);
-                    if let Some(rest) = segs.finish() {
-                        if !send(rest) {
-                            return;
-                        }
-                    }
-                    if !send(v) {
-                        return;
-                    }
-                    continue;
-                }
-                let done = segs.add(&c);
+                // Copied out so the engine's buffer goes back to its read-ahead at once.
+                let v = c.to_vec();
                 drop(c);
-                for v in done {
-                    if !send(v) {
+                progress.add_input_bytes(v.len() as u64);
+                if !ahead.is_off() {
+                    if let Err(e) = ahead.check(&v) {
+                        let _ = tx.send(Err(e));
                         return;
                     }
                 }
-            }
-            Ok(None) => {
-                if let Some(rest) = segs.finish() {
-                    send(rest);
+                if tx.send(Ok(v)).is_err() {
+                    return;
                 }
-                return;
             }
+            Ok(None) => return,
             Err(e) => {
                 // The engine error travels whole (tarparse takes it back out).
                 let _ = tx.send(Err(io::Error::from(e)));

@@ -71,7 +71,7 @@ pub use copy::{
 };
 pub use create::{sync_filesystem, CreateOptions, FileAttrs, FileCreator, Keeper, NewFile, Published};
 pub use create_queue::{CreateQueue, CreateTicket};
-pub use env::check_disabled;
+pub use env::{check_disabled, disabled};
 pub use error::{strerror, Error, ErrorKind, Hint, Result};
 pub use mode::{Mode, Taken};
 pub use options::{Durability, IoOptions, Naming, DEFAULT_BLOCK_SIZE, DEFAULT_BUDGET, DEFAULT_QUEUE_DEPTH};

@@ -1,7 +1,7 @@
 //! Switches read from the environment. A leaf, so that every floor of the engine can ask.
 
 /// Features the user turned off with
-/// `CACHELESS_DISABLE=direct,dontcache,uring,cachestat,hugepages,tmpfile,flink`.
+/// `CACHELESS_DISABLE=direct,dontcache,uring,cachestat,hugepages,tmpfile,flink,ahead`.
 /// The variable is read once, at the first question: every module asks this one place.
 pub fn disabled(feature: &str) -> bool {
     names().iter().any(|f| f.eq_ignore_ascii_case(feature))
@@ -17,7 +17,7 @@ fn names() -> &'static [String] {
 }
 
 /// The features `CACHELESS_DISABLE` can name.
-pub const FEATURES: [&str; 7] = ["direct", "dontcache", "uring", "cachestat", "hugepages", "tmpfile", "flink"];
+pub const FEATURES: [&str; 8] = ["direct", "dontcache", "uring", "cachestat", "hugepages", "tmpfile", "flink", "ahead"];
 
 /// The names in `CACHELESS_DISABLE` that are no feature (a typo would otherwise leave on what
 /// the user meant to turn off, silently).

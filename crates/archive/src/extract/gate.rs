@@ -212,7 +212,7 @@ impl Keeper for Gate {
             if !h.asked {
                 // The hold begins to cost a rename per file: a second decoding may cost less.
                 h.asked = true;
-                if let Some(a) = self.ahead.as_ref().filter(|_| Ahead::worth_it(h.kept, until)) {
+                if let Some(a) = self.ahead.as_ref().filter(|a| a.worth_it(h.kept, until)) {
                     a.start(h.kept);
                 }
             }

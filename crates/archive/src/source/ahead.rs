@@ -8,11 +8,12 @@
 //! Where the archive is a file, a second read of it can run ahead: a thread that only decodes
 //! (no tar parsing, no files), which reaches the end in the time the extraction takes for its
 //! first part. Its checksums passing prove the bytes *it* read. The bytes the extraction reads
-//! are tied to them by a hash of each 4 MiB segment of the file (XXH3-128, as the checksums
-//! themselves guard against corruption, not forgery), taken by both reads: once every segment the
-//! extraction has decoded so far matches the verifier's, the whole stream counts as verified
-//! (`verified` is raised to its decoded length), and from then on each segment the extraction
-//! reads is checked against the verifier's before it is decoded. A file changed between the
+//! are tied to them by a hash of each piece of the file the engine's reader hands out (its
+//! blocks, the same for both reads; XXH3-128, as the checksums themselves guard against
+//! corruption, not forgery): once every piece the extraction has decoded so far matches the
+//! verifier's, the whole stream counts as verified (`verified` is raised to its decoded length),
+//! and from then on each piece the extraction reads is checked against the verifier's before it
+//! is decoded. A file changed between the
 //! two reads fails that check, and the extraction stops there as at a bad checksum: every file
 //! named was made of bytes the checksums passed.
 //!
@@ -29,25 +30,37 @@ use std::thread::JoinHandle;
 
 use super::{ChanReader, Compression};
 
-/// The segments both reads hash: the extraction's read hands its decoder whole segments.
-pub(crate) const SEG: usize = 4 << 20;
+/// What a parked file costs that a file named as soon as it is durable does not: a temporary
+/// name's lookup, entry and removal, and a rename, about 16 µs of kernel time (ext4, this
+/// project's 2-vCPU machine; docs/BENCHMARKS.md).
+const PARKED_US: u64 = 16;
 
-/// Files per MiB of the decoded stream from which a second decoding costs less than the hold
-/// it saves: a decoding costs about a millisecond of CPU per MiB, a parked file a temporary
-/// name and a rename, about 15 µs of kernel time.
-const FILES_PER_MIB: u64 = 64;
+/// About how many µs of CPU decoding one MiB of tar stream costs, for each codec decoded as one
+/// stream (measured on the same machine, rounded up).
+fn decode_us_per_mib(c: Compression) -> u64 {
+    match c {
+        Compression::Lz4 => 500,
+        Compression::Zstd => 1_000,
+        Compression::Gzip => 3_000,
+        Compression::Xz => 10_000,
+        Compression::Bzip2 => 20_000,
+        Compression::None => u64::MAX,
+    }
+}
 
-/// A segment's hash.
+/// A piece's hash.
 type Digest = u128;
 
 /// What the extraction and the verifier know of each other.
 #[derive(Default)]
 struct State {
-    /// The hash of each segment the extraction's read handed to its decoder, in order.
+    /// The hash of each piece the extraction's read handed to its decoder, in order, and how
+    /// many bytes they held.
     main: Vec<Digest>,
+    main_bytes: u64,
     /// The verifier's hashes, once its decoding reached the end with every checksum passed.
     ahead: Option<Vec<Digest>>,
-    /// The extraction's segments so far matched the verifier's: each next one is checked.
+    /// The extraction's pieces so far matched the verifier's: each next one is checked.
     confirmed: bool,
     /// Whether the verifier was started, and how it ended (for the report).
     started: Option<u64>,
@@ -77,7 +90,9 @@ impl std::fmt::Debug for Ahead {
 }
 
 impl Ahead {
-    pub(crate) fn new(path: PathBuf, read: cacheless::ReadOptions, verified: Arc<AtomicU64>) -> Arc<Ahead> {
+    pub(crate) fn new(path: PathBuf, mut read: cacheless::ReadOptions, verified: Arc<AtomicU64>) -> Arc<Ahead> {
+        // Half the extraction's read-ahead: the two reads share its share of the budget.
+        read.io.queue_depth = (read.io.queue_depth / 2).max(1);
         Arc::new(Ahead { path, read, codec: Mutex::new(None), verified, off: AtomicBool::new(false), stop: AtomicBool::new(false), state: Mutex::default() })
     }
 
@@ -107,10 +122,12 @@ impl Ahead {
     }
 
     /// Whether, `files` files having ended within the first `decoded` bytes of the stream,
-    /// a second decoding is worth its cost: 64 files per MiB at least (a decoding costs
-    /// about a millisecond of CPU per MiB, a parked file about 15 µs of kernel time).
-    pub fn worth_it(files: u64, decoded: u64) -> bool {
-        files.saturating_mul(1 << 20) >= FILES_PER_MIB.saturating_mul(decoded.max(1))
+    /// a second decoding is worth its cost: where the parked files it would spare save more
+    /// than half of what decoding the stream again costs (it runs beside the extraction, on
+    /// another thread). For zstd, about 31 files per MiB of tar stream; for xz, 312.
+    pub fn worth_it(&self, files: u64, decoded: u64) -> bool {
+        let Some((c, _)) = *self.codec.lock().unwrap_or_else(|e| e.into_inner()) else { return false };
+        worth_it(c, files, decoded)
     }
 
     /// Starts the verifier (once; nothing where the archive cannot be verified ahead).
@@ -125,6 +142,10 @@ impl Ahead {
             return;
         }
         st.started = Some(files);
+        if cacheless::disabled("ahead") {
+            st.outcome = Some("turned off (CACHELESS_DISABLE=ahead)".into());
+            return;
+        }
         let me = self.clone();
         match std::thread::Builder::new().name("cacheless-verify".into()).spawn(move || me.run(codec, window_log_max)) {
             Ok(t) => st.thread = Some(t),
@@ -132,7 +153,7 @@ impl Ahead {
         }
     }
 
-    /// The verifier: reads the archive again, hashing its segments, and decodes it to nothing.
+    /// The verifier: reads the archive again, hashing its pieces, and decodes it to nothing.
     fn run(&self, codec: Compression, window_log_max: Option<u32>) {
         let outcome = match self.verify(codec, window_log_max) {
             Ok((hashes, total)) => {
@@ -141,7 +162,7 @@ impl Ahead {
                 st.ahead = Some(hashes);
                 if matches {
                     st.confirmed = true;
-                    // Under the lock: the extraction's next segment is checked first.
+                    // Under the lock: the extraction's next piece is checked first.
                     self.verified.fetch_max(total, Ordering::AcqRel);
                     "verified the whole archive".to_string()
                 } else {
@@ -153,7 +174,7 @@ impl Ahead {
         self.lock().outcome = Some(outcome);
     }
 
-    /// Reads and decodes the whole archive; its segments' hashes and its decoded length where
+    /// Reads and decodes the whole archive; its pieces' hashes and its decoded length where
     /// every checksum passed to its end.
     fn verify(&self, codec: Compression, window_log_max: Option<u32>) -> io::Result<(Vec<Digest>, u64)> {
         let mut reader = cacheless::Reader::open(&self.path, &self.read).map_err(io::Error::other)?;
@@ -162,7 +183,6 @@ impl Ahead {
         std::thread::scope(|s| {
             let hashing = std::thread::Builder::new().name("cacheless-verify".into()).spawn_scoped(s, move || {
                 let mut hashes = Vec::new();
-                let mut seg = Segments::default();
                 loop {
                     if stop.load(Ordering::Relaxed) {
                         return Err(io::Error::new(io::ErrorKind::Interrupted, "the extraction ended first"));
@@ -176,16 +196,12 @@ impl Ahead {
                             return Err(e);
                         }
                     };
-                    for full in seg.add(&chunk) {
-                        hashes.push(digest(&full));
-                        if tx.send(Ok(full)).is_err() {
-                            return Err(io::Error::other("the decoder stopped"));
-                        }
+                    hashes.push(digest(&chunk));
+                    let v = chunk.to_vec();
+                    drop(chunk);
+                    if tx.send(Ok(v)).is_err() {
+                        return Err(io::Error::other("the decoder stopped"));
                     }
-                }
-                if let Some(last) = seg.finish() {
-                    hashes.push(digest(&last));
-                    let _ = tx.send(Ok(last));
                 }
                 Ok(hashes)
             })?;
@@ -204,23 +220,25 @@ impl Ahead {
         })
     }
 
-    /// For the extraction's read, before it hands `seg` (its next segment) to its decoder: an
-    /// error where the verifier vouched for the stream and `seg` is not what it read there.
-    pub(crate) fn check(&self, seg: &[u8]) -> io::Result<()> {
-        let d = digest(seg);
+    /// For the extraction's read, before it hands `piece` (its next one) to its decoder: an
+    /// error where the verifier vouched for the stream and `piece` is not what it read there.
+    pub(crate) fn check(&self, piece: &[u8]) -> io::Result<()> {
+        let d = digest(piece);
         let mut st = self.lock();
         let at = st.main.len();
         if st.confirmed && st.ahead.as_ref().and_then(|a| a.get(at)) != Some(&d) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "{}: the archive changed while it was read (its bytes at {} MiB differ from those whose checksums passed)",
+                    "{}: the archive changed while it was read (its {} bytes at offset {} differ from those whose checksums passed)",
                     self.path.display(),
-                    at * (SEG >> 20)
+                    piece.len(),
+                    st.main_bytes
                 ),
             ));
         }
         st.main.push(d);
+        st.main_bytes += piece.len() as u64;
         Ok(())
     }
 
@@ -251,74 +269,36 @@ impl Ahead {
     }
 }
 
-/// XXH3-128 of a segment.
+/// [`Ahead::worth_it`] for a stream compressed as `c`.
+fn worth_it(c: Compression, files: u64, decoded: u64) -> bool {
+    let saved = u128::from(files) * u128::from(PARKED_US) * 2;
+    let cost = u128::from(decode_us_per_mib(c)) * u128::from(decoded.max(1)) / (1 << 20);
+    saved >= cost
+}
+
+/// XXH3-128 of a piece.
 fn digest(b: &[u8]) -> Digest {
     xxhash_rust::xxh3::xxh3_128(b)
-}
-
-/// Cuts a stream of chunks into segments of [`SEG`] bytes at fixed offsets (the last one
-/// shorter), whatever the chunks' sizes.
-#[derive(Default)]
-pub(crate) struct Segments {
-    cur: Vec<u8>,
-}
-
-impl Segments {
-    /// Adds `chunk`; the segments it completed.
-    pub(crate) fn add(&mut self, mut chunk: &[u8]) -> Vec<Vec<u8>> {
-        let mut done = Vec::new();
-        while !chunk.is_empty() {
-            if self.cur.capacity() == 0 {
-                self.cur.reserve_exact(SEG);
-            }
-            let n = (SEG - self.cur.len()).min(chunk.len());
-            self.cur.extend_from_slice(&chunk[..n]);
-            chunk = &chunk[n..];
-            if self.cur.len() == SEG {
-                done.push(std::mem::take(&mut self.cur));
-            }
-        }
-        done
-    }
-
-    /// The last, partial segment, if any.
-    pub(crate) fn finish(&mut self) -> Option<Vec<u8>> {
-        (!self.cur.is_empty()).then(|| std::mem::take(&mut self.cur))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn segments_are_cut_at_fixed_offsets_whatever_the_chunks() {
-        let data: Vec<u8> = (0..(SEG * 2 + 1000)).map(|i| u8::try_from(i * 7 % 251).unwrap()).collect();
-        for step in [1000, SEG - 1, SEG, SEG + 3, data.len()] {
-            let mut s = Segments::default();
-            let mut out = Vec::new();
-            for c in data.chunks(step) {
-                out.extend(s.add(c));
-            }
-            out.extend(s.finish());
-            assert_eq!(out.iter().map(Vec::len).collect::<Vec<_>>(), [SEG, SEG, 1000], "chunks of {step}");
-            assert_eq!(out.concat(), data);
-        }
-    }
-
-    /// The verifier vouches for the stream only where the segments the extraction read so far
-    /// are those it read, and from then on a segment that differs (the file changed between
+    /// The verifier vouches for the stream only where the pieces the extraction read so far
+    /// are those it read, and from then on a piece that differs (the file changed between
     /// the two reads) is refused before it is decoded; where the extraction read other bytes
     /// before, nothing is vouched for.
     #[test]
     fn the_verifier_vouches_only_for_the_bytes_it_read() {
         let d = tempfile::tempdir().unwrap();
-        let plain: Vec<u8> = (0..(SEG * 3)).map(|i| u8::try_from(i * 31 % 253).unwrap()).collect();
+        let plain: Vec<u8> = (0..(3 << 20)).map(|i| u8::try_from(i * 31 % 253).unwrap()).collect();
         let z = zstd::encode_all(&plain[..], 1).unwrap();
         let path = d.path().join("a.zst");
         std::fs::write(&path, &z).unwrap();
         let ro = cacheless::ReadOptions::from(cacheless::IoOptions::default());
-        let segs: Vec<&[u8]> = z.chunks(SEG).collect();
+        // The engine reads a file this small in one piece.
+        let segs: Vec<&[u8]> = vec![&z[..]];
         for same_so_far in [true, false] {
             let verified = Arc::new(AtomicU64::new(0));
             let a = Ahead::new(path.clone(), ro.clone(), verified.clone());
@@ -343,9 +323,16 @@ mod tests {
 
     #[test]
     fn worth_it_where_files_are_many_per_mib() {
-        // 200,000 files in 0.86 GiB: yes; 24,000 in 1.88 GiB: no.
-        assert!(Ahead::worth_it(200_000, 880 << 20));
-        assert!(!Ahead::worth_it(24_000, 1925 << 20));
-        assert!(Ahead::worth_it(1, 0));
+        // 200,000 files in 0.86 GiB: yes, but not in xz (decoding it twice costs more); 24,000
+        // in 1.88 GiB: no; a kernel's source tree (78,579 files, 1.3 GiB): in zstd, not in xz.
+        for c in [Compression::Lz4, Compression::Zstd, Compression::Gzip] {
+            assert!(worth_it(c, 200_000, 880 << 20), "{c:?}");
+            assert!(!worth_it(c, 24_000, 1925 << 20), "{c:?}");
+            assert!(worth_it(c, 1, 0), "{c:?}");
+        }
+        assert!(!worth_it(Compression::Xz, 200_000, 880 << 20));
+        assert!(worth_it(Compression::Zstd, 78_579, 1330 << 20));
+        assert!(!worth_it(Compression::Xz, 78_579, 1330 << 20));
+        assert!(!worth_it(Compression::None, 1_000_000, 1 << 20));
     }
 }

@@ -9,7 +9,11 @@
 //!   of the folder itself, its slot (a hash of BOOT and PID, which its names carry), and holds it
 //!   until its last temporary there is gone ([`Claim`](crate::temps::Claim));
 //! - a regular file's writer also holds an exclusive lock on the whole file while it is open
-//!   (NFSv4 carries that one to the server, where another machine's cleaner sees it).
+//!   (NFSv4 carries that one to the server, where another machine's cleaner sees it), except
+//!   where its job holds a claim on a folder above it for as long as it writes and its folder is
+//!   on a filesystem of this machine ([`on_shared_fs`](crate::temps::on_shared_fs)): every cleaner that can see the file
+//!   there sees that claim first, so the file's own lock would add nothing but calls (an
+//!   extraction's files: see the engine's `CreateOptions::claims`).
 //!
 //! A cleaner ([`clean_tree`](crate::temps::clean_tree), `cacheless clean`) removes a temporary only where neither is
 //! held: the slot is free, and for a regular file it takes a shared lock on the file itself
