@@ -467,11 +467,13 @@ fn a_member_is_named_only_after_the_checksums_covering_it_pass() {
 #[test]
 fn a_checksum_verified_ahead_names_files_early_only_when_it_passes() {
     let mut t = TarBuf::default();
-    let files: Vec<(String, Vec<u8>)> = (0..2000usize).map(|i| (format!("d{}/f{i}", i % 3), rnd(100 + i as u64, (i * 37) % 1500))).collect();
+    let files: Vec<(String, Vec<u8>)> = (0..2000usize).map(|i| (format!("d{}/f{i}", i % 3), rnd(100 + i as u64, (i * 37) % 300))).collect();
     for (n, d) in &files {
         t.file(n, d);
     }
-    // Past what the decoder reads ahead of the parser, so that the files wait for the end.
+    // Past what the decoder reads ahead of the parser (with the budget below), so that the
+    // files wait for the end. Small files, many per MiB: the verifier is worth its cost for
+    // every codec.
     t.file("big", &vec![0u8; 24 << 20]);
     let tar = t.end();
     let codecs: [(&str, &[&str]); 5] = [
@@ -492,6 +494,9 @@ fn a_checksum_verified_ahead_names_files_early_only_when_it_passes() {
                 fs::write(&archive, bytes).unwrap();
                 let mut o = ExtractOptions::new(&c.dest);
                 o.held_open = Some(0);
+                // A small budget: the parser waits for the workers, so that the decoder cannot
+                // reach the stream's end (its one checksum) before files wait for it.
+                o.io.budget = cacheless::Budget::new(8 << 20);
                 o.decompress_threads = threads;
                 let r = extract(Input::Path(archive.clone()), &o).unwrap();
                 assert_eq!(fs::read(&archive).unwrap(), bytes, "{what}: the archive is never changed");
