@@ -71,6 +71,9 @@ struct State {
 /// The verifier of one archive file (see the module's docs).
 pub struct Ahead {
     path: PathBuf,
+    /// The file the extraction reads (device, inode, length): the second read opens the same
+    /// path, and reads only where it still names that file.
+    id: Option<(u64, u64, u64)>,
     read: cacheless::ReadOptions,
     /// Set once the compression is known and has its checksum at the end (`None`: the
     /// extraction's read does not hash, nothing starts).
@@ -93,7 +96,18 @@ impl Ahead {
     pub(crate) fn new(path: PathBuf, mut read: cacheless::ReadOptions, verified: Arc<AtomicU64>) -> Arc<Ahead> {
         // Half the extraction's read-ahead: the two reads share its share of the budget.
         read.io.queue_depth = (read.io.queue_depth / 2).max(1);
-        Arc::new(Ahead { path, read, codec: Mutex::new(None), verified, off: AtomicBool::new(false), stop: AtomicBool::new(false), state: Mutex::default() })
+        use std::os::unix::fs::MetadataExt;
+        let id = std::fs::metadata(&path).ok().filter(std::fs::Metadata::is_file).map(|m| (m.dev(), m.ino(), m.len()));
+        Arc::new(Ahead {
+            path,
+            id,
+            read,
+            codec: Mutex::new(None),
+            verified,
+            off: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            state: Mutex::default(),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -156,7 +170,11 @@ impl Ahead {
 
     /// The verifier: reads the archive again, hashing its pieces, and decodes it to nothing.
     fn run(&self, codec: Compression, window_log_max: Option<u32>) {
-        let outcome = match self.verify(codec, window_log_max) {
+        // A decoder fed a hostile stream must not take the verifier down unreported (the
+        // extraction's own decoder meets the same bytes and says where they broke).
+        let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.verify(codec, window_log_max)))
+            .unwrap_or_else(|p| Err(io::Error::other(format!("the decoder failed: {}", crate::error::panic_message(&*p)))));
+        let outcome = match verified {
             Ok((hashes, total)) => {
                 let mut st = self.lock();
                 let matches = st.main.len() <= hashes.len() && st.main.iter().zip(&hashes).all(|(a, b)| a == b);
@@ -178,6 +196,13 @@ impl Ahead {
     /// Reads and decodes the whole archive; its pieces' hashes and its decoded length where
     /// every checksum passed to its end.
     fn verify(&self, codec: Compression, window_log_max: Option<u32>) -> io::Result<(Vec<Digest>, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        // Never a FIFO or a device put in the archive's place (its open or its reads could
+        // wait for ever): the same regular file, or nothing.
+        let now = std::fs::metadata(&self.path).ok().filter(std::fs::Metadata::is_file).map(|m| (m.dev(), m.ino(), m.len()));
+        if now.is_none() || now != self.id {
+            return Err(io::Error::other("its path no longer names the file the extraction reads"));
+        }
         let mut reader = cacheless::Reader::open(&self.path, &self.read).map_err(io::Error::other)?;
         let (tx, rx) = sync_channel::<io::Result<Vec<u8>>>(2);
         let stop = &self.stop;
@@ -319,6 +344,38 @@ mod tests {
                 a.check(b"other bytes").unwrap();
             }
             a.finish();
+        }
+    }
+
+    /// The second read opens the archive's path again: where it no longer names the file the
+    /// extraction reads (replaced, or a FIFO put there), it reads nothing and vouches for nothing.
+    #[test]
+    fn the_verifier_reads_only_the_file_the_extraction_reads() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("a.zst");
+        let z = zstd::encode_all(&b"tar bytes"[..], 1).unwrap();
+        std::fs::write(&path, &z).unwrap();
+        let ro = cacheless::ReadOptions::from(cacheless::IoOptions::default());
+        for replace in ["file", "fifo"] {
+            let verified = Arc::new(AtomicU64::new(0));
+            let a = Ahead::new(path.clone(), ro.clone(), verified.clone());
+            a.enable(Compression::Zstd, None);
+            a.check(&z).unwrap();
+            if replace == "file" {
+                // Another file of the same bytes (made while the first still exists, so that its
+                // inode is another).
+                std::fs::write(d.path().join("other"), &z).unwrap();
+                std::fs::rename(d.path().join("other"), &path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+                assert!(std::process::Command::new("mkfifo").arg(&path).status().unwrap().success());
+            }
+            a.start(1);
+            a.wait();
+            assert_eq!(verified.load(Ordering::Acquire), 0, "{replace}");
+            assert!(a.report().unwrap_or_default().contains("no longer names"), "{replace}: {:?}", a.report());
+            std::fs::remove_file(&path).unwrap();
+            std::fs::write(&path, &z).unwrap();
         }
     }
 
