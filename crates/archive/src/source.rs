@@ -456,6 +456,9 @@ pub fn open(input: Input, progress: Arc<Progress>, read_options: &cacheless::Rea
         let (frames, more, stats) =
             zframes::start(zframes::RawIn::new(rx, cur, pos), plan, verified.clone()).map_err(|e| Error::io("spawn", "decompressor", e))?;
         threads.extend(more);
+        if let Some(a) = &ahead {
+            a.watch_frames(stats.clone());
+        }
         return Ok(TarStream { reader: Decoded::Frames(frames), threads, stats: Some(stats), verified, ahead, info });
     }
     let (dtx, drx) = sync_channel::<io::Result<Vec<u8>>>(8);

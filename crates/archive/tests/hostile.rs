@@ -529,6 +529,38 @@ fn a_checksum_verified_ahead_names_files_early_only_when_it_passes() {
     }
 }
 
+/// A zstd archive of two frames decoded frame by frame: each frame is checked as it ends, so
+/// the archive is never read a second time, and every member comes out whole.
+#[test]
+fn frames_checked_as_they_end_are_not_read_twice() {
+    let mut t = TarBuf::default();
+    for i in 0..2000usize {
+        t.file(&format!("d{}/f{i}", i % 3), &rnd(300 + i as u64, (i * 37) % 300));
+    }
+    t.file("big", &vec![0u8; 24 << 20]);
+    let tar = t.end();
+    let split = tar.len() / 2 / 512 * 512;
+    let mut z = compress_with(&["zstd", "-c", "-q", "-1"], &tar[..split]);
+    z.extend(compress_with(&["zstd", "-c", "-q", "-1"], &tar[split..]));
+    let c = case();
+    let archive = c.base.join("a.tar.zst");
+    fs::write(&archive, &z).unwrap();
+    let mut o = ExtractOptions::new(&c.dest);
+    o.held_open = Some(0);
+    o.io.budget = cacheless::Budget::new(8 << 20);
+    o.decompress_threads = 4;
+    let r = extract(Input::Path(archive), &o).unwrap();
+    assert!(r.is_ok(), "{:?} {:?}", r.fatal, r.failures);
+    assert!(!r.naming.contains("second read"), "{}", r.naming);
+    let gnu = c.base.join("gnu");
+    fs::create_dir(&gnu).unwrap();
+    fs::write(c.base.join("a.tar"), &tar).unwrap();
+    assert!(std::process::Command::new("tar").arg("-xf").arg(c.base.join("a.tar")).arg("-C").arg(&gnu).status().unwrap().success());
+    // The same files, byte for byte (the folders the archive does not hold get their own times).
+    let diff = std::process::Command::new("diff").arg("-r").arg(&gnu).arg(&c.dest).output().unwrap();
+    assert!(diff.status.success(), "{}", String::from_utf8_lossy(&diff.stdout));
+}
+
 /// A hard link to a member, or a later member of the same name, needs the earlier file's name
 /// before the archive's checksums reach it: it is named then (no wait on a check that only
 /// reading further can bring), and, should the check then fail, removed with the rest.

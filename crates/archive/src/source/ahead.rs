@@ -82,6 +82,9 @@ pub struct Ahead {
     /// No verifier can run (a plain tar, or the stream ended before it was known): the
     /// extraction's read no longer hashes.
     off: AtomicBool,
+    /// The frames a zstd archive decoded frame by frame was found to have so far: where it has
+    /// more than one, each is checked as it ends and nothing is started.
+    frames: std::sync::OnceLock<Arc<crate::zframes::Stats>>,
     stop: AtomicBool,
     state: Mutex<State>,
 }
@@ -105,6 +108,7 @@ impl Ahead {
             codec: Mutex::new(None),
             verified,
             off: AtomicBool::new(false),
+            frames: std::sync::OnceLock::new(),
             stop: AtomicBool::new(false),
             state: Mutex::default(),
         })
@@ -118,6 +122,12 @@ impl Ahead {
     /// verified ahead.
     pub(crate) fn enable(&self, c: Compression, window_log_max: Option<u32>) {
         *self.codec.lock().unwrap_or_else(|e| e.into_inner()) = Some((c, window_log_max));
+    }
+
+    /// `stats` counts the frames of the zstd archive being decoded frame by frame: the verifier
+    /// starts only while it has found one (see [`Ahead::start`]).
+    pub(crate) fn watch_frames(&self, stats: Arc<crate::zframes::Stats>) {
+        let _ = self.frames.set(stats);
     }
 
     /// Whether the archive may be verified ahead.
@@ -145,11 +155,12 @@ impl Ahead {
         worth_it(c, files, decoded)
     }
 
-    /// Starts the verifier (once; nothing where the archive cannot be verified ahead).
+    /// Starts the verifier (once; nothing where the archive cannot be verified ahead, or is in
+    /// more than one frame: its files then wait only for their own frame's checksum).
     /// `files` files had been kept when it was asked, for the report.
     pub fn start(self: &Arc<Self>, files: u64) {
         let Some((codec, window_log_max)) = *self.codec.lock().unwrap_or_else(|e| e.into_inner()) else { return };
-        if self.is_off() {
+        if self.is_off() || self.frames.get().is_some_and(|s| s.frames.load(Ordering::Relaxed) > 1) {
             return;
         }
         let mut st = self.lock();
