@@ -775,11 +775,9 @@ fn read_engine_thread(mut r: cacheless::Reader, tx: SyncSender<io::Result<Vec<u8
                 let v = c.to_vec();
                 drop(c);
                 progress.add_input_bytes(v.len() as u64);
-                if !ahead.is_off() {
-                    if let Err(e) = ahead.check(&v) {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
+                if let Err(e) = ahead.check(&v) {
+                    let _ = tx.send(Err(e));
+                    return;
                 }
                 if tx.send(Ok(v)).is_err() {
                     return;

@@ -385,6 +385,15 @@ fn names(failures: &[String], n: &str) -> bool {
     failures.iter().any(|f| f.starts_with(&format!("{n}:")) || f.contains(&format!("'{n}'")) || f.contains(&format!("/{n}'")))
 }
 
+/// Each codec whose stream carries checksums, and the command that compresses with it.
+const CODECS: [(&str, &[&str]); 5] = [
+    ("gzip", &["gzip", "-c", "-1"]),
+    ("zstd", &["zstd", "-c", "-q", "-1"]),
+    ("lz4", &["lz4", "-c", "-q"]),
+    ("xz", &["xz", "-c", "-0"]),
+    ("bzip2", &["bzip2", "-c", "-1"]),
+];
+
 /// One bit flipped inside member `a`'s compressed bytes, or the stream cut inside `b`'s: no
 /// member whose bytes a failed (or never reached) checksum covers keeps a name, whatever the
 /// codec. `a` is not left corrupted under its name (what `tar -x` leaves), and each removed
@@ -394,14 +403,7 @@ fn a_member_is_named_only_after_the_checksums_covering_it_pass() {
     let a = rnd(11, 200_000);
     let b = rnd(12, 3 << 20);
     let tar = TarBuf::default().file("a", &a).file("b", &b).file("c", b"c").end();
-    let codecs: [(&str, &[&str]); 5] = [
-        ("gzip", &["gzip", "-c", "-1"]),
-        ("zstd", &["zstd", "-c", "-q", "-1"]),
-        ("lz4", &["lz4", "-c", "-q"]),
-        ("xz", &["xz", "-c", "-0"]),
-        ("bzip2", &["bzip2", "-c", "-1"]),
-    ];
-    for (name, cmd) in codecs {
+    for (name, cmd) in CODECS {
         let z = compress_with(cmd, &tar);
         // Intact, everything comes out.
         let c = case();
@@ -476,14 +478,7 @@ fn a_checksum_verified_ahead_names_files_early_only_when_it_passes() {
     // every codec.
     t.file("big", &vec![0u8; 24 << 20]);
     let tar = t.end();
-    let codecs: [(&str, &[&str]); 5] = [
-        ("gzip", &["gzip", "-c", "-1"]),
-        ("zstd", &["zstd", "-c", "-q", "-1"]),
-        ("lz4", &["lz4", "-c", "-q"]),
-        ("xz", &["xz", "-c", "-0"]),
-        ("bzip2", &["bzip2", "-c", "-1"]),
-    ];
-    for (name, cmd) in codecs {
+    for (name, cmd) in CODECS {
         let z = compress_with(cmd, &tar);
         // zstd is decoded by its frames' workers where more than one thread is asked.
         let threads_tried: &[usize] = if name == "zstd" { &[1, 4] } else { &[1] };

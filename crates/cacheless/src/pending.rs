@@ -314,8 +314,8 @@ impl Parked {
     /// temporary name, its own, is looked at): asked only where it is to be named early, so
     /// that parking costs no look. `None` where it cannot be looked at.
     pub fn identity(&self) -> Option<Named> {
-        let st = DirFd::of(&*self.dir).stat(&self.tmp).ok()?;
-        Some(Named { dir: self.dir.clone(), name: self.name.clone(), path: self.path.clone(), id: (st.st_dev, st.st_ino) })
+        let at = Named::of(&self.dir, &self.tmp, &self.path)?;
+        Some(Named { name: self.name.clone(), ..at })
     }
 }
 

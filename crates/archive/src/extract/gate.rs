@@ -70,8 +70,7 @@ struct Waiting {
     files: VecDeque<(u64, Held, Published)>,
     open: usize,
     early: Vec<Early>,
-    /// Files kept so far, and of them those that waited under a temporary name.
-    kept: u64,
+    /// Files that waited under a temporary name.
     parked: u64,
     /// Whether the verifier ahead was considered (at the first file parked).
     asked: bool,
@@ -86,6 +85,8 @@ pub struct Gate {
     /// wait under temporary names, their descriptors closed.
     open_max: usize,
     held: Mutex<Waiting>,
+    /// Files kept so far (counted without the lock: most pass at once where frames are small).
+    kept: AtomicU64,
     /// The archive's checksums verified ahead (see [`crate::source::ahead`]), asked for once files are
     /// parked, where the archive has many files for its size.
     ahead: Option<Arc<Ahead>>,
@@ -102,7 +103,7 @@ impl Gate {
     /// A gate passing files whose data ends at or before `verified`, holding at most
     /// `open_max` of the others open.
     pub fn new(verified: Arc<AtomicU64>, open_max: usize) -> Gate {
-        Gate { verified, open_max, held: Mutex::default(), ahead: None }
+        Gate { verified, open_max, held: Mutex::default(), kept: AtomicU64::new(0), ahead: None }
     }
 
     /// The gate, starting `ahead` (where given) once files are parked, where the archive has
@@ -121,7 +122,9 @@ impl Gate {
         if h.parked > 0 {
             parts.push(format!(
                 "{} of {} files waited for the archive's checksums under temporary names (renamed), past the {} held open",
-                h.parked, h.kept, self.open_max
+                h.parked,
+                self.kept.load(Ordering::Relaxed),
+                self.open_max
             ));
         }
         parts.extend(self.ahead.as_ref().and_then(|a| a.report()));
@@ -199,12 +202,11 @@ impl Keeper for Gate {
     /// closed) once as many as the gate allows are held open. A file that cannot be parked
     /// stays open.
     fn keep(&self, until: u64, file: PendingFile, then: Published) {
-        let mut h = self.lock();
-        h.kept += 1;
+        let kept = self.kept.fetch_add(1, Ordering::Relaxed) + 1;
         if until <= self.passed() {
-            drop(h);
             return then(file.publish(false));
         }
+        let mut h = self.lock();
         let held = if h.open < self.open_max {
             h.open += 1;
             Held::Open(file)
@@ -212,15 +214,16 @@ impl Keeper for Gate {
             if !h.asked {
                 // The hold begins to cost a rename per file: a second decoding may cost less.
                 h.asked = true;
-                if let Some(a) = self.ahead.as_ref().filter(|a| a.worth_it(h.kept, until)) {
-                    a.start(h.kept);
+                if let Some(a) = self.ahead.as_ref().filter(|a| a.worth_it(kept, until)) {
+                    a.start(kept);
                 }
             }
-            h.parked += 1;
             match file.park() {
-                Ok(p) => Held::Parked(p),
+                Ok(p) => {
+                    h.parked += 1;
+                    Held::Parked(p)
+                }
                 Err(file) => {
-                    h.parked -= 1;
                     h.open += 1;
                     Held::Open(file)
                 }

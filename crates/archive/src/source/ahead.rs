@@ -259,7 +259,11 @@ impl Ahead {
 
     /// For the extraction's read, before it hands `piece` (its next one) to its decoder: an
     /// error where the verifier vouched for the stream and `piece` is not what it read there.
+    /// Nothing where no verifier will run.
     pub(crate) fn check(&self, piece: &[u8]) -> io::Result<()> {
+        if self.is_off() {
+            return Ok(());
+        }
         let d = digest(piece);
         let mut st = self.lock();
         let at = st.main.len();
