@@ -1,7 +1,6 @@
 //! Module-level calls: info, residency, evict, read_file, write_file, copy, extract, pack, hash.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use cacheless::{CreateOptions, Durability, FileAttrs, FileCreator, Progress, ReadOptions, Reflink, Sparse};
@@ -234,17 +233,13 @@ pub fn copy<'py>(
     o.count_totals = true;
     o.remote = opts::remote(endpoint_url, region, no_sign_request, concurrency, part_size, ca_bundle, retries, read_timeout)?;
     let p = Arc::new(Progress::new());
-    // The progress callback's last call comes before the last copy takes its name: one that
-    // raises leaves it unnamed (as every other call's does).
-    let (last_made, raised) = (Arc::new(AtomicBool::new(false)), Arc::new(std::sync::Mutex::new(None)));
-    if let Some(cb) = &progress {
-        o.before_naming = Some(job::last_call_gate(cb.0.clone().unbind(), p.clone(), last_made.clone(), raised.clone()));
-    }
+    // The last copy takes its name only once the calling thread has seen no Ctrl-C and made the
+    // progress callback's last call without an exception (see `job::Naming`): else nothing
+    // more is named.
+    let naming = job::Naming::new(p.clone());
+    o.before_naming = Some(naming.gate());
     let work = || cacheless_cp::copy(std::slice::from_ref(&src), &dst, &o, &p);
-    let rep = job::run_with(py, &p, Measure::Output, opts::callback(&progress), Some(&last_made), work)?;
-    if let Some(e) = raised.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        return Err(e);
-    }
+    let rep = job::run_with(py, &p, Measure::Output, opts::callback(&progress), Some(&naming), work)?;
     let rep = rep.map_err(|e| errors::engine(&e))?;
     let report = to_py(py, &rep)?;
     if let Some(e) = &rep.first_error {
