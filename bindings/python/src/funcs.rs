@@ -237,7 +237,7 @@ pub fn copy<'py>(
     // progress callback's last call without an exception (see `job::Naming`): else nothing
     // more is named.
     let naming = job::Naming::new(p.clone());
-    o.before_naming = Some(naming.gate());
+    p.set_naming_gate(naming.gate());
     let work = || cacheless_cp::copy(std::slice::from_ref(&src), &dst, &o, &p);
     let rep = job::run_with(py, &p, Measure::Output, opts::callback(&progress), Some(&naming), work)?;
     let rep = rep.map_err(|e| errors::engine(&e))?;
@@ -529,14 +529,24 @@ pub fn pack<'py>(
     // walk goes) are what the callback is given.
     let callback = progress_cb;
     po.progress = Some(progress.clone());
+    // An uploaded archive appears only once the calling thread has seen no Ctrl-C and made the
+    // callback's last call (see `job::Naming`); a local one is named below, by `job::commit`.
+    let naming = job::Naming::new(progress.clone());
+    progress.set_naming_gate(naming.gate());
     let work = || -> cacheless_archive::Result<_> {
         let r = cacheless_archive::pack_staged(po)?;
         if let Some(h) = upload {
+            if !progress.may_name() {
+                // Dropped unfinished, the upload is aborted.
+                drop(h);
+                return Err(cacheless::Error::new(cacheless::ErrorKind::Interrupted, "upload", &archive, "interrupted").into());
+            }
             h.finish()?;
         }
         Ok(r)
     };
-    let (rep, staged) = job::run(py, &progress, opts::callback(&callback), work)?.map_err(|e| errors::archive(e, &archive))?;
+    let (rep, staged) =
+        job::run_with(py, &progress, Measure::Output, opts::callback(&callback), Some(&naming), work)?.map_err(|e| errors::archive(e, &archive))?;
     // Named only if no Ctrl-C came meanwhile (see `job::commit`).
     if let Some(a) = staged {
         job::commit(py, a, |a| a.publish(sync))?;

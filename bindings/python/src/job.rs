@@ -65,8 +65,9 @@ enum Msg {
     Ask(SyncSender<bool>),
 }
 
-/// The question a job's worker asks the calling thread before it names its last file (a copy
-/// job's gate, `cacheless_cp::Gate`, made by [`Naming::gate`]): only the calling thread can run
+/// The question a job's worker asks the calling thread before it names its last file (the
+/// job's naming gate, `Progress::set_naming_gate`, made by [`Naming::gate`]: a copy's last file,
+/// a download, an upload's or an uploaded archive's object): only the calling thread can run
 /// Python's signal handlers, so a Ctrl-C that came while the last bytes went out is seen there,
 /// before the name is given, and not at the next tick after it. The calling thread answers
 /// after it has run the signal handlers and made the progress callback's last call; either one

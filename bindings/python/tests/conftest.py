@@ -128,3 +128,20 @@ def s3_store(kind, monkeypatch):
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
     return endpoint
+
+
+class LastCall(Exception):
+    """What `raises_on_last_call`'s callback raises."""
+
+
+def raises_on_last_call():
+    """A progress callback that records its calls and raises LastCall on its last one (done ==
+    total), and the list of its calls."""
+    calls = []
+
+    def progress(done, total):
+        calls.append((done, total))
+        if total and done == total:
+            raise LastCall()
+
+    return progress, calls

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import cacheless
-from conftest import REPO, ctrl_c_once, fraction_cached, require_direct, run_python
+from conftest import REPO, LastCall, ctrl_c_once, fraction_cached, raises_on_last_call, require_direct, run_python
 
 SIZES = [0, 1, 511, 4095, 4096, 4097, 1 << 20, (3 << 20) + 17]
 
@@ -430,10 +430,6 @@ except cacheless.UnsupportedError as e:
     assert 'use backend="auto" or backend="threads"' in done.stdout and "--backend" not in done.stdout, done.stdout
 
 
-class _LastCall(Exception):
-    pass
-
-
 def _commit_call(name, disk, dst, progress=None):
     """The call `name` writing about 128 MiB to `dst` (its source made in `disk` first)."""
     data = np.random.default_rng(11).integers(0, 256, 128 << 20, dtype=np.uint8)
@@ -484,14 +480,8 @@ def test_a_progress_callback_that_raises_on_its_last_call_commits_nothing(disk, 
     out.mkdir()
     dst = out / "dst.bin"
     dst.write_bytes(b"the old file")
-    calls = []
-
-    def progress(done, total):
-        calls.append((done, total))
-        if total and done == total:
-            raise _LastCall()
-
-    with pytest.raises(_LastCall):
+    progress, calls = raises_on_last_call()
+    with pytest.raises(LastCall):
         _commit_call(name, disk, dst, progress)()
     assert calls and calls[-1][0] == calls[-1][1]
     assert dst.read_bytes() == b"the old file"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import cacheless
-from conftest import fincore_fraction, require
+from conftest import REPO, LastCall, fincore_fraction, raises_on_last_call, require
 
 MIB = 1 << 20
 
@@ -155,6 +155,57 @@ def test_pack_to_s3_and_extract_from_s3_as_tarfile_reads_it(aws, disk):
     out.mkdir()
     cacheless.extract(url, out)
     assert subprocess.run(["diff", "-r", str(src), str(out / "src")]).returncode == 0
+
+
+def aws_cli():
+    """The AWS CLI scripts/test-servers names (moto's virtualenv), else the one on PATH."""
+    cli = os.environ.get("CACHELESS_TEST_AWS", "aws")
+    if os.sep in cli and not os.path.isabs(cli):
+        cli = str(REPO / cli)
+    return cli
+
+
+@pytest.mark.parametrize("what", ["upload", "download", "pack"])
+def test_a_callback_that_raises_on_its_last_call_leaves_no_object_and_no_file(aws, disk, what):
+    """As for a local copy, the progress callback's last call (done == total) comes before an
+    object is completed or a download named, on the calling thread: its exception propagates
+    and nothing appears. The aws CLI lists no object under the prefix (a multipart upload,
+    aborted), and a download leaves no file and no temporary."""
+    pre = prefix(f"lastcall-{what}")
+    body = data(20 * MIB, 3)  # past the 8 MiB part: a multipart upload
+    src = disk / "src.bin"
+    src.write_bytes(body)
+    url = f"s3://{aws}/{pre}obj"
+    if what == "download":
+        cacheless.copy(src, url)
+    out = disk / "out"
+    out.mkdir()
+    progress, calls = raises_on_last_call()
+    with pytest.raises(LastCall):
+        if what == "upload":
+            cacheless.copy(src, url, progress=progress)
+        elif what == "download":
+            cacheless.copy(url, out / "got", progress=progress)
+        else:
+            cacheless.pack(url, ["src.bin"], directory=disk, compression="none", progress=progress)
+    assert calls and calls[-1][0] == calls[-1][1]
+    listed = subprocess.run([aws_cli(), "s3", "ls", f"s3://{aws}/{pre}"], capture_output=True, text=True)
+    names = [line.split()[-1] for line in listed.stdout.splitlines()]
+    assert names == (["obj"] if what == "download" else []), (listed.returncode, listed.stdout, listed.stderr)
+    assert os.listdir(out) == []
+    # The same call without the exception completes: what the CLI lists is the bytes sent.
+    if what != "download":
+        if what == "upload":
+            cacheless.copy(src, url)
+        else:
+            cacheless.pack(url, ["src.bin"], directory=disk, compression="none")
+        got = disk / "got"
+        subprocess.run([aws_cli(), "s3", "cp", url, str(got)], capture_output=True, check=True)
+        if what == "upload":
+            assert got.read_bytes() == body
+        else:
+            with tarfile.open(got) as t:
+                assert t.extractfile("src.bin").read() == body
 
 
 def test_errors_name_the_url_and_leave_nothing(aws, disk, monkeypatch):

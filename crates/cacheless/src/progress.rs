@@ -12,6 +12,7 @@ use std::sync::Arc;
 /// as output bytes.
 #[derive(Debug, Default)]
 pub struct Progress {
+    naming: NamingGate,
     bytes: AtomicU64,
     total_bytes: AtomicU64,
     input_bytes: AtomicU64,
@@ -114,5 +115,70 @@ impl Progress {
     /// Whether cancel was asked for.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
+    }
+    /// Sets the question the job asks before it gives a name to something it finished (a
+    /// copy's file, a download, an upload's object): one per job, set before it starts; false
+    /// where one was set already. Python's calls set one so that a Ctrl-C seen only by the
+    /// calling thread still comes before the last name is given.
+    pub fn set_naming_gate(&self, gate: Arc<dyn Fn() -> bool + Send + Sync>) -> bool {
+        self.naming.gate.set(gate).is_ok()
+    }
+    /// Whether the job may name what it finished now: yes where no gate is set. Once the gate
+    /// says no the job is cancelled and the answer stays no: nothing more is named (what was
+    /// finished and not named is removed, as on an error). A cancel alone names what is
+    /// complete, as an interrupted copy keeps every file it finished.
+    pub fn may_name(&self) -> bool {
+        if self.naming.closed.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Some(gate) = self.naming.gate.get() else { return true };
+        if gate() {
+            return true;
+        }
+        self.naming.closed.store(true, Ordering::Relaxed);
+        self.cancel();
+        false
+    }
+}
+
+/// The question set by [`Progress::set_naming_gate`], and whether it was answered no.
+#[derive(Default)]
+struct NamingGate {
+    gate: std::sync::OnceLock<Arc<dyn Fn() -> bool + Send + Sync>>,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for NamingGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamingGate").field("set", &self.gate.get().is_some()).field("closed", &self.closed).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Without a gate every name may be given; with one, its answer counts, a no cancels the
+    /// job and stays no (the gate is not asked again), and a second gate is refused.
+    #[test]
+    fn a_naming_gate_that_says_no_cancels_and_stays_closed() {
+        let p = Progress::new();
+        assert!(p.may_name() && !p.is_cancelled());
+        let asked = Arc::new(AtomicUsize::new(0));
+        let answer = Arc::new(AtomicBool::new(true));
+        let (a, y) = (asked.clone(), answer.clone());
+        assert!(p.set_naming_gate(Arc::new(move || {
+            a.fetch_add(1, Ordering::Relaxed);
+            y.load(Ordering::Relaxed)
+        })));
+        assert!(!p.set_naming_gate(Arc::new(|| true)), "one gate per job");
+        assert!(p.may_name() && !p.is_cancelled());
+        answer.store(false, Ordering::Relaxed);
+        assert!(!p.may_name());
+        assert!(p.is_cancelled(), "a no cancels the job");
+        answer.store(true, Ordering::Relaxed);
+        assert!(!p.may_name(), "once no, no again");
+        assert_eq!(asked.load(Ordering::Relaxed), 2, "the gate is not asked once it said no");
     }
 }

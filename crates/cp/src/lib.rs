@@ -41,9 +41,7 @@ use cacheless::{Progress, Result};
 
 pub use cacheless::backup::BackupKind;
 pub use local::target;
-pub use options::{
-    Ask, Attr, CpOptions, CpReport, Deref, Existing, Gate, Link, Note, OnCopied, OnError, OnNote, OnTransfer, Preserve, Question, Target, Transfer,
-};
+pub use options::{Ask, Attr, CpOptions, CpReport, Deref, Existing, Link, Note, OnCopied, OnError, OnNote, OnTransfer, Preserve, Question, Target, Transfer};
 
 /// Whether an operand is a URL (`s3://`, `http://`, `https://`) rather than a local path (a
 /// local file of such a name is written `./s3://...`).

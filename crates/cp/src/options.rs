@@ -25,9 +25,6 @@ pub type Ask = Arc<dyn Fn(&Question<'_>) -> bool + Send + Sync>;
 /// Called with each transfer to or from a URL once it is done: its requests, how the local file
 /// was read or written, and why.
 pub type OnTransfer = Arc<dyn Fn(&Transfer) + Send + Sync>;
-/// Asked before a local copy takes its name: false stops the job as a cancel does (that copy,
-/// and every one not yet named, removed).
-pub type Gate = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Which symbolic links among the sources are followed (GNU cp's `-P`, `-H`, `-L`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -291,9 +288,6 @@ pub struct CpOptions {
     pub remote: RemoteOptions,
     /// Told of each transfer to or from a URL.
     pub on_transfer: Option<OnTransfer>,
-    /// Asked before each local copy takes its name (Python's last progress call, which may
-    /// raise: then nothing more is named).
-    pub before_naming: Option<Gate>,
 }
 
 impl CpOptions {
@@ -330,7 +324,6 @@ impl CpOptions {
             on_note: None,
             remote: RemoteOptions::default(),
             on_transfer: None,
-            before_naming: None,
         }
     }
 

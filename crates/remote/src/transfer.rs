@@ -88,7 +88,8 @@ pub fn download_into(
         }
     }
     let f = fetch(remote, info, &wo.io.budget, wo.io.queue_depth.max(1), cancel, progress, &mut Land(&mut w))?;
-    if cancel.load(Ordering::Relaxed) {
+    // The job's naming gate is asked before the name is given (dropped, the file is removed).
+    if cancel.load(Ordering::Relaxed) || progress.is_some_and(|p| !p.may_name()) {
         return Err(Error::new(ErrorKind::Interrupted, "download", info.location.to_string(), "interrupted"));
     }
     if let Some(c) = carry {
@@ -273,6 +274,11 @@ pub fn upload_file(
         wait(&mut active)?;
     }
     r.check_unchanged()?;
+    // The object appears only when completed: the job's naming gate is asked first (dropped,
+    // the multipart upload is aborted).
+    if cancel.load(Ordering::Relaxed) || progress.is_some_and(|p| !p.may_name()) {
+        return Err(interrupted());
+    }
     let parts = up.count();
     let etag = up.complete()?;
     let expected = verify.then(|| format!("{}-{parts}", hex(&sums.finalize())));

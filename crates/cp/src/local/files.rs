@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 use cacheless::sys::{AtFlags, DirFd, FMode, OFlags};
 
 use super::Sink;
-use crate::options::{Gate, Note, OnNote, Preserve};
+use crate::options::{Note, OnNote, Preserve};
 use cacheless::pool::Work;
 use cacheless::quote::quote;
 use cacheless::sys;
@@ -105,10 +105,6 @@ pub(super) struct Copier {
     pub rules: Rules,
     /// Told of what is done (`--verbose`).
     pub on_note: Option<OnNote>,
-    /// Asked before each copy takes its name (see `CpOptions::before_naming`).
-    pub before_naming: Option<Gate>,
-    /// The gate said no: nothing more is named.
-    pub gate_closed: AtomicBool,
 }
 
 /// The options that decide a file's attributes and how it is opened, from the tree's.
@@ -125,25 +121,10 @@ pub(super) struct Rules {
 }
 
 impl Copier {
-    /// Whether a complete copy may take its name now: the gate, if any, says yes (a no cancels
-    /// the job, and this copy and every one after it is removed unnamed). A cancel alone names
-    /// what is complete, as an interrupted copy keeps every file it finished.
-    fn may_name(&self) -> bool {
-        let Some(gate) = &self.before_naming else { return true };
-        if self.gate_closed.load(Ordering::Relaxed) {
-            return false;
-        }
-        if !gate() {
-            self.gate_closed.store(true, Ordering::Relaxed);
-            self.sink.progress.cancel();
-            return false;
-        }
-        true
-    }
-
-    /// Names a staged copy, where it may (else drops it, which removes it).
+    /// Names a staged copy, where the job's naming gate lets it ([`Progress::may_name`]; else
+    /// drops it, which removes it).
     fn name(&self, staged: Staged) -> Result<Option<CopyReport>, Error> {
-        if !self.may_name() {
+        if !self.sink.progress.may_name() {
             return Ok(None);
         }
         staged.commit().map(Some)

@@ -255,8 +255,6 @@ pub(crate) fn copy(srcs: &[PathBuf], dst: &Path, o: &CpOptions, progress: &Arc<P
             data: o.data(),
         },
         on_note: o.on_note.clone(),
-        before_naming: o.before_naming.clone(),
-        gate_closed: AtomicBool::new(false),
     });
     let sampler = o.copy.rate.as_ref().map(|_| samples::Sampler::start(progress));
     let several = srcs.len() > 1 && target_dir.is_some();
