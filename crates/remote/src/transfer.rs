@@ -88,8 +88,8 @@ pub fn download_into(
         }
     }
     let f = fetch(remote, info, &wo.io.budget, wo.io.queue_depth.max(1), cancel, progress, &mut Land(&mut w))?;
-    // The job's naming gate is asked before the name is given (dropped, the file is removed).
-    if cancel.load(Ordering::Relaxed) || progress.is_some_and(|p| !p.may_name()) {
+    // Dropped, the file is removed.
+    if !may_name(cancel, progress) {
         return Err(Error::new(ErrorKind::Interrupted, "download", info.location.to_string(), "interrupted"));
     }
     if let Some(c) = carry {
@@ -102,6 +102,12 @@ pub fn download_into(
     }
     let write = w.finish()?;
     Ok(DownloadReport { fetch: f, write })
+}
+
+/// Whether a finished transfer may now take its name (a download) or complete (an upload): not
+/// cancelled, and the job's naming gate says yes (`Progress::may_name`).
+fn may_name(cancel: &AtomicBool, progress: Option<&Progress>) -> bool {
+    !cancel.load(Ordering::Relaxed) && progress.is_none_or(Progress::may_name)
 }
 
 /// What an upload did.
@@ -274,9 +280,8 @@ pub fn upload_file(
         wait(&mut active)?;
     }
     r.check_unchanged()?;
-    // The object appears only when completed: the job's naming gate is asked first (dropped,
-    // the multipart upload is aborted).
-    if cancel.load(Ordering::Relaxed) || progress.is_some_and(|p| !p.may_name()) {
+    // The object appears only when completed (dropped, the multipart upload is aborted).
+    if !may_name(cancel, progress) {
         return Err(interrupted());
     }
     let parts = up.count();
