@@ -87,6 +87,10 @@ pub struct Gate {
     held: Mutex<Waiting>,
     /// Files kept so far (counted without the lock: most pass at once where frames are small).
     kept: AtomicU64,
+    /// Files finished so far (before their batch's syncfs), and the furthest end of their data:
+    /// how many files the archive has per MiB, whatever order their batches are synced in.
+    finished: AtomicU64,
+    furthest: AtomicU64,
     /// The archive's checksums verified ahead (see [`crate::source::ahead`]), asked for once files are
     /// parked, where the archive has many files for its size.
     ahead: Option<Arc<Ahead>>,
@@ -103,7 +107,7 @@ impl Gate {
     /// A gate passing files whose data ends at or before `verified`, holding at most
     /// `open_max` of the others open.
     pub fn new(verified: Arc<AtomicU64>, open_max: usize) -> Gate {
-        Gate { verified, open_max, held: Mutex::default(), kept: AtomicU64::new(0), ahead: None }
+        Gate { verified, open_max, held: Mutex::default(), kept: AtomicU64::new(0), finished: AtomicU64::new(0), furthest: AtomicU64::new(0), ahead: None }
     }
 
     /// The gate, starting `ahead` (where given) once files are parked, where the archive has
@@ -133,6 +137,14 @@ impl Gate {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A file whose data ends at `until` is finished: it will be kept once its batch is synced.
+    /// Counted for the verifier's decision (see [`Gate::keep`]): the files kept when the first
+    /// is parked are too few where an earlier batch's syncfs is still running.
+    pub fn finished(&self, until: u64) {
+        self.finished.fetch_add(1, Ordering::Relaxed);
+        self.furthest.fetch_max(until, Ordering::Relaxed);
     }
 
     /// How far the input is verified.
@@ -213,8 +225,12 @@ impl Keeper for Gate {
         } else {
             if !h.asked {
                 // The hold begins to cost a rename per file: a second decoding may cost less.
+                // Judged by the files finished so far, not those kept: batches are synced by
+                // several workers, and the first to end may be a later one.
                 h.asked = true;
-                if let Some(a) = self.ahead.as_ref().filter(|a| a.worth_it(kept, until)) {
+                let files = self.finished.load(Ordering::Relaxed).max(kept);
+                let decoded = self.furthest.load(Ordering::Relaxed).max(until);
+                if let Some(a) = self.ahead.as_ref().filter(|a| a.worth_it(files, decoded)) {
                     a.start(kept);
                 }
             }
@@ -378,6 +394,49 @@ mod tests {
             drop(creator);
             drop(keeper);
             assert_eq!(cacheless_testkit::open_in(d.path()), Vec::<PathBuf>::new());
+        }
+    }
+
+    /// Whether the verifier ahead starts is judged by the files finished so far and the
+    /// furthest end of their data: where the first file parked comes from a later batch (an
+    /// earlier batch's syncfs still running), the files kept so far (one) say nothing of how
+    /// many the archive has per MiB.
+    #[test]
+    fn the_verifier_is_judged_by_the_files_finished_not_those_kept() {
+        for finished_first in [true, false] {
+            let d = tempfile::tempdir().unwrap();
+            let archive = d.path().join("a.tar.gz");
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut gz, &[0u8; 4096]).unwrap();
+            std::fs::write(&archive, gz.finish().unwrap()).unwrap();
+            let verified = Arc::new(AtomicU64::new(0));
+            let ahead = Ahead::new(archive, cacheless::ReadOptions::from(cacheless::IoOptions::default()), verified.clone());
+            ahead.enable(crate::source::Compression::Gzip, None);
+            let keeper = Arc::new(Gate::new(verified, 0).with_ahead(Some(ahead.clone())));
+            // A thousand files in the first MiB of tar stream: for gzip, a second decoding
+            // costs less than a thousand renames.
+            if finished_first {
+                for i in 1..=1000u64 {
+                    keeper.finished(i * 1024);
+                }
+            }
+            let opts = CreateOptions { durability: Durability::NamedAfterSync { write_back: Some(1 << 20) }, ..CreateOptions::new() };
+            let creator = FileCreator::with_keeper(opts, keeper.clone());
+            let dir = open_dir(d.path());
+            let mut q = CreateQueue::new(&creator);
+            let t = q.push(dir, OsStr::new("f"), Path::new("f"), 10, FileAttrs { permissions: Some(0o644), ..FileAttrs::default() }).unwrap();
+            let mut f = q.take(t).unwrap();
+            f.write_at(b"0123456789", 0).unwrap();
+            // The last of them is the first kept.
+            f.keep_with(1000 * 1024);
+            f.finish_then(Box::new(|_| {})).unwrap();
+            creator.publish_now();
+            let report = keeper.report().unwrap_or_default();
+            assert_eq!(report.contains("verified ahead by a second read, started after 1 files"), finished_first, "{report}");
+            ahead.finish();
+            drop(q);
+            drop(creator);
+            let _ = keeper.discard_held(|p| cacheless::Error::io("verify", p, std::io::Error::other("checksum")));
         }
     }
 }
