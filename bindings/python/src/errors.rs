@@ -28,6 +28,50 @@ pub fn hint_text(h: &Hint) -> String {
     h.sentence(|setting, value, _| format!("{setting}=\"{value}\""))
 }
 
+/// A refusal of the shared core, which names the options as the command line spells them
+/// (`--reflink=always`, `--link (-l)`, `--preserve=mode (or -p, -a)`), in the Python API's
+/// own keyword arguments (`reflink="always"`, `link=True`, `preserve="mode" (or archive=True)`).
+fn python_spelling(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let word = |from: usize, ok: fn(u8) -> bool| (from..b.len()).find(|&j| !ok(b[j])).unwrap_or(b.len());
+    while i < b.len() {
+        let at_word_start = i == 0 || b[i - 1] == b' ' || b[i - 1] == b'(';
+        if at_word_start && b[i..].starts_with(b"--") && b.get(i + 2).is_some_and(u8::is_ascii_lowercase) {
+            let end = word(i + 2, |c| c.is_ascii_lowercase() || c == b'-');
+            let name = text[i + 2..end].replace('-', "_");
+            if b.get(end) == Some(&b'=') {
+                let v_end = word(end + 1, |c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
+                out += &format!("{name}=\"{}\"", &text[end + 1..v_end]);
+                i = v_end;
+            } else {
+                // The keyword arguments that take a value name it with nothing after the sign.
+                out += &if name == "backup" { format!("{name}=") } else { format!("{name}=True") };
+                i = end;
+            }
+            // The short options after it: Python has none (`-a` is `archive=True`).
+            for (short, python) in [(" (-l)", ""), (" (-s)", ""), (" (or -p, -a)", " (or archive=True)")] {
+                if text[i..].starts_with(short) {
+                    out += python;
+                    i += short.len();
+                }
+            }
+            continue;
+        }
+        let next = text[i..].chars().next().map_or(1, char::len_utf8);
+        out += &text[i..i + next];
+        i += next;
+    }
+    out
+}
+
+/// Whether `text` names `path` itself: at its start, or as a word before a colon.
+fn names_path(text: &str, path: &Path) -> bool {
+    let p = path.to_string_lossy();
+    !p.is_empty() && (text.starts_with(&*p) || text.contains(&format!(" {p}: ")))
+}
+
 /// The OS error's text without Rust's " (os error N)" suffix (Python shows the errno itself).
 fn reason(e: &std::io::Error) -> String {
     let s = e.to_string();
@@ -74,6 +118,11 @@ pub fn engine(e: &cacheless::Error) -> PyErr {
             }
         }),
         ErrorKind::InvalidInput if e.errno().is_none() && path.is_dir() => os_error(Some(cacheless::sys::consts::EISDIR), text, path),
+        // An option refused: the message names it (its "path"), in Python's spelling here.
+        ErrorKind::InvalidInput if e.is_message() && path.as_os_str().as_encoded_bytes().starts_with(b"--") => PyValueError::new_err(python_spelling(&text)),
+        // A message that names its path already ("extract DEST: durability ...") is not
+        // prefixed with it again.
+        ErrorKind::InvalidInput if e.errno().is_none() && e.is_message() && names_path(&text, path) => PyValueError::new_err(text),
         ErrorKind::InvalidInput if e.errno().is_none() => PyValueError::new_err(format!("{}: {text}", path.display())),
         ErrorKind::NotFound if e.errno().is_none() => os_error(Some(cacheless::sys::consts::ENOENT), text, path),
         ErrorKind::PermissionDenied if e.errno().is_none() => os_error(Some(cacheless::sys::consts::EACCES), text, path),

@@ -10,7 +10,6 @@ times where the option keeps them."""
 
 import json
 import os
-import re
 import stat
 import subprocess
 from pathlib import Path
@@ -31,6 +30,31 @@ class Case:
         self.refused = refused  # the option a URL operand cannot honour
         self.gnu = flags if gnu is None else gnu  # GNU's flags, where cacheless's own has none there
         self.stdin, self.times, self.layout, self.python = stdin, times, layout, python
+
+    def python_refusal(self):
+        """The refused option as a Python caller passed it: its keyword argument, never a
+        command-line switch."""
+        return PYTHON_SPELLING[self.refused]
+
+
+# Each refused option's command-line spelling, and Python's.
+PYTHON_SPELLING = {
+    "--symbolic-link": "symbolic_link=True",
+    "--link": "link=True",
+    "--sparse=always": 'sparse="always"',
+    "--inplace": "inplace=True",
+    "--backup": "backup=",
+    "--attributes-only": "attributes_only=True",
+    "--preserve": 'preserve="mode" (or archive=True)',
+}
+
+
+def assert_python_refusal(case, e):
+    """A refusal through the Python door names the keyword argument, once, at its start, and no
+    command-line switch."""
+    text = str(e.value)
+    assert text.startswith(case.python_refusal() + " cannot be honoured with a URL operand: "), text
+    assert text.count(" cannot be honoured") == 1 and " --" not in text, text
 
 
 CASES = [
@@ -229,9 +253,9 @@ def test_every_option_through_every_door_gives_gnu_cp_s_result_or_a_refusal(disk
         keywords = {**case.kw, **({"verify": "etag"} if url_door and "verify" in case.kw else {})}
         call = lambda: cacheless.copy(src, dst, **keywords, **kw)
         if refused:
-            with pytest.raises(ValueError, match=re.escape(case.refused)) as e:
+            with pytest.raises(ValueError) as e:
                 call()
-            assert "URL" in str(e.value), str(e.value)
+            assert_python_refusal(case, e)
             assert snapshot(ours, True) == before, "a refused copy changed the destination"
             return
         if g.returncode == 0:
@@ -357,8 +381,9 @@ def test_every_option_of_an_upload_gives_gnu_cp_s_result_on_the_key_or_a_refusal
         dst = target if case.layout in ("into", "parents") else target + "f"
         call = lambda: cacheless.copy(operand, dst, endpoint_url=endpoint, **case.kw)
         if refused:
-            with pytest.raises(ValueError, match=re.escape(case.refused)):
+            with pytest.raises(ValueError) as e:
                 call()
+            assert_python_refusal(case, e)
         else:
             assert call()["errors"] == 0
     # The keys hold what GNU's files hold; a refused upload sent nothing.
