@@ -139,14 +139,6 @@ impl Gate {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A file whose data ends at `until` is finished: it will be kept once its batch is synced.
-    /// Counted for the verifier's decision (see [`Gate::keep`]): the files kept when the first
-    /// is parked are too few where an earlier batch's syncfs is still running.
-    pub fn finished(&self, until: u64) {
-        self.finished.fetch_add(1, Ordering::Relaxed);
-        self.furthest.fetch_max(until, Ordering::Relaxed);
-    }
-
     /// How far the input is verified.
     fn passed(&self) -> u64 {
         self.verified.load(Ordering::Acquire)
@@ -209,6 +201,14 @@ impl Gate {
 }
 
 impl Keeper for Gate {
+    /// A file whose data ends at `until` is finished: counted for the verifier's decision (see
+    /// [`Gate::keep`]), where the files kept when the first is parked are too few while an
+    /// earlier batch's syncfs is still running.
+    fn finished(&self, until: u64) {
+        self.finished.fetch_add(1, Ordering::Relaxed);
+        self.furthest.fetch_max(until, Ordering::Relaxed);
+    }
+
     /// Names `file` at once where the input is verified past `until` (the end of its data);
     /// else holds it, parked (its descriptor
     /// closed) once as many as the gate allows are held open. A file that cannot be parked

@@ -579,7 +579,6 @@ impl Shared {
         // The ticket goes with the file once it is finished: its callback settles it.
         let res = match res {
             Ok(()) => {
-                self.gate.finished(ticket.until);
                 file.keep_with(ticket.until);
                 file.finish_then(self.on_published(rel, ticket)).map_err(Some)
             }
@@ -609,7 +608,6 @@ impl Shared {
         });
         let res = res.map(|(rep, pending)| {
             let until = ticket.until;
-            self.gate.finished(until);
             self.creator.publish_after_sync_keyed(pending, rep.bytes, until, self.on_published(rel, ticket));
             rep
         });

@@ -31,6 +31,12 @@ pub type Published = Box<dyn FnOnce(Result<()>) + Send>;
 /// A keeper names each file with [`PendingFile::publish`] (or [`PendingFile::park`]s it first),
 /// or drops it, which removes it; either way it calls the file's [`Published`].
 pub trait Keeper: Send + Sync {
+    /// A file with `key` is finished and joins a batch: it will be kept once the batch is
+    /// synced (batches may be synced out of order, by several writers). Nothing by default.
+    fn finished(&self, key: u64) {
+        let _ = key;
+    }
+
     /// `file` is durable; `key` is what its writer gave it ([`NewFile::keep_with`](super::NewFile::keep_with),
     /// [`FileCreator::publish_after_sync_keyed`](super::FileCreator::publish_after_sync_keyed); 0 if nothing).
     fn keep(&self, key: u64, file: PendingFile, then: Published);
@@ -131,6 +137,9 @@ impl Shared {
     /// Past [`CreateOptions::batched_open`](super::CreateOptions::batched_open) files open in
     /// batches, it first waits for a batch being synced to end.
     pub(super) fn add_to_batch(&self, entry: Batched, bytes: u64) {
+        if let (Some(k), Some(_)) = (&self.keeper, &entry.publish) {
+            k.finished(entry.key);
+        }
         let full = {
             let mut b = self.batch.lock().unwrap_or_else(|e| e.into_inner());
             // A slow syncfs must not let every writer hold a batch of its own beyond the
